@@ -1,0 +1,33 @@
+# rankkit: `make demo` sets everything up and runs the main job; `make test` runs the tests.
+#
+# The virtualenv pins the local CPU build of torch (torch==2.13.0). On a GPU machine pick
+# any recent CUDA build instead, e.g. `make demo TORCH="torch==2.11.0"`, or install torch
+# into the venv yourself first: every later step keeps whatever torch the venv holds.
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	echo "$(TORCH)" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,notebooks]"
+	touch $@
+
+demo: venv
+	$(VENV)/bin/rankkit info mq2008
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis lightning_logs

@@ -1,0 +1,35 @@
+"""rankkit: learning to rank in PyTorch -- RankNet, LambdaRank and LambdaMART on one lambda kernel.
+
+Heavy submodules (Lightning, the booster) load on first use, so ``import rankkit`` stays fast.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # data
+    "RankingDataset": "rankkit.data.dataset",
+    "PaddedBatch": "rankkit.data.dataset",
+    "read_svmlight": "rankkit.data.svmlight",
+    "load_mq2008": "rankkit.data.bundled",
+    "make_synthetic": "rankkit.data.synthetic",
+    "fetch_mslr_web10k": "rankkit.data.fetch",
+    "fetch_mslr_web30k": "rankkit.data.fetch",
+    "RankingDataModule": "rankkit.data.datamodule",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rankkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

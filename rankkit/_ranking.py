@@ -1,0 +1,89 @@
+"""Ranking primitives shared by the metrics and the lambda kernel (imports only torch).
+
+Notation: Q queries, L list length (padded), F features. Every function takes padded
+``[Q, L]`` tensors and a bool ``mask`` that is True on real documents.
+
+These are the single place where rankkit decides:
+
+* the gain of a label: ``2**rel - 1`` ("exp", the default, as LightGBM/XGBoost) or ``rel``
+  ("linear", as scikit-learn and torchmetrics);
+* the discount of a 0-based rank position ``r``: ``1 / log2(r + 2)``;
+* how ties in scores are ordered: **worst case** -- among documents with equal scores, the
+  lower label is ranked first, so a constant scorer never looks better than it is. Padding
+  always ranks after every real document.
+"""
+from __future__ import annotations
+
+import torch
+
+GAINS = ("exp", "linear")
+
+
+def gain_values(labels: torch.Tensor, gain: str = "exp") -> torch.Tensor:
+    """Gain of each label.
+
+    Args:
+        labels: [Q, L] non-negative relevance labels (any dtype).
+        gain: "exp" for ``2**rel - 1`` or "linear" for ``rel``.
+    Returns:
+        [Q, L] float tensor (float64 for float64 labels, else float32).
+
+    >>> gain_values(torch.tensor([[0., 1., 2.]]))
+    tensor([[0., 1., 3.]])
+    """
+    dtype = labels.dtype if labels.is_floating_point() else torch.float32
+    rel = labels.to(dtype)
+    if gain == "exp":
+        return torch.exp2(rel) - 1.0
+    if gain == "linear":
+        return rel
+    raise ValueError(f"`gain` must be one of {GAINS}, got {gain!r}")
+
+
+def discounts(n: int, *, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """Position discounts ``1 / log2(r + 2)`` for 0-based ranks r = 0..n-1, shape [n].
+
+    >>> discounts(3)
+    tensor([1.0000, 0.6309, 0.5000])
+    """
+    return 1.0 / torch.log2(torch.arange(n, dtype=dtype, device=device) + 2.0)
+
+
+def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Indices that sort each query by descending score (worst-case ties, padding last).
+
+    Args:
+        scores: [Q, L] scores.
+        labels: [Q, L] labels (used only to break ties in score, lowest label first).
+        mask: [Q, L] bool, True on real documents.
+    Returns:
+        [Q, L] long ``order`` such that ``labels.gather(1, order)`` is the ranked list.
+
+    >>> rank_order(torch.tensor([[1., 3., 3.]]), torch.tensor([[0, 2, 1]]), torch.tensor([[True] * 3]))
+    tensor([[2, 1, 0]])
+    """
+    # Three stable sorts, least significant key first: label ascending, score descending,
+    # real documents before padding.
+    order = torch.sort(labels, dim=1, stable=True).indices
+    s = scores.gather(1, order)
+    order = order.gather(1, torch.sort(s, dim=1, descending=True, stable=True).indices)
+    m = mask.gather(1, order).to(torch.int8)
+    return order.gather(1, torch.sort(m, dim=1, descending=True, stable=True).indices)
+
+
+def ranks(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """0-based rank of each document under :func:`rank_order`, shape [Q, L] (long)."""
+    order = rank_order(scores, labels, mask)
+    positions = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
+    return torch.empty_like(order).scatter_(1, order, positions)
+
+
+def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
+              gain: str = "exp") -> torch.Tensor:
+    """DCG@k of the ideal (label-sorted) ranking of each query, shape [Q]."""
+    g = gain_values(labels, gain).masked_fill(~mask, 0.0)
+    g = torch.sort(g, dim=1, descending=True).values
+    d = discounts(labels.shape[1], dtype=g.dtype, device=g.device)
+    if k is not None:
+        d = torch.where(torch.arange(labels.shape[1], device=g.device) < k, d, 0.0)
+    return (g * d).sum(dim=1)
