@@ -183,13 +183,15 @@ class RankingDataset:
         return PaddedBatch(feats, labels, mask, q)
 
     def bucket_batches(self, max_docs: int = 4096, *, shuffle: bool = False,
-                       generator: torch.Generator | None = None) -> list[torch.Tensor]:
+                       generator: torch.Generator | None = None,
+                       max_waste: float = 0.1) -> list[torch.Tensor]:
         """Split the queries into batches of similar length.
 
         Queries are sorted by size (ties broken at random when shuffling) and cut into
         consecutive groups whose padded size ``len(group) * max(size)`` stays at most
-        ``max_docs`` (a query longer than ``max_docs`` gets a batch of its own). Sorting
-        keeps padding waste small; with ``shuffle`` the batch order is random too.
+        ``max_docs`` (a query longer than ``max_docs`` gets a batch of its own), and whose
+        padding share stays at most ``max_waste`` unless the group is a single query.
+        With ``shuffle`` the batch order is random too.
 
         Returns:
             A list of [B] long tensors of query indices.
@@ -202,13 +204,17 @@ class RankingDataset:
             order = perm[torch.sort(sizes[perm], stable=True).indices]
         else:
             order = torch.sort(sizes, stable=True).indices
-        batches, start = [], 0
+        batches, start, total = [], 0, 0
         s = sizes[order].tolist()
-        for i in range(1, len(order) + 1):
-            # s is ascending, so the padded size of order[start:i] is (i - start) * s[i - 1].
-            if i == len(order) or (i + 1 - start) * s[i] > max_docs:
+        for i in range(len(order)):
+            # s is ascending: adding query i makes the group's padded size (i + 1 - start) * s[i].
+            slots = (i + 1 - start) * s[i]
+            if i > start and (slots > max_docs or total + s[i] < (1.0 - max_waste) * slots):
                 batches.append(order[start:i])
-                start = i
+                start, total = i, 0
+            total += s[i]
+        if len(order):
+            batches.append(order[start:])
         if shuffle:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
         return batches
