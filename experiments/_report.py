@@ -1,0 +1,22 @@
+"""Shared by the experiment scripts: replace one marked section of docs/benchmarks.md atomically."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks.md")
+
+
+def write_section(marker: str, body: str, path: str = BENCHMARKS) -> None:
+    """Put ``body`` between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` (appending if absent)."""
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
