@@ -1,0 +1,159 @@
+"""RankNet and LambdaRank on MQ2008: 5 folds x N seeds, model selection on vali NDCG@10.
+
+Protocol (the same as the LightGBM/CatBoost anchors in docs/benchmarks.md): train on the
+fold's train set, keep the epoch with the best vali NDCG@10 (EarlyStopping + ModelCheckpoint),
+report test NDCG@k with exp gain (2^rel - 1) and empty queries (ideal DCG = 0) scored 1.
+
+    python experiments/mq2008_neural.py --folds 1-5 --seeds 3 --write
+
+``--write`` replaces the ``mq2008_neural`` section of docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import pytorch_lightning as pl
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import write_section  # noqa: E402
+
+from rankkit.data.bundled import load_mq2008
+from rankkit.data.datamodule import RankingDataModule
+from rankkit.metrics import average_precision, ndcg
+from rankkit.neural import LambdaRank, RankNet
+
+# The tuned settings (chosen on vali NDCG@10 of folds 1-2 only).
+SETTINGS = {
+    "RankNet": dict(cls=RankNet, kwargs=dict(hidden=[64, 32], dropout=0.1, lr=1e-3, weight_decay=1e-5)),
+    "LambdaRank": dict(cls=LambdaRank, kwargs=dict(hidden=[64, 32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
+                                                  weighting="ndcg", k=None)),
+}
+MAX_EPOCHS = 40
+PATIENCE = 8
+
+
+def parse_range(text: str) -> list[int]:
+    if "-" in text:
+        a, b = text.split("-")
+        return list(range(int(a), int(b) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def run_one(name: str, fold: int, seed: int, workdir: str, max_epochs: int = MAX_EPOCHS) -> dict:
+    train, vali, test = load_mq2008(fold)
+    pl.seed_everything(seed, verbose=False)
+    spec = SETTINGS[name]
+    model = spec["cls"](n_features=train.n_features, **spec["kwargs"])
+    dm = RankingDataModule.from_datasets(train, vali, test, max_docs=2048, seed=seed)
+    ckpt = pl.callbacks.ModelCheckpoint(monitor="val/ndcg@10", mode="max", dirpath=workdir,
+                                        filename=f"{name}-f{fold}-s{seed}")
+    stop = pl.callbacks.EarlyStopping(monitor="val/ndcg@10", mode="max", patience=PATIENCE)
+    trainer = pl.Trainer(max_epochs=max_epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[ckpt, stop], default_root_dir=workdir)
+    t0 = time.perf_counter()
+    trainer.fit(model, datamodule=dm)
+    wall = time.perf_counter() - t0
+    best = spec["cls"].load_from_checkpoint(ckpt.best_model_path).eval()
+    batch = test.padded()
+    with torch.no_grad():
+        s = best(batch.features)
+    out = {"model": name, "fold": fold, "seed": seed, "epochs": trainer.current_epoch,
+           "best_val_ndcg@10": float(ckpt.best_model_score), "train_seconds": wall}
+    for k in (1, 3, 5, 10):
+        out[f"ndcg@{k}"] = float(ndcg(s, batch.labels, mask=batch.mask, k=k).mean())
+    out["map"] = float(average_precision(s, batch.labels, mask=batch.mask).mean())
+    os.unlink(ckpt.best_model_path)
+    return out
+
+
+def mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def table(rows: list[dict], folds: list[int]) -> str:
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    lines = ["| model | " + " | ".join(f"fold {f}" for f in folds) + " | mean of folds | NDCG@1 | NDCG@3 | "
+             "MAP | s/fold (train) |",
+             "|---|" + "---|" * (len(folds) + 5)]
+    for m in models:
+        mine = [r for r in rows if r["model"] == m]
+        per_fold = []
+        cells = []
+        for f in folds:
+            v = [r["ndcg@10"] for r in mine if r["fold"] == f]
+            per_fold.append(statistics.mean(v))
+            cells.append(mean_std(v))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | **{statistics.mean(per_fold):.4f}** | "
+                     f"{statistics.mean(r['ndcg@1'] for r in mine):.4f} | "
+                     f"{statistics.mean(r['ndcg@3'] for r in mine):.4f} | "
+                     f"{statistics.mean(r['map'] for r in mine):.4f} | "
+                     f"{statistics.mean(r['train_seconds'] for r in mine):.1f} |")
+    return "\n".join(lines)
+
+
+def literature_check(rows: list[dict], folds: list[int]) -> str:
+    out = []
+    for k in (1, 3):
+        wins = 0
+        for f in folds:
+            lr = statistics.mean(r[f"ndcg@{k}"] for r in rows if r["model"] == "LambdaRank" and r["fold"] == f)
+            rn = statistics.mean(r[f"ndcg@{k}"] for r in rows if r["model"] == "RankNet" and r["fold"] == f)
+            wins += lr > rn
+        out.append(f"LambdaRank beats RankNet on test NDCG@{k} in {wins} of {len(folds)} folds")
+    return "; ".join(out) + "."
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--folds", default="1-5")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--models", default="RankNet,LambdaRank")
+    p.add_argument("--max-epochs", type=int, default=MAX_EPOCHS)
+    p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
+    p.add_argument("--json", default=None, help="also dump every run as JSON here")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    folds = parse_range(args.folds)
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for fold in folds:
+            for name in args.models.split(","):
+                for seed in range(args.seeds):
+                    r = run_one(name, fold, seed, work, args.max_epochs)
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    md = table(rows, folds)
+    check = literature_check(rows, folds) if {"RankNet", "LambdaRank"} <= {r["model"] for r in rows} else ""
+    print(md)
+    print(check)
+    if args.write:
+        cmd = "python experiments/mq2008_neural.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        body = (f"## MQ2008: RankNet and LambdaRank\n\n"
+                f"{datetime.date.today()}, CPU ({platform.processor() or platform.machine()}, "
+                f"{torch.get_num_threads()} threads), torch {torch.__version__}. Command: `{cmd}`\n\n"
+                f"Test NDCG@10 (exp gain, empty = 1), mean ± std over {args.seeds} seeds per fold; model "
+                f"selection on vali NDCG@10 (max {args.max_epochs} epochs, patience {PATIENCE}). "
+                f"NDCG@1/3 and MAP are means over folds and seeds; s/fold is the training wall time of one "
+                f"run.\n\n{md}\n\n{check}\n")
+        write_section("mq2008_neural", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""Per-query ranking metrics on padded ``[Q, L]`` batches, and torchmetrics wrappers for logging.
+
+Notation: Q queries, L list length (padded). Every metric takes two positional tensors,
+``scores`` and ``labels``, both ``[Q, L]``, and keyword-only options:
+
+* ``mask``: ``[Q, L]`` bool, True on real documents (default: all True). Scores and labels
+  under padding are ignored, whatever their value.
+* ``k``: the cutoff, a positive int, or None for the whole list.
+
+Each returns a ``[Q]`` tensor with one value per query; average it yourself, or log it with the
+:class:`torchmetrics.Metric` wrappers at the bottom of this module (:class:`NDCG`, :class:`MAP`,
+:class:`MRR`, :class:`ERR`, :class:`Precision`, and :func:`ranking_metrics` for a standard set).
+
+Conventions (see ``docs/metrics.md`` for how they compare with LightGBM, XGBoost, torchmetrics
+and scikit-learn):
+
+* ranking and ties: documents are sorted by descending score; among equal scores the **lower
+  label is ranked first** (worst case, :func:`rankkit._ranking.rank_order`), so a constant
+  scorer never looks better than it is and the result does not depend on document order;
+* gain ``2**rel - 1`` ("exp", default) or ``rel`` ("linear"); discount ``1 / log2(rank + 1)``
+  for 1-based ranks;
+* a document is *relevant* (for MAP, MRR, precision) when ``label > threshold``, default 0;
+* ``empty``: the value given to a query with nothing to find -- ideal DCG = 0 for NDCG, no
+  relevant document for MAP, MRR and precision. ``1.0`` (default, as LightGBM and XGBoost),
+  ``0.0`` (as scikit-learn and torchmetrics' functional API), or ``"skip"``, which returns NaN
+  for those queries: reduce with ``torch.nanmean``, as the wrappers do.
+"""
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import torch
+# torchmetrics is needed only by the logging wrappers at the bottom of this module.
+from torchmetrics import Metric, MetricCollection
+
+from rankkit._ranking import GAINS, discounts, gain_values, ideal_dcg, rank_order
+
+__all__ = [
+    "dcg",
+    "ndcg",
+    "average_precision",
+    "mrr",
+    "err",
+    "precision",
+    "NDCG",
+    "MAP",
+    "MRR",
+    "ERR",
+    "Precision",
+    "ranking_metrics",
+]
+
+SKIP = "skip"
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: once, at the public boundary. The private helpers below trust their input.
+# --------------------------------------------------------------------------------------------
+
+def _check_k(k) -> int | None:
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, Integral) or k <= 0:
+        raise ValueError(f"`k` must be a positive int or None, got {k!r}")
+    return int(k)
+
+
+def _check_empty(empty) -> float | str:
+    if isinstance(empty, str) and empty == SKIP:
+        return SKIP
+    if isinstance(empty, bool) or not isinstance(empty, Real) or not 0.0 <= float(empty) <= 1.0:
+        raise ValueError(f"`empty` must be a number in [0, 1] (usually 1.0 or 0.0) or 'skip', "
+                         f"got {empty!r}")
+    return float(empty)
+
+
+def _check_gain(gain) -> str:
+    if gain not in GAINS:
+        raise ValueError(f"`gain` must be one of {GAINS}, got {gain!r}")
+    return gain
+
+
+def _check_threshold(threshold) -> float:
+    if (isinstance(threshold, bool) or not isinstance(threshold, Real)
+            or not math.isfinite(threshold) or threshold < 0):
+        raise ValueError(f"`threshold` must be a finite number >= 0, got {threshold!r}")
+    return float(threshold)
+
+
+def _check_max_label(max_label) -> float:
+    if (isinstance(max_label, bool) or not isinstance(max_label, Real)
+            or not math.isfinite(max_label) or max_label <= 0):
+        raise ValueError(f"`max_label` must be a finite number > 0, got {max_label!r}")
+    return float(max_label)
+
+
+def _check_batch(scores, labels, mask, *, max_label: float | None = None):
+    """Validate a padded batch; return (scores, labels, mask) with padding zeroed.
+
+    Both come back as float64 when ``scores`` are float64 and as float32 otherwise: every metric
+    is computed in that dtype.
+    """
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        raise TypeError(f"`scores` must be a floating-point tensor, got "
+                        f"{getattr(scores, 'dtype', type(scores).__name__)}")
+    if scores.ndim != 2:
+        raise ValueError(f"`scores` must be 2-D [Q, L], got shape {tuple(scores.shape)}")
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"`labels` must be a tensor, got {type(labels).__name__}")
+    if labels.shape != scores.shape:
+        raise ValueError(f"`labels` must have the shape of `scores` {tuple(scores.shape)}, "
+                         f"got {tuple(labels.shape)}")
+    if mask is None:
+        mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    else:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(f"`mask` must be a bool tensor, got "
+                            f"{getattr(mask, 'dtype', type(mask).__name__)}")
+        if mask.shape != scores.shape:
+            raise ValueError(f"`mask` must have the shape of `scores` {tuple(scores.shape)}, "
+                             f"got {tuple(mask.shape)}")
+    dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    scores = scores.detach().to(dtype)
+    labels = labels.detach().to(dtype)
+    bad = mask & ~torch.isfinite(scores)
+    if bad.any():
+        q, i = bad.nonzero()[0].tolist()
+        raise ValueError(f"`scores` must be finite on real documents, got "
+                         f"{scores[q, i].item()} at [{q}, {i}]")
+    bad = mask & ~(labels >= 0)  # also catches NaN
+    if bad.any():
+        q, i = bad.nonzero()[0].tolist()
+        raise ValueError(f"`labels` must be non-negative on real documents, got "
+                         f"{labels[q, i].item()} at [{q}, {i}]")
+    bad = mask & torch.isinf(labels)
+    if bad.any():
+        q, i = bad.nonzero()[0].tolist()
+        raise ValueError(f"`labels` must be finite on real documents, got "
+                         f"{labels[q, i].item()} at [{q}, {i}]")
+    if max_label is not None:
+        bad = mask & (labels > max_label)
+        if bad.any():
+            q, i = bad.nonzero()[0].tolist()
+            raise ValueError(f"`labels` must not exceed `max_label`={max_label:g}, got "
+                             f"{labels[q, i].item()} at [{q}, {i}]")
+    return scores.masked_fill(~mask, 0.0), labels.masked_fill(~mask, 0.0), mask
+
+
+# --------------------------------------------------------------------------------------------
+# Private helpers (trusted input).
+# --------------------------------------------------------------------------------------------
+
+def _ranked(scores, labels, mask):
+    """Labels and mask in rank order (worst-case ties, padding last), each [Q, L]."""
+    order = rank_order(scores, labels, mask)
+    return labels.gather(1, order), mask.gather(1, order)
+
+
+def _in_top_k(n: int, k: int | None, device) -> torch.Tensor:
+    """[L] bool, True on the first ``k`` rank positions (all when k is None)."""
+    positions = torch.arange(n, device=device)
+    return positions < (n if k is None else k)
+
+
+def _fill_empty(values: torch.Tensor, is_empty: torch.Tensor, empty: float | str) -> torch.Tensor:
+    fill = math.nan if empty == SKIP else empty
+    return torch.where(is_empty, torch.full_like(values, fill), values)
+
+
+def _dcg(scores, labels, mask, k, gain):
+    ranked, real = _ranked(scores, labels, mask)
+    g = gain_values(ranked, gain).masked_fill(~real, 0.0)
+    d = discounts(g.shape[1], dtype=g.dtype, device=g.device)
+    return (g * d * _in_top_k(g.shape[1], k, g.device)).sum(dim=1)
+
+
+def _relevance_hits(scores, labels, mask, k, threshold):
+    """Relevance of each rank position ``[Q, L]`` (float 0/1), its top-k cut, and R per query."""
+    ranked, real = _ranked(scores, labels, mask)
+    rel = ((ranked > threshold) & real).to(scores.dtype)
+    return rel, rel * _in_top_k(rel.shape[1], k, rel.device), rel.sum(dim=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Public metrics.
+# --------------------------------------------------------------------------------------------
+
+def dcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+        k: int | None = None, gain: str = "exp") -> torch.Tensor:
+    """Discounted cumulative gain at ``k`` of each query.
+
+    ``DCG@k = sum_{r=1..min(k, n)} gain(rel_r) / log2(r + 1)``, where ``rel_r`` is the label of
+    the document ranked r-th by score (worst-case ties).
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents (default: all True).
+        k: cutoff, a positive int, or None for the whole list.
+        gain: "exp" for ``2**rel - 1`` or "linear" for ``rel``.
+    Returns:
+        [Q] DCG@k (0 for a query with no relevant document); float64 for float64 ``scores``,
+        else float32.
+
+    >>> dcg(torch.tensor([[3., 2., 1.]]), torch.tensor([[1, 2, 0]]))  # 1 + 3 / log2(3)
+    tensor([2.8928])
+    """
+    k = _check_k(k)
+    gain = _check_gain(gain)
+    scores, labels, mask = _check_batch(scores, labels, mask)
+    return _dcg(scores, labels, mask, k, gain)
+
+
+def ndcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+         k: int | None = None, gain: str = "exp", empty: float | str = 1.0) -> torch.Tensor:
+    """Normalised DCG at ``k`` of each query: ``DCG@k / ideal DCG@k``.
+
+    The ideal DCG@k is the DCG@k of the labels sorted in descending order.
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents (default: all True).
+        k: cutoff, a positive int, or None for the whole list.
+        gain: "exp" for ``2**rel - 1`` or "linear" for ``rel``.
+        empty: the value for a query whose ideal DCG is 0 (all labels 0, or no real document):
+            1.0 (default, as LightGBM/XGBoost), 0.0 (as scikit-learn/torchmetrics), or "skip"
+            for NaN -- average with ``torch.nanmean``.
+    Returns:
+        [Q] NDCG@k in [0, 1]; float64 for float64 ``scores``, else float32.
+
+    The worked example: ranked labels ``[0, 1, 0, 1, 1]`` (binary, so either gain) give
+    ``(1/log2(3) + 1/log2(5) + 1/log2(6)) / (1 + 1/log2(3) + 1/log2(4))``:
+
+    >>> scores = torch.tensor([[5., 4., 3., 2., 1.]])
+    >>> ndcg(scores, torch.tensor([[0, 1, 0, 1, 1]]), k=5)
+    tensor([0.6797])
+    >>> ndcg(scores, torch.tensor([[0, 0, 0, 0, 0]]), empty="skip")
+    tensor([nan])
+    """
+    k = _check_k(k)
+    gain = _check_gain(gain)
+    empty = _check_empty(empty)
+    scores, labels, mask = _check_batch(scores, labels, mask)
+    ideal = ideal_dcg(labels, mask, k=k, gain=gain)
+    is_empty = ideal <= 0
+    values = _dcg(scores, labels, mask, k, gain) / torch.where(is_empty, 1.0, ideal)
+    return _fill_empty(values, is_empty, empty)
+
+
+def average_precision(scores: torch.Tensor, labels: torch.Tensor, *,
+                      mask: torch.Tensor | None = None, k: int | None = None,
+                      threshold: float = 0.0, empty: float | str = 1.0) -> torch.Tensor:
+    """Average precision at ``k`` of each query; its mean over queries is MAP@k.
+
+    ``AP@k = sum_{r <= k, r relevant} P@r / min(R, k)``, where ``P@r`` is the fraction of
+    relevant documents in the top r and R the number of relevant documents in the query, so a
+    perfect ranking scores 1 at every k (LightGBM's ``map@k``). With ``k=None`` this is the
+    textbook AP, ``sum_{r relevant} P@r / R``.
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents (default: all True).
+        k: cutoff, a positive int, or None for the whole list.
+        threshold: a document is relevant when ``label > threshold`` (default 0).
+        empty: the value for a query with no relevant document: 1.0 (default), 0.0 or "skip"
+            for NaN.
+    Returns:
+        [Q] AP@k in [0, 1]; float64 for float64 ``scores``, else float32.
+
+    >>> scores = torch.tensor([[5., 4., 3., 2., 1.]])
+    >>> average_precision(scores, torch.tensor([[0, 1, 0, 1, 1]]))  # (1/2 + 2/4 + 3/5) / 3
+    tensor([0.5333])
+    """
+    k = _check_k(k)
+    threshold = _check_threshold(threshold)
+    empty = _check_empty(empty)
+    scores, labels, mask = _check_batch(scores, labels, mask)
+    rel, rel_at_k, n_relevant = _relevance_hits(scores, labels, mask, k, threshold)
+    positions = torch.arange(1, rel.shape[1] + 1, dtype=rel.dtype, device=rel.device)
+    precision_at = rel.cumsum(dim=1) / positions
+    denominator = n_relevant if k is None else n_relevant.clamp(max=k)
+    is_empty = n_relevant == 0
+    values = (precision_at * rel_at_k).sum(dim=1) / torch.where(is_empty, 1.0, denominator)
+    return _fill_empty(values, is_empty, empty)
+
+
+def mrr(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+        k: int | None = None, threshold: float = 0.0, empty: float | str = 1.0) -> torch.Tensor:
+    """Reciprocal rank of the first relevant document within the top ``k`` (0 if none there).
+
+    Its mean over queries is the mean reciprocal rank (MRR@k).
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents (default: all True).
+        k: cutoff, a positive int, or None for the whole list.
+        threshold: a document is relevant when ``label > threshold`` (default 0).
+        empty: the value for a query with no relevant document: 1.0 (default), 0.0 or "skip"
+            for NaN.
+    Returns:
+        [Q] reciprocal ranks in [0, 1]; float64 for float64 ``scores``, else float32.
+
+    >>> scores = torch.tensor([[5., 4., 3., 2., 1.]])
+    >>> mrr(scores, torch.tensor([[0, 0, 1, 0, 1]]))  # 1 / 3
+    tensor([0.3333])
+    """
+    k = _check_k(k)
+    threshold = _check_threshold(threshold)
+    empty = _check_empty(empty)
+    scores, labels, mask = _check_batch(scores, labels, mask)
+    rel, rel_at_k, n_relevant = _relevance_hits(scores, labels, mask, k, threshold)
+    positions = torch.arange(1, rel.shape[1] + 1, dtype=rel.dtype, device=rel.device)
+    # 1 / position decreases with rank, so the largest entry is the first relevant document.
+    values = (rel_at_k / positions).amax(dim=1) if rel.shape[1] else torch.zeros_like(n_relevant)
+    return _fill_empty(values, n_relevant == 0, empty)
+
+
+def precision(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+              k: int | None = None, threshold: float = 0.0,
+              empty: float | str = 1.0) -> torch.Tensor:
+    """Precision at ``k``: the number of relevant documents in the top ``k``, divided by ``k``.
+
+    The divisor is ``k`` even for a query with fewer than ``k`` documents (as trec_eval,
+    XGBoost's ``pre@k`` and torchmetrics' default); with ``k=None`` it is the number of real
+    documents in the query, so the value is the fraction of relevant documents.
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents (default: all True).
+        k: cutoff, a positive int, or None for the whole list.
+        threshold: a document is relevant when ``label > threshold`` (default 0).
+        empty: the value for a query with no relevant document: 1.0 (default), 0.0 or "skip"
+            for NaN.
+    Returns:
+        [Q] precision@k in [0, 1]; float64 for float64 ``scores``, else float32.
+
+    >>> scores = torch.tensor([[5., 4., 3., 2., 1.]])
+    >>> precision(scores, torch.tensor([[0, 1, 0, 1, 1]]), k=2)  # 1 / 2
+    tensor([0.5000])
+    """
+    k = _check_k(k)
+    threshold = _check_threshold(threshold)
+    empty = _check_empty(empty)
+    scores, labels, mask = _check_batch(scores, labels, mask)
+    _, rel_at_k, n_relevant = _relevance_hits(scores, labels, mask, k, threshold)
+    # With k=None, a query with no real document has no relevant one either: it is empty.
+    divisor = mask.sum(dim=1).clamp(min=1).to(rel_at_k.dtype) if k is None else k
+    return _fill_empty(rel_at_k.sum(dim=1) / divisor, n_relevant == 0, empty)
+
+
+def err(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+        k: int | None = None, max_label: float = 4) -> torch.Tensor:
+    """Expected reciprocal rank at ``k`` (Chapelle et al., 2009) of each query.
+
+    A user scans down the ranking and stops at the r-th document with probability
+    ``R_r = (2**rel_r - 1) / 2**max_label``; ERR is the expected reciprocal stopping rank:
+    ``ERR@k = sum_{r=1..k} (1/r) * R_r * prod_{i<r} (1 - R_i)``.
+
+    ERR is not normalised: a query with no relevant document scores 0 (there is no ``empty``),
+    and even a perfect ranking scores below 1.
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels, at most ``max_label``.
+        mask: [Q, L] bool, True on real documents (default: all True).
+        k: cutoff, a positive int, or None for the whole list.
+        max_label: the top grade of the label scale, fixed for a data set, never taken from a
+            batch: 4 (default) for MSLR-WEB and Yahoo! LTR (grades 0-4), 2 for MQ2007/MQ2008,
+            1 for binary labels. Labels above it raise an error.
+    Returns:
+        [Q] ERR@k in [0, 1); float64 for float64 ``scores``, else float32.
+
+    >>> scores = torch.tensor([[2., 1.]])
+    >>> err(scores, torch.tensor([[1, 2]]), max_label=2)  # 1/4 + (1/2) * (3/4) * (1 - 1/4)
+    tensor([0.5312])
+    """
+    k = _check_k(k)
+    max_label = _check_max_label(max_label)
+    scores, labels, mask = _check_batch(scores, labels, mask, max_label=max_label)
+    ranked, real = _ranked(scores, labels, mask)
+    stop = (gain_values(ranked, "exp") / 2.0 ** max_label).masked_fill(~real, 0.0)
+    # Probability of reaching rank r: prod_{i<r} (1 - R_i), an exclusive cumulative product.
+    reach = torch.cumprod(torch.cat([torch.ones_like(stop[:, :1]), 1.0 - stop[:, :-1]], dim=1),
+                          dim=1)
+    positions = torch.arange(1, stop.shape[1] + 1, dtype=stop.dtype, device=stop.device)
+    return (stop * reach / positions * _in_top_k(stop.shape[1], k, stop.device)).sum(dim=1)
+
+
+# --------------------------------------------------------------------------------------------
+# torchmetrics wrappers: sum of per-query values and query count, so DDP sync is a plain sum.
+# --------------------------------------------------------------------------------------------
+
+class _QueryMean(Metric):
+    """Mean of a per-query metric over every query seen by ``update``; skipped queries (NaN)
+    are left out of both the sum and the count."""
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+    _fn = None  # the per-query metric; set by each subclass
+
+    def __init__(self, *, k: int | None, options: dict, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.k = _check_k(k)
+        self._options = options
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64),
+                       dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, scores: torch.Tensor, labels: torch.Tensor,
+               mask: torch.Tensor | None = None) -> None:
+        """Add a padded batch: ``scores`` and ``labels`` [Q, L], optional bool ``mask`` [Q, L]."""
+        values = type(self)._fn(scores, labels, mask=mask, k=self.k, **self._options)
+        kept = ~torch.isnan(values)
+        self.total += values[kept].sum(dtype=torch.float64)
+        self.count += kept.sum()
+
+    def compute(self) -> torch.Tensor:
+        """Mean over queries (float64); NaN if no query was counted."""
+        return self.total / self.count
+
+
+class NDCG(_QueryMean):
+    """Mean NDCG@k over queries; the options are those of :func:`ndcg`.
+
+    >>> metric = NDCG(k=5)
+    >>> metric.update(torch.tensor([[5., 4., 3., 2., 1.]]), torch.tensor([[0, 1, 0, 1, 1]]))
+    >>> metric.update(torch.tensor([[1., 2.]]), torch.tensor([[0, 0]]))  # empty: counts as 1
+    >>> round(metric.compute().item(), 4)  # (0.6797 + 1) / 2
+    0.8399
+    """
+
+    _fn = staticmethod(ndcg)
+
+    def __init__(self, *, k: int | None = None, gain: str = "exp", empty: float | str = 1.0,
+                 **kwargs) -> None:
+        super().__init__(k=k, options={"gain": _check_gain(gain), "empty": _check_empty(empty)},
+                         **kwargs)
+
+
+class MAP(_QueryMean):
+    """Mean average precision at k; the options are those of :func:`average_precision`."""
+
+    _fn = staticmethod(average_precision)
+
+    def __init__(self, *, k: int | None = None, threshold: float = 0.0,
+                 empty: float | str = 1.0, **kwargs) -> None:
+        super().__init__(k=k, options={"threshold": _check_threshold(threshold),
+                                       "empty": _check_empty(empty)}, **kwargs)
+
+
+class MRR(_QueryMean):
+    """Mean reciprocal rank at k; the options are those of :func:`mrr`."""
+
+    _fn = staticmethod(mrr)
+
+    def __init__(self, *, k: int | None = None, threshold: float = 0.0,
+                 empty: float | str = 1.0, **kwargs) -> None:
+        super().__init__(k=k, options={"threshold": _check_threshold(threshold),
+                                       "empty": _check_empty(empty)}, **kwargs)
+
+
+class Precision(_QueryMean):
+    """Mean precision at k; the options are those of :func:`precision`."""
+
+    _fn = staticmethod(precision)
+
+    def __init__(self, *, k: int | None = None, threshold: float = 0.0,
+                 empty: float | str = 1.0, **kwargs) -> None:
+        super().__init__(k=k, options={"threshold": _check_threshold(threshold),
+                                       "empty": _check_empty(empty)}, **kwargs)
+
+
+class ERR(_QueryMean):
+    """Mean expected reciprocal rank at k; the options are those of :func:`err`."""
+
+    _fn = staticmethod(err)
+
+    def __init__(self, *, k: int | None = None, max_label: float = 4, **kwargs) -> None:
+        super().__init__(k=k, options={"max_label": _check_max_label(max_label)}, **kwargs)
+
+
+def ranking_metrics(ks: tuple[int, ...] = (1, 3, 5, 10), *, gain: str = "exp",
+                    empty: float | str = 1.0, prefix: str | None = None) -> MetricCollection:
+    """The standard set: ``ndcg@k`` for each k in ``ks``, and ``map`` (whole list).
+
+    Every metric keeps its own state (``compute_groups=False``): torchmetrics would otherwise
+    merge metrics whose states happen to be equal after the first batch.
+
+    >>> metrics = ranking_metrics((1, 5), prefix="val/")
+    >>> metrics.update(torch.tensor([[5., 4., 3., 2., 1.]]), torch.tensor([[0, 1, 0, 1, 1]]))
+    >>> {name: round(value.item(), 4) for name, value in metrics.compute().items()}
+    {'val/map': 0.5333, 'val/ndcg@1': 0.0, 'val/ndcg@5': 0.6797}
+    """
+    metrics = {f"ndcg@{k}": NDCG(k=k, gain=gain, empty=empty) for k in ks}
+    metrics["map"] = MAP(empty=empty)
+    return MetricCollection(metrics, prefix=prefix, compute_groups=False)

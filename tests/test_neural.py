@@ -1,0 +1,247 @@
+"""RankNet / LambdaRank: the lambda-injecting Function, scorers, Lightning training, export."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from rankkit.data import make_synthetic
+from rankkit.data.datamodule import RankingDataModule
+from rankkit.export import export_program, export_torchscript, load_scorer
+from rankkit.metrics import ndcg
+from rankkit.neural import LambdaRank, MLPScorer, RankNet, lambda_loss
+
+
+def random_batch(q=4, length=7, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(q, length, generator=g, dtype=dtype)
+    labels = torch.randint(0, 3, (q, length), generator=g).to(dtype)
+    lengths = torch.randint(2, length + 1, (q,), generator=g)
+    mask = torch.arange(length) < lengths.unsqueeze(1)
+    return scores, labels, mask
+
+
+def reference_ndcg_lambdas(scores, labels, mask, sigma=1.0):
+    """Float64 per-pair double loop: grad of the |ΔNDCG|-weighted RankNet loss (exp gain,
+    full-list ideal DCG, worst-case ties), written independently of rankkit."""
+    q_count, length = scores.shape
+    out = torch.zeros(q_count, length, dtype=torch.float64)
+    for q in range(q_count):
+        n = int(mask[q].sum())
+        s = [float(x) for x in scores[q, :n]]
+        y = [float(x) for x in labels[q, :n]]
+        order = sorted(range(n), key=lambda i: (-s[i], y[i], i))
+        rank = {doc: r for r, doc in enumerate(order)}
+        ideal = sorted(y, reverse=True)
+        idcg = sum((2 ** v - 1) / math.log2(r + 2) for r, v in enumerate(ideal))
+        if idcg == 0:
+            continue
+        for i in range(n):
+            for j in range(n):
+                if y[i] <= y[j]:
+                    continue
+                gain_diff = (2 ** y[i] - 1) - (2 ** y[j] - 1)
+                disc_diff = 1 / math.log2(rank[i] + 2) - 1 / math.log2(rank[j] + 2)
+                delta = abs(gain_diff * disc_diff) / idcg
+                rho = 1 / (1 + math.exp(sigma * (s[i] - s[j])))
+                out[q, i] += -sigma * delta * rho
+                out[q, j] -= -sigma * delta * rho
+    return out
+
+
+# -- the autograd Function ------------------------------------------------------------------------
+@pytest.mark.parametrize("reduction", ["sum", "query", "pair"])
+def test_ranknet_backward_is_autograd_of_the_loss(reduction):
+    scores, labels, mask = random_batch()
+    scores.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda s: lambda_loss(s, labels, mask=mask, weighting="ranknet", reduction=reduction), (scores,))
+
+
+def test_ranknet_loss_value_is_the_explicit_loss():
+    scores, labels, mask = random_batch(seed=1)
+    explicit = torch.zeros((), dtype=torch.float64)
+    for q in range(scores.shape[0]):
+        for i in range(scores.shape[1]):
+            for j in range(scores.shape[1]):
+                if mask[q, i] and mask[q, j] and labels[q, i] > labels[q, j]:
+                    explicit = explicit + torch.nn.functional.softplus(-(scores[q, i] - scores[q, j]))
+    got = lambda_loss(scores, labels, mask=mask, weighting="ranknet", reduction="sum")
+    torch.testing.assert_close(got, explicit)
+
+
+def test_ndcg_backward_matches_reference_lambdas():
+    scores, labels, mask = random_batch(q=5, length=9, seed=2)
+    s = scores.clone().requires_grad_(True)
+    lambda_loss(s, labels, mask=mask, weighting="ndcg", reduction="sum").backward()
+    torch.testing.assert_close(s.grad, reference_ndcg_lambdas(scores, labels, mask), rtol=1e-5, atol=1e-9)
+    # grad_output scales the injected gradient; padding gets none
+    s2 = scores.clone().requires_grad_(True)
+    (3.0 * lambda_loss(s2, labels, mask=mask, weighting="ndcg", reduction="sum")).backward()
+    torch.testing.assert_close(s2.grad, 3.0 * s.grad)
+    assert (s.grad[~mask] == 0).all()
+
+
+def test_gradients_reach_every_parameter():
+    torch.manual_seed(0)
+    scorer = MLPScorer(5, (8, 4), norm="layer")
+    x = torch.randn(3, 6, 5)
+    labels = torch.randint(0, 3, (3, 6)).float()
+    lambda_loss(scorer(x), labels, weighting="ndcg").backward()
+    for name, p in scorer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_padded_batch_equals_queries_one_by_one():
+    torch.manual_seed(0)
+    scorer = MLPScorer(4, (8,)).double()
+    ds = make_synthetic(5, (3, 9), 4, seed=4)
+    batch = ds.padded()
+    scorer.zero_grad()
+    lambda_loss(scorer(batch.features.double()), batch.labels, mask=batch.mask, weighting="ndcg",
+                reduction="sum").backward()
+    together = [p.grad.clone() for p in scorer.parameters()]
+    scorer.zero_grad()
+    for q in range(ds.n_queries):
+        one = ds.padded([q])
+        lambda_loss(scorer(one.features.double()), one.labels, mask=one.mask, weighting="ndcg",
+                    reduction="sum").backward()
+    for a, b in zip(together, scorer.parameters()):
+        torch.testing.assert_close(a, b.grad)
+
+
+def test_loss_validates_arguments():
+    s = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="reduction"):
+        lambda_loss(s, s, reduction="mean")
+    with pytest.raises(ValueError, match=r"\[Q, L\]"):
+        lambda_loss(s, torch.zeros(3))
+
+
+# -- scorers ------------------------------------------------------------------------------------------
+def test_preprocessor_standardises_and_handles_nan():
+    x = torch.randn(200, 3) * torch.tensor([1.0, 100.0, 0.0]) + 5
+    scorer = MLPScorer(3, (4,), log1p=False)
+    scorer.preprocess.fit(x)
+    z = scorer.preprocess(x)
+    torch.testing.assert_close(z[:, :2].mean(0), torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z[:, :2].std(0), torch.ones(2), atol=1e-2, rtol=0)
+    assert (z[:, 2] == 0).all()  # constant feature: std kept at 1, centred
+    assert torch.isfinite(scorer(torch.tensor([[float("nan"), 1e30, -1e30]]))).all()
+    signed = MLPScorer(1, (2,), standardize=False).preprocess(torch.tensor([[-(math.e - 1)], [math.e - 1]]))
+    torch.testing.assert_close(signed, torch.tensor([[-1.0], [1.0]]))
+
+
+def test_scorer_validates():
+    with pytest.raises(ValueError, match="activation"):
+        MLPScorer(3, activation="swish")
+    with pytest.raises(ValueError, match="norm"):
+        MLPScorer(3, norm="batch")
+
+
+# -- Lightning ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_data():
+    full = make_synthetic(120, (5, 30), 10, seed=0)
+    return full.subset(range(80)), full.subset(range(80, 100)), full.subset(range(100, 120))
+
+
+def make_trainer(tmp_path, epochs, **kw):
+    return pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path, deterministic=True, **kw)
+
+
+def test_end_to_end_training_improves_and_early_stops(tmp_path, tiny_data):
+    train, val, test = tiny_data
+    pl.seed_everything(0, verbose=False)
+    dm = RankingDataModule.from_datasets(train, val, test, max_docs=256)
+    model = LambdaRank(hidden=[32], lr=1e-2, k=10)
+    ckpt = pl.callbacks.ModelCheckpoint(monitor="val/ndcg@10", mode="max", dirpath=tmp_path)
+    stop = pl.callbacks.EarlyStopping(monitor="val/ndcg@10", mode="max", patience=3)
+    trainer = make_trainer(tmp_path, 8, callbacks=[ckpt, stop], enable_checkpointing=True)
+    batch = test.padded()
+    trainer.fit(model, datamodule=dm)  # builds the scorer from the datamodule's feature count
+    assert model.hparams.n_features == 10
+    model.eval()
+    with torch.no_grad():
+        after = ndcg(model(batch.features), batch.labels, mask=batch.mask, k=10).mean()
+    random_score = ndcg(torch.randn(batch.labels.shape), batch.labels, mask=batch.mask, k=10).mean()
+    assert after > random_score + 0.05
+    result = trainer.test(model, datamodule=dm, verbose=False)[0]
+    assert set(result) >= {"test/ndcg@1", "test/ndcg@3", "test/ndcg@5", "test/ndcg@10", "test/map"}
+    assert abs(result["test/ndcg@10"] - float(after)) < 1e-4
+    best = LambdaRank.load_from_checkpoint(ckpt.best_model_path)
+    assert best.hparams.weighting == "ndcg" and best.scorer is not None
+
+
+def _params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_same_seed_same_model_and_exact_resume(tmp_path, tiny_data):
+    train, val, _ = tiny_data
+
+    def run(epochs, ckpt_path=None, root=tmp_path):
+        pl.seed_everything(3, verbose=False)
+        dm = RankingDataModule.from_datasets(train, val, max_docs=128, seed=5)
+        model = RankNet(n_features=10, hidden=[16], dropout=0.2, lr=5e-3)
+        trainer = make_trainer(root, epochs, enable_checkpointing=True,
+                               callbacks=[pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True)])
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        return model
+
+    a = run(3, root=tmp_path / "a")
+    b = run(3, root=tmp_path / "b")
+    assert torch.equal(_params(a), _params(b))
+    run(1, root=tmp_path / "c")
+    resumed = run(3, ckpt_path=str(tmp_path / "c" / "last.ckpt"), root=tmp_path / "c")
+    assert torch.equal(_params(a), _params(resumed))
+
+
+def test_modules_validate_weighting():
+    with pytest.raises(ValueError, match="weighting"):
+        RankNet(n_features=3, weighting="ndcg")
+    with pytest.raises(ValueError, match="weighting"):
+        LambdaRank(n_features=3, weighting="ranknet")
+    assert LambdaRank(n_features=3, weighting="err", k=5).hparams.k == 5
+
+
+# -- export ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["torchscript", "export"])
+def test_export_roundtrip(tmp_path, fmt):
+    torch.manual_seed(0)
+    model = LambdaRank(n_features=6, hidden=[16, 8], dropout=0.3, norm="layer")
+    model.fit_preprocessor(torch.randn(100, 6) * 10)
+    model.eval()
+    path = tmp_path / ("scorer.pt" if fmt == "torchscript" else "scorer.pt2")
+    (export_torchscript if fmt == "torchscript" else export_program)(model, path)
+    served = load_scorer(path)
+    for n in (1, 10_000):
+        x = torch.randn(n, 6) * 5
+        with torch.no_grad():
+            torch.testing.assert_close(served(x), model(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match=r"\[N, 6\]|6"):
+        served(torch.randn(3, 5))
+
+
+def test_torchscript_loads_without_rankkit(tmp_path):
+    torch.manual_seed(0)
+    model = RankNet(n_features=4, hidden=[8])
+    path = export_torchscript(model, tmp_path / "s.pt")
+    x = torch.randn(5, 4)
+    expected = model.eval()(x)
+    torch.save(x, tmp_path / "x.pt")
+    code = ("import sys; sys.modules['rankkit'] = None\n"
+            "import torch\n"
+            f"m = torch.jit.load({str(path)!r})\n"
+            f"x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)\n"
+            "print(','.join(f'{v:.6f}' for v in m(x).tolist()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""}).stdout
+    got = torch.tensor([float(v) for v in out.strip().split(",")])
+    torch.testing.assert_close(got, expected.detach(), atol=1e-5, rtol=1e-5)
