@@ -18,6 +18,28 @@ _EXPORTS = {
     "fetch_mslr_web10k": "rankkit.data.fetch",
     "fetch_mslr_web30k": "rankkit.data.fetch",
     "RankingDataModule": "rankkit.data.datamodule",
+    # the lambda kernel and the metrics
+    "lambda_gradients": "rankkit.lambdas",
+    "dcg": "rankkit.metrics",
+    "ndcg": "rankkit.metrics",
+    "average_precision": "rankkit.metrics",
+    "mrr": "rankkit.metrics",
+    "err": "rankkit.metrics",
+    "precision": "rankkit.metrics",
+    "NDCG": "rankkit.metrics",
+    "MAP": "rankkit.metrics",
+    "MRR": "rankkit.metrics",
+    "ERR": "rankkit.metrics",
+    "ranking_metrics": "rankkit.metrics",
+    # neural rankers
+    "MLPScorer": "rankkit.neural",
+    "lambda_loss": "rankkit.neural",
+    "RankNet": "rankkit.neural",
+    "LambdaRank": "rankkit.neural",
+    # export
+    "export_torchscript": "rankkit.export",
+    "export_program": "rankkit.export",
+    "load_scorer": "rankkit.export",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
