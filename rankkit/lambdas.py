@@ -1,0 +1,483 @@
+"""The lambda kernel: RankNet / LambdaRank gradients and Newton terms for padded queries.
+
+Every rankkit model gets its gradients here -- RankNet and LambdaRank through an
+``autograd.Function`` whose backward returns ``grad``, LambdaMART through Newton leaf values
+``sum(grad) / sum(hess)``. The pairwise formula is written once, in :func:`_accumulate_block`.
+
+Notation: Q queries, L padded list length. For a query, s are the scores, y the labels and
+σ = ``sigma``. For a pair with y_i > y_j (Burges 2010, papers/001 §2 and §4; papers/003)::
+
+    ρ_ij = 1 / (1 + exp(σ (s_i − s_j)))
+    C_ij = |ΔZ_ij| log(1 + exp(−σ (s_i − s_j)))          (the pair's cost)
+    λ_ij = ∂C_ij/∂s_i = −σ |ΔZ_ij| ρ_ij = −∂C_ij/∂s_j
+    w_ij = ∂²C_ij/∂s_i² = σ² |ΔZ_ij| ρ_ij (1 − ρ_ij)
+
+and ``grad_i = Σ_{j:(i,j)} λ_ij − Σ_{j:(j,i)} λ_ji``, ``hess_i = Σ_j w_ij`` over every pair
+that contains i. So ``grad`` is ∂C/∂s for C = Σ_pairs C_ij: a descent step on the scores
+follows **−grad** (Burges' λ_i has the opposite sign), and ``hess`` ≥ 0.
+
+|ΔZ_ij| is the weighting: 1 for RankNet, or the size of the change in NDCG@k, AP@k or ERR@k
+when documents i and j swap places in the ranking by the current scores (LambdaRank). The
+ranking uses :func:`rankkit._ranking.rank_order` (worst-case ties: among equal scores the
+lower label ranks first), and NDCG uses its gains, discounts and ideal DCG, so the kernel
+and the metrics agree on every convention.
+
+How the work is laid out (see :func:`lambda_gradients`): each query is sorted by its current
+rank, so a pair is (a, b) with positions a < b and only the upper triangle is visited;
+queries are sorted by length and processed in chunks of similar length, and long queries in
+blocks of rows and columns, so that no more than about ``workspace_bytes`` of pair
+temporaries exist at once. With a truncation ``k`` only the rows a < k are visited: O(Q·k·L).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+from rankkit._ranking import GAINS, discounts, gain_values, ideal_dcg, rank_order
+
+__all__ = ["Weighting", "WEIGHTINGS", "lambda_gradients"]
+
+Terms = tuple[torch.Tensor, ...]
+
+
+class Weighting(NamedTuple):
+    """How much a pair counts: the |ΔZ| of LambdaRank, as per-document terms and a pair rule.
+
+    Attributes:
+        doc_terms: ``(labels, mask, k, gain, max_err_label) -> Terms``. ``labels`` [Q, L]
+            (float) and ``mask`` [Q, L] (bool) are in rank order (position 0 is the current
+            top document, padding last); ``k`` is the cutoff (L when there is none). Each
+            returned term is [Q, L] or [1, L] (when it depends on the position only).
+        signed_delta: ``(rows, cols, out) -> W``, with ``rows`` the terms at the top positions
+            a, shaped [Q|1, r, 1], and ``cols`` those at the lower positions b > a, shaped
+            [Q|1, 1, c]. Writes into ``out`` and returns W [Q, r, c] = −ΔZ_ab, the drop in the metric when a and b
+            swap, so W = sign(y_a − y_b) |ΔZ_ab| (Z rewards putting higher labels first).
+        tie_weight: |ΔZ| of a pair with equal labels, used by ``tie_term=True``.
+    """
+
+    doc_terms: Callable[..., Terms]
+    signed_delta: Callable[[Terms, Terms, torch.Tensor], torch.Tensor]
+    tie_weight: float
+
+
+def _ranknet_terms(labels, mask, k, gain, max_err_label) -> Terms:
+    return (labels,)
+
+
+def _ranknet_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    return torch.sub(rows[0], cols[0], out=out).sign_()
+
+
+def _ndcg_terms(labels, mask, k, gain, max_err_label) -> Terms:
+    # NDCG@k = Σ_p G_p D_p with G the gain over the ideal DCG@k and D the discount (0 from k on).
+    idcg = ideal_dcg(labels, mask, k=k, gain=gain)
+    scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(idcg.dtype).tiny), 0.0)
+    g = (gain_values(labels, gain) * scale[:, None]).masked_fill(~mask, 0.0)
+    d = discounts(labels.shape[1], dtype=labels.dtype, device=labels.device)
+    d = torch.where(torch.arange(labels.shape[1], device=labels.device) < k, d, 0.0)
+    return g, d[None, :]
+
+
+def _ndcg_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    # Swapping a and b changes NDCG by (G_b − G_a)(D_a − D_b).
+    return torch.sub(rows[0], cols[0], out=out).mul_(rows[1] - cols[1])
+
+
+def _map_terms(labels, mask, k, gain, max_err_label) -> Terms:
+    # AP@k = (1 / N) Σ_{p<k} rel_p c_p / (p + 1), rel = label > 0, c the inclusive count of
+    # relevant documents, N = min(#relevant, k) (as LightGBM's MAP@k). With δ = rel_b − rel_a,
+    # swapping positions a < b (a < k) changes AP@k by δ (X_a + Y_b + rel_b inv_a), where
+    # inv = 1/((p+1) N), H = cumsum(rel inv), X = c inv − H, and Y = H(min(b, k−1)) − [b<k] (c_b
+    # + rel_b) inv_b. (Own-term change at a, at b, and ±1/(p+1) for every relevant p in between.)
+    rel = ((labels > 0) & mask).to(labels.dtype)
+    n = labels.shape[1]
+    pos = torch.arange(n, device=labels.device)
+    norm = rel.sum(1, keepdim=True).clamp(max=k)
+    inv = torch.where(norm > 0, 1.0 / ((pos + 1.0) * norm.clamp(min=1.0)), 0.0)
+    c = rel.cumsum(1)
+    h = (rel * inv).cumsum(1)
+    inside = pos < k
+    h_k = torch.where(inside, h, h[:, min(k, n) - 1:min(k, n)])
+    y = h_k - torch.where(inside, (c + rel) * inv, 0.0)
+    return rel, c * inv - h, inv, y
+
+
+def _map_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    rel_a, x_a, inv_a, _ = rows
+    rel_b, _, _, y_b = cols
+    return torch.add(x_a, y_b, out=out).addcmul_(rel_b, inv_a).mul_(rel_a - rel_b)
+
+
+def _err_terms(labels, mask, k, gain, max_err_label) -> Terms:
+    # ERR@k = Σ_{p<k} R_p P_p / (p + 1), R = (2^y − 1) / 2^y_max, P_p = Π_{q<p} (1 − R_q)
+    # (Chapelle et al. 2009). With M the inclusive prefix sum of the terms, swapping a < b
+    # (a < k) changes ERR@k by (R_b − R_a) (P_a/(a+1) − (T_b − M_a) / (1 − R_a)), where
+    # T_b = M_{b−1} + P_b/(b+1) for b < k and M_{k−1} otherwise. So −ΔERR = ΔR (U_a − T_b V_a).
+    n = labels.shape[1]
+    pos = torch.arange(n, device=labels.device)
+    r = ((torch.exp2(labels) - 1.0) / 2.0 ** max_err_label).masked_fill(~mask, 0.0)
+    p = torch.cumprod(torch.cat([torch.ones_like(r[:, :1]), 1.0 - r[:, :-1]], dim=1), dim=1)
+    inside = pos < k
+    stop = torch.where(inside, p / (pos + 1.0), 0.0)
+    m = (r * stop).cumsum(1)
+    t = torch.where(inside, m - r * stop + stop, m[:, min(k, n) - 1:min(k, n)])
+    v = 1.0 / (1.0 - r)
+    return r, p / (pos + 1.0) + m * v, v, t
+
+
+def _err_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    r_a, u_a, v_a, _ = rows
+    r_b, _, _, t_b = cols
+    return torch.mul(t_b, v_a, out=out).neg_().add_(u_a).mul_(r_a - r_b)
+
+
+# The one place where weighting names become behaviour.
+WEIGHTINGS: dict[str, Weighting] = {
+    "ranknet": Weighting(_ranknet_terms, _ranknet_delta, tie_weight=1.0),
+    "ndcg": Weighting(_ndcg_terms, _ndcg_delta, tie_weight=0.0),
+    "map": Weighting(_map_terms, _map_delta, tie_weight=0.0),
+    "err": Weighting(_err_terms, _err_delta, tie_weight=0.0),
+}
+
+# Bytes of pair temporaries per pair, in units of the compute dtype's item size: the kernel
+# keeps at most about this many [q, r, c] buffers alive at once (measured in the benchmark).
+_BUFFERS_PER_PAIR = 8
+# On CPU, blocks of this many pairs stay in cache; larger blocks only add memory traffic.
+_CPU_BLOCK_PAIRS = 1 << 18
+
+
+def lambda_gradients(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    weighting: str | Weighting = "ranknet",
+    sigma: float = 1.0,
+    k: int | None = None,
+    gain: str = "exp",
+    tie_term: bool = False,
+    normalize: bool = False,
+    weights: torch.Tensor | None = None,
+    max_err_label: float | None = None,
+    workspace_bytes: int = 2**28,
+    return_loss: bool = False,
+):
+    r"""Pairwise lambda gradients and Newton terms of a padded batch of queries.
+
+    For every pair of real documents of a query with y_i > y_j (Burges 2010; papers/001 and 003):
+    ρ_ij = 1 / (1 + exp(σ(s_i − s_j))), the cost C_ij = |ΔZ_ij| log(1 + exp(−σ(s_i − s_j))),
+    λ_ij = −σ |ΔZ_ij| ρ_ij added to grad_i and subtracted from grad_j, and
+    σ² |ΔZ_ij| ρ_ij (1 − ρ_ij) added to hess_i and hess_j. ``grad`` is therefore ∂C/∂s:
+    **a descent step on the scores follows −grad**.
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents; None means all True.
+        weighting: |ΔZ_ij|, a name in :data:`WEIGHTINGS` or a :class:`Weighting`:
+            "ranknet" (1), "ndcg" (|ΔNDCG@k|, with ``gain``), "map" (|ΔAP@k|, relevant means
+            label > 0, normalised by min(#relevant, k)), "err" (|ΔERR@k|, with
+            R = (2^y − 1) / 2^max_err_label). The Δ are those of swapping i and j in the
+            ranking by the current scores (ties in score: lower label first), so the
+            weighting and :mod:`rankkit.metrics` share conventions. Queries whose metric is
+            undefined (ideal DCG = 0, no relevant document) give zeros.
+        sigma: σ > 0, the steepness of the pairwise logistic.
+        k: truncation and cutoff, None for the whole list. Only pairs in which at least one
+            document ranks in the current top k take part (LightGBM's
+            ``lambdarank_truncation_level``), and the metric weightings use the metric @k,
+            normalised by the ideal DCG@k (or min(#relevant, k), ERR@k). That is exactly
+            |ΔNDCG@k|, so a pair with both documents below k would weigh 0 anyway: the two
+            roles of k agree. (LightGBM also normalises by the ideal DCG@k but keeps the
+            untruncated discount of the lower document; rankkit uses the metric's.)
+        gain: NDCG gain, "exp" (2^y − 1) or "linear" (y); other weightings ignore it.
+        tie_term: also use pairs with equal labels, with RankNet's target P̄ = ½:
+            C_ij = |ΔZ| (½ σ(s_i − s_j) + log(1 + exp(−σ(s_i − s_j)))), each unordered pair
+            once, with |ΔZ| = 1 for "ranknet". For the metric weightings swapping equal labels
+            changes nothing, |ΔZ| = 0, so the option has no effect there.
+        normalize: multiply each query's grad, hess and loss by LightGBM's
+            log2(1 + Σ|λ|) / Σ|λ|, where Σ|λ| = Σ_pairs 2|λ_ij| is taken before the document
+            ``weights`` (so a constant weight still scales the query linearly). The factor is
+            treated as a constant of the scores (as LightGBM does). LightGBM additionally
+            divides each |ΔNDCG| by 0.01 + |s_i − s_j| under its ``lambdarank_norm``; rankkit
+            does not.
+        weights: [Q, L] non-negative per-document weights, or None. A pair is weighted by the
+            mean of its two documents' weights, so a query whose documents all weigh w
+            contributes exactly w times its unweighted grad, hess and loss, and each query's
+            grad still sums to zero.
+        max_err_label: the top label of the scale for "err" (4 for MSLR-WEB); None uses the
+            largest real label in the batch (then ERR depends on the batch: pass it).
+        workspace_bytes: cap on the pair temporaries, in bytes (about
+            8 × item size per pair at once); the work is split into blocks to fit.
+        return_loss: also return C per query.
+    Returns:
+        (grad, hess), each [Q, L] in the dtype of ``scores``, zero on padding; with
+        ``return_loss`` also loss [Q], Σ of C_ij over the query's pairs.
+
+    Example: two documents with equal scores, the first one relevant.
+
+    >>> grad, hess = lambda_gradients(torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 0.0]]))
+    >>> grad  # −σ ρ and +σ ρ with ρ = 1/(1 + e^0) = 1/2
+    tensor([[-0.5000,  0.5000]])
+    >>> hess  # σ² ρ (1 − ρ)
+    tensor([[0.2500, 0.2500]])
+    """
+    fn = _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
+                workspace_bytes)
+    n_queries, n_docs = scores.shape
+    device = scores.device
+    dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    if mask is None:
+        mask = torch.ones(scores.shape, dtype=torch.bool, device=device)
+    cutoff = n_docs if k is None else min(k, n_docs)
+    if fn is WEIGHTINGS["err"] and max_err_label is None:
+        max_err_label = float(labels[mask].max()) if mask.any() else 0.0
+
+    # Queries in order of length, then each query's documents in order of rank (padding last).
+    lengths = mask.sum(1)
+    lengths, qperm = torch.sort(lengths, stable=True)
+    s = scores.detach()[qperm].to(dtype).masked_fill(~mask[qperm], 0.0)
+    y = labels.detach()[qperm].to(dtype)
+    m = mask[qperm]
+    y = y.masked_fill(~m, 0.0)
+    order = _rank_order(s, y, m)
+    s, y, m = s.gather(1, order) * sigma, y.gather(1, order), m.gather(1, order)
+    terms = fn.doc_terms(y, m, cutoff, gain, max_err_label)
+    half_w = None if weights is None else (weights.detach()[qperm].to(dtype).gather(1, order)
+                                           * 0.5).masked_fill_(~m, 0.0)
+
+    grad = torch.zeros(n_queries, n_docs, dtype=dtype, device=device)
+    hess = torch.zeros_like(grad)
+    loss = torch.zeros(n_queries, dtype=dtype, device=device) if return_loss else None
+    abs_sum = torch.zeros(n_queries, dtype=dtype, device=device) if normalize else None
+    tie_weight = fn.tie_weight if tie_term else 0.0
+
+    cap = max(1, workspace_bytes // (_BUFFERS_PER_PAIR * grad.element_size()))
+    if device.type == "cpu":
+        cap = min(cap, _CPU_BLOCK_PAIRS)
+    blocks = list(_blocks(lengths, cutoff, cap))
+    biggest = max(((q1 - q0) * (r1 - r0) * (c1 - c0) for q0, q1, _, (r0, r1), (c0, c1) in blocks),
+                  default=0)
+    # Reused buffers: [0] W then ∂C/∂s_a / σ, [1] sign(W) then the Newton term / σ², [2] x then ρ.
+    work = torch.empty(3, biggest, dtype=dtype, device=device)
+    mf = m.to(dtype)
+    for q0, q1, shortest, (r0, r1), (c0, c1) in blocks:
+        sl_r = _slicer(q0, q1, r0, r1)
+        sl_c = _slicer(q0, q1, c0, c1)
+        # Pairs (a, b) need b > a (upper triangle) and a real b (a real a follows).
+        # b > a only matters in the columns c0 <= b < r1 that overlap the rows.
+        tri = None if c0 >= r1 else (torch.arange(c0, min(r1, c1), device=device)[None, :] >
+                                     torch.arange(r0, r1, device=device)[:, None]).to(dtype)
+        _accumulate_block(
+            s[q0:q1, r0:r1, None], s[q0:q1, None, c0:c1],
+            tuple(sl_r(t)[:, :, None] for t in terms), tuple(sl_c(t)[:, None, :] for t in terms),
+            tri, None if shortest >= c1 else mf[q0:q1, None, c0:c1],
+            fn.signed_delta, tie_weight,
+            None if half_w is None else (half_w[q0:q1, r0:r1, None], half_w[q0:q1, None, c0:c1]),
+            work, (grad[q0:q1], hess[q0:q1]), (r0, r1, c0, c1),
+            None if loss is None else loss[q0:q1],
+            None if abs_sum is None else abs_sum[q0:q1],
+        )
+
+    grad.mul_(sigma)
+    hess.mul_(sigma * sigma)
+    if normalize:
+        abs_sum.mul_(2.0 * sigma)
+        factor = torch.where(abs_sum > 0, torch.log2(1.0 + abs_sum) / abs_sum.clamp(
+            min=torch.finfo(dtype).tiny), 1.0)
+        grad.mul_(factor[:, None])
+        hess.mul_(factor[:, None])
+        if loss is not None:
+            loss.mul_(factor)
+
+    # Back from (length order, rank order) to the caller's layout.
+    out = []
+    for t in (grad, hess):
+        t = torch.zeros_like(t).scatter_(1, order, t)
+        out.append(torch.empty_like(t).index_copy_(0, qperm, t).to(scores.dtype))
+    if loss is not None:
+        out.append(torch.empty_like(loss).index_copy_(0, qperm, loss).to(scores.dtype))
+    return tuple(out)
+
+
+def _accumulate_block(s_a, s_b, rows, cols, tri, pad, signed_delta, tie_weight, half_w, work,
+                      out, span, loss, abs_sum):
+    """Add one [q, r, c] block of pairs (positions a in rows, b in cols) to the outputs.
+
+    The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ| and
+    x = sign(W) σ(s_b − s_a), the ρ of the pair oriented from higher to lower label is
+    sigmoid(x), ∂C/∂s_a = −σ W ρ = −∂C/∂s_b, ∂²C/∂s² = σ² |W| ρ (1 − ρ), C = |W| softplus(x).
+    An equal-label pair (tie term, weight T) is oriented a over b: W = T plus a +σT/2 in
+    ∂C/∂s_a, and C = T (softplus(x) − x/2). The factors σ and σ² are applied by the caller.
+    """
+    r0, r1, c0, c1 = span
+    q, r, c = s_a.shape[0], s_a.shape[1], s_b.shape[2]
+    pair = work[:2, :q * r * c].view(2, q, r, c)
+    w, sign = pair[0], pair[1]
+    x = work[2, :q * r * c].view(q, r, c)
+    signed_delta(rows, cols, w)
+    if tri is not None:
+        w[:, :, :tri.shape[1]].mul_(tri)
+    if pad is not None:
+        w.mul_(pad)
+    ties = None
+    if tie_weight:
+        ties = (w == 0).to(w.dtype)
+        if tri is not None:
+            ties[:, :, :tri.shape[1]].mul_(tri)
+        if pad is not None:
+            ties.mul_(pad)
+        w.add_(ties, alpha=tie_weight)
+        ties.mul_(tie_weight)
+    torch.sign(w, out=sign)
+    torch.sub(s_b, s_a, out=x).mul_(sign)  # σ is already in the scores
+    if loss is not None:
+        # softplus(x) = relu(x) − log(max(ρ, 1 − ρ)): cheaper than softplus once ρ is known,
+        # and accurate to about one rounding error per pair.
+        c = torch.relu(x)
+        if ties is not None:
+            c.addcmul_(ties, x, value=-0.5)  # ties have sign 1, and C = T (softplus(x) − x/2)
+    rho = torch.sigmoid(x, out=x)
+    if loss is not None:
+        most = torch.maximum(rho, torch.sub(1.0, rho), out=torch.empty_like(rho)).log_()
+        c.sub_(most).mul_(sign).mul_(w)  # |W| softplus(x) = W sign softplus(x)
+        if half_w is not None:
+            c.mul_(torch.add(half_w[0], half_w[1], out=most))
+        loss.add_(c.sum((1, 2)))
+        del c, most
+    g = w.mul_(rho)  # W ρ, and ∂C/∂s_a = −σ W ρ
+    h = sign.mul_(g)  # |W| ρ
+    if ties is not None:
+        g.add_(ties, alpha=-0.5)
+        if abs_sum is not None:
+            abs_sum.add_(g.abs().sum((1, 2)))
+    elif abs_sum is not None:
+        abs_sum.add_(h.sum((1, 2)))  # |λ_ab| / σ
+    h.addcmul_(h, rho, value=-1.0)  # |W| ρ (1 − ρ)
+    if half_w is not None:
+        pair.mul_(torch.add(half_w[0], half_w[1], out=x))
+    grad, hess = out
+    per_row = pair.sum(3)
+    per_col = pair.sum(2)
+    grad[:, r0:r1].sub_(per_row[0])
+    grad[:, c0:c1].add_(per_col[0])
+    hess[:, r0:r1].add_(per_row[1])
+    hess[:, c0:c1].add_(per_col[1])
+
+
+def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """:func:`rankkit._ranking.rank_order` on the real documents, with one sort instead of three.
+
+    One stable sort by score already gives rank_order's order of the real documents unless
+    two real documents with different labels tie in score (then the worst-case rule decides)
+    or a score is not finite; in those cases this defers to rank_order itself.
+    """
+    if not bool((torch.isfinite(scores) | ~mask).all()):
+        return rank_order(scores, labels, mask)
+    values, order = torch.sort(scores.masked_fill(~mask, -math.inf), dim=1, descending=True,
+                               stable=True)
+    real, ranked = mask.gather(1, order), labels.gather(1, order)
+    if bool(((values[:, 1:] == values[:, :-1]) & real[:, 1:] & (ranked[:, 1:] != ranked[:, :-1])).any()):
+        return rank_order(scores, labels, mask)
+    return order
+
+
+def _slicer(q0: int, q1: int, p0: int, p1: int):
+    """Slice queries [q0, q1) and positions [p0, p1) of a [Q, L] or [1, L] term."""
+    return lambda t: t[:, p0:p1] if t.shape[0] == 1 else t[q0:q1, p0:p1]
+
+
+def _blocks(lengths: torch.Tensor, cutoff: int, cap: int):
+    """Yield (q0, q1, shortest length, (r0, r1), (c0, c1)) blocks of at most about ``cap`` pairs.
+
+    ``lengths`` [Q] is sorted ascending. Queries are grouped in length buckets (powers of
+    √2) so a short query never pays for the longest one; within a bucket, consecutive
+    queries form chunks, and each chunk is cut into row blocks (positions a < cutoff) and
+    column blocks (positions b > a).
+    """
+    lens = lengths.tolist()
+    start = bisect.bisect_left(lens, 2)  # shorter queries have no pairs
+    if start == len(lens):
+        return
+    buckets = torch.ceil(2.0 * torch.log2(lengths[start:].double())).long()
+    _, counts = torch.unique_consecutive(buckets, return_counts=True)
+    for count in counts.tolist():
+        stop = start + count
+        n_max = lens[stop - 1]
+        n_rows = min(cutoff, n_max)
+        # Few, whole-width row blocks for short lists; ~8 for long ones so that the lower
+        # triangle (b <= a) is mostly skipped.
+        rb = n_rows if n_rows <= 32 else max(16, math.ceil(n_rows / 8))
+        rb = max(1, min(rb, cap // n_max))
+        cb = min(n_max, max(1, cap // rb))
+        qc = max(1, cap // (rb * cb))
+        qc = math.ceil(count / math.ceil(count / qc))  # chunks of even size
+        area = rb * cb  # pairs per query in a block; lower row blocks are narrower, so taller
+        for q0 in range(start, stop, qc):
+            q1 = min(q0 + qc, stop)
+            n = lens[q1 - 1]
+            n_rows = min(cutoff, n - 1)  # the last position has no pair below it
+            r0 = 0
+            while r0 < n_rows:
+                r1 = min(n_rows, r0 + max(rb, area // (n - r0 - 1)))
+                for c0 in range(r0 + 1, n, cb):
+                    yield q0, q1, lens[q0], (r0, r1), (c0, min(c0 + cb, n))
+                r0 = r1
+        start = stop
+
+
+def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
+           workspace_bytes) -> Weighting:
+    """Validate the public arguments once; return the weighting to use."""
+    if not isinstance(scores, torch.Tensor) or scores.ndim != 2 or not scores.is_floating_point():
+        raise ValueError(f"`scores` must be a [Q, L] float tensor, got {_describe(scores)}")
+    if not isinstance(labels, torch.Tensor) or labels.shape != scores.shape:
+        raise ValueError(f"`labels` must be a tensor of the shape of `scores` {tuple(scores.shape)},"
+                         f" got {_describe(labels)}")
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool
+                             or mask.shape != scores.shape):
+        raise ValueError(f"`mask` must be a bool tensor of shape {tuple(scores.shape)}, "
+                         f"got {_describe(mask)}")
+    if weights is not None:
+        if not isinstance(weights, torch.Tensor) or weights.shape != scores.shape:
+            raise ValueError(f"`weights` must be a tensor of shape {tuple(scores.shape)}, "
+                             f"got {_describe(weights)}")
+        negative = weights < 0 if mask is None else (weights < 0) & mask
+        if bool(negative.any()):
+            raise ValueError("`weights` must be non-negative on real documents")
+    if isinstance(weighting, Weighting):
+        fn = weighting
+    elif isinstance(weighting, str) and weighting in WEIGHTINGS:
+        fn = WEIGHTINGS[weighting]
+    else:
+        raise ValueError(f"`weighting` must be one of {tuple(WEIGHTINGS)} or a Weighting, "
+                         f"got {weighting!r}")
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not (
+            0 < sigma < math.inf):
+        raise ValueError(f"`sigma` has to be a positive finite number, got {sigma!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"`k` has to be a positive integer or None, got {k!r}")
+    if gain not in GAINS:
+        raise ValueError(f"`gain` must be one of {GAINS}, got {gain!r}")
+    if isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int) or (
+            workspace_bytes < 1):
+        raise ValueError(f"`workspace_bytes` has to be a positive integer, got {workspace_bytes!r}")
+    if max_err_label is not None:
+        if isinstance(max_err_label, bool) or not isinstance(max_err_label, (int, float)) or not (
+                0 <= max_err_label < math.inf):
+            raise ValueError(f"`max_err_label` has to be a non-negative number or None, "
+                             f"got {max_err_label!r}")
+        if fn is WEIGHTINGS["err"]:
+            real = labels if mask is None else labels[mask]
+            if real.numel() and float(real.max()) > max_err_label:
+                raise ValueError(f"`max_err_label` ({max_err_label}) is below the largest "
+                                 f"label ({float(real.max())})")
+    return fn
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return repr(type(x).__name__)
