@@ -36,6 +36,11 @@ _EXPORTS = {
     "lambda_loss": "rankkit.neural",
     "RankNet": "rankkit.neural",
     "LambdaRank": "rankkit.neural",
+    # gradient boosting
+    "LambdaMART": "rankkit.boosting.booster",
+    "LambdaMARTModule": "rankkit.boosting.module",
+    "ObliviousEnsemble": "rankkit.boosting.ensemble",
+    "QuantileBinner": "rankkit.boosting.binning",
     # export
     "export_torchscript": "rankkit.export",
     "export_program": "rankkit.export",

@@ -1,0 +1,19 @@
+"""Gradient-boosted oblivious trees (LambdaMART) on the shared lambda kernel, CPU or CUDA.
+
+``binning`` (quantile codes), ``tree`` (histograms, split search, Newton leaves), ``ensemble``
+(the exported nn.Module), ``objectives`` (kernel gradients, metrics), ``booster`` (the
+scikit-learn estimator) and ``module`` (the LightningModule). Never imports ``rankkit.neural``.
+"""
+from rankkit.boosting.binning import QuantileBinner
+from rankkit.boosting.booster import LambdaMART
+from rankkit.boosting.ensemble import ObliviousEnsemble
+
+__all__ = ["LambdaMART", "LambdaMARTModule", "ObliviousEnsemble", "QuantileBinner"]
+
+
+def __getattr__(name: str):
+    if name == "LambdaMARTModule":  # Lightning loads only when the module is asked for
+        from rankkit.boosting.module import LambdaMARTModule
+
+        return LambdaMARTModule
+    raise AttributeError(f"module 'rankkit.boosting' has no attribute {name!r}")

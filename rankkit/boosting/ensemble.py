@@ -1,0 +1,75 @@
+"""The trained booster as a plain features -> scores ``nn.Module``.
+
+Notation: N documents, F raw features, T trees, D depth.
+
+Each oblivious tree tests raw feature ``features[t, k]`` against ``thresholds[t, k]`` at level
+k, and a document lands in leaf ``Σ_k [x_{f_k} > b_k] · 2^k``; the score is
+``bias + Σ_t leaf_values[t, leaf_t]``. The thresholds are raw float values (the binning is
+folded into them, see :mod:`rankkit.boosting.binning`), so the module needs no binner and
+exports on its own. A NaN feature value never passes ``x > b``: it goes left, as NaN and -inf
+do in training (the missing bin ranks below every number).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# Trees scored per step of forward: bounds the [N, chunk, D] temporaries.
+_TREE_CHUNK = 64
+
+
+class ObliviousEnsemble(nn.Module):
+    """Sum of oblivious trees on raw features.
+
+    Args:
+        n_features: F, the raw feature count the model expects.
+        features: [T, D] long, the feature of each level of each tree.
+        thresholds: [T, D] float32, the raw threshold of each level (+inf: never right).
+        leaf_values: [T, 2^D] float32.
+        bias: F_0, the constant initial score.
+
+    >>> m = ObliviousEnsemble(2, torch.tensor([[1]]), torch.tensor([[0.5]]),
+    ...                       torch.tensor([[-1.0, 1.0]]), bias=2.0)
+    >>> m(torch.tensor([[9.0, 0.0], [9.0, 1.0], [9.0, float("nan")]]))
+    tensor([1., 3., 1.])
+    """
+
+    def __init__(self, n_features: int, features: torch.Tensor, thresholds: torch.Tensor,
+                 leaf_values: torch.Tensor, bias: float = 0.0):
+        super().__init__()
+        if features.ndim != 2 or thresholds.shape != features.shape:
+            raise ValueError(f"`features` and `thresholds` must both be [T, D], got "
+                             f"{tuple(features.shape)} and {tuple(thresholds.shape)}")
+        depth = features.shape[1]
+        if leaf_values.shape != (features.shape[0], 1 << depth):
+            raise ValueError(f"`leaf_values` must be [T, 2^D] = [{features.shape[0]}, {1 << depth}], "
+                             f"got {tuple(leaf_values.shape)}")
+        self.n_features = int(n_features)
+        self.depth = int(depth)
+        self.tree_chunk = _TREE_CHUNK
+        self.register_buffer("features", features.to(torch.long))
+        self.register_buffer("thresholds", thresholds.to(torch.float32))
+        self.register_buffer("leaf_values", leaf_values.to(torch.float32))
+        self.register_buffer("bias", torch.tensor(float(bias), dtype=torch.float32))
+        self.register_buffer("powers", 2 ** torch.arange(depth, dtype=torch.long))
+
+    @property
+    def n_trees(self) -> int:
+        return self.features.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, F] float -> scores [N] float32."""
+        if x.dim() != 2 or x.shape[1] != self.n_features:
+            raise ValueError("expected features of shape [N, " + str(self.n_features) + "]")
+        x = x.to(torch.float32)
+        n = x.shape[0]
+        n_leaves = self.leaf_values.shape[1]
+        out = self.bias.expand(n).clone()
+        for start in range(0, self.features.shape[0], self.tree_chunk):
+            f = self.features[start:start + self.tree_chunk]       # [t, D]
+            t = f.shape[0]
+            xs = x.index_select(1, f.reshape(-1)).view(n, t, self.depth)
+            leaf = ((xs > self.thresholds[start:start + t]).long() * self.powers).sum(-1)  # [N, t]
+            flat = leaf + torch.arange(t, device=x.device) * n_leaves
+            out = out + self.leaf_values[start:start + t].reshape(-1)[flat].sum(-1)
+        return out

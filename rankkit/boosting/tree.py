@@ -1,0 +1,258 @@
+"""Growing one oblivious regression tree from per-document gradients and hessians.
+
+Notation: N documents, F features (the binned ones), B = 256 codes per feature, D depth,
+K = 2^level nodes at a level.
+
+An oblivious (symmetric) tree tests one (feature, threshold) pair per level for every node of
+that level, so a document's leaf is ``Σ_k [code_{f_k} > c_k] · 2^k`` (CatBoost's trees). The
+split at each level maximises the summed Newton score over the children of all K nodes::
+
+    score(f, c) = Σ_nodes [ G_L² / (H_L + λ) + G_R² / (H_R + λ) ]
+
+with G, H the sums of grad and hess of the documents in each child, and every leaf gets one
+Newton step ``γ = −η ΣG / (ΣH + λ)`` (Tunys, "LambdaMART Demystified", papers/000: the
+gradient-boosting algorithm with the Newton leaf step; for the squared error this is the
+mean residual of the leaf, MART's worked example in papers/004).
+
+Split candidates come from histograms of (G, H, count) over (feature, node, code), built by
+one scatter-add pass per level over the documents (no Python loop over documents, nodes or
+features; documents are only cut into row chunks to bound memory). From the second level on
+only the smaller child of each pair is scattered and its sibling is the parent minus it
+(the subtraction trick). Every sum that crosses documents -- the histograms and the leaf
+sums -- goes through one ``reduce`` function, the identity by default, so a data-parallel
+version can all-reduce there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import torch
+
+N_CODES = 256
+# Rows scattered per chunk: bounds the int64 index buffer to F * _CHUNK_ROWS * 8 bytes.
+_CHUNK_ROWS = 1 << 18
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+_TINY = 1e-12  # floor of a hessian sum in a denominator
+
+
+def identity_reduce(t: torch.Tensor) -> torch.Tensor:
+    """The default reduction point: a single process already holds every sum."""
+    return t
+
+
+@dataclass(frozen=True)
+class TreeParams:
+    """The hyperparameters of one tree (validated by the estimator).
+
+    Attributes:
+        depth: D, levels of the oblivious tree (2^D leaves).
+        learning_rate: η, the shrinkage of every leaf value.
+        l2: λ, added to every hessian sum.
+        min_data_in_leaf: a split is allowed only if every non-empty child of every node
+            keeps at least this many documents.
+        min_sum_hessian: likewise for the hessian sum of every non-empty child; a leaf whose
+            ΣH + λ is below it gets the value 0 (the min-hessian guard).
+    """
+
+    depth: int = 6
+    learning_rate: float = 0.1
+    l2: float = 1.0
+    min_data_in_leaf: int = 20
+    min_sum_hessian: float = 1e-3
+
+
+class Tree(NamedTuple):
+    """One grown tree.
+
+    Attributes:
+        features: [D] long, the (binned-matrix) feature tested at each level.
+        codes: [D] long, the code threshold c of each level (a document goes right when
+            its code is > c); a level that found no valid split has c = 255 (never right).
+        leaf_values: [2^D] float64, shrunk Newton steps (0 on empty leaves).
+        gains: [D] float64, the score gain of each level's split (0 for an unsplit level).
+        leaf_index: [N] long, the leaf of every document of the training set.
+    """
+
+    features: torch.Tensor
+    codes: torch.Tensor
+    leaf_values: torch.Tensor
+    gains: torch.Tensor
+    leaf_index: torch.Tensor
+
+
+def _scatter(idx: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, out: torch.Tensor) -> None:
+    """Add (grad, hess, 1) of the documents of ``idx`` [F, n] into ``out`` [3, F, width]."""
+    n_feat = idx.shape[0]
+    if idx.device.type == "cpu":
+        # One pass for both sums: G + iH in complex128 (measured 1.5x faster than two passes).
+        gh = torch.complex(grad, hess).expand(n_feat, -1)
+        acc = torch.zeros(out.shape[1:], dtype=torch.complex128)
+        acc.scatter_add_(1, idx, gh)
+        out[0] += acc.real
+        out[1] += acc.imag
+    else:
+        out[0].scatter_add_(1, idx, grad.expand(n_feat, -1))
+        out[1].scatter_add_(1, idx, hess.expand(n_feat, -1))
+    out[2].scatter_add_(1, idx, torch.ones_like(grad).expand(n_feat, -1))
+
+
+def build_histograms(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor,
+                     hess: torch.Tensor, n_nodes: int, *, reduce: Reduce = identity_reduce,
+                     chunk_rows: int = _CHUNK_ROWS) -> torch.Tensor:
+    """Histograms of (G, H, count) per (feature, node, code).
+
+    Args:
+        codes_t: [F, n] uint8 codes, feature-major (one row per feature).
+        node: [n] long, each document's node in 0..n_nodes-1.
+        grad, hess: [n] float64.
+        n_nodes: K.
+        reduce: the reduction point applied to the finished sums.
+    Returns:
+        [3, F, K, 256] float64: channel 0 ΣG, 1 ΣH, 2 the document count.
+
+    >>> codes_t = torch.tensor([[0, 1, 1]], dtype=torch.uint8)
+    >>> h = build_histograms(codes_t, torch.tensor([0, 0, 1]), torch.tensor([1., 2., 4.]).double(),
+    ...                      torch.ones(3, dtype=torch.float64), 2)
+    >>> h[0, 0, :, :2]  # ΣG of node 0 (codes 0, 1) and node 1
+    tensor([[1., 2.],
+            [0., 4.]], dtype=torch.float64)
+    """
+    n_feat, n = codes_t.shape
+    out = torch.zeros(3, n_feat, n_nodes * N_CODES, dtype=torch.float64, device=codes_t.device)
+    step = max(1, min(chunk_rows, n))
+    buf = torch.empty(n_feat, step, dtype=torch.int64, device=codes_t.device)
+    offset = node * N_CODES
+    for start in range(0, n, step):  # row chunks bound memory; each chunk is one vectorised pass
+        stop = min(n, start + step)
+        idx = buf[:, : stop - start]
+        idx.copy_(codes_t[:, start:stop]).add_(offset[start:stop])
+        _scatter(idx, grad[start:stop], hess[start:stop], out)
+    return reduce(out.view(3, n_feat, n_nodes, N_CODES))
+
+
+def split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams) -> torch.Tensor:
+    """The gain of every (feature, threshold) candidate at one level.
+
+    Args:
+        hist: [3, F, K, 256] (G, H, count) histograms of the level's nodes.
+        valid_codes: [F, 256] bool, thresholds c that can separate values of the feature.
+        params: λ, min_data_in_leaf, min_sum_hessian.
+    Returns:
+        [F, 256] float64, Σ_nodes children score − Σ_nodes node score; −inf where the split
+        is not allowed (a non-empty child too small, or an invalid threshold).
+    """
+    lam = params.l2
+    left = hist.cumsum(-1)                    # codes <= c go left
+    right = left[..., -1:] - left
+    gl, hl, nl = left.unbind(0)
+    gr, hr, nr = right.unbind(0)
+    # G² / (H + λ); an empty child has G = H = 0 and scores 0 even when λ = 0.
+    children = (gl.square() / (hl + lam).clamp_(min=_TINY)).add_(
+        gr.square() / (hr + lam).clamp_(min=_TINY)).sum(1)
+    g, h = left[0, 0, :, -1], left[1, 0, :, -1]  # every feature sees the same node totals
+    gain = children - (g.square() / (h + lam).clamp(min=_TINY)).sum()
+    bad = ((nl > 0) & (nl < params.min_data_in_leaf)) | ((nr > 0) & (nr < params.min_data_in_leaf))
+    if params.min_sum_hessian > 0:
+        bad |= ((nl > 0) & (hl < params.min_sum_hessian)) | ((nr > 0) & (hr < params.min_sum_hessian))
+    allowed = valid_codes & ~bad.any(1)
+    return torch.where(allowed, gain, -torch.inf)
+
+
+def leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leaves: int, *,
+              reduce: Reduce = identity_reduce) -> torch.Tensor:
+    """[2, n_leaves] float64: ΣG and ΣH of each leaf (through the reduction point)."""
+    out = torch.zeros(2, n_leaves, dtype=torch.float64, device=grad.device)
+    out[0].index_add_(0, node, grad)
+    out[1].index_add_(0, node, hess)
+    return reduce(out)
+
+
+def newton_leaf_values(sums: torch.Tensor, params: TreeParams) -> torch.Tensor:
+    """γ = −η ΣG / (ΣH + λ) per leaf, 0 where ΣH + λ < min_sum_hessian (papers/000)."""
+    d = sums[1] + params.l2
+    keep = d >= max(params.min_sum_hessian, 1e-300)
+    return torch.where(keep, -params.learning_rate * sums[0] / d.clamp_min(1e-300), 0.0)
+
+
+class ObliviousTreeGrower:
+    """Grows oblivious trees on a fixed binned training set.
+
+    Args:
+        codes: [N, F] uint8 codes of the training documents (CPU or CUDA).
+        valid_codes: [F, 256] bool, the thresholds each feature allows (see the binner).
+        params: the tree hyperparameters.
+        reduce: the reduction point of every document sum.
+    """
+
+    def __init__(self, codes: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams, *,
+                 reduce: Reduce = identity_reduce):
+        self.codes_t = codes.t().contiguous()  # [F, N]: a feature's codes are one row
+        self.valid_codes = valid_codes.to(codes.device)
+        self.params = params
+        self.reduce = reduce
+
+    def grow(self, grad: torch.Tensor, hess: torch.Tensor, *, rows: torch.Tensor | None = None,
+             features: torch.Tensor | None = None) -> Tree:
+        """One tree fitted to grad/hess [N] (float64) on ``rows`` and ``features``.
+
+        Args:
+            grad, hess: [N] per-document first and second derivatives (zero weight = 0).
+            rows: [n] long, the sampled documents (all when None).
+            features: [F'] long, the sampled features (all when None).
+        """
+        p = self.params
+        device = grad.device
+        codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
+        valid = self.valid_codes if features is None else self.valid_codes.index_select(0, features)
+        codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
+        g = grad if rows is None else grad.index_select(0, rows)
+        h = hess if rows is None else hess.index_select(0, rows)
+        n = codes_t.shape[1]
+        node = torch.zeros(n, dtype=torch.long, device=device)
+        depth = p.depth
+        feats = torch.zeros(depth, dtype=torch.long, device=device)
+        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
+        gains = torch.zeros(depth, dtype=torch.float64, device=device)
+
+        hist = build_histograms(codes_t, node, g, h, 1, reduce=self.reduce)
+        for level in range(depth):
+            n_nodes = 1 << level
+            scores = split_scores(hist, valid, p)
+            best = int(torch.argmax(scores))  # first maximum: lowest (feature, code)
+            f, c = divmod(best, N_CODES)
+            if not float(scores.view(-1)[best]) > 0.0:
+                break  # no allowed split: the remaining levels send everything left
+            feats[level], cuts[level], gains[level] = f, c, scores[f, c]
+            bit = codes_t[f] > c
+            node = node + bit.long() * n_nodes
+            if level + 1 == depth:
+                break
+            # Children of the next level: scatter only the smaller child of each pair and
+            # take its sibling as parent − child (the subtraction trick).
+            left_count = hist[2, f, :, : c + 1].sum(-1)
+            right_count = hist[2, f, :, c + 1:].sum(-1)
+            small_is_right = right_count <= left_count  # [K]
+            in_small = bit == small_is_right[node % n_nodes]
+            small_rows = torch.nonzero(in_small).view(-1)
+            small = build_histograms(codes_t.index_select(1, small_rows),
+                                     node.index_select(0, small_rows) % n_nodes,
+                                     g.index_select(0, small_rows), h.index_select(0, small_rows),
+                                     n_nodes, reduce=self.reduce)
+            large = hist - small
+            sr = small_is_right[None, None, :, None]
+            hist = torch.cat([torch.where(sr, large, small), torch.where(sr, small, large)], dim=2)
+
+        n_leaves = 1 << depth
+        values = newton_leaf_values(leaf_sums(node, g, h, n_leaves, reduce=self.reduce), p)
+        feats_raw = feats if features is None else features[feats]
+        leaf_index = leaf_of(self.codes_t, feats_raw, cuts)
+        return Tree(feats_raw, cuts, values, gains, leaf_index)
+
+
+def leaf_of(codes_t: torch.Tensor, features: torch.Tensor, cuts: torch.Tensor) -> torch.Tensor:
+    """[N] leaf index ``Σ_k [code_{f_k} > c_k] · 2^k`` of codes_t [F, N] under one tree."""
+    bits = codes_t.index_select(0, features) > cuts[:, None]
+    weights = (1 << torch.arange(len(features), device=codes_t.device))[:, None]
+    return (bits.long() * weights).sum(0)

@@ -1,0 +1,370 @@
+"""Tests of the booster: binning, the histogram split search against brute force, MART's worked
+example, the estimator contract, persistence, export and the LightningModule."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from rankkit.boosting import LambdaMART, ObliviousEnsemble, QuantileBinner
+from rankkit.boosting.booster import _valid_codes
+from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, build_histograms, split_scores
+from rankkit.data import load_mq2008, make_synthetic
+from rankkit.data.dataset import RankingDataset
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # The test machines are shared (2 cores): one thread is faster there than two fighting.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_set(seed=0, n_queries=30, docs=12, n_features=6) -> RankingDataset:
+    return make_synthetic(n_queries, docs, n_features, seed=seed)
+
+
+# -- binning -----------------------------------------------------------------------------------
+def test_binning_codes_agree_with_raw_thresholds():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(500, 4, generator=g)
+    x[:, 1] = torch.randint(0, 3, (500,), generator=g).float()  # 3 distinct values
+    x[::7, 2] = float("nan")
+    x[:, 3] = 5.0  # constant
+    binner = QuantileBinner(max_bins=16).fit(x)
+    codes = binner.transform(x)
+    assert codes.dtype == torch.uint8 and codes.shape == x.shape
+    assert int(codes.max()) < 16
+    assert binner.used_features_.tolist() == [0, 1, 2]
+    assert binner.n_borders_[1] == 2  # each of the 3 values its own bin
+    assert bool((codes[::7, 2] == 0).all())  # NaN: the missing bin
+    thresholds = binner.thresholds()
+    valid = _valid_codes(binner)
+    for f in range(3):
+        for c in torch.nonzero(valid[f]).view(-1).tolist():
+            assert torch.equal(codes[:, f].long() > c, x[:, f] > thresholds[f, c])
+
+
+# -- MART's worked example (papers/004) ----------------------------------------------------------
+def test_pointwise_mart_textbook_example():
+    # 17 points: labels 1 x5, 2 x4, 3 x3, 4 x5; one feature separates {1, 2} from {3, 4}.
+    y = torch.tensor([1.0] * 5 + [2.0] * 4 + [3.0] * 3 + [4.0] * 5)
+    x = (y > 2).float()[:, None]
+    model = LambdaMART("pointwise", n_estimators=1, depth=1, learning_rate=1.0, l2=0.0,
+                       min_data_in_leaf=1).fit(x, y)
+    f0 = (5 * 1 + 4 * 2 + 3 * 3 + 5 * 4) / 17  # 42/17 = 2.471
+    assert float(model.ensemble_.bias) == pytest.approx(f0, rel=1e-6)
+    left = (5 * 1 + 4 * 2) / 9 - f0   # -1.027
+    right = (3 * 3 + 5 * 4) / 8 - f0  # +1.154
+    assert model.ensemble_.leaf_values[0].tolist() == pytest.approx([left, right], rel=1e-6)
+    pred = model.predict(x)
+    assert pred[:9].tolist() == pytest.approx([13 / 9] * 9, rel=1e-6)    # F1 = 1.444
+    assert pred[9:].tolist() == pytest.approx([29 / 8] * 8, rel=1e-6)    # F1 = 3.625
+
+
+# -- the histogram split search against a brute-force loop -----------------------------------------
+def brute_force_tree(x, thresholds, valid, grad, hess, params):
+    """Greedy oblivious tree by a loop over every (feature, threshold) on raw features."""
+    n = len(grad)
+    node = torch.zeros(n, dtype=torch.long)
+    chosen = []
+    for level in range(params.depth):
+        k = 1 << level
+        best = (-math.inf, None, None)
+        for f in range(x.shape[1]):
+            for c in torch.nonzero(valid[f]).view(-1).tolist():
+                right = x[:, f] > thresholds[f, c]
+                gain, ok = 0.0, True
+                for j in range(k):
+                    in_node = node == j
+                    parts = [in_node & ~right, in_node & right]
+                    g_node, h_node = grad[in_node].sum(), hess[in_node].sum()
+                    gain -= float(g_node**2 / max(h_node + params.l2, 1e-12))
+                    for part in parts:
+                        cnt = int(part.sum())
+                        g_, h_ = grad[part].sum(), hess[part].sum()
+                        if cnt and (cnt < params.min_data_in_leaf or h_ < params.min_sum_hessian):
+                            ok = False
+                        gain += float(g_**2 / max(h_ + params.l2, 1e-12))
+                if ok and gain > best[0] + 1e-9:
+                    best = (gain, f, c)
+        if best[1] is None or not best[0] > 0:
+            break
+        chosen.append(best)
+        node = node + (x[:, best[1]] > thresholds[best[1], best[2]]).long() * k
+    leaves = torch.zeros(1 << params.depth, dtype=torch.float64)
+    for j in range(1 << params.depth):
+        g_, h_ = grad[node == j].sum(), hess[node == j].sum()
+        if h_ + params.l2 >= params.min_sum_hessian:
+            leaves[j] = -params.learning_rate * g_ / (h_ + params.l2)
+    return chosen, leaves
+
+
+@pytest.mark.parametrize("min_data", [1, 15])
+def test_histogram_split_search_equals_brute_force(min_data):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(400, 5, generator=g)
+    x[::9, 3] = float("nan")
+    x[:, 4] = torch.randint(0, 4, (400,), generator=g).float()
+    grad = torch.randn(400, generator=g, dtype=torch.float64)
+    hess = torch.rand(400, generator=g, dtype=torch.float64) + 0.1
+    binner = QuantileBinner(max_bins=12).fit(x)
+    valid = _valid_codes(binner)
+    params = TreeParams(depth=3, learning_rate=0.5, l2=0.7, min_data_in_leaf=min_data)
+    tree = ObliviousTreeGrower(binner.transform(x), valid, params).grow(grad, hess)
+    chosen, leaves = brute_force_tree(x, binner.thresholds(), valid, grad, hess, params)
+    assert len(chosen) == 3
+    for level, (gain, f, c) in enumerate(chosen):
+        assert (int(tree.features[level]), int(tree.codes[level])) == (f, c)
+        assert float(tree.gains[level]) == pytest.approx(gain, rel=1e-9)
+    torch.testing.assert_close(tree.leaf_values, leaves)
+
+
+def test_histograms_match_direct_sums_and_subtraction():
+    g = torch.Generator().manual_seed(2)
+    codes_t = torch.randint(0, 256, (3, 1000), generator=g, dtype=torch.uint8)
+    node = torch.randint(0, 4, (1000,), generator=g)
+    grad = torch.randn(1000, generator=g, dtype=torch.float64)
+    hess = torch.rand(1000, generator=g, dtype=torch.float64)
+    hist = build_histograms(codes_t, node, grad, hess, 4, chunk_rows=300)  # chunks sum up
+    f, j, b = 1, 2, int(codes_t[1, 5])
+    sel = (codes_t[f] == b) & (node == j)
+    assert float(hist[0, f, j, b]) == pytest.approx(float(grad[sel].sum()))
+    assert float(hist[1, f, j, b]) == pytest.approx(float(hess[sel].sum()))
+    assert float(hist[2, f, j, b]) == int(sel.sum())
+    assert torch.allclose(hist[2].sum((-1, -2)), torch.full((3,), 1000.0, dtype=torch.float64))
+
+
+def test_split_scores_respect_invalid_codes():
+    hist = torch.rand(3, 2, 1, 256, dtype=torch.float64)
+    valid = torch.zeros(2, 256, dtype=torch.bool)
+    valid[1, 7] = True
+    scores = split_scores(hist, valid, TreeParams(min_data_in_leaf=0))
+    assert torch.isfinite(scores).sum() == 1 and torch.isfinite(scores[1, 7])
+
+
+# -- ranking objectives ----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_training_ndcg_does_not_fall_over_first_rounds_on_mq2008():
+    train, _, _ = load_mq2008(1)
+    # Newton steps do not guarantee a monotone metric; over the first rounds it rises (with
+    # these settings it first dips, by 1e-4, at round 6).
+    model = LambdaMART(n_estimators=5, depth=4, learning_rate=0.1, k=10, eval_metric="ndcg@10")
+    model.fit(train, eval_set=[train])
+    curve = model.evals_result_["valid_0"]["ndcg@10"]
+    assert len(curve) == 5
+    assert all(b >= a - 1e-12 for a, b in zip(curve, curve[1:])), curve
+
+
+@pytest.mark.parametrize("objective,weighting", [("lambdarank", "ndcg"), ("lambdarank", "map"),
+                                                 ("lambdarank", "err"), ("ranknet", "ndcg"),
+                                                 ("pointwise", "ndcg")])
+def test_every_objective_learns(objective, weighting):
+    train = small_set(n_queries=40)
+    model = LambdaMART(objective, weighting=weighting, n_estimators=15, depth=3, learning_rate=0.3,
+                       min_data_in_leaf=5).fit(train, eval_set=[train])
+    curve = model.evals_result_["valid_0"]["ndcg@10"]
+    assert curve[-1] > curve[0] - 1e-9 and max(curve) > 0.6
+
+
+def test_early_stopping_keeps_the_best_round():
+    train, vali = small_set(0), small_set(1)
+    model = LambdaMART(n_estimators=40, depth=4, learning_rate=1.0, min_data_in_leaf=2,
+                       early_stopping_rounds=3).fit(train, eval_set=[vali])
+    curve = model.evals_result_["valid_0"]["ndcg@10"]
+    assert model.best_iteration_ == int(np.argmax(curve))
+    assert model.best_score_ == max(curve)
+    assert model.ensemble_.n_trees == model.best_iteration_ + 1
+    assert len(curve) <= model.best_iteration_ + 1 + 3
+
+
+def test_constant_shift_of_init_score_shifts_predictions_only():
+    train = small_set()
+    a = LambdaMART(n_estimators=3, depth=3, min_data_in_leaf=3).fit(train)
+    b = LambdaMART(n_estimators=3, depth=3, min_data_in_leaf=3).fit(
+        train, init_score=torch.full((train.n_docs,), 5.0))
+    pb = b.predict(train, init_score=torch.full((train.n_docs,), 5.0))
+    torch.testing.assert_close(pb, a.predict(train) + 5.0)
+
+
+def test_uniform_sample_weights_change_nothing_without_l2():
+    train = small_set()
+    kw = dict(n_estimators=3, depth=3, l2=0.0, min_data_in_leaf=3)
+    a = LambdaMART(**kw).fit(train)
+    b = LambdaMART(**kw).fit(train.features, train.labels, group=train.sizes,
+                             sample_weight=torch.full((train.n_docs,), 3.0))
+    torch.testing.assert_close(a.predict(train), b.predict(train), rtol=1e-5, atol=1e-5)
+
+
+def test_feature_importance_finds_the_informative_feature():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(600, 4, generator=g)
+    y = (x[:, 2] > 0.3).float() + (x[:, 2] > 1.0).float()
+    model = LambdaMART(n_estimators=5, depth=2, min_data_in_leaf=5).fit(x, y, group=[20] * 30)
+    assert int(np.argmax(model.feature_importance_gain_)) == 2
+    assert model.feature_importance_split_.sum() <= 5 * 2
+    assert model.feature_importances_.sum() == pytest.approx(1.0)
+
+
+def test_missing_values_go_left_like_minus_infinity():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(400, 3, generator=g)
+    missing = torch.rand(400, generator=g) < 0.3
+    x[missing, 0] = float("nan")
+    y = missing.float() * 2  # only the missing values are relevant
+    model = LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=5).fit(x, y, group=[20] * 20)
+    assert model.evals_result_ == {}
+    pred = model.predict(x)
+    assert float(pred[missing].min()) > float(pred[~missing].max())
+    x_inf = x.clone()
+    x_inf[missing, 0] = -math.inf
+    torch.testing.assert_close(model.predict(x_inf), pred)
+
+
+# -- the estimator contract ------------------------------------------------------------------------
+def test_sklearn_contract():
+    model = LambdaMART(n_estimators=2, depth=2)
+    assert clone(model).get_params() == model.get_params()
+    assert not hasattr(model, "ensemble_")
+    with pytest.raises(NotFittedError):
+        model.predict(torch.zeros(3, 6))
+    train = small_set()
+    assert model.fit(train) is model
+    with pytest.raises(ValueError, match="6"):
+        model.predict(torch.zeros(3, 5))
+    with pytest.raises(ValueError, match="`depth`"):
+        LambdaMART(depth=0).fit(train)
+    with pytest.raises(ValueError, match="`objective`"):
+        LambdaMART("listnet").fit(train)
+    with pytest.raises(ValueError, match="contiguous"):
+        LambdaMART().fit(torch.zeros(4, 2), torch.zeros(4), qid=[1, 2, 1, 2])
+
+
+def test_qid_group_and_dataset_inputs_agree():
+    train = small_set()
+    kw = dict(n_estimators=3, depth=3, min_data_in_leaf=3)
+    a = LambdaMART(**kw).fit(train).predict(train)
+    qid = torch.repeat_interleave(train.qids, train.sizes)
+    b = LambdaMART(**kw).fit(train.features.numpy(), train.labels.numpy(), qid=qid.numpy()).predict(
+        train.features.numpy())
+    c = LambdaMART(**kw).fit(train.features, train.labels, group=train.sizes.tolist()).predict(train)
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, c)
+
+
+def test_same_seed_same_model_with_subsampling():
+    train = small_set(n_queries=40)
+    kw = dict(n_estimators=5, depth=3, subsample=0.6, colsample=0.5, min_data_in_leaf=3)
+    a = LambdaMART(seed=7, **kw).fit(train).ensemble_
+    b = LambdaMART(seed=7, **kw).fit(train).ensemble_
+    c = LambdaMART(seed=8, **kw).fit(train).ensemble_
+    for name in ("features", "thresholds", "leaf_values"):
+        assert torch.equal(getattr(a, name), getattr(b, name))
+    assert not torch.equal(a.leaf_values, c.leaf_values)
+
+
+# -- persistence and export ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fitted():
+    train = small_set()
+    x = train.features.clone()
+    x[::5, 1] = float("nan")
+    data = RankingDataset(x, train.labels, train.offsets, train.qids)
+    return LambdaMART(n_estimators=6, depth=3, min_data_in_leaf=3).fit(data, eval_set=[data]), x
+
+
+def test_save_load_predict_identical(fitted, tmp_path):
+    model, x = fitted
+    path = tmp_path / "model.safetensors"
+    model.save(path)
+    loaded = LambdaMART.load(path)
+    assert torch.equal(loaded.predict(x), model.predict(x))
+    assert loaded.get_params() == model.get_params()
+    assert loaded.evals_result_ == model.evals_result_
+    assert loaded.best_iteration_ == model.best_iteration_
+    np.testing.assert_array_equal(loaded.feature_importance_gain_, model.feature_importance_gain_)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]  # no temporary left
+
+
+def test_truncated_or_corrupt_file_gives_clear_error(fitted, tmp_path):
+    model, _ = fitted
+    path = tmp_path / "model.safetensors"
+    model.save(path)
+    data = path.read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a valid rankkit LambdaMART model"):
+        LambdaMART.load(tmp_path / "cut.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 5 + b"not a model")
+    with pytest.raises(ValueError, match="not a valid rankkit LambdaMART model"):
+        LambdaMART.load(tmp_path / "junk.safetensors")
+    with pytest.raises(FileNotFoundError):
+        LambdaMART.load(tmp_path / "missing.safetensors")
+
+
+def test_torchscript_and_torch_export_equal_eager(fitted, tmp_path):
+    model, x = fitted
+    eager = model.ensemble_(x)
+    scripted = torch.jit.script(model.ensemble_)
+    path = tmp_path / "model.pt"
+    scripted.save(str(path))
+    assert torch.equal(torch.jit.load(str(path))(x), eager)
+    program = torch.export.export(model.ensemble_, (x,))
+    assert torch.equal(program.module()(x), eager)
+
+
+def test_ensemble_checks_its_buffers_and_input():
+    with pytest.raises(ValueError, match="leaf_values"):
+        ObliviousEnsemble(3, torch.zeros(2, 2, dtype=torch.long), torch.zeros(2, 2), torch.zeros(2, 3))
+    m = ObliviousEnsemble(3, torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, 2), torch.zeros(0, 4), 1.5)
+    assert m(torch.zeros(4, 3)).tolist() == [1.5] * 4
+    with pytest.raises(ValueError, match="N, 3"):
+        m(torch.zeros(4, 2))
+
+
+# -- Lightning -------------------------------------------------------------------------------------
+def test_lambdamart_module_trains_with_trainer_fit(tmp_path):
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.data.datamodule import RankingDataModule
+
+    train, vali = small_set(0, n_queries=40), small_set(1, n_queries=20)
+    dm = RankingDataModule.from_datasets(train, vali, vali, max_docs=256)
+    module = LambdaMARTModule(depth=3, learning_rate=0.3, min_data_in_leaf=3, subsample=0.8)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val/ndcg@10", mode="max")
+    trainer = pl.Trainer(max_epochs=4, limit_train_batches=1, logger=False, enable_progress_bar=True,
+                         callbacks=[EarlyStopping("val/ndcg@10", mode="max", patience=10), checkpoint],
+                         enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=dm)
+    assert module.ensemble.n_trees == 4 and trainer.global_step == 4
+    for key in ("val/ndcg@1", "val/ndcg@3", "val/ndcg@5", "val/ndcg@10", "val/map"):
+        assert key in trainer.callback_metrics
+    restored = LambdaMARTModule.load_from_checkpoint(checkpoint.best_model_path)
+    assert restored.ensemble.n_trees == int(checkpoint.best_model_path.split("epoch=")[1][0]) + 1
+    x = vali.features
+    best = restored.ensemble.n_trees
+    expected = ObliviousEnsemble(x.shape[1], module.ensemble.features[:best],
+                                 module.ensemble.thresholds[:best], module.ensemble.leaf_values[:best],
+                                 float(module.ensemble.bias))(x)
+    assert torch.equal(restored(x), expected)
+
+
+# -- CUDA (when a GPU is lent) --------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_grows_the_same_trees_as_cpu():
+    train = small_set(n_queries=60)
+    kw = dict(n_estimators=5, depth=4, min_data_in_leaf=3)
+    cpu = LambdaMART(**kw).fit(train).ensemble_
+    gpu = LambdaMART(device="cuda", **kw).fit(train).ensemble_
+    assert torch.equal(cpu.features, gpu.features.cpu())
+    assert torch.equal(cpu.thresholds, gpu.thresholds.cpu())
+    torch.testing.assert_close(cpu.leaf_values, gpu.leaf_values.cpu(), rtol=1e-4, atol=1e-6)
