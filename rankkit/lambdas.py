@@ -147,6 +147,10 @@ WEIGHTINGS: dict[str, Weighting] = {
 _BUFFERS_PER_PAIR = 8
 # On CPU, blocks of this many pairs stay in cache; larger blocks only add memory traffic.
 _CPU_BLOCK_PAIRS = 1 << 18
+# Queries whose scores (times σ) span at most this much get the pair sigmoid as a product of
+# per-document exponentials, e^{±(σ s − centre)} ∈ [e^-33, e^33], which cannot overflow;
+# wider queries use torch.sigmoid of the difference. Both are the same ρ up to rounding.
+_EXP_SPAN = 64.0
 
 
 def lambda_gradients(
@@ -208,7 +212,9 @@ def lambda_gradients(
             contributes exactly w times its unweighted grad, hess and loss, and each query's
             grad still sums to zero.
         max_err_label: the top label of the scale for "err" (4 for MSLR-WEB); None uses the
-            largest real label in the batch (then ERR depends on the batch: pass it).
+            largest real label in the whole batch, so that a query's ERR weights then depend on
+            the other queries of the batch (and on how the data is batched): pass the scale's
+            top label whenever it is known.
         workspace_bytes: cap on the pair temporaries, in bytes (about
             8 × item size per pair at once); the work is split into blocks to fit.
         return_loss: also return C per query.
@@ -235,88 +241,125 @@ def lambda_gradients(
     if fn is WEIGHTINGS["err"] and max_err_label is None:
         max_err_label = float(labels[mask].max()) if mask.any() else 0.0
 
-    # Queries in order of length, then each query's documents in order of rank (padding last).
+    # Queries in order of length (qperm None: they already are), then each query's documents
+    # in order of rank (padding last).
     lengths = mask.sum(1)
-    lengths, qperm = torch.sort(lengths, stable=True)
-    s = scores.detach()[qperm].to(dtype).masked_fill(~mask[qperm], 0.0)
-    y = labels.detach()[qperm].to(dtype)
-    m = mask[qperm]
-    y = y.masked_fill(~m, 0.0)
-    order = _rank_order(s, y, m)
-    s, y, m = s.gather(1, order) * sigma, y.gather(1, order), m.gather(1, order)
+    qperm = None
+    if bool((lengths[1:] < lengths[:-1]).any()):
+        lengths, qperm = torch.sort(lengths, stable=True)
+    full = n_queries == 0 or int(lengths[0]) == n_docs  # no padding at all
+    s, y, m = scores.detach().to(dtype), labels.detach().to(dtype), mask
+    if qperm is not None:
+        s, y, m = s[qperm], y[qperm], m[qperm]
+    if not full:
+        s, y = s.masked_fill(~m, 0.0), y.masked_fill(~m, 0.0)
+    order = _rank_order(s, y, m, full)
+    s, y, m = s.gather(1, order), y.gather(1, order), m.gather(1, order)
+    if sigma != 1.0:
+        s = s * sigma
     terms = fn.doc_terms(y, m, cutoff, gain, max_err_label)
-    half_w = None if weights is None else (weights.detach()[qperm].to(dtype).gather(1, order)
-                                           * 0.5).masked_fill_(~m, 0.0)
+    half_w = None if weights is None else weights.detach().to(dtype)
+    if half_w is not None:
+        half_w = (half_w if qperm is None else half_w[qperm]).gather(1, order).mul(0.5)
+        half_w.masked_fill_(~m, 0.0)
 
-    grad = torch.zeros(n_queries, n_docs, dtype=dtype, device=device)
-    hess = torch.zeros_like(grad)
+    # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order).
+    acc = torch.zeros(2, n_queries, n_docs, dtype=dtype, device=device)
     loss = torch.zeros(n_queries, dtype=dtype, device=device) if return_loss else None
     abs_sum = torch.zeros(n_queries, dtype=dtype, device=device) if normalize else None
     tie_weight = fn.tie_weight if tie_term else 0.0
 
-    cap = max(1, workspace_bytes // (_BUFFERS_PER_PAIR * grad.element_size()))
+    cap = max(1, workspace_bytes // (_BUFFERS_PER_PAIR * acc.element_size()))
     if device.type == "cpu":
         cap = min(cap, _CPU_BLOCK_PAIRS)
     blocks = list(_blocks(lengths, cutoff, cap))
-    biggest = max(((q1 - q0) * (r1 - r0) * (c1 - c0) for q0, q1, _, (r0, r1), (c0, c1) in blocks),
-                  default=0)
-    # Reused buffers: [0] W then ∂C/∂s_a / σ, [1] sign(W) then the Newton term / σ², [2] x then ρ.
-    work = torch.empty(3, biggest, dtype=dtype, device=device)
-    mf = m.to(dtype)
+    if blocks:
+        biggest = max((q1 - q0) * (r1 - r0) * (c1 - c0)
+                      for q0, q1, _, (r0, r1), (c0, c1) in blocks)
+        # Reused buffers: [0] W, then ∂C/∂s_a / (−σ); [1] |W|, then the Newton term / σ²;
+        # [2] ρ's sigmoid p; [3] loss terms; [4] pair weights.
+        work = torch.empty(3 + return_loss + (weights is not None), biggest, dtype=dtype,
+                           device=device)
+        # Pairs (a, b) need b > a: upper[i, j] = j >= i, sliced for the blocks whose columns
+        # overlap their rows (see _accumulate_block).
+        tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _) in blocks if c0 < r1), default=0)
+        upper = torch.ones(tall, tall, dtype=dtype, device=device).triu_()
+        mf = None if full else m.to(dtype)
+        # Per-document factors of the pair sigmoid: e^{z_a} e^{−z_b} = e^{σ(s_a − s_b)} with
+        # z = σ s − centre, for the queries whose scores span at most _EXP_SPAN.
+        last = s.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+        spread, centre = s[:, 0] - last, (s[:, 0] + last) * 0.5
+        z = (s - centre[:, None]).clamp_(-_EXP_SPAN / 2 - 1, _EXP_SPAN / 2 + 1)
+        exp_pos, exp_neg = torch.exp(z), torch.exp(z.neg_())
+        n_wide = [0] + (~(spread <= _EXP_SPAN)).cumsum(0).tolist()  # NaN counts as wide
+        one = torch.ones(1, 1, 1, dtype=dtype, device=device)
     for q0, q1, shortest, (r0, r1), (c0, c1) in blocks:
         sl_r = _slicer(q0, q1, r0, r1)
         sl_c = _slicer(q0, q1, c0, c1)
-        # Pairs (a, b) need b > a (upper triangle) and a real b (a real a follows).
-        # b > a only matters in the columns c0 <= b < r1 that overlap the rows.
-        tri = None if c0 >= r1 else (torch.arange(c0, min(r1, c1), device=device)[None, :] >
-                                     torch.arange(r0, r1, device=device)[:, None]).to(dtype)
+        width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
         _accumulate_block(
             s[q0:q1, r0:r1, None], s[q0:q1, None, c0:c1],
+            None if n_wide[q1] > n_wide[q0] else (exp_pos[q0:q1, r0:r1, None],
+                                                  exp_neg[q0:q1, None, c0:c1], one),
             tuple(sl_r(t)[:, :, None] for t in terms), tuple(sl_c(t)[:, None, :] for t in terms),
-            tri, None if shortest >= c1 else mf[q0:q1, None, c0:c1],
+            upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width] if width > 0 else None,
+            None if shortest >= c1 else mf[q0:q1, None, c0:c1],
             fn.signed_delta, tie_weight,
             None if half_w is None else (half_w[q0:q1, r0:r1, None], half_w[q0:q1, None, c0:c1]),
-            work, (grad[q0:q1], hess[q0:q1]), (r0, r1, c0, c1),
+            work, acc[:, q0:q1], (r0, r1, c0, c1),
             None if loss is None else loss[q0:q1],
             None if abs_sum is None else abs_sum[q0:q1],
         )
 
-    grad.mul_(sigma)
-    hess.mul_(sigma * sigma)
+    acc[0].mul_(-sigma)
+    acc[1].mul_(sigma * sigma)
     if normalize:
         abs_sum.mul_(2.0 * sigma)
         factor = torch.where(abs_sum > 0, torch.log2(1.0 + abs_sum) / abs_sum.clamp(
             min=torch.finfo(dtype).tiny), 1.0)
-        grad.mul_(factor[:, None])
-        hess.mul_(factor[:, None])
+        acc.mul_(factor[:, None])
         if loss is not None:
             loss.mul_(factor)
 
-    # Back from (length order, rank order) to the caller's layout.
-    out = []
-    for t in (grad, hess):
-        t = torch.zeros_like(t).scatter_(1, order, t)
-        out.append(torch.empty_like(t).index_copy_(0, qperm, t).to(scores.dtype))
+    # Back from (length order, rank order) to the caller's layout: one scatter per output.
+    if qperm is None:
+        place = lambda t: torch.empty_like(t).scatter_(1, order, t)
+    else:
+        index = (qperm[:, None] * n_docs + order).view(-1)
+        place = lambda t: torch.empty_like(t).view(-1).index_copy_(0, index, t.reshape(-1)
+                                                                   ).view(t.shape)
+    out = [place(acc[0]).to(scores.dtype), place(acc[1]).to(scores.dtype)]
     if loss is not None:
-        out.append(torch.empty_like(loss).index_copy_(0, qperm, loss).to(scores.dtype))
+        out.append(loss.to(scores.dtype) if qperm is None else
+                   torch.empty_like(loss).index_copy_(0, qperm, loss).to(scores.dtype))
     return tuple(out)
 
 
-def _accumulate_block(s_a, s_b, rows, cols, tri, pad, signed_delta, tie_weight, half_w, work,
-                      out, span, loss, abs_sum):
+def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
+                      work, acc, span, loss, abs_sum):
     """Add one [q, r, c] block of pairs (positions a in rows, b in cols) to the outputs.
 
-    The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ| and
-    x = sign(W) σ(s_b − s_a), the ρ of the pair oriented from higher to lower label is
-    sigmoid(x), ∂C/∂s_a = −σ W ρ = −∂C/∂s_b, ∂²C/∂s² = σ² |W| ρ (1 − ρ), C = |W| softplus(x).
-    An equal-label pair (tie term, weight T) is oriented a over b: W = T plus a +σT/2 in
-    ∂C/∂s_a, and C = T (softplus(x) − x/2). The factors σ and σ² are applied by the caller.
+    The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ|, the pair
+    oriented from higher to lower label has x = sign(W) σ(s_b − s_a), ρ = sigmoid(x),
+    ∂C/∂s_a = −σ W ρ = −∂C/∂s_b, ∂²C/∂s² = σ² |W| ρ (1 − ρ) and C = |W| softplus(x).
+    Positions are in rank order, so d = σ(s_b − s_a) <= 0 for every real pair and
+    p = sigmoid(d) <= ½ is accurate, and so is 1 − p: ρ = p when W > 0 and 1 − p when W < 0,
+    which gives, with no orientation pass,
+
+        W ρ = |W| p + min(W, 0),   |W| ρ (1 − ρ) = |W| p (1 − p),
+        C = |W| softplus(d) + min(W, 0) d,   softplus(d) = −log(1 − p).
+
+    ``exps`` (e^{z_a}, e^{−z_b}, 1) with z = σ s − centre give p = 1 / (1 + e^{z_a} e^{−z_b})
+    in one multiply-add; None: p = sigmoid(d). An equal-label pair (tie term, weight T) is
+    oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
+    ``acc`` holds −grad / σ and hess / σ²: the caller applies the factors σ and σ².
     """
     r0, r1, c0, c1 = span
     q, r, c = s_a.shape[0], s_a.shape[1], s_b.shape[2]
-    pair = work[:2, :q * r * c].view(2, q, r, c)
-    w, sign = pair[0], pair[1]
-    x = work[2, :q * r * c].view(q, r, c)
+    n = q * r * c
+    pair = work[:2, :n].view(2, q, r, c)
+    w, a = pair[0], pair[1]
+    p = work[2, :n].view(q, r, c)
     signed_delta(rows, cols, w)
     if tri is not None:
         w[:, :, :tri.shape[1]].mul_(tri)
@@ -329,58 +372,60 @@ def _accumulate_block(s_a, s_b, rows, cols, tri, pad, signed_delta, tie_weight, 
             ties[:, :, :tri.shape[1]].mul_(tri)
         if pad is not None:
             ties.mul_(pad)
-        w.add_(ties, alpha=tie_weight)
         ties.mul_(tie_weight)
-    torch.sign(w, out=sign)
-    torch.sub(s_b, s_a, out=x).mul_(sign)  # σ is already in the scores
-    if loss is not None:
-        # softplus(x) = relu(x) − log(max(ρ, 1 − ρ)): cheaper than softplus once ρ is known,
-        # and accurate to about one rounding error per pair.
-        c = torch.relu(x)
-        if ties is not None:
-            c.addcmul_(ties, x, value=-0.5)  # ties have sign 1, and C = T (softplus(x) − x/2)
-    rho = torch.sigmoid(x, out=x)
-    if loss is not None:
-        most = torch.maximum(rho, torch.sub(1.0, rho), out=torch.empty_like(rho)).log_()
-        c.sub_(most).mul_(sign).mul_(w)  # |W| softplus(x) = W sign softplus(x)
-        if half_w is not None:
-            c.mul_(torch.add(half_w[0], half_w[1], out=most))
-        loss.add_(c.sum((1, 2)))
-        del c, most
-    g = w.mul_(rho)  # W ρ, and ∂C/∂s_a = −σ W ρ
-    h = sign.mul_(g)  # |W| ρ
+        w.add_(ties)
+    torch.abs(w, out=a)
+    if exps is not None:
+        torch.addcmul(exps[2], exps[0], exps[1], out=p).reciprocal_()
+    else:
+        torch.sigmoid(torch.sub(s_b, s_a, out=p), out=p)
+    low = w.clamp_(max=0.0)  # min(W, 0)
     if ties is not None:
-        g.add_(ties, alpha=-0.5)
-        if abs_sum is not None:
-            abs_sum.add_(g.abs().sum((1, 2)))
-    elif abs_sum is not None:
-        abs_sum.add_(h.sum((1, 2)))  # |λ_ab| / σ
-    h.addcmul_(h, rho, value=-1.0)  # |W| ρ (1 − ρ)
-    if half_w is not None:
-        pair.mul_(torch.add(half_w[0], half_w[1], out=x))
-    grad, hess = out
-    per_row = pair.sum(3)
+        low.sub_(ties, alpha=0.5)
+    omega = None if half_w is None else torch.add(half_w[0], half_w[1], out=work[-1, :n].view(q, r, c))
+    if loss is not None:
+        cost = work[3, :n].view(q, r, c)
+        torch.sub(s_b, s_a, out=cost).mul_(low)  # min(W, 0) d
+        if omega is not None:
+            cost.mul_(omega)
+        loss.add_(cost.sum((1, 2)))
+        # −|W| softplus(d) = |W| log(1 − p); the clamp only keeps masked pairs (p > ½) finite.
+        torch.sub(1.0, p, out=cost).clamp_(min=0.5).log_().mul_(a)
+        if omega is not None:
+            cost.mul_(omega)
+        loss.sub_(cost.sum((1, 2)))
+    g = low.addcmul_(a, p)  # W ρ: ∂C/∂s_a = −σ W ρ
+    if abs_sum is not None:
+        abs_sum.add_(g.abs().sum((1, 2)))  # |λ_ab| / σ
+    h = a.mul_(p)
+    h.addcmul_(h, p, value=-1.0)  # |W| p (1 − p)
+    if omega is not None:
+        pair.mul_(omega)
     per_col = pair.sum(2)
-    grad[:, r0:r1].sub_(per_row[0])
-    grad[:, c0:c1].add_(per_col[0])
-    hess[:, r0:r1].add_(per_row[1])
-    hess[:, c0:c1].add_(per_col[1])
+    per_col[0].neg_()
+    acc[:, :, r0:r1].add_(pair.sum(3))
+    acc[:, :, c0:c1].add_(per_col)
 
 
-def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                full: bool = False) -> torch.Tensor:
     """:func:`rankkit._ranking.rank_order` on the real documents, with one sort instead of three.
 
     One stable sort by score already gives rank_order's order of the real documents unless
     two real documents with different labels tie in score (then the worst-case rule decides)
-    or a score is not finite; in those cases this defers to rank_order itself.
+    or a score is not finite; in those cases this defers to rank_order itself. ``full``: the
+    mask is all True.
     """
-    if not bool((torch.isfinite(scores) | ~mask).all()):
+    finite = torch.isfinite(scores) if full else torch.isfinite(scores) | ~mask
+    if not bool(finite.all()):
         return rank_order(scores, labels, mask)
-    values, order = torch.sort(scores.masked_fill(~mask, -math.inf), dim=1, descending=True,
-                               stable=True)
-    real, ranked = mask.gather(1, order), labels.gather(1, order)
-    if bool(((values[:, 1:] == values[:, :-1]) & real[:, 1:] & (ranked[:, 1:] != ranked[:, :-1])).any()):
-        return rank_order(scores, labels, mask)
+    values, order = torch.sort(scores if full else scores.masked_fill(~mask, -math.inf), dim=1,
+                               descending=True, stable=True)
+    tied = values[:, 1:] == values[:, :-1]
+    if bool(tied.any()):
+        real, ranked = mask.gather(1, order), labels.gather(1, order)
+        if bool((tied & real[:, 1:] & (ranked[:, 1:] != ranked[:, :-1])).any()):
+            return rank_order(scores, labels, mask)
     return order
 
 
@@ -401,9 +446,12 @@ def _blocks(lengths: torch.Tensor, cutoff: int, cap: int):
     start = bisect.bisect_left(lens, 2)  # shorter queries have no pairs
     if start == len(lens):
         return
-    buckets = torch.ceil(2.0 * torch.log2(lengths[start:].double())).long()
-    _, counts = torch.unique_consecutive(buckets, return_counts=True)
-    for count in counts.tolist():
+    if lens[start] == lens[-1]:  # one length: one bucket
+        counts = [len(lens) - start]
+    else:
+        buckets = torch.ceil(2.0 * torch.log2(lengths[start:].double())).long()
+        counts = torch.unique_consecutive(buckets, return_counts=True)[1].tolist()
+    for count in counts:
         stop = start + count
         n_max = lens[stop - 1]
         n_rows = min(cutoff, n_max)
