@@ -20,3 +20,13 @@ def write_section(marker: str, body: str, path: str = BENCHMARKS) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def publish_image(src: str, name: str) -> str:
+    """Copy a plot into docs/img/ (results/ is not versioned) and return its Markdown link from docs/."""
+    import shutil
+
+    img_dir = os.path.join(os.path.dirname(BENCHMARKS), "img")
+    os.makedirs(img_dir, exist_ok=True)
+    shutil.copyfile(src, os.path.join(img_dir, name))
+    return f"![{name}](img/{name})"

@@ -23,23 +23,36 @@ import warnings
 
 import pytorch_lightning as pl
 import torch
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import write_section  # noqa: E402
 
+from rankkit.compare import early_stopping_of
 from rankkit.data.bundled import load_mq2008
 from rankkit.data.datamodule import RankingDataModule
 from rankkit.metrics import average_precision, ndcg
 from rankkit.neural import LambdaRank, RankNet
 
-# The tuned settings (chosen on vali NDCG@10 of folds 1-2 only).
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")
+
+
+def _config(name: str) -> dict:
+    with open(os.path.join(CONFIGS, f"{name}.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def _model_args(name: str) -> dict:
+    return {k: v for k, v in _config(name)["model"]["init_args"].items() if k != "n_features"}
+
+
+# The tuned settings (chosen on vali NDCG@10 of folds 1-2 only) live in configs/<model>.yaml,
+# shared with `rankkit fit` and `rankkit compare`.
 SETTINGS = {
-    "RankNet": dict(cls=RankNet, kwargs=dict(hidden=[64, 32], dropout=0.1, lr=1e-3, weight_decay=1e-5)),
-    "LambdaRank": dict(cls=LambdaRank, kwargs=dict(hidden=[64, 32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
-                                                  weighting="ndcg", k=None)),
+    "RankNet": dict(cls=RankNet, kwargs=_model_args("ranknet")),
+    "LambdaRank": dict(cls=LambdaRank, kwargs=_model_args("lambdarank")),
 }
-MAX_EPOCHS = 40
-PATIENCE = 8
+MAX_EPOCHS, PATIENCE = early_stopping_of(_config("ranknet"))
 
 
 def parse_range(text: str) -> list[int]:

@@ -1,0 +1,47 @@
+"""The comparison behind README and docs/benchmarks.md: all models, MQ2008, 5 folds x 3 seeds.
+
+    python experiments/compare_mq2008.py --folds 1-5 --seeds 3 --baselines --write
+
+is ``rankkit compare`` (same engine, same configs/) plus ``--write``, which replaces the
+``compare`` section of docs/benchmarks.md with the table and links the plots in
+results/mq2008/.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import publish_image, write_section  # noqa: E402
+
+from rankkit.compare import compare
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--folds", default="1-5")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--baselines", action="store_true")
+    p.add_argument("--out", default="results/mq2008")
+    p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
+    args = p.parse_args(argv)
+    result = compare(data="mq2008", folds=args.folds, seeds=args.seeds, baselines=args.baselines, out=args.out)
+    print(result["table"])
+    if args.write:
+        cmd = "python experiments/compare_mq2008.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        table_doc = open(os.path.join(result["out"], "table.md")).read()
+        protocol = result["baseline_protocol"]
+        baselines = (f" Baselines: library defaults, at most {protocol['rounds']} rounds, stopped after "
+                     f"{protocol['patience']} rounds without a better vali NDCG@10 computed by rankkit.metrics."
+                     if protocol else "")
+        body = (f"## MQ2008: every model\n\nCommand: `{cmd}`\n\n{table_doc}\n"
+                f"Each rankkit model is trained with its configs/<model>.yaml.{baselines}\n\n"
+                f"{publish_image(os.path.join(result['out'], 'val_ndcg10.png'), 'mq2008_val_ndcg10.png')}\n\n"
+                f"{publish_image(os.path.join(result['out'], 'test_ndcg.png'), 'mq2008_test_ndcg.png')}\n")
+        write_section("compare", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,525 @@
+"""``rankkit compare``: every model on the same folds, seeds, metrics and model selection.
+
+Each model is configured by its YAML under ``configs/`` exactly as ``rankkit fit --config``
+would configure it (the same LightningCLI), trained by ``Trainer.fit`` with the config's
+EarlyStopping and ModelCheckpoint on vali NDCG@10, and the best checkpoint is scored on the
+test set with :mod:`rankkit.metrics` (exp gain, a query with nothing relevant scores 1 for
+NDCG and MAP; ERR@10 uses the data set's top label). The best model is exported as TorchScript,
+reloaded and checked against its eager scores on the test features.
+
+With ``baselines``, LightGBM (lambdarank), XGBoost (rank:ndcg) and CatBoost (YetiRank), where
+installed, train on the same folds with their library defaults, the LambdaMART config's
+round cap and patience, and early stopping on the same vali NDCG@10 code.
+
+Writes ``OUT/metrics.json``, ``OUT/table.md``, ``OUT/val_ndcg10.png``, ``OUT/test_ndcg.png``
+and ``OUT/scorers/<model>-fold<f>-seed<s>.pt``.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.util
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import torch
+import yaml
+
+from rankkit.data.dataset import RankingDataset, pad
+from rankkit.metrics import average_precision, err, ndcg
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+MODELS = ("ranknet", "lambdarank", "lambdamart")
+KS = (1, 3, 5, 10)
+METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map", "err@10")
+BASELINES = ("lightgbm", "xgboost", "catboost")
+# Round cap and patience of the baselines when no LambdaMART config is compared.
+DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+def parse_folds(text: str | int) -> list[int]:
+    """``"1-5"``, ``"1,3"`` or ``2`` -> a list of folds.
+
+    >>> parse_folds("1-3"), parse_folds("2,4"), parse_folds(5)
+    ([1, 2, 3], [2, 4], [5])
+    """
+    try:
+        s = str(text).strip()
+        if "-" in s:
+            a, b = s.split("-")
+            folds = list(range(int(a), int(b) + 1))
+        else:
+            folds = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise ValueError(f"`folds` has to look like '1-5', '1,3' or '2', got {text!r}") from None
+    if not folds or any(f not in range(1, 6) for f in folds):
+        raise ValueError(f"`folds` has to name folds in 1..5, got {text!r}")
+    return folds
+
+
+def resolve_config(model: str) -> Path:
+    """A model name (``lambdarank``) -> ``configs/lambdarank.yaml``, or a YAML path as given."""
+    path = Path(model)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise FileNotFoundError(f"no such model config: {model}")
+        return path
+    if not CONFIG_DIR.is_dir():
+        raise ValueError(f"no configs/ folder at {CONFIG_DIR} (rankkit not installed from a checkout?): "
+                         f"give config .yaml paths to `models`")
+    path = CONFIG_DIR / f"{model}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown model {model!r}: give one of {MODELS} or a config .yaml path")
+    return path
+
+
+def model_label(config: dict) -> str:
+    """The class name a config trains (``LambdaRank``), the row name of the table."""
+    class_path = config.get("model", {}).get("class_path", "")
+    return class_path.rsplit(".", 1)[-1].replace("Module", "") or "model"
+
+
+def model_kind(config: dict) -> str:
+    """``"trees"`` for a booster config (one tree per epoch), else ``"neural"``."""
+    return "trees" if ".boosting" in config.get("model", {}).get("class_path", "") else "neural"
+
+
+def early_stopping_of(config: dict) -> tuple[int, int]:
+    """(max epochs or trees, EarlyStopping patience) of a model config."""
+    trainer = config.get("trainer", {})
+    patience = DEFAULT_PATIENCE
+    for cb in trainer.get("callbacks", []) or []:
+        if cb.get("class_path", "").endswith("EarlyStopping"):
+            patience = int(cb.get("init_args", {}).get("patience", patience))
+    return int(trainer.get("max_epochs", DEFAULT_ROUNDS)), patience
+
+
+# -- evaluation: one metric code for every row ----------------------------------------------------
+class Evaluator:
+    """Test metrics and vali NDCG@10 of flat scores [N] on one dataset, with :mod:`rankkit.metrics`."""
+
+    def __init__(self, dataset: RankingDataset, max_label: float):
+        self.dataset = dataset
+        self.max_label = max_label
+        self.labels, self.mask = pad(dataset.labels, dataset.sizes)
+
+    def _pad(self, scores) -> torch.Tensor:
+        return pad(torch.as_tensor(scores, dtype=torch.float64).reshape(-1), self.dataset.sizes)[0]
+
+    def per_query(self, scores: torch.Tensor) -> dict[str, torch.Tensor]:
+        s, y, m = self._pad(scores), self.labels.double(), self.mask
+        out = {f"ndcg@{k}": ndcg(s, y, mask=m, k=k) for k in KS}
+        out["map"] = average_precision(s, y, mask=m)
+        out["err@10"] = err(s, y, mask=m, k=10, max_label=self.max_label)
+        return out
+
+    def metrics(self, scores: torch.Tensor) -> dict[str, float]:
+        return {name: float(v.mean()) for name, v in self.per_query(scores).items()}
+
+    def ndcg10(self, scores) -> float:
+        """Mean NDCG@10: the model-selection metric, the one the neural modules log as val/ndcg@10."""
+        return float(ndcg(self._pad(scores), self.labels.double(), mask=self.mask, k=10).mean())
+
+
+def best_round(curve: list[float], patience: int) -> tuple[int, int]:
+    """Lightning's EarlyStopping + ModelCheckpoint on a curve: (best index, rounds run).
+
+    >>> best_round([0.5, 0.7, 0.6, 0.7, 0.6], patience=2)
+    (1, 4)
+    """
+    best, best_i, wait = -math.inf, 0, 0
+    for i, v in enumerate(curve):
+        if v > best:
+            best, best_i, wait = v, i, 0
+        else:
+            wait += 1
+            if wait >= patience:
+                return best_i, i + 1
+    return best_i, len(curve)
+
+
+# -- the rankkit models ---------------------------------------------------------------------------
+def _quiet():
+    """Lightning's info lines and warnings off while compare prints its own progress."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        stack.callback(logger.setLevel, logger.level)
+        logger.setLevel(logging.ERROR)
+    return stack
+
+
+def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: str, scorer_path: Path,
+                test_eval: Evaluator, max_epochs: int | None = None) -> dict:
+    """Train one config on one fold and seed; test its best checkpoint; export and verify it."""
+    import pytorch_lightning as pl
+
+    from rankkit.cli import lightning_cli
+    from rankkit.export import export_torchscript, load_scorer
+
+    config = yaml.safe_load(config_path.read_text())
+    args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
+            f"--data.seed={seed}", f"--seed_everything={seed}", "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
+            f"--trainer.default_root_dir={workdir}"]
+    if "seed" in (config.get("model", {}).get("init_args") or {}):
+        args.append(f"--model.init_args.seed={seed}")
+    if max_epochs is not None:
+        args.append(f"--trainer.max_epochs={min(max_epochs, early_stopping_of(config)[0])}")
+    cli = lightning_cli(args, run=False)
+    curve: list[float] = []
+
+    class ValCurve(pl.Callback):
+        def on_validation_end(self, trainer, pl_module):
+            if not trainer.sanity_checking and "val/ndcg@10" in trainer.callback_metrics:
+                curve.append(float(trainer.callback_metrics["val/ndcg@10"]))
+
+    cli.trainer.callbacks.append(ValCurve())
+    t0 = time.perf_counter()
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    seconds = time.perf_counter() - t0
+    best_path = cli.trainer.checkpoint_callback.best_model_path if cli.trainer.checkpoint_callback else ""
+    model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) if best_path else cli.model
+    model = model.to("cpu").eval()
+    features = test_eval.dataset.features
+    with torch.no_grad():
+        eager = model(features).reshape(-1)
+    export_torchscript(model, scorer_path)
+    with torch.no_grad():
+        exported = load_scorer(scorer_path)(features)
+    diff = float((exported - eager).abs().max())
+    if not diff <= 1e-4 * (1.0 + float(eager.abs().max())):
+        raise RuntimeError(f"the exported scorer {scorer_path} differs from the eager model by {diff:.3g}")
+    if best_path:
+        os.unlink(best_path)
+    best_epoch = max(range(len(curve)), key=curve.__getitem__) + 1 if curve else 0  # first best, as ModelCheckpoint
+    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
+            "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
+            "export_max_abs_diff": diff, **test_eval.metrics(eager)}
+
+
+# -- the baselines: same folds, same metric code, same early-stopping rule ------------------------
+def _lightgbm(train, vali, test, *, seed, rounds, patience, val_eval):
+    import lightgbm as lgb
+
+    curve: list[float] = []
+
+    def feval(preds, _):
+        curve.append(val_eval.ndcg10(preds))
+        return "ndcg@10", curve[-1], True
+
+    dtrain = lgb.Dataset(train.features.numpy(), train.labels.numpy(), group=train.sizes.numpy())
+    dvali = lgb.Dataset(vali.features.numpy(), vali.labels.numpy(), group=vali.sizes.numpy(), reference=dtrain)
+    params = {"objective": "lambdarank", "metric": "None", "seed": seed, "deterministic": True,
+              "verbosity": -1}
+    booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=[dvali], feval=feval,
+                        callbacks=[lgb.early_stopping(patience, first_metric_only=True, verbose=False)])
+    best = booster.best_iteration or len(curve)
+    return booster.predict(test.features.numpy(), num_iteration=best), curve, best
+
+
+def _xgboost(train, vali, test, *, seed, rounds, patience, val_eval):
+    import xgboost as xgb
+
+    curve: list[float] = []
+
+    def metric(preds, _):
+        curve.append(val_eval.ndcg10(preds))
+        return "ndcg@10", curve[-1]
+
+    def matrix(d):
+        return xgb.DMatrix(d.features.numpy(), d.labels.numpy(), qid=d.doc_query_index().numpy())
+
+    booster = xgb.train({"objective": "rank:ndcg", "seed": seed, "disable_default_eval_metric": 1},
+                        matrix(train), num_boost_round=rounds, evals=[(matrix(vali), "vali")],
+                        custom_metric=metric, maximize=True, early_stopping_rounds=patience,
+                        verbose_eval=False)
+    best = booster.best_iteration + 1
+    return booster.predict(matrix(test), iteration_range=(0, best)), curve, best
+
+
+def _catboost(train, vali, test, *, seed, rounds, patience, val_eval):
+    # CatBoost's Python metrics do not see query groups: grow the full cap, then apply the same
+    # stopping rule to the staged vali predictions (its train time covers all `rounds` trees).
+    from catboost import CatBoostRanker, Pool
+
+    model = CatBoostRanker(loss_function="YetiRank", iterations=rounds, random_seed=seed, verbose=False)
+    model.fit(Pool(train.features.numpy(), train.labels.numpy(), group_id=train.doc_query_index().numpy()))
+    curve = [val_eval.ndcg10(p) for p in model.staged_predict(vali.features.numpy(), eval_period=1)]
+    best_i, ran = best_round(curve, patience)
+    return model.predict(test.features.numpy(), ntree_end=best_i + 1), curve[:ran], best_i + 1
+
+
+BASELINE_FNS: dict[str, Callable] = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost}
+BASELINE_LABELS = {"lightgbm": "LightGBM lambdarank", "xgboost": "XGBoost rank:ndcg",
+                   "catboost": "CatBoost YetiRank"}
+
+
+def train_baseline(name: str, train, vali, test_eval: Evaluator, *, seed: int, rounds: int,
+                   patience: int, val_eval: Evaluator) -> dict:
+    t0 = time.perf_counter()
+    scores, curve, best = BASELINE_FNS[name](train, vali, test_eval.dataset, seed=seed, rounds=rounds,
+                                             patience=patience, val_eval=val_eval)
+    seconds = time.perf_counter() - t0
+    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": int(best), "val_curve": curve,
+            "export_path": None, "export_bytes": None, **test_eval.metrics(torch.as_tensor(scores))}
+
+
+# -- reporting ------------------------------------------------------------------------------------
+def _mean_std(values: list[float], fmt: str = "{:.4f}") -> str:
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.mean(values))} ± {fmt.format(statistics.stdev(values))}"
+
+
+def summarize(runs: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{model: {metric: {"mean", "std", "n"}}}`` over folds and seeds."""
+    out: dict = {}
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == model]
+        out[model] = {}
+        for key in (*METRICS, "train_seconds", "epochs", "best_epoch", "export_bytes"):
+            values = [r[key] for r in mine if r.get(key) is not None]
+            if values:
+                out[model][key] = {"mean": statistics.mean(values),
+                                   "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                                   "n": len(values)}
+    return out
+
+
+def markdown_table(runs: list[dict]) -> str:
+    """NDCG@1/3/5/10, MAP and ERR@10 as mean ± std over folds × seeds, train time, export size."""
+    head = ["model", "NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "ERR@10", "train s",
+            "epochs / trees (best)", "export KiB"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == model]
+        cells = [_mean_std([r[m] for r in mine]) for m in METRICS]
+        cells.append(_mean_std([r["train_seconds"] for r in mine], "{:.1f}"))
+        cells.append(f"{statistics.mean(r['epochs'] for r in mine):.0f} "
+                     f"({statistics.mean(r['best_epoch'] for r in mine):.0f})")
+        sizes = [r["export_bytes"] for r in mine if r["export_bytes"] is not None]
+        cells.append(f"{statistics.mean(sizes) / 1024:.1f}" if sizes else "–")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict], out: Path) -> list[Path]:
+    """``val_ndcg10.png`` (vali NDCG@10 per epoch or tree, one panel per model) and
+    ``test_ndcg.png`` (test NDCG@k per model, mean ± std)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in runs))
+    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.2), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in runs if r["model"] == model]
+        for r in mine:
+            xs = range(1, len(r["val_curve"]) + 1)
+            ax.plot(xs, r["val_curve"], lw=1, alpha=0.8, label=f"fold {r['fold']} seed {r['seed']}")
+            if r["val_curve"]:
+                ax.plot(r["best_epoch"], r["val_curve"][r["best_epoch"] - 1], "o", ms=4, color="k")
+        ax.set_title(model)
+        ax.set_xlabel("epoch" if mine[0].get("kind") == "neural" else "trees")
+        ax.grid(alpha=0.3)
+        if len(mine) <= 6:
+            ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("vali NDCG@10")
+    fig.tight_layout()
+    curves = out / "val_ndcg10.png"
+    fig.savefig(curves, dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(models), 3.4))
+    width = 0.8 / len(models)
+    for i, model in enumerate(models):
+        mine = [r for r in runs if r["model"] == model]
+        means = [statistics.mean(r[f"ndcg@{k}"] for r in mine) for k in KS]
+        stds = [statistics.stdev(r[f"ndcg@{k}"] for r in mine) if len(mine) > 1 else 0.0 for k in KS]
+        ax.bar([j + i * width for j in range(len(KS))], means, width, yerr=stds, capsize=2, label=model)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(KS))], [f"NDCG@{k}" for k in KS])
+    lows = [r[f"ndcg@{k}"] for r in runs for k in KS]
+    ax.set_ylim(max(0.0, min(lows) - 0.05), min(1.0, max(lows) + 0.05))
+    ax.set_ylabel("test")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    bars = out / "test_ndcg.png"
+    fig.savefig(bars, dpi=120)
+    plt.close(fig)
+    return [curves, bars]
+
+
+# -- the run --------------------------------------------------------------------------------------
+def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, RankingDataset]:
+    from rankkit.data.datamodule import RankingDataModule
+
+    dm = RankingDataModule(data=data, fold=fold)
+    dm.setup()
+    if dm.val_set is None or dm.test_set is None:
+        raise ValueError(f"{data}: compare needs train, vali and test files")
+    return dm.train_set, dm.val_set, dm.test_set
+
+
+def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
+            models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
+            max_epochs: int | None = None, log: Callable[[str], None] = print) -> dict:
+    """Run the comparison and write ``out``; returns the content of ``metrics.json``.
+
+    Args:
+        data: ``"mq2008"`` (bundled) or a folder of train/vali/test LETOR files.
+        folds: MQ2008 folds, ``"1-5"``, ``"1,3"`` or ``2`` (a folder is one fold).
+        seeds: seeds 0..seeds-1 per fold.
+        models: model names (``ranknet``, ``lambdarank``, ``lambdamart``) or config paths.
+        baselines: also train LightGBM, XGBoost and CatBoost where installed.
+        out: the output folder (default ``results/compare-<time>``).
+        max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
+    """
+    if isinstance(models, str):
+        models = [m.strip() for m in models.split(",") if m.strip()]
+    if not models and not baselines:
+        raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
+    fold_list = parse_folds(folds)
+    if data != "mq2008":
+        if not os.path.isdir(data):
+            raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {data!r}")
+        if fold_list != [1]:
+            raise ValueError("`folds` applies to the bundled mq2008 only; a folder is a single fold")
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
+    if max_epochs is not None and max_epochs < 1:
+        raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
+    configs = {}
+    for m in models:
+        path = resolve_config(m)
+        cfg = yaml.safe_load(path.read_text()) or {}
+        configs[model_label(cfg)] = (path, cfg)
+    rounds, patience = DEFAULT_ROUNDS, DEFAULT_PATIENCE
+    for path, cfg in configs.values():
+        if model_kind(cfg) == "trees":
+            rounds, patience = early_stopping_of(cfg)
+    if max_epochs is not None:
+        rounds = min(rounds, max_epochs)
+    chosen = []
+    if baselines:
+        for name in BASELINES:
+            if importlib.util.find_spec(name) is None:
+                log(f"baseline {name}: not installed, skipped")
+            else:
+                chosen.append(name)
+    out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
+
+    import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
+
+    started = time.perf_counter()
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory() as work, _quiet():
+        for fold in fold_list:
+            train, vali, test = load_fold(data, fold)
+            max_label = max(1.0, float(train.labels.max()))
+            test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
+            for seed in range(seeds):
+                for label, (path, cfg) in configs.items():
+                    r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
+                                    scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
+                                    test_eval=test_eval, max_epochs=max_epochs)
+                    runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
+                                 "fold": fold, "seed": seed, **r})
+                    log(_progress(runs[-1]))
+                for name in chosen:
+                    r = train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
+                                       patience=patience, val_eval=val_eval)
+                    runs.append({"model": BASELINE_LABELS[name], "kind": "trees", "config": None,
+                                 "fold": fold, "seed": seed, **r})
+                    log(_progress(runs[-1]))
+    table = markdown_table(runs)
+    command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
+    result = {
+        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs,
+        "baseline_protocol": {"rounds": rounds, "patience": patience} if chosen else None,
+        "command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                        "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                        "threads": torch.get_num_threads()},
+        "wall_seconds": time.perf_counter() - started,
+        "summary": summarize(runs), "runs": runs,
+    }
+    (out_dir / "metrics.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "table.md").write_text(_table_doc(result, table))
+    if importlib.util.find_spec("matplotlib") is None:
+        log("matplotlib is not installed: no plots (pip install 'rankkit[notebooks]')")
+        plots = []
+    else:
+        plots = plot(runs, out_dir)
+    result["table"] = table
+    result["plots"] = [str(p) for p in plots]
+    result["out"] = str(out_dir)
+    return result
+
+
+def _progress(r: dict) -> str:
+    export = (f", exported {r['export_bytes'] / 1024:.1f} KiB (verified, max diff {r['export_max_abs_diff']:.1g})"
+              if r["export_bytes"] is not None else "")
+    unit = "epochs" if r["kind"] == "neural" else "trees"
+    return (f"{r['model']:<20} fold {r['fold']} seed {r['seed']}: {r['epochs']} {unit} (best {r['best_epoch']}), "
+            f"{r['train_seconds']:.1f} s, test NDCG@10 {r['ndcg@10']:.4f}{export}")
+
+
+def _table_doc(result: dict, table: str) -> str:
+    cmd = f"Command: `{result['command']}`. " if result["command"] else ""
+    n = len(result["folds"]) * result["seeds"]
+    return (f"{cmd}{result['data']}, folds {result['folds']}, {result['seeds']} seed(s): "
+            f"mean ± std over {n} run(s). Test metrics of the epoch / tree with the best vali NDCG@10 "
+            f"(exp gain; NDCG and MAP score a query with nothing relevant 1). "
+            f"{result['environment']['cpus']} CPUs, torch {result['environment']['torch']}, "
+            f"wall {result['wall_seconds']:.0f} s.\n\n{table}\n")
+
+
+def build_parser():
+    """The ``rankkit compare`` parser (jsonargparse: ``--config compare.yaml`` plus overrides)."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    p = ArgumentParser(prog="rankkit compare", exit_on_error=False,
+                       description="Train RankNet, LambdaRank and LambdaMART (and optionally LightGBM, "
+                                   "XGBoost, CatBoost) on the same folds and seeds; write metrics.json, "
+                                   "a Markdown table, PNG plots and verified TorchScript scorers.")
+    p.add_argument("--config", action=ActionConfigFile, help="a YAML with any of the options below")
+    p.add_argument("--data", type=str, default="mq2008", help="'mq2008' (bundled) or a folder of LETOR files")
+    p.add_argument("--folds", type=str, default="1", help="MQ2008 folds: '1-5', '1,3' or '2'")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per fold")
+    p.add_argument("--models", type=str | list[str], default=list(MODELS),
+                   help="model names (ranknet, lambdarank, lambdamart: configs/<name>.yaml) or config "
+                        "paths, comma-separated")
+    p.add_argument("--baselines", action="store_true", help="add LightGBM/XGBoost/CatBoost rows where installed")
+    p.add_argument("--out", type=str | None, default=None, help="output folder (default results/compare-<time>)")
+    p.add_argument("--max_epochs", "--max-epochs", type=int | None, default=None,
+                   help="cap every model's epochs / trees and the baselines' rounds (quick runs)")
+    return p
+
+
+def compare_from_args(argv: list[str]) -> int:
+    """``rankkit compare ...``: parse, run, print the table and where everything went."""
+    args = build_parser().parse_args(argv)
+    kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
+    result = compare(**kwargs)
+    print()
+    print(result["table"])
+    print(f"\nwrote {result['out']}/: metrics.json, table.md, {''.join(Path(p).name + ', ' for p in result['plots'])}"
+          f"scorers/ (each reloaded and checked against its eager scores); wall {result['wall_seconds']:.0f} s")
+    return 0

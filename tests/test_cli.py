@@ -1,0 +1,122 @@
+"""The `rankkit` command: LightningCLI fit/test/predict for every model, export, compare, errors."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rankkit.cli import main
+from rankkit.compare import best_round, parse_folds
+from rankkit.data import make_synthetic
+from rankkit.export import load_scorer
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+MODELS = ("ranknet", "lambdarank", "lambdamart")
+
+
+def write_letor(path: Path, seed: int) -> None:
+    ds = make_synthetic(24, 12, 5, seed=seed)
+    lines = []
+    for q in range(ds.n_queries):
+        for i in range(int(ds.offsets[q]), int(ds.offsets[q + 1])):
+            feats = " ".join(f"{j + 1}:{float(v):.5g}" for j, v in enumerate(ds.features[i]))
+            lines.append(f"{int(ds.labels[i])} qid:{q + 1} {feats}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def letor(tmp_path_factory) -> Path:
+    """A tiny LETOR folder (train/vali/test, 24 queries x 12 documents x 5 features each)."""
+    folder = tmp_path_factory.mktemp("letor")
+    for seed, name in enumerate(("train.txt", "vali.txt", "test.txt")):
+        write_letor(folder / name, seed)
+    return folder
+
+
+def quick(letor: Path, root: Path, epochs: int = 2) -> list[str]:
+    return [f"--data.data={letor}", f"--trainer.max_epochs={epochs}", f"--trainer.default_root_dir={root}",
+            "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
+            "--model.init_args.min_data_in_leaf=5"]
+
+
+# -- help and user mistakes -------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["fit", "test", "export", "compare", "info"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "--" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["fit", "--config", "no/such.yaml"],
+    ["fit", "--config", str(CONFIGS / "ranknet.yaml"), "--trainer.max_epochz=3"],
+    ["fit", "--config", str(CONFIGS / "ranknet.yaml"), "--data.fold=x"],
+    ["export", "no/such.ckpt"],
+    ["compare", "--folds", "0-9"],
+    ["compare", "--models", "nosuchmodel"],
+    ["compare", "--seeds", "0"],
+    ["bogus"],
+])
+def test_user_mistakes_are_one_line_and_exit_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rankkit") and "error:" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_export_rejects_a_file_that_is_not_a_checkpoint(tmp_path, capsys):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    assert main(["export", str(bad)]) == 2
+    assert "not a Lightning checkpoint" in capsys.readouterr().err
+
+
+def test_configs_start_with_the_command_that_runs_them():
+    for path in CONFIGS.glob("*.yaml"):
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# rankkit ") and f"configs/{path.name}" in first, path
+
+
+# -- fit -> test -> predict -> export, for each model ------------------------------------------------
+@pytest.mark.parametrize("model", MODELS)
+def test_fit_test_predict_export(model, letor, tmp_path, capsys):
+    config = str(CONFIGS / f"{model}.yaml")
+    args = quick(letor, tmp_path)[: None if model == "lambdamart" else -1]
+    assert main(["fit", "--config", config, *args]) == 0
+    ckpt = next(tmp_path.rglob("*.ckpt"))
+    assert main(["test", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
+    assert "test/ndcg@10" in capsys.readouterr().out
+    assert main(["predict", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
+    assert len((tmp_path / "predictions.txt").read_text().split()) == 24 * 12
+    out = tmp_path / "scorer.pt"
+    assert main(["export", str(ckpt), "-o", str(out)]) == 0
+    scorer = load_scorer(out)
+    assert scorer(torch.rand(7, 5)).shape == (7,)
+
+
+# -- compare ------------------------------------------------------------------------------------------
+def test_parse_folds_and_best_round():
+    assert parse_folds("1-5") == [1, 2, 3, 4, 5]
+    assert best_round([0.1, 0.2, 0.2, 0.15, 0.3], patience=2) == (1, 4)
+
+
+@pytest.mark.slow
+def test_compare_writes_table_plots_and_verified_exports(letor, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["compare", "--data", str(letor), "--max_epochs", "2", "--out", str(out),
+                 "--baselines"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("RankNet", "LambdaRank", "LambdaMART", "| NDCG@1 |"):
+        assert name in printed
+    result = json.loads((out / "metrics.json").read_text())
+    rankkit_runs = [r for r in result["runs"] if r["export_path"]]
+    assert {r["model"] for r in rankkit_runs} == {"RankNet", "LambdaRank", "LambdaMART"}
+    for r in result["runs"]:
+        assert 0 <= r["ndcg@10"] <= 1 and 1 <= len(r["val_curve"]) <= 2
+    for r in rankkit_runs:
+        assert r["export_max_abs_diff"] <= 1e-4 and Path(r["export_path"]).stat().st_size == r["export_bytes"]
+    assert (out / "table.md").read_text().count("\n| ") >= 3
+    assert (out / "val_ndcg10.png").stat().st_size > 0 and (out / "test_ndcg.png").stat().st_size > 0
