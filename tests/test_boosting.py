@@ -10,7 +10,7 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
-from rankkit.boosting import LambdaMART, ObliviousEnsemble, QuantileBinner
+from rankkit.boosting import LambdaMART, ObliviousEnsemble, QuantileBinner, _cpu_kernel
 from rankkit.boosting.booster import _valid_codes
 from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, build_histograms, split_scores
 from rankkit.data import load_mq2008, make_synthetic
@@ -107,8 +107,18 @@ def brute_force_tree(x, thresholds, valid, grad, hess, params):
     return chosen, leaves
 
 
+@pytest.fixture(params=["kernel", "torch"])
+def histogram_path(request, monkeypatch):
+    """Run a test with the compiled CPU histogram kernel and with the torch-ops histograms."""
+    if request.param == "torch":
+        monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
+    elif not _cpu_kernel.available():
+        pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
+    return request.param
+
+
 @pytest.mark.parametrize("min_data", [1, 15])
-def test_histogram_split_search_equals_brute_force(min_data):
+def test_histogram_split_search_equals_brute_force(min_data, histogram_path):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(400, 5, generator=g)
     x[::9, 3] = float("nan")
@@ -140,6 +150,42 @@ def test_histograms_match_direct_sums_and_subtraction():
     assert float(hist[1, f, j, b]) == pytest.approx(float(hess[sel].sum()))
     assert float(hist[2, f, j, b]) == int(sel.sum())
     assert torch.allclose(hist[2].sum((-1, -2)), torch.full((3,), 1000.0, dtype=torch.float64))
+
+
+def test_compiled_histograms_equal_torch_histograms():
+    if not _cpu_kernel.available():
+        pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
+    g = torch.Generator().manual_seed(3)
+    codes_t = torch.randint(0, 256, (6, 5000), generator=g, dtype=torch.uint8)
+    grad = torch.randn(5000, generator=g, dtype=torch.float64)
+    hess = torch.rand(5000, generator=g, dtype=torch.float64)
+    rows = torch.randperm(5000, generator=g)[:1700].sort().values
+    feats = torch.tensor([4, 0, 5])
+    node = torch.randint(0, 8, (1700,), generator=g)
+    fast = _cpu_kernel.cpu_histograms(codes_t, rows, feats, node, grad[rows], hess[rows], 8)
+    slow = build_histograms(codes_t[feats][:, rows].contiguous(), node, grad[rows], hess[rows], 8)
+    torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+    node_all = torch.randint(0, 2, (5000,), generator=g)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):  # each feature is summed by one thread in document order: same bits
+            torch.set_num_threads(n)
+            fast = _cpu_kernel.cpu_histograms(codes_t, None, torch.arange(6), node_all, grad, hess, 2)
+            torch.testing.assert_close(fast, build_histograms(codes_t, node_all, grad, hess, 2), rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_kernel_and_torch_paths_grow_the_same_trees(monkeypatch):
+    if not _cpu_kernel.available():
+        pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
+    train = make_synthetic(60, (5, 30), 8, seed=5)
+    kwargs = dict(n_estimators=6, depth=4, subsample=0.7, colsample=0.6, seed=3, min_data_in_leaf=5)
+    fast = LambdaMART(**kwargs).fit(train)
+    monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
+    slow = LambdaMART(**kwargs).fit(train)
+    for name, a in fast.ensemble_.state_dict().items():
+        torch.testing.assert_close(a, slow.ensemble_.state_dict()[name], msg=name)
 
 
 def test_split_scores_respect_invalid_codes():

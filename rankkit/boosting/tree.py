@@ -18,7 +18,9 @@ Split candidates come from histograms of (G, H, count) over (feature, node, code
 one scatter-add pass per level over the documents (no Python loop over documents, nodes or
 features; documents are only cut into row chunks to bound memory). From the second level on
 only the smaller child of each pair is scattered and its sibling is the parent minus it
-(the subtraction trick). Every sum that crosses documents -- the histograms and the leaf
+(the subtraction trick). On the CPU the histograms come from a small compiled kernel when a C
+compiler is available (:mod:`rankkit.boosting._cpu_kernel`; the same sums in the same order),
+else from torch scatter-adds. Every sum that crosses documents -- the histograms and the leaf
 sums -- goes through one ``reduce`` function, the identity by default, so a data-parallel
 version can all-reduce there.
 """
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
+
+from rankkit.boosting import _cpu_kernel
 
 N_CODES = 256
 # Rows scattered per chunk: bounds the int64 index buffer to F * _CHUNK_ROWS * 8 bytes.
@@ -204,19 +208,39 @@ class ObliviousTreeGrower:
         """
         p = self.params
         device = grad.device
-        codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
         valid = self.valid_codes if features is None else self.valid_codes.index_select(0, features)
-        codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
         g = grad if rows is None else grad.index_select(0, rows)
         h = hess if rows is None else hess.index_select(0, rows)
-        n = codes_t.shape[1]
+        n = g.shape[0]
+        if device.type == "cpu" and _cpu_kernel.available():
+            # The compiled kernel reads the sampled rows and features in place (no copies).
+            feat_ids = torch.arange(self.codes_t.shape[0]) if features is None else features
+
+            def column(f: int) -> torch.Tensor:
+                col = self.codes_t[feat_ids[f]]
+                return col if rows is None else col.index_select(0, rows)
+
+            def histograms(sel, node_sel, g_sel, h_sel, n_nodes):
+                docs = rows if sel is None else (sel if rows is None else rows.index_select(0, sel))
+                return self.reduce(_cpu_kernel.cpu_histograms(self.codes_t, docs, feat_ids, node_sel,
+                                                              g_sel, h_sel, n_nodes))
+        else:
+            codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
+            codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
+
+            def column(f: int) -> torch.Tensor:
+                return codes_t[f]
+
+            def histograms(sel, node_sel, g_sel, h_sel, n_nodes):
+                return build_histograms(codes_t if sel is None else codes_t.index_select(1, sel), node_sel,
+                                        g_sel, h_sel, n_nodes, reduce=self.reduce)
         node = torch.zeros(n, dtype=torch.long, device=device)
         depth = p.depth
         feats = torch.zeros(depth, dtype=torch.long, device=device)
         cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
         gains = torch.zeros(depth, dtype=torch.float64, device=device)
 
-        hist = build_histograms(codes_t, node, g, h, 1, reduce=self.reduce)
+        hist = histograms(None, node, g, h, 1)
         for level in range(depth):
             n_nodes = 1 << level
             scores = split_scores(hist, valid, p)
@@ -225,7 +249,7 @@ class ObliviousTreeGrower:
             if not float(scores.view(-1)[best]) > 0.0:
                 break  # no allowed split: the remaining levels send everything left
             feats[level], cuts[level], gains[level] = f, c, scores[f, c]
-            bit = codes_t[f] > c
+            bit = column(f) > c
             node = node + bit.long() * n_nodes
             if level + 1 == depth:
                 break
@@ -236,10 +260,8 @@ class ObliviousTreeGrower:
             small_is_right = right_count <= left_count  # [K]
             in_small = bit == small_is_right[node % n_nodes]
             small_rows = torch.nonzero(in_small).view(-1)
-            small = build_histograms(codes_t.index_select(1, small_rows),
-                                     node.index_select(0, small_rows) % n_nodes,
-                                     g.index_select(0, small_rows), h.index_select(0, small_rows),
-                                     n_nodes, reduce=self.reduce)
+            small = histograms(small_rows, node.index_select(0, small_rows) % n_nodes,
+                               g.index_select(0, small_rows), h.index_select(0, small_rows), n_nodes)
             large = hist - small
             sr = small_is_right[None, None, :, None]
             hist = torch.cat([torch.where(sr, large, small), torch.where(sr, small, large)], dim=2)
