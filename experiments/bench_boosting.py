@@ -187,6 +187,9 @@ def run_one(name: str, argv: list[str]) -> dict | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+LOAD_AT_START = os.getloadavg()[0]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queries", type=int, default=10_000)
@@ -225,7 +228,7 @@ def main(argv=None) -> None:
     n = args.queries * args.docs
     body = (f"## Boosting speed: ms per round, depth {args.depth}\n\n"
             f"{datetime.date.today()}. Command: `python experiments/bench_boosting.py --write`"
-            f" ({platform.machine()}, {os.cpu_count()} cores shared with other jobs, {args.threads} threads"
+            f" ({platform.machine()}, {os.cpu_count()} cores, load average {LOAD_AT_START:.1f} at the start, {args.threads} threads"
             f" per library).\n\nSynthetic MSLR-shaped set: {args.queries} queries x {args.docs} docs x "
             f"{args.features} features = {n:,} rows; lambdarank NDCG weighting, truncation "
             f"{args.k or 'none'}; median of {args.rounds} rounds; each library in its own process. Memory: "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import re
 import resource
@@ -223,8 +224,8 @@ def main():
     body = "\n\n".join([
         "## Lambda kernel",
         f"{datetime.date.today().isoformat()}, `python experiments/bench_lambdas.py --write` "
-        f"(machine shared with other jobs: compare the ratios, measured side by side, more "
-        f"than the absolute rates).",
+        f"(load average {os.getloadavg()[0]:.1f} when it started; compare the ratios, measured side "
+        f"by side, more than the absolute rates).",
         *tables,
         "Pairs are all unordered document pairs, B·L(L−1)/2. *kernel* is "
         "`lambda_gradients(..., weighting=\"ndcg\")` (grad and hess); *kernel+loss* adds "
