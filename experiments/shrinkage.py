@@ -36,7 +36,8 @@ from rankkit.lambdas import lambda_gradients
 
 ROOT = Path(__file__).resolve().parents[1]
 LEARNING_RATES = (1.0, 0.5, 0.1, 0.01)
-BOOSTER_ARGS = ("objective", "depth", "l2", "min_data_in_leaf", "weighting", "k", "subsample", "colsample")
+BOOSTER_ARGS = ("objective", "depth", "l2", "min_data_in_leaf", "weighting", "k", "sigma", "gain", "normalize",
+                "subsample", "colsample")
 
 
 def tuned_booster_settings() -> dict:

@@ -102,13 +102,22 @@ class QuantileBinner:
     def n_features(self) -> int:
         return self.borders_.shape[0]
 
-    def transform(self, features: torch.Tensor) -> torch.Tensor:
-        """Codes [N, F] uint8 of raw features [N, F] (any device; the borders follow it)."""
-        x = features.to(torch.float32)
+    def transform(self, features: torch.Tensor, *, chunk_rows: int = 1 << 16) -> torch.Tensor:
+        """Codes [N, F] uint8 of raw features [N, F] (any device; the borders follow it).
+
+        Rows are coded in chunks of ``chunk_rows`` so the int64 search result never holds more
+        than ``F * chunk_rows`` entries (the codes themselves are one byte each).
+        """
+        x = features if features.dtype == torch.float32 else features.to(torch.float32)
         borders = self.borders_.to(x.device)
-        codes = torch.searchsorted(borders, x.t().contiguous(), right=False) + 1  # [F, N]
-        codes = codes.masked_fill_(torch.isnan(x.t()) | (x.t() == -torch.inf), 0)
-        return codes.to(torch.uint8).t()
+        n = x.shape[0]
+        out = torch.empty(x.shape[1], n, dtype=torch.uint8, device=x.device)  # [F, N]
+        for start in range(0, n, chunk_rows):
+            xt = x[start:start + chunk_rows].t().contiguous()
+            codes = torch.searchsorted(borders, xt, right=False).add_(1)
+            codes.masked_fill_(torch.isnan(xt) | (xt == -torch.inf), 0)
+            out[:, start:start + chunk_rows] = codes
+        return out.t()
 
     def thresholds(self) -> torch.Tensor:
         """[F, M + 1] float32: the raw threshold ``t_c`` of the test ``code > c``."""
