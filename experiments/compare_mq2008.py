@@ -33,7 +33,9 @@ def main(argv=None) -> int:
         table_doc = open(os.path.join(result["out"], "table.md")).read()
         protocol = result["baseline_protocol"]
         baselines = (f" Baselines: library defaults, at most {protocol['rounds']} rounds, stopped after "
-                     f"{protocol['patience']} rounds without a better vali NDCG@10 computed by rankkit.metrics."
+                     f"{protocol['patience']} rounds without a better vali NDCG@10 computed by rankkit.metrics "
+                     f"(CatBoost grows every round and the rule is applied to its staged vali predictions, so its "
+                     f"train time covers all {protocol['rounds']} trees)."
                      if protocol else "")
         body = (f"## MQ2008: every model\n\nCommand: `{cmd}`\n\n{table_doc}\n"
                 f"Each rankkit model is trained with its configs/<model>.yaml.{baselines}\n\n"

@@ -62,10 +62,16 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     class RankkitCLI(LightningCLI):
         def predict(self, model, datamodule=None, ckpt_path=None, **kwargs):
             batches = self.trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
+            from rankkit.export import _atomic_write
+
             out = os.path.join(self.trainer.default_root_dir, "predictions.txt")
-            with open(out, "w") as f:
-                for scores in batches:
-                    f.writelines(f"{float(s):.6g}\n" for s in scores)
+
+            def write(tmp: str) -> None:
+                with open(tmp, "w") as f:
+                    for scores in batches:
+                        f.writelines(f"{float(s):.9g}\n" for s in scores)  # float32 round-trips
+
+            _atomic_write(out, write)
             print(f"wrote {sum(len(b) for b in batches)} scores (test set, query order) to {out}")
 
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line

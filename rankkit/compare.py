@@ -460,8 +460,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         "wall_seconds": time.perf_counter() - started,
         "summary": summarize(runs), "runs": runs,
     }
-    (out_dir / "metrics.json").write_text(json.dumps(result, indent=1))
-    (out_dir / "table.md").write_text(_table_doc(result, table))
+    _write_text(out_dir / "metrics.json", json.dumps(result, indent=1))
+    _write_text(out_dir / "table.md", _table_doc(result, table))
     if importlib.util.find_spec("matplotlib") is None:
         log("matplotlib is not installed: no plots (pip install 'rankkit[notebooks]')")
         plots = []
@@ -471,6 +471,17 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     result["plots"] = [str(p) for p in plots]
     result["out"] = str(out_dir)
     return result
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a crash leaves the old file or the new one)."""
+    from rankkit.export import _atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write(text)
+
+    _atomic_write(path, write)
 
 
 def _progress(r: dict) -> str:
