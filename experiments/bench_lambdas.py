@@ -209,6 +209,8 @@ def write(section_body):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--devices", default=None,
+                        help="comma-separated devices to measure (default: cpu, and cuda if present)")
     parser.add_argument("--child", choices=["time", "memory"], help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
@@ -219,7 +221,8 @@ def main():
     if args.child:
         return _child(args)
 
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = (args.devices.split(",") if args.devices else
+               ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     tables = [table(device, run(device)) for device in devices]
     body = "\n\n".join([
         "## Lambda kernel",
