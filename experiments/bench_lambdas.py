@@ -237,7 +237,7 @@ def main():
         "grad, no hess). *peak MiB* is the growth of the process's peak RSS (CPU) or of "
         "`torch.cuda.max_memory_allocated` during one call, in a fresh process; the kernel's "
         "pair workspace alone is bounded by `workspace_bytes` (256 MiB by default; on CPU it "
-        "works in cache-sized blocks of 2^18 pairs, about 3 MiB). *kernel k=10* is the wall "
+        "works in blocks of at most 2^20 pairs, about 4 MiB per float32 buffer). *kernel k=10* is the wall "
         "time with truncation at 10 (O(B·k·L)).",
     ])
     print(body)

@@ -52,9 +52,11 @@ class Weighting(NamedTuple):
             top document, padding last); ``k`` is the cutoff (L when there is none). Each
             returned term is [Q, L] or [1, L] (when it depends on the position only).
         signed_delta: ``(rows, cols, out) -> W``, with ``rows`` the terms at the top positions
-            a, shaped [Q|1, r, 1], and ``cols`` those at the lower positions b > a, shaped
-            [Q|1, 1, c]. Writes into ``out`` and returns W [Q, r, c] = −ΔZ_ab, the drop in the metric when a and b
-            swap, so W = sign(y_a − y_b) |ΔZ_ab| (Z rewards putting higher labels first).
+            a and ``cols`` those at the lower positions b > a, as views that broadcast to the
+            block's pair shape (query-major [Q|1, r, 1] and [Q|1, 1, c], or query-minor
+            [r, 1, Q|1] and [1, c, Q|1]: use elementwise operations only). Writes into ``out``
+            and returns W = −ΔZ_ab, the drop in the metric when a and b swap, so
+            W = sign(y_a − y_b) |ΔZ_ab| (Z rewards putting higher labels first).
         tie_weight: |ΔZ| of a pair with equal labels, used by ``tie_term=True``.
     """
 
@@ -145,8 +147,14 @@ WEIGHTINGS: dict[str, Weighting] = {
 # Bytes of pair temporaries per pair, in units of the compute dtype's item size: the kernel
 # keeps at most about this many [q, r, c] buffers alive at once (measured in the benchmark).
 _BUFFERS_PER_PAIR = 8
-# On CPU, blocks of this many pairs stay in cache; larger blocks only add memory traffic.
-_CPU_BLOCK_PAIRS = 1 << 18
+# On CPU, blocks of at most this many pairs (measured: fewer, larger blocks are faster as long
+# as they stay in the last-level cache).
+_CPU_BLOCK_PAIRS = 1 << 20
+# The fixed cost of a block on CPU (Python and dispatch of its ~25 tensor operations), in
+# pairs' worth of arithmetic: _blocks trades it against the triangle waste of row blocks.
+_CPU_BLOCK_COST = 40_000
+# On CPU, chunks of at least this many queries use the query-minor layout (see _Layout).
+_CPU_QUERY_MINOR = 16
 # Queries whose scores (times σ) span at most this much get the pair sigmoid as a product of
 # per-document exponentials, e^{±(σ s − centre)} ∈ [e^-33, e^33], which cannot overflow;
 # wider queries use torch.sigmoid of the difference. Both are the same ρ up to rounding.
@@ -263,28 +271,30 @@ def lambda_gradients(
         half_w = (half_w if qperm is None else half_w[qperm]).gather(1, order).mul(0.5)
         half_w.masked_fill_(~m, 0.0)
 
-    # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order).
+    # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order). Blocks in the
+    # query-minor layout accumulate into acc_t, its [2, L, Q] transpose (see _Layout).
     acc = torch.zeros(2, n_queries, n_docs, dtype=dtype, device=device)
     loss = torch.zeros(n_queries, dtype=dtype, device=device) if return_loss else None
     abs_sum = torch.zeros(n_queries, dtype=dtype, device=device) if normalize else None
     tie_weight = fn.tie_weight if tie_term else 0.0
 
     cap = max(1, workspace_bytes // (_BUFFERS_PER_PAIR * acc.element_size()))
-    if device.type == "cpu":
+    cpu = device.type == "cpu"
+    if cpu:
         cap = min(cap, _CPU_BLOCK_PAIRS)
-    blocks = list(_blocks(lengths, cutoff, cap))
+    blocks = list(_blocks(lengths, cutoff, cap, cpu))
+    acc_t = None
     if blocks:
         biggest = max((q1 - q0) * (r1 - r0) * (c1 - c0)
-                      for q0, q1, _, (r0, r1), (c0, c1) in blocks)
+                      for q0, q1, _, (r0, r1), (c0, c1), _ in blocks)
         # Reused buffers: [0] W, then ∂C/∂s_a / (−σ); [1] |W|, then the Newton term / σ²;
-        # [2] ρ's sigmoid p; [3] loss terms; [4] pair weights.
+        # [2] 1/ρ's 1 + e^{−d}; [3] loss terms; [4] pair weights.
         work = torch.empty(3 + return_loss + (weights is not None), biggest, dtype=dtype,
                            device=device)
         # Pairs (a, b) need b > a: upper[i, j] = j >= i, sliced for the blocks whose columns
         # overlap their rows (see _accumulate_block).
-        tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _) in blocks if c0 < r1), default=0)
+        tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _), _ in blocks if c0 < r1), default=0)
         upper = torch.ones(tall, tall, dtype=dtype, device=device).triu_()
-        mf = None if full else m.to(dtype)
         # Per-document factors of the pair sigmoid: e^{z_a} e^{−z_b} = e^{σ(s_a − s_b)} with
         # z = σ s − centre, for the queries whose scores span at most _EXP_SPAN.
         last = s.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
@@ -292,24 +302,39 @@ def lambda_gradients(
         z = (s - centre[:, None]).clamp_(-_EXP_SPAN / 2 - 1, _EXP_SPAN / 2 + 1)
         exp_pos, exp_neg = torch.exp(z), torch.exp(z.neg_())
         n_wide = [0] + (~(spread <= _EXP_SPAN)).cumsum(0).tolist()  # NaN counts as wide
+        per_doc = [s, exp_pos, exp_neg, *terms]
+        if half_w is not None:
+            per_doc.append(half_w)
+        if not full:
+            per_doc.append(m.to(dtype))
+        layouts = {}
         one = torch.ones(1, 1, 1, dtype=dtype, device=device)
-    for q0, q1, shortest, (r0, r1), (c0, c1) in blocks:
-        sl_r = _slicer(q0, q1, r0, r1)
-        sl_c = _slicer(q0, q1, c0, c1)
+    for q0, q1, shortest, (r0, r1), (c0, c1), q_minor in blocks:
+        lay = layouts.get(q_minor)
+        if lay is None:
+            lay = layouts[q_minor] = _Layout(q_minor, per_doc, acc)
+            if q_minor:
+                acc_t = lay.acc
+        row_views, col_views = lay.cut(q0, q1, r0, r1, c0, c1)
+        s_a, e_a = row_views[0], row_views[1]
+        s_b, f_b = col_views[0], col_views[2]
+        n_terms = len(terms)
         width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
         _accumulate_block(
-            s[q0:q1, r0:r1, None], s[q0:q1, None, c0:c1],
-            None if n_wide[q1] > n_wide[q0] else (exp_pos[q0:q1, r0:r1, None],
-                                                  exp_neg[q0:q1, None, c0:c1], one),
-            tuple(sl_r(t)[:, :, None] for t in terms), tuple(sl_c(t)[:, None, :] for t in terms),
-            upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width] if width > 0 else None,
-            None if shortest >= c1 else mf[q0:q1, None, c0:c1],
+            s_a, s_b, None if n_wide[q1] > n_wide[q0] else (e_a, f_b, one if q_minor else
+                                                            lay.ones[..., :c1 - c0]),
+            tuple(row_views[3:3 + n_terms]), tuple(col_views[3:3 + n_terms]),
+            lay.tri(upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width]) if width > 0 else None,
+            None if shortest >= c1 else col_views[-1],
             fn.signed_delta, tie_weight,
-            None if half_w is None else (half_w[q0:q1, r0:r1, None], half_w[q0:q1, None, c0:c1]),
-            work, acc[:, q0:q1], (r0, r1, c0, c1),
+            None if half_w is None else (row_views[3 + n_terms], col_views[3 + n_terms]),
+            work, lay, (q1 - q0, r1 - r0, c1 - c0), lay.acc_rows(q0, q1, r0, r1),
+            lay.acc_rows(q0, q1, c0, c1),
             None if loss is None else loss[q0:q1],
             None if abs_sum is None else abs_sum[q0:q1],
         )
+    if acc_t is not None:
+        acc.add_(acc_t.transpose(1, 2))
 
     acc[0].mul_(-sigma)
     acc[1].mul_(sigma * sigma)
@@ -335,76 +360,138 @@ def lambda_gradients(
     return tuple(out)
 
 
+class _Layout:
+    """How a block of pairs is laid out in memory, and the per-document views that feed it.
+
+    Query-major (``q_minor`` False): a block is [q, r, c], documents a along dim 1 and b along
+    the contiguous dim 2; the per-document terms enter as [q, r, 1] and [q, 1, c]. Query-minor:
+    [r, c, q], with the queries contiguous, terms [r, 1, q] and [1, c, q] (position-only terms
+    [r, 1, 1] and [1, c, 1]). Query-minor keeps every operand of the pair arithmetic
+    contiguous in the inner dimension and makes both pair sums reductions over outer
+    dimensions, which is much faster on CPU for chunks of many queries; query-major serves
+    chunks of a few long queries. Positions-first layouts accumulate into ``acc`` [2, L, Q].
+    """
+
+    def __init__(self, q_minor, per_doc, acc):
+        self.q_minor = q_minor
+        _, n_queries, n_docs = acc.shape
+        self.shared = [t.shape[0] == 1 for t in per_doc]  # position-only terms
+        if q_minor:
+            tt = [t.t().contiguous() for t in per_doc]
+            self.rows = [t[:, None, :] for t in tt]
+            self.cols = [t[None, :, :] for t in tt]
+            self.acc = acc.new_zeros(2, n_docs, n_queries)
+            self.ones = None
+            self.pair_dims = (0, 1)  # dims of a block that belong to one query
+            self.row_dim, self.col_dim = 1, 0  # summed over for per-row / per-column totals
+        else:
+            self.rows = [t[:, :, None] for t in per_doc]
+            self.cols = [t[:, None, :] for t in per_doc]
+            self.acc = acc
+            self.ones = acc.new_ones(1, 1, n_docs)
+            self.pair_dims = (1, 2)
+            self.row_dim, self.col_dim = 2, 1
+
+    def shape(self, q, r, c):
+        return (r, c, q) if self.q_minor else (q, r, c)
+
+    def cut(self, q0, q1, r0, r1, c0, c1):
+        """Row and column views of every per-document tensor for one block."""
+        qs, rs, cs, every = slice(q0, q1), slice(r0, r1), slice(c0, c1), slice(None)
+        if self.q_minor:
+            ri, ri1, ci, ci1 = (rs, every, qs), (rs,), (every, cs, qs), (every, cs)
+        else:
+            ri, ri1, ci, ci1 = (qs, rs), (every, rs), (qs, every, cs), (every, every, cs)
+        rows = [t[ri1 if one else ri] for t, one in zip(self.rows, self.shared)]
+        cols = [t[ci1 if one else ci] for t, one in zip(self.cols, self.shared)]
+        return rows, cols
+
+    def tri(self, upper):
+        """(index of the overlapping columns in a block, the b > a mask there)."""
+        width = upper.shape[1]
+        if self.q_minor:
+            return (slice(None), slice(0, width)), upper[:, :, None]
+        return (slice(None), slice(None), slice(0, width)), upper
+
+    def acc_rows(self, q0, q1, p0, p1):
+        """[2, ...] view of the accumulator at positions [p0, p1) of queries [q0, q1)."""
+        return self.acc[:, p0:p1, q0:q1] if self.q_minor else self.acc[:, q0:q1, p0:p1]
+
+
 def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
-                      work, acc, span, loss, abs_sum):
-    """Add one [q, r, c] block of pairs (positions a in rows, b in cols) to the outputs.
+                      work, layout, size, acc_rows, acc_cols, loss, abs_sum):
+    """Add one block of pairs (positions a in rows, b in cols) to the outputs.
 
     The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ|, the pair
     oriented from higher to lower label has x = sign(W) σ(s_b − s_a), ρ = sigmoid(x),
     ∂C/∂s_a = −σ W ρ = −∂C/∂s_b, ∂²C/∂s² = σ² |W| ρ (1 − ρ) and C = |W| softplus(x).
-    Positions are in rank order, so d = σ(s_b − s_a) <= 0 for every real pair and
-    p = sigmoid(d) <= ½ is accurate, and so is 1 − p: ρ = p when W > 0 and 1 − p when W < 0,
-    which gives, with no orientation pass,
+    Positions are in rank order, so d = σ(s_b − s_a) <= 0 for every real pair, and with
+    X = 1 + e^{−d} >= 2, p = sigmoid(d) = 1/X <= ½: ρ = p when W > 0 and 1 − p when W < 0,
+    which gives, with no orientation pass and no cancellation,
 
-        W ρ = |W| p + min(W, 0),   |W| ρ (1 − ρ) = |W| p (1 − p),
-        C = |W| softplus(d) + min(W, 0) d,   softplus(d) = −log(1 − p).
+        u = |W| / X = |W| p,   W ρ = min(W, 0) + u,   |W| ρ (1 − ρ) = u − u / X,
+        C = |W| softplus(d) + min(W, 0) d,   softplus(d) = −log(1 − p) = −log1p(−1/X).
 
-    ``exps`` (e^{z_a}, e^{−z_b}, 1) with z = σ s − centre give p = 1 / (1 + e^{z_a} e^{−z_b})
-    in one multiply-add; None: p = sigmoid(d). An equal-label pair (tie term, weight T) is
+    ``exps`` (e^{z_a}, e^{−z_b}, 1) with z = σ s − centre give X = 1 + e^{z_a} e^{−z_b} in one
+    multiply-add (the exponentials are bounded, so X is finite); None: X = 1 + exp(σ(s_a −
+    s_b)), which may be +inf (then u = 0). An equal-label pair (tie term, weight T) is
     oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
-    ``acc`` holds −grad / σ and hess / σ²: the caller applies the factors σ and σ².
+    ``layout`` (a :class:`_Layout`) says how the block of ``size`` (q, r, c) pairs lies in
+    ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
+    the rows and the columns (the caller applies the factors σ and σ²).
     """
-    r0, r1, c0, c1 = span
-    q, r, c = s_a.shape[0], s_a.shape[1], s_b.shape[2]
-    n = q * r * c
-    pair = work[:2, :n].view(2, q, r, c)
+    shape = layout.shape(*size)
+    n = size[0] * size[1] * size[2]
+    pair = work[:2, :n].view(2, *shape)
     w, a = pair[0], pair[1]
-    p = work[2, :n].view(q, r, c)
+    x = work[2, :n].view(shape)
     signed_delta(rows, cols, w)
     if tri is not None:
-        w[:, :, :tri.shape[1]].mul_(tri)
+        w[tri[0]].mul_(tri[1])
     if pad is not None:
         w.mul_(pad)
     ties = None
     if tie_weight:
         ties = (w == 0).to(w.dtype)
         if tri is not None:
-            ties[:, :, :tri.shape[1]].mul_(tri)
+            ties[tri[0]].mul_(tri[1])
         if pad is not None:
             ties.mul_(pad)
         ties.mul_(tie_weight)
         w.add_(ties)
     torch.abs(w, out=a)
     if exps is not None:
-        torch.addcmul(exps[2], exps[0], exps[1], out=p).reciprocal_()
+        torch.addcmul(exps[2], exps[0], exps[1], out=x)
     else:
-        torch.sigmoid(torch.sub(s_b, s_a, out=p), out=p)
+        torch.sub(s_a, s_b, out=x).exp_().add_(1.0)
     low = w.clamp_(max=0.0)  # min(W, 0)
     if ties is not None:
         low.sub_(ties, alpha=0.5)
-    omega = None if half_w is None else torch.add(half_w[0], half_w[1], out=work[-1, :n].view(q, r, c))
+    omega = None if half_w is None else torch.add(half_w[0], half_w[1],
+                                                  out=work[-1, :n].view(shape))
+    each = layout.pair_dims
     if loss is not None:
-        cost = work[3, :n].view(q, r, c)
+        cost = work[3, :n].view(shape)
         torch.sub(s_b, s_a, out=cost).mul_(low)  # min(W, 0) d
         if omega is not None:
             cost.mul_(omega)
-        loss.add_(cost.sum((1, 2)))
-        # −|W| softplus(d) = |W| log(1 − p); the clamp only keeps masked pairs (p > ½) finite.
-        torch.sub(1.0, p, out=cost).clamp_(min=0.5).log_().mul_(a)
+        loss.add_(cost.sum(each))
+        # −|W| softplus(d) = |W| log1p(−p); the clamp only keeps masked pairs (p > ½) finite.
+        torch.reciprocal(x, out=cost).neg_().clamp_(min=-0.5).log1p_().mul_(a)
         if omega is not None:
             cost.mul_(omega)
-        loss.sub_(cost.sum((1, 2)))
-    g = low.addcmul_(a, p)  # W ρ: ∂C/∂s_a = −σ W ρ
+        loss.sub_(cost.sum(each))
+    u = a.div_(x)  # |W| p
+    g = low.add_(u)  # W ρ: ∂C/∂s_a = −σ W ρ
     if abs_sum is not None:
-        abs_sum.add_(g.abs().sum((1, 2)))  # |λ_ab| / σ
-    h = a.mul_(p)
-    h.addcmul_(h, p, value=-1.0)  # |W| p (1 − p)
+        abs_sum.add_(g.abs().sum(each))  # |λ_ab| / σ
+    u.addcdiv_(u, x, value=-1.0)  # |W| p (1 − p)
     if omega is not None:
         pair.mul_(omega)
-    per_col = pair.sum(2)
-    per_col[0].neg_()
-    acc[:, :, r0:r1].add_(pair.sum(3))
-    acc[:, :, c0:c1].add_(per_col)
+    per_col = pair.sum(1 + layout.col_dim)
+    acc_rows.add_(pair.sum(1 + layout.row_dim))
+    acc_cols[0].sub_(per_col[0])
+    acc_cols[1].add_(per_col[1])
 
 
 def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
@@ -434,13 +521,19 @@ def _slicer(q0: int, q1: int, p0: int, p1: int):
     return lambda t: t[:, p0:p1] if t.shape[0] == 1 else t[q0:q1, p0:p1]
 
 
-def _blocks(lengths: torch.Tensor, cutoff: int, cap: int):
-    """Yield (q0, q1, shortest length, (r0, r1), (c0, c1)) blocks of at most about ``cap`` pairs.
+def _blocks(lengths: torch.Tensor, cutoff: int, cap: int, cpu: bool = True):
+    """Yield (q0, q1, shortest length, (r0, r1), (c0, c1), q_minor) blocks of at most about
+    ``cap`` pairs.
 
     ``lengths`` [Q] is sorted ascending. Queries are grouped in length buckets (powers of
     √2) so a short query never pays for the longest one; within a bucket, consecutive
     queries form chunks, and each chunk is cut into row blocks (positions a < cutoff) and
-    column blocks (positions b > a).
+    column blocks (positions b > a). ``q_minor``: lay the block out with the queries as the
+    contiguous dimension (see :class:`_Layout`), done on CPU for chunks of many queries.
+
+    Each row block also visits the pairs b <= a of its own rows, a triangle that more row
+    blocks make smaller, at the price of a fixed cost per block (on CPU, that of about
+    _CPU_BLOCK_COST pairs). On CPU the height of the row blocks minimises the sum of the two.
     """
     lens = lengths.tolist()
     start = bisect.bisect_left(lens, 2)  # shorter queries have no pairs
@@ -454,24 +547,37 @@ def _blocks(lengths: torch.Tensor, cutoff: int, cap: int):
     for count in counts:
         stop = start + count
         n_max = lens[stop - 1]
-        n_rows = min(cutoff, n_max)
-        # Few, whole-width row blocks for short lists; ~8 for long ones so that the lower
-        # triangle (b <= a) is mostly skipped.
-        rb = n_rows if n_rows <= 32 else max(16, math.ceil(n_rows / 8))
-        rb = max(1, min(rb, cap // n_max))
+        if cpu:
+            n_rows = min(cutoff, n_max - 1)
+            per_query = n_rows * (2 * n_max - n_rows - 1) // 2  # pairs (a, b), a < n_rows
+            # A chunk of q queries cut into row blocks of height h costs about
+            # _CPU_BLOCK_COST · n_rows / h + q (pairs + n_rows h / 2): best h = √(2 cost / q).
+            q = max(1, min(count, cap // max(1, per_query)))
+            rb = round(math.sqrt(2 * _CPU_BLOCK_COST / q))
+            rb = max(1, min(n_rows, rb, cap // (n_max - 1)))
+            rb = math.ceil(n_rows / math.ceil(n_rows / rb))  # even heights
+            area = rb * (n_max - 1)  # pairs per query in a row block
+        else:
+            n_rows = min(cutoff, n_max)
+            # Few, whole-width row blocks for short lists; ~8 for long ones so that the
+            # lower triangle (b <= a) is mostly skipped.
+            rb = n_rows if n_rows <= 32 else max(16, math.ceil(n_rows / 8))
+            rb = max(1, min(rb, cap // n_max))
+            area = rb * n_max
         cb = min(n_max, max(1, cap // rb))
         qc = max(1, cap // (rb * cb))
         qc = math.ceil(count / math.ceil(count / qc))  # chunks of even size
-        area = rb * cb  # pairs per query in a block; lower row blocks are narrower, so taller
+        q_minor = cpu and qc >= _CPU_QUERY_MINOR
         for q0 in range(start, stop, qc):
             q1 = min(q0 + qc, stop)
             n = lens[q1 - 1]
             n_rows = min(cutoff, n - 1)  # the last position has no pair below it
             r0 = 0
             while r0 < n_rows:
+                # Lower row blocks are narrower, so taller for the same area.
                 r1 = min(n_rows, r0 + max(rb, area // (n - r0 - 1)))
                 for c0 in range(r0 + 1, n, cb):
-                    yield q0, q1, lens[q0], (r0, r1), (c0, min(c0 + cb, n))
+                    yield q0, q1, lens[q0], (r0, r1), (c0, min(c0 + cb, n)), q_minor
                 r0 = r1
         start = stop
 
