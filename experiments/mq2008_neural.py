@@ -76,11 +76,12 @@ def run_one(name: str, fold: int, seed: int, workdir: str, max_epochs: int = MAX
     spec = SETTINGS[name]
     kwargs = {**spec["kwargs"], **(overrides or {})}
     max_docs = kwargs.pop("max_docs", spec["max_docs"])
+    patience = kwargs.pop("patience", PATIENCE)
     model = spec["cls"](n_features=train.n_features, **kwargs)
     dm = RankingDataModule.from_datasets(train, vali, test, max_docs=max_docs, seed=seed)
     ckpt = pl.callbacks.ModelCheckpoint(monitor="val/ndcg@10", mode="max", dirpath=workdir,
                                         filename=f"{name}-f{fold}-s{seed}")
-    stop = pl.callbacks.EarlyStopping(monitor="val/ndcg@10", mode="max", patience=PATIENCE)
+    stop = pl.callbacks.EarlyStopping(monitor="val/ndcg@10", mode="max", patience=patience)
     trainer = pl.Trainer(max_epochs=max_epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[ckpt, stop], default_root_dir=workdir)
     t0 = time.perf_counter()
@@ -139,21 +140,30 @@ def literature_check(rows: list[dict], folds: list[int]) -> str:
 
 
 def tune(args, folds: list[int], argv) -> int:
-    """Every grid point on every fold with seed 0; the best mean vali NDCG@10 wins."""
+    """Every grid point on every fold with seeds 0..tune_seeds-1; the best mean vali NDCG@10 wins."""
     import itertools
 
-    lines = []
+    lines, dump = [], []
     with tempfile.TemporaryDirectory() as work:
         for name in args.models.split(","):
-            grid = GRID[name]
+            grid = json.loads(args.grid) if args.grid else GRID[name]
             results = []
             for values in itertools.product(*grid.values()):
-                point = dict(zip(grid, values))
-                runs = [run_one(name, fold, 0, work, args.max_epochs, point) for fold in folds]
+                point = {**args.overrides, **dict(zip(grid, values))}
+                runs = [run_one(name, fold, seed, work, args.max_epochs, point)
+                        for fold in folds for seed in range(args.tune_seeds)]
                 vali = statistics.mean(r["best_val_ndcg@10"] for r in runs)
-                test = statistics.mean(r["ndcg@10"] for r in runs)
+                test = statistics.mean(r["ndcg@10"] for r in runs)  # printed, never used to select
                 results.append((vali, test, point))
-                print(f"{name} {point}: vali {vali:.4f} test {test:.4f}", flush=True)
+                dump.append({"model": name, "setting": point, "runs": runs})
+                per_fold = " ".join(
+                    f"{statistics.mean(r['best_val_ndcg@10'] for r in runs if r['fold'] == f):.4f}/"
+                    f"{statistics.mean(r['ndcg@10'] for r in runs if r['fold'] == f):.4f}" for f in folds)
+                print(f"{name} {point}: vali {vali:.4f} test {test:.4f} (per fold vali/test {per_fold})",
+                      flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(dump, f, indent=1)
             results.sort(key=lambda t: -t[0])
             lines.append(f"**{name}** (grid {grid}):\n\n| rank | setting | mean vali NDCG@10 | mean test NDCG@10 |\n"
                          "|---:|---|---:|---:|")
@@ -165,7 +175,7 @@ def tune(args, folds: list[int], argv) -> int:
         cmd = "python experiments/mq2008_neural.py " + " ".join(argv if argv is not None else sys.argv[1:])
         body = (f"## MQ2008: neural model selection\n\n{datetime.date.today()}, CPU "
                 f"({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads). "
-                f"Command: `{cmd}`\n\nSeed 0, folds {folds}, each setting ranked by its mean **vali** "
+                f"Command: `{cmd}`\n\nSeeds 0-{args.tune_seeds - 1}, folds {folds}, each setting ranked by its mean **vali** "
                 f"NDCG@10 (the test column is shown, not used). Settings not in the grid are those of "
                 f"configs/<model>.yaml; the winners are the configs' defaults.\n\n{md}\n")
         write_section("mq2008_neural_tune", body)
@@ -182,9 +192,16 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="also dump every run as JSON here")
     p.add_argument("--tune", action="store_true",
                    help="grid-search each model on mean vali NDCG@10 (seed 0); test is only reported")
+    p.add_argument("--grid", default=None,
+                   help='with --tune: a JSON grid instead of GRID, e.g. \'{"lr": [1e-3, 3e-4]}\'')
+    p.add_argument("--tune-seeds", type=int, default=1, help="with --tune: seeds per grid point")
+    p.add_argument("--set", default=None,
+                   help='a JSON dict of overrides of the configs/ settings (also "max_docs", "patience")')
+    p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="torch threads")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads)
+    args.overrides = json.loads(args.set) if args.set else {}
     folds = parse_range(args.folds)
     if args.tune:
         return tune(args, folds, argv)
@@ -193,7 +210,7 @@ def main(argv=None) -> int:
         for fold in folds:
             for name in args.models.split(","):
                 for seed in range(args.seeds):
-                    r = run_one(name, fold, seed, work, args.max_epochs)
+                    r = run_one(name, fold, seed, work, args.max_epochs, args.overrides)
                     rows.append(r)
                     print(json.dumps(r), flush=True)
     if args.json:

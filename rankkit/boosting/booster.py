@@ -51,6 +51,10 @@ class LambdaMART(BaseEstimator):
         weighting, k, sigma, gain, normalize: passed to the lambda kernel
             (:func:`rankkit.lambdas.lambda_gradients`).
         subsample: fraction of queries drawn (without replacement) for each tree.
+        bagging_temperature: CatBoost's Bayesian bootstrap, per query: each tree multiplies the
+            gradients and hessians of every query by its own weight ``(-log U)^T``, U uniform
+            on (0, 1] (mean 1 at T = 1; 0 turns it off, larger T bags harder). Combines with
+            ``subsample``.
         colsample: fraction of the (non-constant) features drawn for each tree.
         max_bins: codes per feature, including the missing-value bin (<= 255).
         eval_metric: ``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` for ``eval_set``.
@@ -83,8 +87,8 @@ class LambdaMART(BaseEstimator):
                  learning_rate: float = 0.1, l2: float = 1.0, min_data_in_leaf: int = 20,
                  min_sum_hessian: float = 1e-3, weighting: str = "ndcg", k: int | None = None,
                  sigma: float = 1.0, gain: str = "exp", normalize: bool = False,
-                 subsample: float = 1.0, colsample: float = 1.0, max_bins: int = MAX_BINS,
-                 eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
+                 subsample: float = 1.0, colsample: float = 1.0, bagging_temperature: float = 0.0,
+                 max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
                  seed: int = 0, device: str = "cpu", verbose: int = 0):
         self.objective = objective
         self.n_estimators = n_estimators
@@ -100,6 +104,7 @@ class LambdaMART(BaseEstimator):
         self.normalize = normalize
         self.subsample = subsample
         self.colsample = colsample
+        self.bagging_temperature = bagging_temperature
         self.max_bins = max_bins
         self.eval_metric = eval_metric
         self.early_stopping_rounds = early_stopping_rounds
@@ -177,6 +182,9 @@ class LambdaMART(BaseEstimator):
             if self.colsample < 1.0 and n_used > 1:
                 features_sel = torch.randperm(n_used, generator=gen)[: max(1, round(self.colsample * n_used))]
                 features_sel = features_sel.sort().values.to(device)
+            if self.bagging_temperature > 0:
+                w = bayesian_bootstrap_weights(sizes, self.bagging_temperature, gen).to(device)
+                grad, hess = grad * w, hess * w
             tree = grower.grow(grad, hess, rows=rows, features=features_sel)
             scores += tree.leaf_values[tree.leaf_index]
             trees.append(tree)
@@ -256,6 +264,9 @@ class LambdaMART(BaseEstimator):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v <= 1):
                 raise ValueError(f"`{name}` has to be in (0, 1], got {v!r}")
+        v = self.bagging_temperature
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0 <= v < math.inf):
+            raise ValueError(f"`bagging_temperature` has to be a non-negative number, got {v!r}")
         if not isinstance(self.max_bins, int) or not 3 <= self.max_bins <= MAX_BINS:
             raise ValueError(f"`max_bins` has to be an integer in 3..{MAX_BINS}, got {self.max_bins!r}")
 
@@ -416,3 +427,14 @@ def _docs_of(queries: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor) 
     starts = torch.cumsum(s, 0) - s
     return offsets[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]
 
+
+
+def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """[N] float64 per-document weights: one ``(-log U)^temperature`` per query, U in (0, 1].
+
+    CatBoost's Bayesian bootstrap at the query level (a query's documents share its weight, so
+    the pairs inside a query keep their relative weights).
+    """
+    u = 1.0 - torch.rand(len(sizes), generator=generator, dtype=torch.float64)  # (0, 1]
+    w = (-torch.log(u)).pow(temperature)
+    return torch.repeat_interleave(w, sizes)

@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
-from rankkit.boosting.booster import _valid_codes
+from rankkit.boosting.booster import _valid_codes, bayesian_bootstrap_weights
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_objective
 from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, TreeParams
@@ -37,7 +37,8 @@ class LambdaMARTModule(pl.LightningModule):
                  l2: float = 1.0, min_data_in_leaf: int = 20, min_sum_hessian: float = 1e-3,
                  weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
                  gain: str = "exp", normalize: bool = False, subsample: float = 1.0,
-                 colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0):
+                 colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
+                 bagging_temperature: float = 0.0):
         super().__init__()
         if objective not in OBJECTIVES:
             raise ValueError(f"`objective` has to be one of {OBJECTIVES}, got {objective!r}")
@@ -48,6 +49,8 @@ class LambdaMARTModule(pl.LightningModule):
         for name, v in (("subsample", subsample), ("colsample", colsample)):
             if not 0 < v <= 1:
                 raise ValueError(f"`{name}` has to be in (0, 1], got {v!r}")
+        if isinstance(bagging_temperature, bool) or not 0 <= bagging_temperature < float("inf"):
+            raise ValueError(f"`bagging_temperature` has to be a non-negative number, got {bagging_temperature!r}")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.objective = make_objective(objective, weighting=weighting, k=k, sigma=sigma,
@@ -97,6 +100,10 @@ class LambdaMARTModule(pl.LightningModule):
         s = self._state
         grad, hess = self.objective.gradients(s["scores"], s["layout"])
         rows, features = self._sample(s)
+        if self.hparams.bagging_temperature > 0:
+            w = bayesian_bootstrap_weights(s["sizes"], self.hparams.bagging_temperature,
+                                           s["generator"]).to(self.device)
+            grad, hess = grad * w, hess * w
         tree = s["grower"].grow(grad, hess, rows=rows, features=features)
         s["scores"] += tree.leaf_values[tree.leaf_index]
         self._append(tree, s)
