@@ -12,7 +12,7 @@ from sklearn.exceptions import NotFittedError
 
 from rankkit.boosting import LambdaMART, ObliviousEnsemble, QuantileBinner, _cpu_kernel
 from rankkit.boosting.booster import _valid_codes
-from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, build_histograms, split_scores
+from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, build_histograms, leaf_of, split_scores
 from rankkit.data import load_mq2008, make_synthetic
 from rankkit.data.dataset import RankingDataset
 
@@ -157,23 +157,52 @@ def test_compiled_histograms_equal_torch_histograms():
         pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
     g = torch.Generator().manual_seed(3)
     codes_t = torch.randint(0, 256, (6, 5000), generator=g, dtype=torch.uint8)
+    codes = codes_t.t().contiguous()  # the kernel reads one row per document
     grad = torch.randn(5000, generator=g, dtype=torch.float64)
     hess = torch.rand(5000, generator=g, dtype=torch.float64)
     rows = torch.randperm(5000, generator=g)[:1700].sort().values
     feats = torch.tensor([4, 0, 5])
     node = torch.randint(0, 8, (1700,), generator=g)
-    fast = _cpu_kernel.cpu_histograms(codes_t, rows, feats, node, grad[rows], hess[rows], 8)
+    fast = _cpu_kernel.cpu_histograms(codes, rows, feats, node, grad[rows], hess[rows], 8)
     slow = build_histograms(codes_t[feats][:, rows].contiguous(), node, grad[rows], hess[rows], 8)
     torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+    # A node -> slot map: nodes 1 and 6 to slots 1 and 0, the others left out.
+    slot = torch.tensor([-1, 1, -1, -1, -1, -1, 0, -1])
+    mapped = _cpu_kernel.cpu_histograms(codes, rows, feats, node, grad[rows], hess[rows], 8, slot, 2)
+    torch.testing.assert_close(mapped, fast[:, :, [6, 1]], rtol=0, atol=0)
+    # The children after a split: the smaller child summed, its sibling parent - child.
+    parent_of = node % 4
+    parent = _cpu_kernel.cpu_histograms(codes, rows, feats, parent_of, grad[rows], hess[rows], 4)
+    small_is_right = torch.tensor([True, False, False, True])
+    kids = _cpu_kernel.cpu_children(codes, rows, feats, node, grad[rows], hess[rows], parent, small_is_right)
+    for p in range(4):
+        small, large = (p + 4, p) if small_is_right[p] else (p, p + 4)
+        torch.testing.assert_close(kids[:, :, small], fast[:, :, small], rtol=0, atol=0)
+        torch.testing.assert_close(kids[:, :, large], parent[:, :, p] - fast[:, :, small], rtol=0, atol=0)
     node_all = torch.randint(0, 2, (5000,), generator=g)
     threads = torch.get_num_threads()
     try:
-        for n in (1, 2):  # each feature is summed by one thread in document order: same bits
+        for n in (1, 2, 3):  # each cell is summed by one thread in document order: same bits
             torch.set_num_threads(n)
-            fast = _cpu_kernel.cpu_histograms(codes_t, None, torch.arange(6), node_all, grad, hess, 2)
+            fast = _cpu_kernel.cpu_histograms(codes, None, None, node_all, grad, hess, 2)
             torch.testing.assert_close(fast, build_histograms(codes_t, node_all, grad, hess, 2), rtol=0, atol=0)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_compiled_routing_equals_leaf_of():
+    if not _cpu_kernel.available():
+        pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
+    g = torch.Generator().manual_seed(4)
+    codes_t = torch.randint(0, 256, (7, 3000), generator=g, dtype=torch.uint8)
+    feats, cuts = torch.tensor([3, 0, 6]), torch.tensor([100, 7, 255])
+    leaves = _cpu_kernel.cpu_route(codes_t.t().contiguous(), None, feats, cuts, torch.tensor([1, 2, 4]),
+                                   torch.zeros(3000, dtype=torch.long))
+    assert torch.equal(leaves, leaf_of(codes_t, feats, cuts))
+    rows = torch.tensor([5, 2999, 0, 5])
+    node = torch.full((4,), 10, dtype=torch.long)
+    _cpu_kernel.cpu_route(codes_t.t().contiguous(), rows, feats[:1], cuts[:1], torch.tensor([8]), node)
+    assert torch.equal(node, 10 + 8 * (codes_t[3, rows] > 100).long())
 
 
 def test_kernel_and_torch_paths_grow_the_same_trees(monkeypatch):
@@ -186,6 +215,23 @@ def test_kernel_and_torch_paths_grow_the_same_trees(monkeypatch):
     slow = LambdaMART(**kwargs).fit(train)
     for name, a in fast.ensemble_.state_dict().items():
         torch.testing.assert_close(a, slow.ensemble_.state_dict()[name], msg=name)
+
+
+def test_reduce_hook_grows_the_same_tree(histogram_path):
+    # A reduction point other than the identity takes the unfused subtraction path.
+    g = torch.Generator().manual_seed(6)
+    codes = torch.randint(0, 40, (3000, 5), generator=g, dtype=torch.uint8)
+    valid = torch.zeros(5, 256, dtype=torch.bool)
+    valid[:, :39] = True
+    grad = torch.randn(3000, generator=g, dtype=torch.float64)
+    hess = torch.rand(3000, generator=g, dtype=torch.float64)
+    params = TreeParams(depth=4, min_data_in_leaf=10)
+    rows, feats = torch.arange(0, 3000, 2), torch.tensor([4, 1, 2])
+    for kw in ({}, {"rows": rows, "features": feats}):
+        a = ObliviousTreeGrower(codes, valid, params).grow(grad, hess, **kw)
+        b = ObliviousTreeGrower(codes, valid, params, reduce=lambda t: t.clone()).grow(grad, hess, **kw)
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
 
 
 def test_split_scores_respect_invalid_codes():
@@ -414,3 +460,29 @@ def test_cuda_grows_the_same_trees_as_cpu():
     assert torch.equal(cpu.features, gpu.features.cpu())
     assert torch.equal(cpu.thresholds, gpu.thresholds.cpu())
     torch.testing.assert_close(cpu.leaf_values, gpu.leaf_values.cpu(), rtol=1e-4, atol=1e-6)
+
+
+# -- Bayesian bootstrap (bagging_temperature) -------------------------------------------------------
+def test_bayesian_bootstrap_weights_per_query():
+    from rankkit.boosting.booster import bayesian_bootstrap_weights
+
+    sizes = torch.tensor([3, 1, 4])
+    w = bayesian_bootstrap_weights(sizes, 1.0, torch.Generator().manual_seed(0))
+    assert w.shape == (8,) and bool((w >= 0).all())
+    assert len(set(w[:3].tolist())) == 1 and len(set(w[4:].tolist())) == 1
+    ones = bayesian_bootstrap_weights(sizes, 0.0, torch.Generator().manual_seed(0))
+    assert torch.equal(ones, torch.ones(8, dtype=torch.float64))
+    many = bayesian_bootstrap_weights(torch.ones(20000, dtype=torch.long), 1.0, torch.Generator().manual_seed(1))
+    assert abs(float(many.mean()) - 1.0) < 0.05  # Exp(1): mean 1
+
+
+def test_bagging_temperature_is_seeded_and_changes_the_trees():
+    train = small_set(n_queries=40)
+    kw = dict(n_estimators=5, depth=3, min_data_in_leaf=3)
+    a = LambdaMART(seed=7, bagging_temperature=1.0, **kw).fit(train).ensemble_
+    b = LambdaMART(seed=7, bagging_temperature=1.0, **kw).fit(train).ensemble_
+    plain = LambdaMART(seed=7, **kw).fit(train).ensemble_
+    assert torch.equal(a.leaf_values, b.leaf_values)
+    assert not torch.equal(a.leaf_values, plain.leaf_values)
+    with pytest.raises(ValueError, match="bagging_temperature"):
+        LambdaMART(bagging_temperature=-1.0).fit(train)

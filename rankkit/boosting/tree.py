@@ -192,7 +192,13 @@ class ObliviousTreeGrower:
 
     def __init__(self, codes: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams, *,
                  reduce: Reduce = identity_reduce):
-        self.codes_t = codes.t().contiguous()  # [F, N]: a feature's codes are one row
+        # The compiled CPU kernel reads the row-major codes [N, F] (a document's codes are one
+        # row); the torch ops (and CUDA) a feature-major copy [F, N]. Only one of them is kept.
+        self.kernel = codes.device.type == "cpu" and _cpu_kernel.available()
+        if self.kernel:
+            self.codes = codes.contiguous()
+        else:
+            self.codes_t = codes.t().contiguous()
         self.valid_codes = valid_codes.to(codes.device)
         self.params = params
         self.reduce = reduce
@@ -212,35 +218,59 @@ class ObliviousTreeGrower:
         g = grad if rows is None else grad.index_select(0, rows)
         h = hess if rows is None else hess.index_select(0, rows)
         n = g.shape[0]
-        if device.type == "cpu" and _cpu_kernel.available():
-            # The compiled kernel reads the sampled rows and features in place (no copies).
-            feat_ids = torch.arange(self.codes_t.shape[0]) if features is None else features
+        # Three steps differ between the compiled kernel and torch ops: the histograms of all
+        # documents (one node), routing the documents down a level's split (node += bit · K),
+        # and the children's histograms after that: only the smaller child of each pair is
+        # summed, its sibling is parent − child (the subtraction trick).
+        if self.kernel:
+            # The kernel reads the sampled rows and features of the codes in place (no copies).
+            codes = self.codes
+            raw = torch.arange(codes.shape[1]) if features is None else features
 
-            def column(f: int) -> torch.Tensor:
-                col = self.codes_t[feat_ids[f]]
-                return col if rows is None else col.index_select(0, rows)
+            def root_histograms() -> torch.Tensor:
+                return self.reduce(_cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 1))
 
-            def histograms(sel, node_sel, g_sel, h_sel, n_nodes):
-                docs = rows if sel is None else (sel if rows is None else rows.index_select(0, sel))
-                return self.reduce(_cpu_kernel.cpu_histograms(self.codes_t, docs, feat_ids, node_sel,
-                                                              g_sel, h_sel, n_nodes))
+            def route(f: int, c: int, n_nodes: int) -> None:
+                _cpu_kernel.cpu_route(codes, rows, raw[f: f + 1], torch.tensor([c]), torch.tensor([n_nodes]), node)
+
+            def children(hist: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
+                if self.reduce is identity_reduce:  # the kernel subtracts in place
+                    return _cpu_kernel.cpu_children(codes, rows, features, node, g, h, hist, small_is_right)
+                # Node p + K·[small child is right] of the K parents p goes to slot p; the
+                # other children's documents are skipped.
+                n_nodes = hist.shape[2]
+                parents = torch.arange(n_nodes)
+                slot = torch.full((2 * n_nodes,), -1, dtype=torch.long)
+                slot[parents + n_nodes * small_is_right.long()] = parents
+                small = self.reduce(_cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 2 * n_nodes,
+                                                               slot, n_nodes))
+                return _siblings(hist, small, small_is_right)
         else:
             codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
             codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
 
-            def column(f: int) -> torch.Tensor:
-                return codes_t[f]
+            def root_histograms() -> torch.Tensor:
+                return build_histograms(codes_t, node, g, h, 1, reduce=self.reduce)
 
-            def histograms(sel, node_sel, g_sel, h_sel, n_nodes):
-                return build_histograms(codes_t if sel is None else codes_t.index_select(1, sel), node_sel,
-                                        g_sel, h_sel, n_nodes, reduce=self.reduce)
+            def route(f: int, c: int, n_nodes: int) -> None:
+                node.add_((codes_t[f] > c).long() * n_nodes)
+
+            def children(hist: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
+                n_nodes = hist.shape[2]
+                bit = node >= n_nodes
+                parent = node - bit.long() * n_nodes
+                sel = torch.nonzero(bit == small_is_right[parent]).view(-1)
+                small = build_histograms(codes_t.index_select(1, sel), parent.index_select(0, sel),
+                                         g.index_select(0, sel), h.index_select(0, sel), n_nodes,
+                                         reduce=self.reduce)
+                return _siblings(hist, small, small_is_right)
         node = torch.zeros(n, dtype=torch.long, device=device)
         depth = p.depth
         feats = torch.zeros(depth, dtype=torch.long, device=device)
         cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
         gains = torch.zeros(depth, dtype=torch.float64, device=device)
 
-        hist = histograms(None, node, g, h, 1)
+        hist = root_histograms()
         for level in range(depth):
             n_nodes = 1 << level
             scores = split_scores(hist, valid, p)
@@ -249,28 +279,35 @@ class ObliviousTreeGrower:
             if not float(scores.view(-1)[best]) > 0.0:
                 break  # no allowed split: the remaining levels send everything left
             feats[level], cuts[level], gains[level] = f, c, scores[f, c]
-            bit = column(f) > c
-            node = node + bit.long() * n_nodes
+            route(f, c, n_nodes)
             if level + 1 == depth:
                 break
-            # Children of the next level: scatter only the smaller child of each pair and
-            # take its sibling as parent − child (the subtraction trick).
+            # Children of the next level: sum only the smaller child of each pair (the
+            # subtraction trick).
             left_count = hist[2, f, :, : c + 1].sum(-1)
             right_count = hist[2, f, :, c + 1:].sum(-1)
             small_is_right = right_count <= left_count  # [K]
-            in_small = bit == small_is_right[node % n_nodes]
-            small_rows = torch.nonzero(in_small).view(-1)
-            small = histograms(small_rows, node.index_select(0, small_rows) % n_nodes,
-                               g.index_select(0, small_rows), h.index_select(0, small_rows), n_nodes)
-            large = hist - small
-            sr = small_is_right[None, None, :, None]
-            hist = torch.cat([torch.where(sr, large, small), torch.where(sr, small, large)], dim=2)
+            hist = children(hist, small_is_right)
 
         n_leaves = 1 << depth
         values = newton_leaf_values(leaf_sums(node, g, h, n_leaves, reduce=self.reduce), p)
         feats_raw = feats if features is None else features[feats]
-        leaf_index = leaf_of(self.codes_t, feats_raw, cuts)
+        if rows is None:
+            leaf_index = node  # the training documents' leaves: Σ_k bit_k · 2^k, built level by level
+        elif self.kernel:
+            leaf_index = _cpu_kernel.cpu_route(self.codes, None, feats_raw, cuts, 1 << torch.arange(depth),
+                                               torch.zeros(self.codes.shape[0], dtype=torch.long))
+        else:
+            leaf_index = leaf_of(self.codes_t, feats_raw, cuts)
         return Tree(feats_raw, cuts, values, gains, leaf_index)
+
+
+def _siblings(hist: torch.Tensor, small: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
+    """[3, F, 2K, 256]: the children (node p + K·bit) of the parents' histograms ``hist``
+    [3, F, K, 256], given the smaller child of each pair, ``small`` [3, F, K, 256]."""
+    large = hist - small
+    sr = small_is_right[None, None, :, None]
+    return torch.cat([torch.where(sr, large, small), torch.where(sr, small, large)], dim=2)
 
 
 def leaf_of(codes_t: torch.Tensor, features: torch.Tensor, cuts: torch.Tensor) -> torch.Tensor:
