@@ -572,3 +572,32 @@ def test_cuda_matches_cpu():
     metric.update(scores.cuda(), labels.cuda(), mask.cuda())
     torch.testing.assert_close(metric.compute().cpu(), M.ndcg(scores, labels, mask=mask, k=5)
                                .mean())
+
+
+@pytest.mark.parametrize("k", [None, 1, 3, 50])
+@pytest.mark.parametrize("gain", ["exp", "linear"])
+@pytest.mark.parametrize("grades", ["integer", "fractional", "large"])
+def test_ideal_dcg_counting_and_sorting_paths_match_loop(k, gain, grades):
+    """The counting path (integer grades 0..31) and the sort path both equal a float64 loop."""
+    from rankkit._ranking import ideal_dcg
+
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 5, size=(12, 30)).astype(float)
+    if grades == "fractional":
+        labels = labels * 0.5  # not all integers: the sort path
+    elif grades == "large":
+        labels[:, 0] = 40.0  # above the counted range: the sort path
+    mask = rng.random((12, 30)) > 0.3
+    mask[3] = False  # an empty query
+    want = []
+    for row, keep in zip(labels, mask):
+        ideal = sorted(row[keep], reverse=True)[:k]
+        want.append(sum((2.0 ** y - 1 if gain == "exp" else y) / log2(r + 2)
+                        for r, y in enumerate(ideal)))
+    y = torch.tensor(labels)
+    y[~torch.tensor(mask)] = -1.0  # garbage under the padding must not count
+    got = ideal_dcg(y, torch.tensor(mask), k=k, gain=gain)
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+    got32 = ideal_dcg(y.float(), torch.tensor(mask), k=k, gain=gain)
+    torch.testing.assert_close(got32.double(), torch.tensor(want, dtype=torch.float64),
+                               rtol=1e-5, atol=1e-5)
