@@ -69,10 +69,20 @@ def run_fold(fold: int, settings: dict, patience: int, seed: int = 0) -> dict:
             **{f"test@{k}": test_ndcg(model, test, k) for k in (1, 3, 5, 10)}}
 
 
-def run(settings: dict, folds, patience: int) -> list[dict]:
+def run_seeds(fold: int, settings: dict, patience: int, seeds: int) -> dict:
+    """run_fold with seeds 0..seeds-1, averaged (``test@10_sd``: the spread over the seeds)."""
+    runs = [run_fold(fold, settings, patience, seed) for seed in range(seeds)]
+    if seeds == 1:
+        return {**runs[0], "test@10_sd": 0.0}
+    out = {key: statistics.mean(r[key] for r in runs) for key in runs[0] if key != "fold"}
+    out["rounds"] = round(out["rounds"])
+    return {"fold": fold, **out, "test@10_sd": statistics.stdev(r["test@10"] for r in runs)}
+
+
+def run(settings: dict, folds, patience: int, seeds: int = 1) -> list[dict]:
     rows = []
     for fold in folds:
-        r = run_fold(fold, settings, patience)
+        r = run_seeds(fold, settings, patience, seeds)
         print(f"  fold {fold}: vali {r['vali']:.4f}  test@10 {r['test@10']:.4f}  best round "
               f"{r['rounds']} ({r['seconds']:.1f} s)", flush=True)
         rows.append(r)
@@ -83,8 +93,9 @@ def table(rows: list[dict]) -> str:
     lines = ["| fold | best round | vali NDCG@10 | test NDCG@1 | @3 | @5 | @10 | fit (s) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        spread = f" ± {r['test@10_sd']:.4f}" if r.get("test@10_sd") else ""
         lines.append(f"| {r['fold']} | {r['rounds']} | {r['vali']:.4f} | {r['test@1']:.4f} | "
-                     f"{r['test@3']:.4f} | {r['test@5']:.4f} | {r['test@10']:.4f} | {r['seconds']:.1f} |")
+                     f"{r['test@3']:.4f} | {r['test@5']:.4f} | {r['test@10']:.4f}{spread} | {r['seconds']:.1f} |")
     mean = {key: statistics.mean(r[key] for r in rows) for key in ("vali", "test@1", "test@3", "test@5", "test@10")}
     sd = statistics.stdev(r["test@10"] for r in rows) if len(rows) > 1 else 0.0
     lines.append(f"| **mean** | | {mean['vali']:.4f} | {mean['test@1']:.4f} | {mean['test@3']:.4f} | "
@@ -104,6 +115,8 @@ def main(argv=None) -> None:
     ap.add_argument("--per-fold", action="store_true",
                     help="with --tune: pick each fold's grid point on that fold's own vali set (LETOR protocol)")
     ap.add_argument("--json", default=None, help="with --tune: dump every grid point's per-fold rows here")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="seeds 0..N-1 per fold, averaged (for randomised settings: sampling, random_strength)")
     ap.add_argument("--write", action="store_true", help="write the docs/benchmarks.md section")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -118,7 +131,7 @@ def main(argv=None) -> None:
         results = []
         for values in itertools.product(*grid.values()):
             s = {**settings, **dict(zip(grid, values))}
-            fold_rows = [run_fold(f, s, args.patience) for f in folds]
+            fold_rows = [run_seeds(f, s, args.patience, args.seeds) for f in folds]
             grid_rows[json.dumps(s, sort_keys=True)] = fold_rows
             vali = statistics.mean(r["vali"] for r in fold_rows)
             test = statistics.mean(r["test@10"] for r in fold_rows)  # printed, never used to select
@@ -144,7 +157,7 @@ def main(argv=None) -> None:
             return
     print(f"settings: {settings}")
     cached = grid_rows.get(json.dumps(settings, sort_keys=True))
-    rows = cached if cached is not None else run(settings, folds, args.patience)
+    rows = cached if cached is not None else run(settings, folds, args.patience, args.seeds)
     body = (f"## LambdaMART on MQ2008 (5 folds)\n\n"
             f"{datetime.date.today()}. Command: `python experiments/mq2008_lambdamart.py --write`"
             f" ({platform.processor() or platform.machine()}, {args.threads} torch thread(s)).\n\n"

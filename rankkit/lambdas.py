@@ -512,8 +512,28 @@ def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
     if bool(tied.any()):
         real, ranked = mask.gather(1, order), labels.gather(1, order)
         if bool((tied & real[:, 1:] & (ranked[:, 1:] != ranked[:, :-1])).any()):
+            if scores.dtype == torch.float32 and labels.dtype == torch.float32:
+                return _tied_rank_order(scores, labels, mask, full)
             return rank_order(scores, labels, mask)
     return order
+
+
+def _float_key(x: torch.Tensor) -> torch.Tensor:
+    """int64 keys in the order of the float32 values ``x`` (−0 and +0 equal; no NaN)."""
+    bits = (x + 0.0).view(torch.int32)  # + 0.0 turns −0 into +0
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
+
+
+def _tied_rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                     full: bool) -> torch.Tensor:
+    """rank_order's order with one sort, for float32 scores and labels (all finite on real
+    documents): a stable descending sort of the key (score, −label) packed in 64 bits, the
+    score's order-preserving 32-bit key above the label's reversed one. Equal (score, label)
+    keep their index order, as in rank_order's chain of stable sorts; padding scores −inf last."""
+    s = scores if full else scores.masked_fill(~mask, -math.inf)
+    y = labels if full else labels.masked_fill(~mask, 0.0)
+    key = (_float_key(s) << 32) | (0x7FFFFFFF - _float_key(y))
+    return torch.sort(key, dim=1, descending=True, stable=True).indices
 
 
 def _slicer(q0: int, q1: int, p0: int, p1: int):

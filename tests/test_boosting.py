@@ -242,6 +242,30 @@ def test_split_scores_respect_invalid_codes():
     assert torch.isfinite(scores).sum() == 1 and torch.isfinite(scores[1, 7])
 
 
+
+@pytest.mark.parametrize("n_nodes", [1, 4, 32])
+@pytest.mark.parametrize("min_data, min_hess, l2", [(0, 0.0, 0.0), (20, 1e-3, 1.0), (5, 0.4, 10.0)])
+def test_compiled_split_scores_equal_torch_split_scores(n_nodes, min_data, min_hess, l2):
+    if not _cpu_kernel.available():
+        pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
+    from rankkit.boosting.tree import _kernel_split_scores
+
+    g = torch.Generator().manual_seed(n_nodes + min_data)
+    hist = torch.rand(3, 9, n_nodes, 256, generator=g, dtype=torch.float64)
+    hist[0] -= 0.5
+    hist[2] = (hist[2] * 6).floor()
+    hist[:, :, :, 200:] = 0  # empty codes and, for l2 = 0, empty children
+    hist[1] *= hist[2] > 0
+    valid = torch.rand(9, 256, generator=g) > 0.2
+    params = TreeParams(l2=l2, min_data_in_leaf=min_data, min_sum_hessian=min_hess)
+    want, got = split_scores(hist, valid, params), _kernel_split_scores(hist, valid, params)
+    allowed = torch.isfinite(want)
+    assert 0 < int(allowed.sum()) < allowed.numel()
+    assert torch.equal(torch.isfinite(got), allowed) and bool((got[~allowed] == -torch.inf).all())
+    torch.testing.assert_close(got[allowed], want[allowed], rtol=1e-12, atol=1e-12)
+    assert int(got.argmax()) == int(want.argmax())
+
+
 # -- ranking objectives ----------------------------------------------------------------------------
 @pytest.mark.slow
 def test_training_ndcg_does_not_fall_over_first_rounds_on_mq2008():
@@ -486,3 +510,50 @@ def test_bagging_temperature_is_seeded_and_changes_the_trees():
     assert not torch.equal(a.leaf_values, plain.leaf_values)
     with pytest.raises(ValueError, match="bagging_temperature"):
         LambdaMART(bagging_temperature=-1.0).fit(train)
+
+
+# -- split-score noise (random_strength) ---------------------------------------------------------------
+def test_random_strength_is_seeded_and_keeps_noise_free_gains(histogram_path):
+    train = small_set(n_queries=40)
+    kw = dict(n_estimators=5, depth=3, min_data_in_leaf=3)
+    a = LambdaMART(seed=7, random_strength=1.0, **kw).fit(train)
+    b = LambdaMART(seed=7, random_strength=1.0, **kw).fit(train)
+    c = LambdaMART(seed=8, random_strength=1.0, **kw).fit(train)
+    plain = LambdaMART(seed=7, **kw).fit(train)
+    assert torch.equal(a.ensemble_.leaf_values, b.ensemble_.leaf_values)
+    assert torch.equal(a.ensemble_.features, b.ensemble_.features)
+    assert not torch.equal(a.ensemble_.features, plain.ensemble_.features)
+    assert not torch.equal(a.ensemble_.features, c.ensemble_.features)
+    with pytest.raises(ValueError, match="random_strength"):
+        LambdaMART(random_strength=-1.0).fit(train)
+
+
+def test_split_noise_picks_among_allowed_splits_and_records_true_gain():
+    from rankkit.boosting.booster import random_strength_sd
+
+    g = torch.Generator().manual_seed(9)
+    codes = torch.randint(0, 8, (500, 4), generator=g, dtype=torch.uint8)
+    valid = torch.zeros(4, 256, dtype=torch.bool)
+    valid[:, :7] = True
+    valid[2] = False  # feature 2 may never split
+    grad = torch.randn(500, generator=g, dtype=torch.float64)
+    hess = torch.rand(500, generator=g, dtype=torch.float64) + 0.5
+    params = TreeParams(depth=2, min_data_in_leaf=1)
+    grower = ObliviousTreeGrower(codes, valid, params)
+    exact = grower.grow(grad, hess)
+    picked = set()
+    for seed in range(30):
+        tree = grower.grow(grad, hess, noise_sd=1e6, generator=torch.Generator().manual_seed(seed))
+        assert 2 not in tree.features.tolist() and bool((tree.codes < 7).all())
+        # The recorded gain is the noise-free score of the chosen split.
+        hist = build_histograms(codes.t().contiguous(), torch.zeros(500, dtype=torch.long), grad, hess, 1)
+        want = split_scores(hist, valid, params)[tree.features[0], tree.codes[0]]
+        assert float(tree.gains[0]) == pytest.approx(float(want), rel=1e-9)
+        picked.add((int(tree.features[0]), int(tree.codes[0])))
+    assert len(picked) > 5  # huge noise: nearly uniform over the 21 allowed splits
+    same = grower.grow(grad, hess, noise_sd=1e-300, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(same.features, exact.features) and torch.equal(same.codes, exact.codes)
+    # The noise scale: strength x sum(g^2)/sum(h), fading once trees x lr passes log(N).
+    sd0 = random_strength_sd(grad, hess, 2.0, 0.0)
+    assert sd0 == pytest.approx(2.0 * float(grad.square().sum() / hess.sum()) * 500 / 501, rel=1e-12)
+    assert random_strength_sd(grad, hess, 2.0, 50.0) < 1e-12 * sd0

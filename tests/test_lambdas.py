@@ -497,3 +497,32 @@ def test_cuda_matches_cpu(weighting):
     for a, b in zip(cpu, cuda):
         assert b.is_cuda
         torch.testing.assert_close(b.cpu(), a)
+
+
+@pytest.mark.parametrize("weighting", WEIGHTING_NAMES)
+@pytest.mark.parametrize("seed", range(4))
+def test_float32_ties_match_reference(weighting, seed):
+    # float32 scores with ties between different labels take the one-sort (score, −label) key.
+    scores, labels, mask, _ = random_batch(seed=100 + seed, n_q=6, n_d=12, dtype=torch.float32)
+    got = lambda_gradients(scores, labels, mask=mask, weighting=weighting, k=5, return_loss=True)
+    ref = reference(scores.double(), labels.double(), mask, weighting=weighting, k=5)
+    for a, e in zip(got, ref):
+        torch.testing.assert_close(a.double(), e, rtol=1e-4, atol=1e-6)
+
+
+def test_one_sort_tie_order_equals_rank_order():
+    from rankkit._ranking import rank_order
+    from rankkit.lambdas import _tied_rank_order
+
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        n = int(torch.randint(1, 30, (1,), generator=gen))
+        scale = (1.0, 0.5, 1e-30, 3e30)[trial % 4]
+        scores = torch.randint(-3, 4, (5, n), generator=gen).float() * scale
+        scores[:, ::3] *= -0.0  # −0 and +0 tie
+        labels = torch.randint(0, 5, (5, n), generator=gen).float() * (0.5 if trial % 5 == 0 else 1.0)
+        mask = torch.rand(5, n, generator=gen) < 0.8 if trial % 2 else torch.ones(5, n, dtype=torch.bool)
+        want, got = rank_order(scores, labels, mask), _tied_rank_order(scores, labels, mask, bool(mask.all()))
+        for q in range(5):
+            real = int(mask[q].sum())
+            assert got[q, :real].tolist() == want[q, :real].tolist()  # real documents first, same order

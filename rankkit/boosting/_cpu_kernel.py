@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 _SOURCE = r"""
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,43 @@ int rankkit_histograms(const uint8_t *restrict codes, int64_t n_cols, const int6
     return failed ? -1 : 0;
 }
 
+/* The gain of every (feature, threshold c) split of one level, as tree.split_scores: with the
+   left child the codes <= c of each node (prefix sums over the codes, in code order) and the
+   right child the rest (node total - left), gains[f, c] = sum over the K nodes, in node order,
+   of GL^2 / max(HL + l2, tiny) + GR^2 / max(HR + l2, tiny), minus parent_score; -inf where c is
+   not valid[f, c] or some node has a non-empty child with fewer than min_data documents (or a
+   hessian sum below min_hess, when min_hess > 0). hist [3, n_feat, K, 256] (G, H, count). */
+void rankkit_split_scores(const double *restrict hist, int64_t n_feat, int64_t n_nodes,
+                          const uint8_t *restrict valid, double l2, double min_data, double min_hess,
+                          double parent_score, double tiny, double *restrict gains, int n_threads) {
+    const int64_t plane = n_feat * n_nodes * 256;
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t f = 0; f < n_feat; ++f) {
+        double sum[256];
+        uint8_t bad[256];
+        for (int b = 0; b < 256; ++b) { sum[b] = 0.0; bad[b] = 0; }
+        for (int64_t k = 0; k < n_nodes; ++k) {
+            const double *G = hist + (f * n_nodes + k) * 256, *H = G + plane, *C = H + plane;
+            double tg = 0.0, th = 0.0, tc = 0.0;
+            for (int b = 0; b < 256; ++b) { tg += G[b]; th += H[b]; tc += C[b]; }
+            double gl = 0.0, hl = 0.0, nl = 0.0;
+            for (int b = 0; b < 256; ++b) {
+                gl += G[b]; hl += H[b]; nl += C[b];
+                const double gr = tg - gl, hr = th - hl, nr = tc - nl;
+                double dl = hl + l2, dr = hr + l2;
+                if (dl < tiny) dl = tiny;
+                if (dr < tiny) dr = tiny;
+                sum[b] += gl * gl / dl + gr * gr / dr;
+                if ((nl > 0 && nl < min_data) || (nr > 0 && nr < min_data)) bad[b] = 1;
+                if (min_hess > 0 && ((nl > 0 && hl < min_hess) || (nr > 0 && hr < min_hess))) bad[b] = 1;
+            }
+        }
+        double *out = gains + f * 256;
+        for (int b = 0; b < 256; ++b)
+            out[b] = (valid[f * 256 + b] && !bad[b]) ? sum[b] - parent_score : -INFINITY;
+    }
+}
+
 /* node[i] += sum_k [codes[rows[i], feats[k]] > cuts[k]] * weights[k] for i < n (rows NULL: row
    i): one level's split (depth 1, weight 2^level) or a whole tree's leaves. */
 void rankkit_route(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,
@@ -249,6 +287,9 @@ def _build() -> ctypes.CDLL:
     dll.rankkit_histograms.restype = cint
     dll.rankkit_route.argtypes = [p, i64, p, i64, p, p, p, i64, p, cint]
     dll.rankkit_route.restype = None
+    dbl = ctypes.c_double
+    dll.rankkit_split_scores.argtypes = [p, i64, i64, p, dbl, dbl, dbl, dbl, dbl, p, cint]
+    dll.rankkit_split_scores.restype = None
     return dll
 
 
@@ -373,3 +414,27 @@ def cpu_route(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Te
         codes.data_ptr(), codes.shape[1], _ptr(rows), n, keep[0].data_ptr(), keep[1].data_ptr(),
         keep[2].data_ptr(), keep[0].shape[0], node.data_ptr(), max(1, torch.get_num_threads()))
     return node
+
+
+def cpu_split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, l2: float, min_data: float,
+                     min_hess: float, parent_score: float, tiny: float) -> torch.Tensor:
+    """:func:`rankkit.boosting.tree.split_scores` in one pass over the histograms.
+
+    Args:
+        hist: [3, F, K, 256] float64 (ΣG, ΣH, count) of the level's nodes.
+        valid_codes: [F, 256] bool.
+        parent_score: Σ_nodes G² / max(H + λ, tiny), subtracted from every gain.
+    Returns:
+        [F, 256] float64 gains, −inf where the split is not allowed.
+    """
+    if not available():
+        raise RuntimeError("the compiled CPU histogram kernel is not available")
+    hist = hist.double().contiguous()
+    n_feat, n_nodes = hist.shape[1], hist.shape[2]
+    assert hist.shape == (3, n_feat, n_nodes, 256) and valid_codes.shape == (n_feat, 256)
+    valid = valid_codes.to(torch.uint8).contiguous()
+    out = torch.empty(n_feat, 256, dtype=torch.float64)
+    _state["dll"].rankkit_split_scores(  # type: ignore[union-attr]
+        hist.data_ptr(), n_feat, n_nodes, valid.data_ptr(), float(l2), float(min_data), float(min_hess),
+        float(parent_score), float(tiny), out.data_ptr(), max(1, torch.get_num_threads()))
+    return out

@@ -55,6 +55,11 @@ class LambdaMART(BaseEstimator):
             gradients and hessians of every query by its own weight ``(-log U)^T``, U uniform
             on (0, 1] (mean 1 at T = 1; 0 turns it off, larger T bags harder). Combines with
             ``subsample``.
+        random_strength: CatBoost's split-score noise: each level of each tree picks the split
+            that maximises score + N(0, sd²) over the allowed candidates, sd = random_strength ×
+            Σg²/Σh (the score a split on pure noise gains) × m/(1 + m), m = N e^{−trees × η},
+            so the noise fades as the model grows (see :func:`random_strength_sd`). 0 (the
+            default) turns it off.
         colsample: fraction of the (non-constant) features drawn for each tree.
         max_bins: codes per feature, including the missing-value bin (<= 255).
         eval_metric: ``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` for ``eval_set``.
@@ -88,6 +93,7 @@ class LambdaMART(BaseEstimator):
                  min_sum_hessian: float = 1e-3, weighting: str = "ndcg", k: int | None = None,
                  sigma: float = 1.0, gain: str = "exp", normalize: bool = False,
                  subsample: float = 1.0, colsample: float = 1.0, bagging_temperature: float = 0.0,
+                 random_strength: float = 0.0,
                  max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
                  seed: int = 0, device: str = "cpu", verbose: int = 0):
         self.objective = objective
@@ -105,6 +111,7 @@ class LambdaMART(BaseEstimator):
         self.subsample = subsample
         self.colsample = colsample
         self.bagging_temperature = bagging_temperature
+        self.random_strength = random_strength
         self.max_bins = max_bins
         self.eval_metric = eval_metric
         self.early_stopping_rounds = early_stopping_rounds
@@ -185,7 +192,11 @@ class LambdaMART(BaseEstimator):
             if self.bagging_temperature > 0:
                 w = bayesian_bootstrap_weights(sizes, self.bagging_temperature, gen).to(device)
                 grad, hess = grad * w, hess * w
-            tree = grower.grow(grad, hess, rows=rows, features=features_sel)
+            noise_sd = 0.0
+            if self.random_strength > 0:
+                noise_sd = random_strength_sd(grad, hess, self.random_strength, m * self.learning_rate)
+            tree = grower.grow(grad, hess, rows=rows, features=features_sel, noise_sd=noise_sd,
+                               generator=gen)
             scores += tree.leaf_values[tree.leaf_index]
             trees.append(tree)
             for name, e_codes_t, e_layout, e_scores in evals:
@@ -264,9 +275,10 @@ class LambdaMART(BaseEstimator):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v <= 1):
                 raise ValueError(f"`{name}` has to be in (0, 1], got {v!r}")
-        v = self.bagging_temperature
-        if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0 <= v < math.inf):
-            raise ValueError(f"`bagging_temperature` has to be a non-negative number, got {v!r}")
+        for name in ("bagging_temperature", "random_strength"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0 <= v < math.inf):
+                raise ValueError(f"`{name}` has to be a non-negative number, got {v!r}")
         if not isinstance(self.max_bins, int) or not 3 <= self.max_bins <= MAX_BINS:
             raise ValueError(f"`max_bins` has to be an integer in 3..{MAX_BINS}, got {self.max_bins!r}")
 
@@ -438,3 +450,17 @@ def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generato
     u = 1.0 - torch.rand(len(sizes), generator=generator, dtype=torch.float64)  # (0, 1]
     w = (-torch.log(u)).pow(temperature)
     return torch.repeat_interleave(w, sizes)
+
+
+def random_strength_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_length: float) -> float:
+    """The standard deviation of the split-score noise of one tree (``random_strength``).
+
+    Σg² / Σh is the score a split on pure noise gains on average (for zero-mean gradients a
+    child's G²/H is a χ²₁ draw of that size), so ``strength`` is in units of that. Like
+    CatBoost, the noise fades as the model grows: times m / (1 + m), m = N e^{−model_length},
+    with model_length = trees so far × learning rate and N the documents.
+    """
+    n = grad.numel()
+    scale = float((grad.square().sum() / hess.sum().clamp_min(1e-300)))
+    m = math.exp(min(700.0, math.log(max(n, 1)) - model_length))
+    return strength * scale * m / (1.0 + m)

@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
-from rankkit.boosting.booster import _valid_codes, bayesian_bootstrap_weights
+from rankkit.boosting.booster import _valid_codes, bayesian_bootstrap_weights, random_strength_sd
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_objective
 from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, TreeParams
@@ -38,7 +38,7 @@ class LambdaMARTModule(pl.LightningModule):
                  weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
                  gain: str = "exp", normalize: bool = False, subsample: float = 1.0,
                  colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
-                 bagging_temperature: float = 0.0):
+                 bagging_temperature: float = 0.0, random_strength: float = 0.0):
         super().__init__()
         if objective not in OBJECTIVES:
             raise ValueError(f"`objective` has to be one of {OBJECTIVES}, got {objective!r}")
@@ -49,8 +49,9 @@ class LambdaMARTModule(pl.LightningModule):
         for name, v in (("subsample", subsample), ("colsample", colsample)):
             if not 0 < v <= 1:
                 raise ValueError(f"`{name}` has to be in (0, 1], got {v!r}")
-        if isinstance(bagging_temperature, bool) or not 0 <= bagging_temperature < float("inf"):
-            raise ValueError(f"`bagging_temperature` has to be a non-negative number, got {bagging_temperature!r}")
+        for name, v in (("bagging_temperature", bagging_temperature), ("random_strength", random_strength)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+                raise ValueError(f"`{name}` has to be a non-negative number, got {v!r}")
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.objective = make_objective(objective, weighting=weighting, k=k, sigma=sigma,
@@ -104,7 +105,12 @@ class LambdaMARTModule(pl.LightningModule):
             w = bayesian_bootstrap_weights(s["sizes"], self.hparams.bagging_temperature,
                                            s["generator"]).to(self.device)
             grad, hess = grad * w, hess * w
-        tree = s["grower"].grow(grad, hess, rows=rows, features=features)
+        noise_sd = 0.0
+        if self.hparams.random_strength > 0:
+            model_length = self.ensemble.n_trees * self.hparams.learning_rate
+            noise_sd = random_strength_sd(grad, hess, self.hparams.random_strength, model_length)
+        tree = s["grower"].grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd,
+                                generator=s["generator"])
         s["scores"] += tree.leaf_values[tree.leaf_index]
         self._append(tree, s)
         self.optimizers().step()  # counts the round as a step (global_step)

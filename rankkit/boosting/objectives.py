@@ -36,20 +36,27 @@ class QueryLayout:
         length = int(sizes.max()) if len(sizes) else 0
         self.rows, self.cols = rows.to(device), cols.to(device)
         self.shape = (len(sizes), length)
+        # Position of each document in the flattened [Q * L]; None when that is the identity
+        # (every query has L documents), so that pad and flat are views.
+        self.index = None if len(rows) == len(sizes) * length else self.rows * length + self.cols
         self.mask = torch.zeros(self.shape, dtype=torch.bool, device=device)
         self.mask[self.rows, self.cols] = True
-        self.labels = self.pad(labels.to(device, torch.float32))
-        self.weights = None if weights is None else self.pad(weights.to(device, torch.float32))
+        self.labels = self.pad(labels.to(device, torch.float32)).clone()  # never a view of the input
+        self.weights = None if weights is None else self.pad(weights.to(device, torch.float32)).clone()
 
     def pad(self, values: torch.Tensor) -> torch.Tensor:
         """[N] -> [Q, L], zero on padding."""
+        if self.index is None:
+            return values.reshape(self.shape)
         out = torch.zeros(self.shape, dtype=values.dtype, device=values.device)
-        out[self.rows, self.cols] = values
+        out.view(-1).index_copy_(0, self.index, values)
         return out
 
     def flat(self, values: torch.Tensor) -> torch.Tensor:
         """[Q, L] -> [N]."""
-        return values[self.rows, self.cols]
+        if self.index is None:
+            return values.reshape(-1)
+        return values.reshape(-1).index_select(0, self.index)
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,14 @@ def split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params: TreePara
     return torch.where(allowed, gain, -torch.inf)
 
 
+def _kernel_split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams) -> torch.Tensor:
+    """:func:`split_scores` by the compiled kernel: one pass over the histograms, no temporaries."""
+    g, h = hist[0, 0].sum(-1), hist[1, 0].sum(-1)
+    parent = float((g.square() / (h + params.l2).clamp(min=_TINY)).sum())
+    return _cpu_kernel.cpu_split_scores(hist, valid_codes, params.l2, params.min_data_in_leaf,
+                                        params.min_sum_hessian, parent, _TINY)
+
+
 def leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leaves: int, *,
               reduce: Reduce = identity_reduce) -> torch.Tensor:
     """[2, n_leaves] float64: ΣG and ΣH of each leaf (through the reduction point)."""
@@ -204,13 +212,18 @@ class ObliviousTreeGrower:
         self.reduce = reduce
 
     def grow(self, grad: torch.Tensor, hess: torch.Tensor, *, rows: torch.Tensor | None = None,
-             features: torch.Tensor | None = None) -> Tree:
+             features: torch.Tensor | None = None, noise_sd: float = 0.0,
+             generator: torch.Generator | None = None) -> Tree:
         """One tree fitted to grad/hess [N] (float64) on ``rows`` and ``features``.
 
         Args:
             grad, hess: [N] per-document first and second derivatives (zero weight = 0).
             rows: [n] long, the sampled documents (all when None).
             features: [F'] long, the sampled features (all when None).
+            noise_sd: with ``generator``, the split of each level maximises the score plus
+                independent N(0, noise_sd²) noise per allowed candidate (CatBoost's
+                ``random_strength``); a level still splits only if its best noise-free score
+                is positive. The recorded gain is the noise-free one.
         """
         p = self.params
         device = grad.device
@@ -264,6 +277,7 @@ class ObliviousTreeGrower:
                                          g.index_select(0, sel), h.index_select(0, sel), n_nodes,
                                          reduce=self.reduce)
                 return _siblings(hist, small, small_is_right)
+        score = _kernel_split_scores if self.kernel else split_scores
         node = torch.zeros(n, dtype=torch.long, device=device)
         depth = p.depth
         feats = torch.zeros(depth, dtype=torch.long, device=device)
@@ -273,11 +287,15 @@ class ObliviousTreeGrower:
         hist = root_histograms()
         for level in range(depth):
             n_nodes = 1 << level
-            scores = split_scores(hist, valid, p)
-            best = int(torch.argmax(scores))  # first maximum: lowest (feature, code)
-            f, c = divmod(best, N_CODES)
-            if not float(scores.view(-1)[best]) > 0.0:
+            scores = score(hist, valid, p)
+            if not float(scores.max()) > 0.0:
                 break  # no allowed split: the remaining levels send everything left
+            if noise_sd > 0.0:  # −inf (not allowed) stays −inf
+                noise = torch.randn(scores.shape, generator=generator, dtype=scores.dtype)
+                best = int(torch.argmax(scores + noise.to(device).mul_(noise_sd)))
+            else:
+                best = int(torch.argmax(scores))  # first maximum: lowest (feature, code)
+            f, c = divmod(best, N_CODES)
             feats[level], cuts[level], gains[level] = f, c, scores[f, c]
             route(f, c, n_nodes)
             if level + 1 == depth:
