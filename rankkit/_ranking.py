@@ -99,11 +99,11 @@ def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
     d = discounts(n, dtype=dtype, device=labels.device)
     if k is not None:
         d = torch.where(torch.arange(n, device=labels.device) < k, d, 0.0)
-    real = labels[mask]
-    counted = (real >= 0) & (real <= _MAX_COUNTED_GRADE) & (real == real.round())
-    if real.numel() and bool(counted.all()):
-        top = int(real.max())
-        grade = labels.masked_fill(~mask, 0).long()
+    grade = labels.masked_fill(~mask, 0)  # no boolean indexing: it costs a nonzero() pass
+    counted = (grade >= 0) & (grade <= _MAX_COUNTED_GRADE) & (grade == grade.round())
+    if grade.numel() and bool(counted.all()):
+        top = int(grade.max())
+        grade = grade.long()
         counts = torch.zeros(labels.shape[0], top + 1, dtype=torch.long, device=labels.device)
         counts.scatter_add_(1, grade, mask.long())
         end = counts.flip(1).cumsum(1).flip(1)  # documents of grade >= v

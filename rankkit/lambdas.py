@@ -498,22 +498,25 @@ def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
                 full: bool = False) -> torch.Tensor:
     """:func:`rankkit._ranking.rank_order` on the real documents, with one sort instead of three.
 
-    One stable sort by score already gives rank_order's order of the real documents unless
-    two real documents with different labels tie in score (then the worst-case rule decides)
-    or a score is not finite; in those cases this defers to rank_order itself. ``full``: the
-    mask is all True.
+    float32 scores and labels (the booster's and most neural batches): one sort of a packed
+    (score, −label) key (:func:`_tied_rank_order`). Otherwise one stable sort by score, which
+    already gives rank_order's order of the real documents unless two real documents with
+    different labels tie in score (then the worst-case rule decides). Non-finite scores, and
+    such ties outside float32, defer to rank_order itself. ``full``: the mask is all True.
     """
     finite = torch.isfinite(scores) if full else torch.isfinite(scores) | ~mask
     if not bool(finite.all()):
         return rank_order(scores, labels, mask)
+    if scores.dtype == torch.float32 and labels.dtype == torch.float32:
+        # One sort of a packed key: about as fast as the float sort alone, and boosting's
+        # scores tie all the time (documents that share every leaf so far).
+        return _tied_rank_order(scores, labels, mask, full)
     values, order = torch.sort(scores if full else scores.masked_fill(~mask, -math.inf), dim=1,
                                descending=True, stable=True)
     tied = values[:, 1:] == values[:, :-1]
     if bool(tied.any()):
         real, ranked = mask.gather(1, order), labels.gather(1, order)
         if bool((tied & real[:, 1:] & (ranked[:, 1:] != ranked[:, :-1])).any()):
-            if scores.dtype == torch.float32 and labels.dtype == torch.float32:
-                return _tied_rank_order(scores, labels, mask, full)
             return rank_order(scores, labels, mask)
     return order
 
