@@ -454,7 +454,8 @@ def test_lambdamart_module_trains_with_trainer_fit(tmp_path):
 
     train, vali = small_set(0, n_queries=40), small_set(1, n_queries=20)
     dm = RankingDataModule.from_datasets(train, vali, vali, max_docs=256)
-    module = LambdaMARTModule(depth=3, learning_rate=0.3, min_data_in_leaf=3, subsample=0.8)
+    module = LambdaMARTModule(depth=3, learning_rate=0.3, min_data_in_leaf=3, subsample=0.8,
+                              random_strength=0.5)
     checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val/ndcg@10", mode="max")
     trainer = pl.Trainer(max_epochs=4, limit_train_batches=1, logger=False, enable_progress_bar=True,
                          callbacks=[EarlyStopping("val/ndcg@10", mode="max", patience=10), checkpoint],
@@ -471,6 +472,29 @@ def test_lambdamart_module_trains_with_trainer_fit(tmp_path):
                                  module.ensemble.thresholds[:best], module.ensemble.leaf_values[:best],
                                  float(module.ensemble.bias))(x)
     assert torch.equal(restored(x), expected)
+
+
+def test_lambdamart_module_random_strength_is_seeded(tmp_path):
+    import pytorch_lightning as pl
+
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.data.datamodule import RankingDataModule
+
+    train, vali = small_set(0, n_queries=30), small_set(1, n_queries=10)
+
+    def fit(**kw):
+        dm = RankingDataModule.from_datasets(train, vali, vali, max_docs=256)
+        module = LambdaMARTModule(depth=3, min_data_in_leaf=3, **kw)
+        pl.Trainer(max_epochs=3, limit_train_batches=1, logger=False, enable_progress_bar=False,
+                   enable_checkpointing=False, enable_model_summary=False,
+                   default_root_dir=tmp_path).fit(module, datamodule=dm)
+        return module.ensemble
+
+    a, b = fit(random_strength=2.0, seed=4), fit(random_strength=2.0, seed=4)
+    assert torch.equal(a.features, b.features) and torch.equal(a.leaf_values, b.leaf_values)
+    assert not torch.equal(a.features, fit(seed=4).features)
+    with pytest.raises(ValueError, match="random_strength"):
+        LambdaMARTModule(random_strength=-0.1)
 
 
 # -- CUDA (when a GPU is lent) --------------------------------------------------------------------------
