@@ -9,6 +9,7 @@ results/mq2008/.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
                      f"(CatBoost grows every round and the rule is applied to its staged vali predictions, so its "
                      f"train time covers all {protocol['rounds']} trees)."
                      if protocol else "")
-        body = (f"## MQ2008: every model\n\nCommand: `{cmd}`\n\n{table_doc}\n"
+        body = (f"## MQ2008: every model\n\n{datetime.date.today()}. Command: `{cmd}`\n\n{table_doc}\n"
                 f"Each rankkit model is trained with its configs/<model>.yaml.{baselines}\n\n"
                 f"{publish_image(os.path.join(result['out'], 'val_ndcg10.png'), 'mq2008_val_ndcg10.png')}\n\n"
                 f"{publish_image(os.path.join(result['out'], 'test_ndcg.png'), 'mq2008_test_ndcg.png')}\n")

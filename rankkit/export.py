@@ -35,8 +35,9 @@ class ServingScorer(nn.Module):
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The plain scorer inside a LightningModule (its ``scorer`` or ``ensemble``) or the module itself."""
-    for name in ("scorer", "ensemble"):
+    """The plain scorer inside a LightningModule (its weight-averaged ``averaged_scorer``, else its
+    ``scorer`` or ``ensemble``) or the module itself."""
+    for name in ("averaged_scorer", "scorer", "ensemble"):
         inner = getattr(model, name, None)
         if isinstance(inner, nn.Module):
             return inner

@@ -189,13 +189,14 @@ def _params(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def test_same_seed_same_model_and_exact_resume(tmp_path, tiny_data):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_same_seed_same_model_and_exact_resume(tmp_path, tiny_data, ema_decay):
     train, val, _ = tiny_data
 
     def run(epochs, ckpt_path=None, root=tmp_path):
         pl.seed_everything(3, verbose=False)
         dm = RankingDataModule.from_datasets(train, val, max_docs=128, seed=5)
-        model = RankNet(n_features=10, hidden=[16], dropout=0.2, lr=5e-3)
+        model = RankNet(n_features=10, hidden=[16], dropout=0.2, lr=5e-3, ema_decay=ema_decay)
         trainer = make_trainer(root, epochs, enable_checkpointing=True,
                                callbacks=[pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True)])
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
@@ -207,6 +208,31 @@ def test_same_seed_same_model_and_exact_resume(tmp_path, tiny_data):
     run(1, root=tmp_path / "c")
     resumed = run(3, ckpt_path=str(tmp_path / "c" / "last.ckpt"), root=tmp_path / "c")
     assert torch.equal(_params(a), _params(resumed))
+
+
+def test_weight_average_follows_the_ema_rule_and_is_what_serves(tmp_path):
+    torch.manual_seed(0)
+    model = LambdaRank(n_features=6, hidden=[8], dropout=0.0, ema_decay=0.75)
+    model.fit_preprocessor(torch.randn(50, 6))
+    start = [p.detach().clone() for p in model.scorer.parameters()]
+    assert all(torch.equal(a, p) for a, p in zip(model.averaged_scorer.parameters(), start))
+    with torch.no_grad():
+        for p in model.scorer.parameters():
+            p.add_(1.0)
+    model.on_train_batch_end(None, None, 0)
+    for avg, p0 in zip(model.averaged_scorer.parameters(), start):
+        torch.testing.assert_close(avg, 0.75 * p0 + 0.25 * (p0 + 1.0))
+    assert not any(p.requires_grad for p in model.averaged_scorer.parameters())
+    assert len(model.configure_optimizers().param_groups[0]["params"]) == len(start)  # only the scorer
+    model.eval()
+    x = torch.randn(20, 6)
+    path = export_torchscript(model, tmp_path / "avg.pt")
+    with torch.no_grad():
+        torch.testing.assert_close(load_scorer(path)(x), model(x))
+        torch.testing.assert_close(model(x), model.averaged_scorer(x))
+        assert not torch.allclose(model(x), model.scorer(x))
+    with pytest.raises(ValueError, match="ema_decay"):
+        LambdaRank(n_features=3, ema_decay=1.0)
 
 
 def test_modules_validate_weighting():

@@ -6,6 +6,7 @@ ranking (Burges 2010, "From RankNet to LambdaRank to LambdaMART").
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytorch_lightning as pl
@@ -34,6 +35,10 @@ class NeuralRanker(pl.LightningModule):
         optimizer: ``"adam"``, ``"adamw"`` or ``"sgd"``; lr, weight_decay its settings.
         scheduler: ``"none"``, ``"cosine"`` (over ``max_epochs``) or ``"plateau"``
             (halve the lr when val NDCG@10 stalls).
+        ema_decay: d > 0 keeps an exponential moving average of the scorer's weights,
+            θ̄ ← d θ̄ + (1 − d) θ after every training batch (Polyak averaging), in
+            ``averaged_scorer``; validation, test, predict, ``forward`` and export then use the
+            average. 0 (the default) turns it off.
     """
 
     weighting_choices: tuple[str, ...] = ("ranknet", "ndcg", "map", "err")
@@ -43,7 +48,7 @@ class NeuralRanker(pl.LightningModule):
                  log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none"):
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0):
         super().__init__()
         if weighting not in self.weighting_choices:
             raise ValueError(f"`weighting` has to be one of {self.weighting_choices}, got {weighting!r}")
@@ -55,8 +60,11 @@ class NeuralRanker(pl.LightningModule):
             raise ValueError(f"`reduction` has to be one of {REDUCTIONS}, got {reduction!r}")
         if k is not None and k < 1:
             raise ValueError(f"`k` has to be a positive integer or None, got {k}")
+        if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or not 0 <= ema_decay < 1:
+            raise ValueError(f"`ema_decay` has to be in [0, 1), got {ema_decay!r}")
         self.save_hyperparameters()
         self.scorer: MLPScorer | None = None
+        self.averaged_scorer: MLPScorer | None = None
         self._preprocessor_fitted = False
         if n_features is not None:
             self._build(n_features)
@@ -67,6 +75,13 @@ class NeuralRanker(pl.LightningModule):
         h = self.hparams
         self.scorer = MLPScorer(n_features, tuple(h.hidden), activation=h.activation, dropout=h.dropout,
                                 norm=h.norm, log1p=h.log1p, standardize=h.standardize)
+        if h.get("ema_decay", 0.0) > 0:
+            self.averaged_scorer = copy.deepcopy(self.scorer).requires_grad_(False)
+
+    @property
+    def inference_scorer(self) -> MLPScorer:
+        """The scorer that evaluates and exports: the weight average when ``ema_decay`` > 0."""
+        return self.averaged_scorer if self.averaged_scorer is not None else self.scorer
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -85,7 +100,19 @@ class NeuralRanker(pl.LightningModule):
     def fit_preprocessor(self, features: torch.Tensor) -> None:
         """Fit the scorer's standardisation on training features [N, F]."""
         self.scorer.preprocess.fit(features.to(self.scorer.preprocess.mean.device))
+        if self.averaged_scorer is not None:  # the average starts from the initial weights
+            self.averaged_scorer.load_state_dict(self.scorer.state_dict())
         self._preprocessor_fitted = True
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.averaged_scorer is None:
+            return
+        d = self.hparams.ema_decay
+        with torch.no_grad():
+            for avg, p in zip(self.averaged_scorer.parameters(), self.scorer.parameters()):
+                avg.lerp_(p, 1.0 - d)
+            for avg, b in zip(self.averaged_scorer.buffers(), self.scorer.buffers()):
+                avg.copy_(b)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Resuming must be exact: keep the RNG state (dropout) and that the scaler was fitted.
@@ -102,7 +129,7 @@ class NeuralRanker(pl.LightningModule):
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., F] -> scores [...] (inference only)."""
-        return self.scorer(features)
+        return self.inference_scorer(features)
 
     def loss(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
         h = self.hparams
@@ -116,7 +143,7 @@ class NeuralRanker(pl.LightningModule):
         return loss
 
     def _evaluate(self, batch: PaddedBatch, metrics) -> None:
-        scores = self.scorer(batch.features)
+        scores = self.inference_scorer(batch.features)
         metrics.update(scores, batch.labels, batch.mask)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=False, batch_size=len(batch.labels))
 
@@ -128,11 +155,11 @@ class NeuralRanker(pl.LightningModule):
 
     def predict_step(self, batch: PaddedBatch, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Scores of the real documents of the batch, flat [N_batch] in (query, position) order."""
-        return self.scorer(batch.features)[batch.mask]
+        return self.inference_scorer(batch.features)[batch.mask]
 
     def configure_optimizers(self):
         h = self.hparams
-        opt = OPTIMIZERS[h.optimizer](self.parameters(), lr=h.lr, weight_decay=h.weight_decay)
+        opt = OPTIMIZERS[h.optimizer](self.scorer.parameters(), lr=h.lr, weight_decay=h.weight_decay)
         if h.scheduler == "cosine":
             t_max = max(1, self.trainer.max_epochs or 1) if self._trainer is not None else 1
             return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.CosineAnnealingLR(opt, t_max)}
@@ -152,9 +179,9 @@ class RankNet(NeuralRanker):
                  log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none"):
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
-                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler)
+                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay)
 
 
 class LambdaRank(NeuralRanker):
@@ -167,6 +194,6 @@ class LambdaRank(NeuralRanker):
                  log1p: bool = True, standardize: bool = True, weighting: str = "ndcg",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none"):
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
-                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler)
+                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay)
