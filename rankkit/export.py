@@ -13,11 +13,12 @@ Both write atomically (a temporary file renamed into place).
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Callable
 
 import torch
 from torch import nn
+
+from rankkit._io import atomic_write as _atomic_write
 
 
 class ServingScorer(nn.Module):
@@ -49,21 +50,6 @@ def _n_features(scorer: nn.Module, n_features: int | None) -> int:
     if not isinstance(n, int) or n < 1:
         raise ValueError("cannot tell the scorer's feature count: pass n_features=")
     return n
-
-
-def _atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> str:
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def serving_module(model: nn.Module, *, n_features: int | None = None) -> ServingScorer:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +26,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from rankkit._io import atomic_write
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
@@ -317,18 +317,13 @@ class LambdaMART(BaseEstimator):
                 "evals_result": self.evals_result_}
         data = save({k: v.contiguous().cpu() for k, v in tensors.items()},
                     metadata={"rankkit": json.dumps(meta)})
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+
+        atomic_write(path, write)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LambdaMART":

@@ -6,13 +6,14 @@ Each query's documents are contiguous; ``offsets[q]:offsets[q + 1]`` is query q.
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
+
+from rankkit._io import atomic_write
 
 
 class PaddedBatch(NamedTuple):
@@ -240,16 +241,11 @@ class RankingDataset:
                   "source": np.array(self.source)}
         if self.comments is not None:
             arrays["comments"] = np.array(self.comments, dtype=np.str_)
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a name
                 np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+
+        atomic_write(path, write)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "RankingDataset":
