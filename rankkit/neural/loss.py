@@ -15,7 +15,10 @@ Normalisation (``reduction``):
 * ``"query"`` (default): C / Q, with Q the number of queries in the batch that hold at least
   one document. A batch's gradient then does not grow with the number of queries in it.
 * ``"pair"``: C / P, with P the number of pairs with y_i > y_j (before truncation).
-* ``"sum"``: C itself.
+* ``"sum"``: C itself. Over an epoch every query then counts the same, whatever batch it
+  lands in; with ``"query"`` a query in a batch of many short queries counts less than one in
+  a batch of a few long ones (length-bucketed batches of ``max_docs`` documents). On MQ2008
+  ``"sum"`` scored clearly higher on vali (docs/benchmarks.md), and the configs use it.
 """
 from __future__ import annotations
 
