@@ -190,6 +190,31 @@ def test_compiled_histograms_equal_torch_histograms():
         torch.set_num_threads(threads)
 
 
+def test_known_root_counts_give_the_same_histograms_and_trees():
+    if not _cpu_kernel.available():
+        pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
+    g = torch.Generator().manual_seed(8)
+    codes = torch.randint(0, 30, (2000, 5), generator=g, dtype=torch.uint8)
+    grad = torch.randn(2000, generator=g, dtype=torch.float64)
+    hess = torch.rand(2000, generator=g, dtype=torch.float64)
+    node = torch.zeros(2000, dtype=torch.long)
+    full = _cpu_kernel.cpu_histograms(codes, None, None, node, grad, hess, 1)
+    fast = _cpu_kernel.cpu_histograms(codes, None, None, node, grad, hess, 1, counts=full[2].clone())
+    assert torch.equal(fast, full)
+    # The grower counts the root once and reuses the counts for later trees.
+    valid = torch.zeros(5, 256, dtype=torch.bool)
+    valid[:, :29] = True
+    params = TreeParams(depth=3, min_data_in_leaf=30)
+    grower = ObliviousTreeGrower(codes, valid, params)
+    grower.grow(grad, hess)
+    assert grower._root_counts is not None
+    grad2 = torch.randn(2000, generator=g, dtype=torch.float64)
+    again = grower.grow(grad2, hess, features=torch.tensor([1, 3, 4]))
+    fresh = ObliviousTreeGrower(codes, valid, params).grow(grad2, hess, features=torch.tensor([1, 3, 4]))
+    for a, b in zip(again, fresh):
+        assert torch.equal(a, b)
+
+
 def test_compiled_routing_equals_leaf_of():
     if not _cpu_kernel.available():
         pytest.skip("no C compiler: the compiled histogram kernel is unavailable")

@@ -208,6 +208,7 @@ class ObliviousTreeGrower:
         else:
             self.codes_t = codes.t().contiguous()
         self.valid_codes = valid_codes.to(codes.device)
+        self._root_counts: torch.Tensor | None = None  # [F, 1, 256], the kernel path's cache
         self.params = params
         self.reduce = reduce
 
@@ -241,7 +242,14 @@ class ObliviousTreeGrower:
             raw = torch.arange(codes.shape[1]) if features is None else features
 
             def root_histograms() -> torch.Tensor:
-                return self.reduce(_cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 1))
+                # Without row sampling the root's counts are the same for every tree: count once.
+                known = None
+                if rows is None and self._root_counts is not None:
+                    known = self._root_counts if features is None else self._root_counts.index_select(0, features)
+                hist = _cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 1, counts=known)
+                if rows is None and features is None and self._root_counts is None:
+                    self._root_counts = hist[2].clone()
+                return self.reduce(hist)
 
             def route(f: int, c: int, n_nodes: int) -> None:
                 _cpu_kernel.cpu_route(codes, rows, raw[f: f + 1], torch.tensor([c]), torch.tensor([n_nodes]), node)
