@@ -539,11 +539,6 @@ def _tied_rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Ten
     return torch.sort(key, dim=1, descending=True, stable=True).indices
 
 
-def _slicer(q0: int, q1: int, p0: int, p1: int):
-    """Slice queries [q0, q1) and positions [p0, p1) of a [Q, L] or [1, L] term."""
-    return lambda t: t[:, p0:p1] if t.shape[0] == 1 else t[q0:q1, p0:p1]
-
-
 def _blocks(lengths: torch.Tensor, cutoff: int, cap: int, cpu: bool = True):
     """Yield (q0, q1, shortest length, (r0, r1), (c0, c1), q_minor) blocks of at most about
     ``cap`` pairs.

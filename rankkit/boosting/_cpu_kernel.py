@@ -66,28 +66,10 @@ static void accumulate(const uint8_t *restrict codes, const int64_t *restrict at
         }
         const uint8_t *restrict c = codes + at[k];
         const double g = gh[2 * k], h = gh[2 * k + 1];
-        if (cols && with_count) {
-            for (int64_t j = 0; j < fb; ++j) {
-                double *x = acc + 3 * (256 * j + c[cols[j]]);
-                x[0] += g; x[1] += h; x[2] += 1.0;
-            }
-        } else if (cols) {
-            for (int64_t j = 0; j < fb; ++j) {
-                double *x = acc + 3 * (256 * j + c[cols[j]]);
-                x[0] += g; x[1] += h;
-            }
-        } else if (with_count) {
-            c += f0;
-            for (int64_t j = 0; j < fb; ++j) {
-                double *x = acc + 3 * (256 * j + c[j]);
-                x[0] += g; x[1] += h; x[2] += 1.0;
-            }
-        } else {
-            c += f0;
-            for (int64_t j = 0; j < fb; ++j) {
-                double *x = acc + 3 * (256 * j + c[j]);
-                x[0] += g; x[1] += h;
-            }
+        for (int64_t j = 0; j < fb; ++j) {  /* the compiler unswitches the invariant tests */
+            double *x = acc + 3 * (256 * j + (cols ? c[cols[j]] : c[f0 + j]));
+            x[0] += g; x[1] += h;
+            if (with_count) x[2] += 1.0;
         }
     }
 }
@@ -327,6 +309,25 @@ def available() -> bool:
 _MAX_BLOCK = 36
 
 
+def _dll() -> ctypes.CDLL:
+    """The loaded kernel; an error when it is unavailable (the callers check :func:`available`)."""
+    if not available():
+        raise RuntimeError("the compiled CPU histogram kernel is not available")
+    return _state["dll"]  # type: ignore[return-value]
+
+
+def small_child_slots(small_is_right: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the K parents p split into nodes p and p + K: (slot, small, large), where ``small``
+    and ``large`` [K] are the smaller and the larger child of each parent and ``slot`` [2K]
+    maps the smaller child to p and every other node to −1 (left out)."""
+    k = small_is_right.shape[0]
+    parents = torch.arange(k)
+    small = parents + k * small_is_right.long()
+    slot = torch.full((2 * k,), -1, dtype=torch.long)
+    slot[small] = parents
+    return slot, small, parents + k * (~small_is_right).long()
+
+
 def _check_codes(codes: torch.Tensor) -> None:
     assert codes.dtype == torch.uint8 and codes.dim() == 2 and codes.is_contiguous() and codes.device.type == "cpu"
 
@@ -373,18 +374,13 @@ def cpu_children(codes: torch.Tensor, rows: torch.Tensor | None, features: torch
         small_is_right: [K] bool.
     """
     k = parent.shape[2]
-    parents = torch.arange(k)
-    small = parents + k * small_is_right.long()
-    slot = torch.full((2 * k,), -1, dtype=torch.long)
-    slot[small] = parents
-    dest = torch.cat([small, parents + k * (~small_is_right).long()])
+    slot, small, large = small_child_slots(small_is_right)
+    dest = torch.cat([small, large])
     return _histograms(codes, rows, features, node, grad, hess, slot, k, parent.double().contiguous(), dest, 2 * k)
 
 
 def _histograms(codes, rows, features, node, grad, hess, slot, n_slots, parent, dest, n_out,
                 counts=None) -> torch.Tensor:
-    if not available():
-        raise RuntimeError("the compiled CPU histogram kernel is not available")
     _check_codes(codes)
     n = node.shape[0] if rows is None else rows.shape[0]
     assert rows is not None or n == codes.shape[0]
@@ -402,7 +398,7 @@ def _histograms(codes, rows, features, node, grad, hess, slot, n_slots, parent, 
     if counts is not None:
         assert parent is None and counts.shape == (n_feat, n_out, 256)
         out[2].copy_(counts)
-    status = _state["dll"].rankkit_histograms(  # type: ignore[union-attr]
+    status = _dll().rankkit_histograms(
         codes.data_ptr(), codes.shape[1], _ptr(keep[2]), n, _ptr(feats), n_feat, keep[3].data_ptr(),
         _ptr(keep[0]), n_slots, grad.data_ptr(), hess.data_ptr(), _ptr(parent), _ptr(keep[1]), n_out,
         out.data_ptr(), threads, blocks, int(counts is None))
@@ -421,15 +417,13 @@ def cpu_route(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Te
         features, cuts, weights: [D] int64, the tests and what passing each adds.
         node: [n] int64, contiguous, updated in place.
     """
-    if not available():
-        raise RuntimeError("the compiled CPU histogram kernel is not available")
     _check_codes(codes)
     n = node.shape[0]
     assert node.dtype == torch.int64 and node.is_contiguous() and (rows is not None or n == codes.shape[0])
     assert rows is None or rows.shape[0] == n
     keep = [t.long().contiguous() for t in (features, cuts, weights)]
     rows = None if rows is None else rows.long().contiguous()
-    _state["dll"].rankkit_route(  # type: ignore[union-attr]
+    _dll().rankkit_route(
         codes.data_ptr(), codes.shape[1], _ptr(rows), n, keep[0].data_ptr(), keep[1].data_ptr(),
         keep[2].data_ptr(), keep[0].shape[0], node.data_ptr(), max(1, torch.get_num_threads()))
     return node
@@ -446,14 +440,12 @@ def cpu_split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, l2: float, m
     Returns:
         [F, 256] float64 gains, −inf where the split is not allowed.
     """
-    if not available():
-        raise RuntimeError("the compiled CPU histogram kernel is not available")
     hist = hist.double().contiguous()
     n_feat, n_nodes = hist.shape[1], hist.shape[2]
     assert hist.shape == (3, n_feat, n_nodes, 256) and valid_codes.shape == (n_feat, 256)
     valid = valid_codes.to(torch.uint8).contiguous()
     out = torch.empty(n_feat, 256, dtype=torch.float64)
-    _state["dll"].rankkit_split_scores(  # type: ignore[union-attr]
+    _dll().rankkit_split_scores(
         hist.data_ptr(), n_feat, n_nodes, valid.data_ptr(), float(l2), float(min_data), float(min_hess),
         float(parent_score), float(tiny), out.data_ptr(), max(1, torch.get_num_threads()))
     return out

@@ -30,7 +30,7 @@ from rankkit._io import atomic_write
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, TreeParams, leaf_of
+from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, Tree, TreeParams, leaf_of
 from rankkit.data.dataset import RankingDataset
 
 _FORMAT = "rankkit.LambdaMART/1"
@@ -189,14 +189,10 @@ class LambdaMART(BaseEstimator):
             if self.colsample < 1.0 and n_used > 1:
                 features_sel = torch.randperm(n_used, generator=gen)[: max(1, round(self.colsample * n_used))]
                 features_sel = features_sel.sort().values.to(device)
-            if self.bagging_temperature > 0:
-                w = bayesian_bootstrap_weights(sizes, self.bagging_temperature, gen).to(device)
-                grad, hess = grad * w, hess * w
-            noise_sd = 0.0
-            if self.random_strength > 0:
-                noise_sd = random_strength_sd(grad, hess, self.random_strength, m * self.learning_rate)
-            tree = grower.grow(grad, hess, rows=rows, features=features_sel, noise_sd=noise_sd,
-                               generator=gen)
+            tree = grow_round(grower, grad, hess, rows=rows, features=features_sel, sizes=sizes,
+                              generator=gen, bagging_temperature=self.bagging_temperature,
+                              random_strength=self.random_strength,
+                              model_length=m * self.learning_rate)
             scores += tree.leaf_values[tree.leaf_index]
             trees.append(tree)
             for name, e_codes_t, e_layout, e_scores in evals:
@@ -434,6 +430,21 @@ def _docs_of(queries: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor) 
     starts = torch.cumsum(s, 0) - s
     return offsets[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]
 
+
+
+def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tensor, *,
+               rows: torch.Tensor | None, features: torch.Tensor | None, sizes: torch.Tensor,
+               generator: torch.Generator, bagging_temperature: float, random_strength: float,
+               model_length: float) -> Tree:
+    """One round's tree, with CatBoost's two randomisations when they are on: the Bayesian
+    bootstrap of the queries (``bagging_temperature``) and split-score noise
+    (``random_strength``, faded by ``model_length`` = trees so far × η). Shared by
+    :class:`LambdaMART` and :class:`rankkit.boosting.LambdaMARTModule`."""
+    if bagging_temperature > 0:
+        w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator).to(grad.device)
+        grad, hess = grad * w, hess * w
+    noise_sd = random_strength_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
+    return grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd, generator=generator)
 
 
 def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:

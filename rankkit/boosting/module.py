@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
-from rankkit.boosting.booster import _valid_codes, bayesian_bootstrap_weights, random_strength_sd
+from rankkit.boosting.booster import _valid_codes, grow_round
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_objective
 from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, TreeParams
@@ -101,16 +101,11 @@ class LambdaMARTModule(pl.LightningModule):
         s = self._state
         grad, hess = self.objective.gradients(s["scores"], s["layout"])
         rows, features = self._sample(s)
-        if self.hparams.bagging_temperature > 0:
-            w = bayesian_bootstrap_weights(s["sizes"], self.hparams.bagging_temperature,
-                                           s["generator"]).to(self.device)
-            grad, hess = grad * w, hess * w
-        noise_sd = 0.0
-        if self.hparams.random_strength > 0:
-            model_length = self.ensemble.n_trees * self.hparams.learning_rate
-            noise_sd = random_strength_sd(grad, hess, self.hparams.random_strength, model_length)
-        tree = s["grower"].grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd,
-                                generator=s["generator"])
+        h = self.hparams
+        tree = grow_round(s["grower"], grad, hess, rows=rows, features=features, sizes=s["sizes"],
+                          generator=s["generator"], bagging_temperature=h.bagging_temperature,
+                          random_strength=h.random_strength,
+                          model_length=self.ensemble.n_trees * h.learning_rate)
         s["scores"] += tree.leaf_values[tree.leaf_index]
         self._append(tree, s)
         self.optimizers().step()  # counts the round as a step (global_step)

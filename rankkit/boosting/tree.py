@@ -257,12 +257,9 @@ class ObliviousTreeGrower:
             def children(hist: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
                 if self.reduce is identity_reduce:  # the kernel subtracts in place
                     return _cpu_kernel.cpu_children(codes, rows, features, node, g, h, hist, small_is_right)
-                # Node p + K·[small child is right] of the K parents p goes to slot p; the
-                # other children's documents are skipped.
+                # The smaller child of each parent p goes to slot p; the others are skipped.
                 n_nodes = hist.shape[2]
-                parents = torch.arange(n_nodes)
-                slot = torch.full((2 * n_nodes,), -1, dtype=torch.long)
-                slot[parents + n_nodes * small_is_right.long()] = parents
+                slot = _cpu_kernel.small_child_slots(small_is_right)[0]
                 small = self.reduce(_cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 2 * n_nodes,
                                                                slot, n_nodes))
                 return _siblings(hist, small, small_is_right)
@@ -296,13 +293,12 @@ class ObliviousTreeGrower:
         for level in range(depth):
             n_nodes = 1 << level
             scores = score(hist, valid, p)
-            if not float(scores.max()) > 0.0:
+            best = int(torch.argmax(scores))  # first maximum: lowest (feature, code)
+            if not float(scores.view(-1)[best]) > 0.0:
                 break  # no allowed split: the remaining levels send everything left
             if noise_sd > 0.0:  # −inf (not allowed) stays −inf
                 noise = torch.randn(scores.shape, generator=generator, dtype=scores.dtype)
                 best = int(torch.argmax(scores + noise.to(device).mul_(noise_sd)))
-            else:
-                best = int(torch.argmax(scores))  # first maximum: lowest (feature, code)
             f, c = divmod(best, N_CODES)
             feats[level], cuts[level], gains[level] = f, c, scores[f, c]
             route(f, c, n_nodes)
