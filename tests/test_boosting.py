@@ -522,6 +522,42 @@ def test_lambdamart_module_random_strength_is_seeded(tmp_path):
         LambdaMARTModule(random_strength=-0.1)
 
 
+def test_lambdamart_module_grows_the_estimators_trees(tmp_path):
+    # Trainer.fit and LambdaMART.fit share the sampler, the round and the seeding of the
+    # generator, so with row and feature sampling on they grow the same trees.
+    import pytorch_lightning as pl
+
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.data.datamodule import RankingDataModule
+
+    train, vali = small_set(0, n_queries=40), small_set(1, n_queries=10)
+    kw = dict(depth=3, learning_rate=0.3, min_data_in_leaf=3, k=5, normalize=True, subsample=0.7,
+              colsample=0.5, seed=3)
+    module = LambdaMARTModule(**kw)
+    pl.Trainer(max_epochs=5, limit_train_batches=1, logger=False, enable_progress_bar=False,
+               enable_checkpointing=False, enable_model_summary=False,
+               default_root_dir=tmp_path).fit(module, datamodule=RankingDataModule.from_datasets(
+                   train, vali, vali, max_docs=256))
+    estimator = LambdaMART(n_estimators=5, **kw).fit(train).ensemble_
+    for name in ("features", "thresholds", "leaf_values"):
+        assert torch.equal(getattr(module.ensemble, name), getattr(estimator, name)), name
+    assert torch.equal(module.ensemble(vali.features), estimator(vali.features))
+
+
+@pytest.mark.parametrize("bad", [dict(learning_rate=0.0), dict(l2=-1.0), dict(subsample=1.5),
+                                 dict(colsample=0.0), dict(max_bins=2), dict(min_data_in_leaf=0),
+                                 dict(depth=13), dict(k=0), dict(sigma=-1.0), dict(objective="mse"),
+                                 dict(bagging_temperature=float("inf")), dict(min_sum_hessian=float("nan"))])
+def test_estimator_and_module_reject_the_same_bad_parameters(bad):
+    from rankkit.boosting import LambdaMARTModule
+
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        LambdaMART(n_estimators=1, **bad).fit(small_set(n_queries=4))
+    with pytest.raises(ValueError, match=name):
+        LambdaMARTModule(**bad)
+
+
 # -- CUDA (when a GPU is lent) --------------------------------------------------------------------------
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -177,18 +177,14 @@ class LambdaMART(BaseEstimator):
 
         gen = torch.Generator().manual_seed(self.seed)
         offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
-        n_q, n_used = len(sizes), len(used)
+        n_used = len(used)
         trees, history = [], {name: {self.eval_metric: []} for name, *_ in evals}
         best_score, best_round = -math.inf, -1
         for m in range(self.n_estimators):
             grad, hess = objective.gradients(scores, layout)
-            rows = features_sel = None
-            if self.subsample < 1.0:
-                q = torch.randperm(n_q, generator=gen)[: max(1, round(self.subsample * n_q))].sort().values
-                rows = _docs_of(q, offsets, sizes).to(device)
-            if self.colsample < 1.0 and n_used > 1:
-                features_sel = torch.randperm(n_used, generator=gen)[: max(1, round(self.colsample * n_used))]
-                features_sel = features_sel.sort().values.to(device)
+            rows, features_sel = sample_round(gen, sizes, offsets, n_used, self.subsample, self.colsample)
+            rows = None if rows is None else rows.to(device)
+            features_sel = None if features_sel is None else features_sel.to(device)
             tree = grow_round(grower, grad, hess, rows=rows, features=features_sel, sizes=sizes,
                               generator=gen, bagging_temperature=self.bagging_temperature,
                               random_strength=self.random_strength,
@@ -246,37 +242,7 @@ class LambdaMART(BaseEstimator):
         self.feature_importances_ = gain / total if total > 0 else gain.copy()
 
     def _validate_params(self) -> None:
-        def positive_int(name, allow_none=False):
-            v = getattr(self, name)
-            if allow_none and v is None:
-                return
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"`{name}` has to be a positive integer{' or None' if allow_none else ''}, got {v!r}")
-
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"`objective` has to be one of {OBJECTIVES}, got {self.objective!r}")
-        for name in ("n_estimators", "depth", "min_data_in_leaf"):
-            positive_int(name)
-        positive_int("k", allow_none=True)
-        positive_int("early_stopping_rounds", allow_none=True)
-        if self.depth > 12:
-            raise ValueError(f"`depth` has to be at most 12, got {self.depth}")
-        if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate < math.inf):
-            raise ValueError(f"`learning_rate` has to be a positive number, got {self.learning_rate!r}")
-        for name in ("l2", "min_sum_hessian"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 <= v < math.inf):
-                raise ValueError(f"`{name}` has to be a non-negative number, got {v!r}")
-        for name in ("subsample", "colsample"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 < v <= 1):
-                raise ValueError(f"`{name}` has to be in (0, 1], got {v!r}")
-        for name in ("bagging_temperature", "random_strength"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0 <= v < math.inf):
-                raise ValueError(f"`{name}` has to be a non-negative number, got {v!r}")
-        if not isinstance(self.max_bins, int) or not 3 <= self.max_bins <= MAX_BINS:
-            raise ValueError(f"`max_bins` has to be an integer in 3..{MAX_BINS}, got {self.max_bins!r}")
+        check_params(**self.get_params())
 
     # -- inference ----------------------------------------------------------------------------
     def predict(self, X, *, init_score=None) -> torch.Tensor:
@@ -424,12 +390,68 @@ def _valid_codes(binner: QuantileBinner) -> torch.Tensor:
     return valid | ((c == 0) & binner.has_missing_[:, None])
 
 
-def _docs_of(queries: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-    s = sizes[queries]
-    q_of = torch.repeat_interleave(torch.arange(len(queries)), s)
-    starts = torch.cumsum(s, 0) - s
-    return offsets[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]
+def check_params(**values) -> None:
+    """Raise ValueError for a booster hyperparameter out of its range. Checks the names it knows
+    among ``values`` (those of :class:`LambdaMART`); shared by :class:`LambdaMART` and
+    :class:`rankkit.boosting.LambdaMARTModule`."""
+    def positive_int(name, allow_none=False):
+        if name not in values or (allow_none and values[name] is None):
+            return
+        v = values[name]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"`{name}` has to be a positive integer{' or None' if allow_none else ''}, got {v!r}")
 
+    def number(name, low, high, what, low_open=False, high_open=True):
+        if name not in values:
+            return
+        v = values[name]
+        ok = (not isinstance(v, bool) and isinstance(v, (int, float, np.floating, np.integer))
+              and (low < v if low_open else low <= v) and (v < high if high_open else v <= high))
+        if not ok:
+            raise ValueError(f"`{name}` has to be {what}, got {v!r}")
+
+    if "objective" in values and values["objective"] not in OBJECTIVES:
+        raise ValueError(f"`objective` has to be one of {OBJECTIVES}, got {values['objective']!r}")
+    for name in ("n_estimators", "depth", "min_data_in_leaf"):
+        positive_int(name)
+    for name in ("k", "early_stopping_rounds"):
+        positive_int(name, allow_none=True)
+    if values.get("depth", 1) > 12:
+        raise ValueError(f"`depth` has to be at most 12, got {values['depth']}")
+    number("learning_rate", 0, math.inf, "a positive number", low_open=True)
+    number("sigma", 0, math.inf, "a positive number", low_open=True)
+    for name in ("l2", "min_sum_hessian", "bagging_temperature", "random_strength"):
+        number(name, 0, math.inf, "a non-negative number")
+    for name in ("subsample", "colsample"):
+        number(name, 0, 1, "in (0, 1]", low_open=True, high_open=False)
+    if "max_bins" in values:
+        v = values["max_bins"]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 3 <= v <= MAX_BINS:
+            raise ValueError(f"`max_bins` has to be an integer in 3..{MAX_BINS}, got {v!r}")
+
+
+def sample_round(generator: torch.Generator, sizes: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                 subsample: float, colsample: float) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """One round's row and feature samples (CPU tensors), None for "all".
+
+    ``rows``: the documents of round(subsample · Q) queries drawn without replacement, in
+    document order (a query is kept or dropped whole, so its pairs stay intact). ``features``:
+    round(colsample · F) of the ``n_features`` used features, sorted. Shared by
+    :class:`LambdaMART` and :class:`rankkit.boosting.LambdaMARTModule`, so that one seed draws
+    the same samples in both.
+    """
+    rows = features = None
+    if subsample < 1.0:
+        n_q = len(sizes)
+        queries = torch.randperm(n_q, generator=generator)[: max(1, round(subsample * n_q))].sort().values
+        s = sizes[queries]
+        q_of = torch.repeat_interleave(torch.arange(len(queries)), s)
+        starts = torch.cumsum(s, 0) - s
+        rows = offsets[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]
+    if colsample < 1.0 and n_features > 1:
+        features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
+        features = features.sort().values
+    return rows, features
 
 
 def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tensor, *,

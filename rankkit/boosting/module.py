@@ -17,9 +17,9 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
-from rankkit.boosting.booster import _valid_codes, grow_round
+from rankkit.boosting.booster import _valid_codes, check_params, grow_round, sample_round
 from rankkit.boosting.ensemble import ObliviousEnsemble
-from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_objective
+from rankkit.boosting.objectives import QueryLayout, make_objective
 from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, TreeParams
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
@@ -40,18 +40,10 @@ class LambdaMARTModule(pl.LightningModule):
                  colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
                  bagging_temperature: float = 0.0, random_strength: float = 0.0):
         super().__init__()
-        if objective not in OBJECTIVES:
-            raise ValueError(f"`objective` has to be one of {OBJECTIVES}, got {objective!r}")
-        if not (isinstance(depth, int) and 1 <= depth <= 12):
-            raise ValueError(f"`depth` has to be an integer in 1..12, got {depth!r}")
-        if k is not None and (not isinstance(k, int) or k < 1):
-            raise ValueError(f"`k` has to be a positive integer or None, got {k!r}")
-        for name, v in (("subsample", subsample), ("colsample", colsample)):
-            if not 0 < v <= 1:
-                raise ValueError(f"`{name}` has to be in (0, 1], got {v!r}")
-        for name, v in (("bagging_temperature", bagging_temperature), ("random_strength", random_strength)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-                raise ValueError(f"`{name}` has to be a non-negative number, got {v!r}")
+        check_params(objective=objective, depth=depth, learning_rate=learning_rate, l2=l2,
+                     min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, k=k,
+                     sigma=sigma, subsample=subsample, colsample=colsample, max_bins=max_bins,
+                     bagging_temperature=bagging_temperature, random_strength=random_strength)
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.objective = make_objective(objective, weighting=weighting, k=k, sigma=sigma,
@@ -91,7 +83,8 @@ class LambdaMARTModule(pl.LightningModule):
             "grower": ObliviousTreeGrower(codes, _valid_codes(binner)[used], self.params),
             "layout": layout, "scores": scores, "used": used.to(self.device),
             "thresholds": binner.thresholds().to(self.device), "sizes": train.sizes,
-            "generator": torch.Generator().manual_seed(h.seed * 100_003 + self.current_epoch),
+            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), train.sizes.cumsum(0)]),
+            "generator": torch.Generator().manual_seed(h.seed + 100_003 * self.current_epoch),
         }
 
     # -- one round per epoch ---------------------------------------------------------------------
@@ -100,8 +93,11 @@ class LambdaMARTModule(pl.LightningModule):
             return None
         s = self._state
         grad, hess = self.objective.gradients(s["scores"], s["layout"])
-        rows, features = self._sample(s)
         h = self.hparams
+        rows, features = sample_round(s["generator"], s["sizes"], s["offsets"], len(s["used"]),
+                                      h.subsample, h.colsample)
+        rows = None if rows is None else rows.to(self.device)
+        features = None if features is None else features.to(self.device)
         tree = grow_round(s["grower"], grad, hess, rows=rows, features=features, sizes=s["sizes"],
                           generator=s["generator"], bagging_temperature=h.bagging_temperature,
                           random_strength=h.random_strength,
