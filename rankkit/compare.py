@@ -7,8 +7,9 @@ test set with :mod:`rankkit.metrics` (exp gain, a query with nothing relevant sc
 NDCG and MAP; ERR@10 uses the data set's top label). The best model is exported as TorchScript,
 reloaded and checked against its eager scores on the test features.
 
-With ``baselines``, LightGBM (lambdarank), XGBoost (rank:ndcg) and CatBoost (YetiRank), where
-installed, train on the same folds with their library defaults, the LambdaMART config's
+With ``baselines``, LightGBM (lambdarank), XGBoost (rank:ndcg) and CatBoost (YetiRank, and
+LambdaMart: CatBoost's oblivious trees on lambda gradients, the closest relative of rankkit's
+booster), where installed, train on the same folds with their library defaults, the LambdaMART config's
 round cap and patience, and early stopping on the same vali NDCG@10 code.
 
 Writes ``OUT/metrics.json``, ``OUT/table.md``, ``OUT/val_ndcg10.png``, ``OUT/test_ndcg.png``
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import importlib.util
 import json
 import logging
@@ -42,7 +44,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 MODELS = ("ranknet", "lambdarank", "lambdamart")
 KS = (1, 3, 5, 10)
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map", "err@10")
-BASELINES = ("lightgbm", "xgboost", "catboost")
+BASELINES = ("lightgbm", "xgboost", "catboost", "catboost-lambdamart")
 # Round cap and patience of the baselines when no LambdaMART config is compared.
 DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
 
@@ -251,21 +253,23 @@ def _xgboost(train, vali, test, *, seed, rounds, patience, val_eval):
     return booster.predict(matrix(test), iteration_range=(0, best)), curve, best
 
 
-def _catboost(train, vali, test, *, seed, rounds, patience, val_eval):
+def _catboost(train, vali, test, *, seed, rounds, patience, val_eval, loss="YetiRank"):
     # CatBoost's Python metrics do not see query groups: grow the full cap, then apply the same
     # stopping rule to the staged vali predictions (its train time covers all `rounds` trees).
     from catboost import CatBoostRanker, Pool
 
-    model = CatBoostRanker(loss_function="YetiRank", iterations=rounds, random_seed=seed, verbose=False)
+    model = CatBoostRanker(loss_function=loss, iterations=rounds, random_seed=seed, verbose=False)
     model.fit(Pool(train.features.numpy(), train.labels.numpy(), group_id=train.doc_query_index().numpy()))
     curve = [val_eval.ndcg10(p) for p in model.staged_predict(vali.features.numpy(), eval_period=1)]
     best_i, ran = best_round(curve, patience)
     return model.predict(test.features.numpy(), ntree_end=best_i + 1), curve[:ran], best_i + 1
 
 
-BASELINE_FNS: dict[str, Callable] = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost}
+BASELINE_FNS: dict[str, Callable] = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost,
+                                     "catboost-lambdamart": functools.partial(_catboost, loss="LambdaMart")}
 BASELINE_LABELS = {"lightgbm": "LightGBM lambdarank", "xgboost": "XGBoost rank:ndcg",
-                   "catboost": "CatBoost YetiRank"}
+                   "catboost": "CatBoost YetiRank", "catboost-lambdamart": "CatBoost LambdaMart"}
+BASELINE_PACKAGES = {name: name.split("-")[0] for name in BASELINES}
 
 
 def train_baseline(name: str, train, vali, test_eval: Evaluator, *, seed: int, rounds: int,
@@ -386,7 +390,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         folds: MQ2008 folds, ``"1-5"``, ``"1,3"`` or ``2`` (a folder is one fold).
         seeds: seeds 0..seeds-1 per fold.
         models: model names (``ranknet``, ``lambdarank``, ``lambdamart``) or config paths.
-        baselines: also train LightGBM, XGBoost and CatBoost where installed.
+        baselines: also train LightGBM, XGBoost and CatBoost (YetiRank and LambdaMart) where
+            installed.
         out: the output folder (default ``results/compare-<time>``).
         max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
     """
@@ -418,7 +423,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     chosen = []
     if baselines:
         for name in BASELINES:
-            if importlib.util.find_spec(name) is None:
+            if importlib.util.find_spec(BASELINE_PACKAGES[name]) is None:
                 log(f"baseline {name}: not installed, skipped")
             else:
                 chosen.append(name)
