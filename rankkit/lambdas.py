@@ -174,6 +174,7 @@ def lambda_gradients(
     normalize: bool = False,
     weights: torch.Tensor | None = None,
     max_err_label: float | None = None,
+    groups: torch.Tensor | None = None,
     workspace_bytes: int = 2**28,
     return_loss: bool = False,
 ):
@@ -223,6 +224,12 @@ def lambda_gradients(
             largest real label in the whole batch, so that a query's ERR weights then depend on
             the other queries of the batch (and on how the data is batched): pass the scale's
             top label whenever it is known.
+        groups: [Q, L] integer group ids (|id| < 2^24), or None. A pair of documents of the
+            same group is left out of grad, hess and loss, but still counts in the
+            ``normalize`` factor, which stays that of the whole query. With a tree's leaf
+            indices as groups, the summed hess of a leaf is the exact second derivative of
+            the loss in that leaf's value (Tunys, papers/000, appendix); the boosters use it
+            for ``exact_newton``.
         workspace_bytes: cap on the pair temporaries, in bytes (about
             8 × item size per pair at once); the work is split into blocks to fit.
         return_loss: also return C per query.
@@ -239,7 +246,7 @@ def lambda_gradients(
     tensor([[0.2500, 0.2500]])
     """
     fn = _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-                workspace_bytes)
+                workspace_bytes, groups)
     n_queries, n_docs = scores.shape
     device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
@@ -270,6 +277,10 @@ def lambda_gradients(
     if half_w is not None:
         half_w = (half_w if qperm is None else half_w[qperm]).gather(1, order).mul(0.5)
         half_w.masked_fill_(~m, 0.0)
+    group = None
+    if groups is not None:
+        group = groups.to(device)
+        group = (group if qperm is None else group[qperm]).gather(1, order).to(dtype)
 
     # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order). Blocks in the
     # query-minor layout accumulate into acc_t, its [2, L, Q] transpose (see _Layout).
@@ -305,6 +316,8 @@ def lambda_gradients(
         per_doc = [s, exp_pos, exp_neg, *terms]
         if half_w is not None:
             per_doc.append(half_w)
+        if group is not None:
+            per_doc.append(group)
         if not full:
             per_doc.append(m.to(dtype))
         layouts = {}
@@ -319,6 +332,7 @@ def lambda_gradients(
         s_a, e_a = row_views[0], row_views[1]
         s_b, f_b = col_views[0], col_views[2]
         n_terms = len(terms)
+        extra = 3 + n_terms + (half_w is not None)  # the index of the group term
         width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
         _accumulate_block(
             s_a, s_b, None if n_wide[q1] > n_wide[q0] else (e_a, f_b, one if q_minor else
@@ -328,6 +342,7 @@ def lambda_gradients(
             None if shortest >= c1 else col_views[-1],
             fn.signed_delta, tie_weight,
             None if half_w is None else (row_views[3 + n_terms], col_views[3 + n_terms]),
+            None if group is None else (row_views[extra], col_views[extra]),
             work, lay, (q1 - q0, r1 - r0, c1 - c0), lay.acc_rows(q0, q1, r0, r1),
             lay.acc_rows(q0, q1, c0, c1),
             None if loss is None else loss[q0:q1],
@@ -419,7 +434,7 @@ class _Layout:
 
 
 def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
-                      work, layout, size, acc_rows, acc_cols, loss, abs_sum):
+                      group, work, layout, size, acc_rows, acc_cols, loss, abs_sum):
     """Add one block of pairs (positions a in rows, b in cols) to the outputs.
 
     The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ|, the pair
@@ -436,7 +451,8 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     multiply-add (the exponentials are bounded, so X is finite); None: X = 1 + exp(σ(s_a −
     s_b)), which may be +inf (then u = 0). An equal-label pair (tie term, weight T) is
     oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
-    ``layout`` (a :class:`_Layout`) says how the block of ``size`` (q, r, c) pairs lies in
+    ``group`` (g_a, g_b): pairs with g_a = g_b are dropped after the ``abs_sum`` of
+    the normalisation. ``layout`` (a :class:`_Layout`) says how the block of ``size`` (q, r, c) pairs lies in
     ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
     """
@@ -470,16 +486,21 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     omega = None if half_w is None else torch.add(half_w[0], half_w[1],
                                                   out=work[-1, :n].view(shape))
     each = layout.pair_dims
+    keep = None if group is None else torch.ne(group[0], group[1]).to(w.dtype)
     if loss is not None:
         cost = work[3, :n].view(shape)
         torch.sub(s_b, s_a, out=cost).mul_(low)  # min(W, 0) d
         if omega is not None:
             cost.mul_(omega)
+        if keep is not None:
+            cost.mul_(keep)
         loss.add_(cost.sum(each))
         # −|W| softplus(d) = |W| log1p(−p); the clamp only keeps masked pairs (p > ½) finite.
         torch.reciprocal(x, out=cost).neg_().clamp_(min=-0.5).log1p_().mul_(a)
         if omega is not None:
             cost.mul_(omega)
+        if keep is not None:
+            cost.mul_(keep)
         loss.sub_(cost.sum(each))
     u = a.div_(x)  # |W| p
     g = low.add_(u)  # W ρ: ∂C/∂s_a = −σ W ρ
@@ -488,6 +509,8 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     u.addcdiv_(u, x, value=-1.0)  # |W| p (1 − p)
     if omega is not None:
         pair.mul_(omega)
+    if keep is not None:
+        pair.mul_(keep)
     per_col = pair.sum(1 + layout.col_dim)
     acc_rows.add_(pair.sum(1 + layout.row_dim))
     acc_cols[0].sub_(per_col[0])
@@ -601,7 +624,7 @@ def _blocks(lengths: torch.Tensor, cutoff: int, cap: int, cpu: bool = True):
 
 
 def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-           workspace_bytes) -> Weighting:
+           workspace_bytes, groups=None) -> Weighting:
     """Validate the public arguments once; return the weighting to use."""
     if not isinstance(scores, torch.Tensor) or scores.ndim != 2 or not scores.is_floating_point():
         raise ValueError(f"`scores` must be a [Q, L] float tensor, got {_describe(scores)}")
@@ -619,6 +642,13 @@ def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_lab
         negative = weights < 0 if mask is None else (weights < 0) & mask
         if bool(negative.any()):
             raise ValueError("`weights` must be non-negative on real documents")
+    if groups is not None:
+        if (not isinstance(groups, torch.Tensor) or groups.shape != scores.shape
+                or groups.is_floating_point() or groups.is_complex() or groups.dtype == torch.bool):
+            raise ValueError(f"`groups` must be an integer tensor of shape {tuple(scores.shape)}, "
+                             f"got {_describe(groups)}")
+        if groups.numel() and int(groups.abs().max()) >= 2**24:
+            raise ValueError("`groups` ids must be below 2^24 in absolute value")
     if isinstance(weighting, Weighting):
         fn = weighting
     elif isinstance(weighting, str) and weighting in WEIGHTINGS:

@@ -522,7 +522,44 @@ def test_lambdamart_module_random_strength_is_seeded(tmp_path):
         LambdaMARTModule(random_strength=-0.1)
 
 
-def test_lambdamart_module_grows_the_estimators_trees(tmp_path):
+@pytest.mark.parametrize("exact", [True, False])
+def test_exact_newton_leaves_are_autograd_newton_steps_of_the_pair_loss(exact):
+    # RankNet (|ΔZ| = 1): the loss of the first round as a function of the leaf values γ is
+    # C(γ) = Σ_{y_i > y_j} log(1 + exp(−σ(s_i + γ_l(i) − s_j − γ_l(j)))), at s = 0. Its
+    # exact Newton step per leaf is −η ∂C/∂γ / (∂²C/∂γ² + λ), computed here by autograd. The
+    # diagonal ΣH of Burges' algorithm counts the pairs inside a leaf as well, and differs.
+    train = small_set(3, n_queries=6, docs=10, n_features=4)
+    lr, l2, sigma = 0.7, 0.5, 1.3
+    model = LambdaMART("ranknet", n_estimators=1, depth=2, learning_rate=lr, l2=l2, sigma=sigma,
+                       min_data_in_leaf=2, min_sum_hessian=0.0, exact_newton=exact).fit(train)
+    e = model.ensemble_  # leaf = Σ_k [x_{f_k} > t_k] 2^k on the raw features
+    leaf = sum((train.features[:, int(f)] > t).long() << k
+               for k, (f, t) in enumerate(zip(e.features[0], e.thresholds[0])))
+    labels = train.labels.double()
+
+    def loss(gamma):
+        total = gamma.new_zeros(())
+        for q in range(train.n_queries):
+            lo, hi = int(train.offsets[q]), int(train.offsets[q + 1])
+            y, f = labels[lo:hi], gamma[leaf[lo:hi]]
+            better = y[:, None] > y[None, :]
+            total = total + torch.nn.functional.softplus(-sigma * (f[:, None] - f[None, :]))[better].sum()
+        return total
+
+    gamma = torch.zeros(4, dtype=torch.float64)
+    g = torch.autograd.functional.jacobian(loss, gamma)
+    h = torch.autograd.functional.hessian(loss, gamma).diagonal()
+    expected = -lr * g / (h + l2)
+    got = e.leaf_values[0]
+    assert int((torch.bincount(leaf, minlength=4) > 0).sum()) >= 3
+    if exact:
+        torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-7)
+    else:
+        assert not torch.allclose(got.double(), expected, rtol=1e-3)
+
+
+@pytest.mark.parametrize("exact_newton", [False, True])
+def test_lambdamart_module_grows_the_estimators_trees(tmp_path, exact_newton):
     # Trainer.fit and LambdaMART.fit share the sampler, the round and the seeding of the
     # generator, so with row and feature sampling on they grow the same trees.
     import pytorch_lightning as pl
@@ -532,7 +569,7 @@ def test_lambdamart_module_grows_the_estimators_trees(tmp_path):
 
     train, vali = small_set(0, n_queries=40), small_set(1, n_queries=10)
     kw = dict(depth=3, learning_rate=0.3, min_data_in_leaf=3, k=5, normalize=True, subsample=0.7,
-              colsample=0.5, seed=3)
+              colsample=0.5, bagging_temperature=1.0, exact_newton=exact_newton, seed=3)
     module = LambdaMARTModule(**kw)
     pl.Trainer(max_epochs=5, limit_train_batches=1, logger=False, enable_progress_bar=False,
                enable_checkpointing=False, enable_model_summary=False,
@@ -547,7 +584,8 @@ def test_lambdamart_module_grows_the_estimators_trees(tmp_path):
 @pytest.mark.parametrize("bad", [dict(learning_rate=0.0), dict(l2=-1.0), dict(subsample=1.5),
                                  dict(colsample=0.0), dict(max_bins=2), dict(min_data_in_leaf=0),
                                  dict(depth=13), dict(k=0), dict(sigma=-1.0), dict(objective="mse"),
-                                 dict(bagging_temperature=float("inf")), dict(min_sum_hessian=float("nan"))])
+                                 dict(bagging_temperature=float("inf")), dict(min_sum_hessian=float("nan")),
+                                 dict(exact_newton=1), dict(objective="pointwise", exact_newton=True)])
 def test_estimator_and_module_reject_the_same_bad_parameters(bad):
     from rankkit.boosting import LambdaMARTModule
 

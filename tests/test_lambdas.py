@@ -48,8 +48,9 @@ def _ref_metric(ranked, weighting, k, gain, max_label):
 
 
 def reference(scores, labels, mask=None, *, weighting="ranknet", sigma=1.0, k=None, gain="exp",
-              tie_term=False, normalize=False, weights=None, max_err_label=None):
-    """(grad, hess, loss) by looping over every pair of every query, in float64."""
+              tie_term=False, normalize=False, weights=None, max_err_label=None, groups=None):
+    """(grad, hess, loss) by looping over every pair of every query, in float64. A pair of one
+    group (``groups``) only counts in the normalisation factor."""
     s, y = scores.double().tolist(), labels.double().tolist()
     m = torch.ones_like(scores, dtype=torch.bool).tolist() if mask is None else mask.tolist()
     w = None if weights is None else weights.double().tolist()
@@ -91,6 +92,8 @@ def reference(scores, labels, mask=None, *, weighting="ranknet", sigma=1.0, k=No
                     lam = -sigma * delta * rho
                     cost = delta * math.log1p(math.exp(-sigma * d))
                 abs_lambda += 2 * abs(lam)
+                if groups is not None and int(groups[q, i]) == int(groups[q, j]):
+                    continue
                 grad[q][hi] += pair_w * lam
                 grad[q][lo] -= pair_w * lam
                 h = sigma ** 2 * delta * rho * (1.0 - rho)
@@ -131,6 +134,8 @@ OPTION_SETS = [
     dict(normalize=True),
     dict(use_weights=True),
     dict(tie_term=True, normalize=True, use_weights=True, sigma=0.7),
+    dict(use_groups=True),
+    dict(use_groups=True, tie_term=True, normalize=True, use_weights=True),
 ]
 
 
@@ -142,9 +147,31 @@ def test_matches_double_loop_reference(weighting, k, options):
     scores, labels, mask, weights = random_batch(seed=WEIGHTING_NAMES.index(weighting) * 10 + (k or 0), n_q=6)
     if options.pop("use_weights", False):
         options["weights"] = weights
+    if options.pop("use_groups", False):
+        options["groups"] = torch.randint(0, 3, scores.shape, generator=torch.Generator().manual_seed(5))
     got = lambda_gradients(scores, labels, mask=mask, weighting=weighting, k=k, return_loss=True,
                            **options)
     assert_matches(got, reference(scores, labels, mask, weighting=weighting, k=k, **options))
+
+
+@pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
+def test_groups_in_many_query_chunks_and_small_blocks_match_reference(weighting):
+    # 40 queries take the query-minor block layout; a small workspace splits them into row blocks.
+    gen = torch.Generator().manual_seed(11)
+    scores = torch.randn(40, 24, generator=gen, dtype=torch.float64)
+    labels = torch.randint(0, 3, (40, 24), generator=gen).double()
+    mask = torch.arange(24)[None, :] < torch.randint(1, 25, (40, 1), generator=gen)
+    groups = torch.randint(0, 4, (40, 24), generator=gen)
+    expected = reference(scores, labels, mask, weighting=weighting, k=5, normalize=True, groups=groups)
+    for workspace in (2**28, 2**12):
+        got = lambda_gradients(scores, labels, mask=mask, weighting=weighting, k=5, normalize=True,
+                               groups=groups, return_loss=True, workspace_bytes=workspace)
+        assert_matches(got, expected)
+    # The leaves' sums: grad is that of all pairs, hess loses the pairs inside a group.
+    full = lambda_gradients(scores, labels, mask=mask, weighting=weighting, k=5, normalize=True)
+    by_group = lambda t: torch.zeros(40, 4, dtype=t.dtype).scatter_add_(1, groups, t * mask)
+    torch.testing.assert_close(by_group(got[0]), by_group(full[0]))
+    assert bool((by_group(got[1]) <= by_group(full[1]) + 1e-12).all())
 
 
 @pytest.mark.parametrize("gain", ["exp", "linear"])
@@ -479,6 +506,9 @@ def test_ten_thousand_documents_untruncated_matches_blocks():
     (dict(weights=-torch.ones(2, 3)), "`weights`"),
     (dict(workspace_bytes=0), "`workspace_bytes`"),
     (dict(weighting="err", max_err_label=1), "`max_err_label`"),
+    (dict(groups=torch.zeros(2, 3)), "`groups`"),
+    (dict(groups=torch.zeros(3, 2, dtype=torch.long)), "`groups`"),
+    (dict(groups=torch.full((2, 3), 2**24)), "`groups`"),
 ])
 def test_invalid_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -30,7 +30,8 @@ from rankkit._io import atomic_write
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, Tree, TreeParams, leaf_of
+from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Tree, TreeParams, leaf_of, leaf_sums,
+                                   newton_leaf_values)
 from rankkit.data.dataset import RankingDataset
 
 _FORMAT = "rankkit.LambdaMART/1"
@@ -61,6 +62,12 @@ class LambdaMART(BaseEstimator):
             so the noise fades as the model grows (see :func:`random_strength_sd`). 0 (the
             default) turns it off.
         colsample: fraction of the (non-constant) features drawn for each tree.
+        exact_newton: the leaves' Newton steps use the exact second derivative of the pairwise
+            loss in the leaf value: pairs whose two documents fall in the same leaf move
+            together and leave that leaf's ΣH (Tunys, papers/000, appendix, shows that the
+            usual ΣH is exact only when no leaf holds two documents of one query). The split
+            search is unchanged; one more pass of the lambda kernel per round. Off by default
+            (Burges' and LightGBM's ΣH).
         max_bins: codes per feature, including the missing-value bin (<= 255).
         eval_metric: ``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` for ``eval_set``.
         early_stopping_rounds: stop when the metric on the **last** eval set has not improved
@@ -93,7 +100,7 @@ class LambdaMART(BaseEstimator):
                  min_sum_hessian: float = 1e-3, weighting: str = "ndcg", k: int | None = None,
                  sigma: float = 1.0, gain: str = "exp", normalize: bool = False,
                  subsample: float = 1.0, colsample: float = 1.0, bagging_temperature: float = 0.0,
-                 random_strength: float = 0.0,
+                 random_strength: float = 0.0, exact_newton: bool = False,
                  max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
                  seed: int = 0, device: str = "cpu", verbose: int = 0):
         self.objective = objective
@@ -112,6 +119,7 @@ class LambdaMART(BaseEstimator):
         self.colsample = colsample
         self.bagging_temperature = bagging_temperature
         self.random_strength = random_strength
+        self.exact_newton = exact_newton
         self.max_bins = max_bins
         self.eval_metric = eval_metric
         self.early_stopping_rounds = early_stopping_rounds
@@ -180,6 +188,10 @@ class LambdaMART(BaseEstimator):
         n_used = len(used)
         trees, history = [], {name: {self.eval_metric: []} for name, *_ in evals}
         best_score, best_round = -math.inf, -1
+        leaf_hessian = None
+        if self.exact_newton:
+            def leaf_hessian(leaf: torch.Tensor) -> torch.Tensor:
+                return objective.gradients(scores, layout, groups=leaf)[1]
         for m in range(self.n_estimators):
             grad, hess = objective.gradients(scores, layout)
             rows, features_sel = sample_round(gen, sizes, offsets, n_used, self.subsample, self.colsample)
@@ -188,7 +200,7 @@ class LambdaMART(BaseEstimator):
             tree = grow_round(grower, grad, hess, rows=rows, features=features_sel, sizes=sizes,
                               generator=gen, bagging_temperature=self.bagging_temperature,
                               random_strength=self.random_strength,
-                              model_length=m * self.learning_rate)
+                              model_length=m * self.learning_rate, leaf_hessian=leaf_hessian)
             scores += tree.leaf_values[tree.leaf_index]
             trees.append(tree)
             for name, e_codes_t, e_layout, e_scores in evals:
@@ -424,6 +436,12 @@ def check_params(**values) -> None:
         number(name, 0, math.inf, "a non-negative number")
     for name in ("subsample", "colsample"):
         number(name, 0, 1, "in (0, 1]", low_open=True, high_open=False)
+    if "exact_newton" in values:
+        if not isinstance(values["exact_newton"], bool):
+            raise ValueError(f"`exact_newton` has to be a bool, got {values['exact_newton']!r}")
+        if values["exact_newton"] and values.get("objective") == "pointwise":
+            raise ValueError("`exact_newton` applies to the pairwise objectives; the pointwise "
+                             "objective's Newton steps are exact already")
     if "max_bins" in values:
         v = values["max_bins"]
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 3 <= v <= MAX_BINS:
@@ -457,16 +475,36 @@ def sample_round(generator: torch.Generator, sizes: torch.Tensor, offsets: torch
 def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tensor, *,
                rows: torch.Tensor | None, features: torch.Tensor | None, sizes: torch.Tensor,
                generator: torch.Generator, bagging_temperature: float, random_strength: float,
-               model_length: float) -> Tree:
+               model_length: float,
+               leaf_hessian: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Tree:
     """One round's tree, with CatBoost's two randomisations when they are on: the Bayesian
     bootstrap of the queries (``bagging_temperature``) and split-score noise
     (``random_strength``, faded by ``model_length`` = trees so far × η). Shared by
-    :class:`LambdaMART` and :class:`rankkit.boosting.LambdaMARTModule`."""
+    :class:`LambdaMART` and :class:`rankkit.boosting.LambdaMARTModule`.
+
+    ``leaf_hessian`` (for ``exact_newton``): leaf index [N] -> per-document hess [N] without
+    the pairs inside a leaf; the leaves' Newton steps then use its sums as ΣH (the split search
+    keeps ``hess``).
+    """
+    w = None
     if bagging_temperature > 0:
         w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator).to(grad.device)
         grad, hess = grad * w, hess * w
     noise_sd = random_strength_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
-    return grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd, generator=generator)
+    tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd, generator=generator)
+    if leaf_hessian is None:
+        return tree
+    # Tunys (papers/000, appendix): a pair inside one leaf does not change with the leaf's value,
+    # so the exact ∂²C/∂γ² of a leaf sums only the pairs that leave it. ΣG is unchanged (the
+    # pairs inside a leaf cancel in it).
+    h = leaf_hessian(tree.leaf_index)
+    if w is not None:
+        h = h * w
+    leaf, g = tree.leaf_index, grad
+    if rows is not None:
+        leaf, g, h = leaf.index_select(0, rows), g.index_select(0, rows), h.index_select(0, rows)
+    sums = leaf_sums(leaf, g, h, len(tree.leaf_values), reduce=grower.reduce)
+    return tree._replace(leaf_values=newton_leaf_values(sums, grower.params))
 
 
 def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:

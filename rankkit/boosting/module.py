@@ -38,12 +38,14 @@ class LambdaMARTModule(pl.LightningModule):
                  weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
                  gain: str = "exp", normalize: bool = False, subsample: float = 1.0,
                  colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
-                 bagging_temperature: float = 0.0, random_strength: float = 0.0):
+                 bagging_temperature: float = 0.0, random_strength: float = 0.0,
+                 exact_newton: bool = False):
         super().__init__()
         check_params(objective=objective, depth=depth, learning_rate=learning_rate, l2=l2,
                      min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, k=k,
                      sigma=sigma, subsample=subsample, colsample=colsample, max_bins=max_bins,
-                     bagging_temperature=bagging_temperature, random_strength=random_strength)
+                     bagging_temperature=bagging_temperature, random_strength=random_strength,
+                     exact_newton=exact_newton)
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.objective = make_objective(objective, weighting=weighting, k=k, sigma=sigma,
@@ -101,7 +103,8 @@ class LambdaMARTModule(pl.LightningModule):
         tree = grow_round(s["grower"], grad, hess, rows=rows, features=features, sizes=s["sizes"],
                           generator=s["generator"], bagging_temperature=h.bagging_temperature,
                           random_strength=h.random_strength,
-                          model_length=self.ensemble.n_trees * h.learning_rate)
+                          model_length=self.ensemble.n_trees * h.learning_rate,
+                          leaf_hessian=self._leaf_hessian if h.exact_newton else None)
         s["scores"] += tree.leaf_values[tree.leaf_index]
         self._append(tree, s)
         self.optimizers().step()  # counts the round as a step (global_step)
@@ -126,6 +129,10 @@ class LambdaMARTModule(pl.LightningModule):
             features = torch.randperm(n_used, generator=g)[: max(1, round(h.colsample * n_used))]
             features = features.sort().values.to(self.device)
         return rows, features
+
+    def _leaf_hessian(self, leaf: torch.Tensor) -> torch.Tensor:
+        s = self._state
+        return self.objective.gradients(s["scores"], s["layout"], groups=leaf)[1]
 
     def _append(self, tree, s) -> None:
         e = self.ensemble

@@ -72,14 +72,17 @@ class RankingObjective:
     def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None) -> float:
         return 0.0  # a constant shift changes no ranking
 
-    def gradients(self, scores: torch.Tensor, layout: QueryLayout) -> tuple[torch.Tensor, torch.Tensor]:
-        """scores [N] -> (grad, hess), each [N] float64."""
+    def gradients(self, scores: torch.Tensor, layout: QueryLayout,
+                  groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """scores [N] -> (grad, hess), each [N] float64; ``groups`` [N] (e.g. leaf indices):
+        leave out the pairs inside a group (see ``lambda_gradients``)."""
         from rankkit.lambdas import lambda_gradients
 
         grad, hess = lambda_gradients(layout.pad(scores.to(torch.float32)), layout.labels,
                                       mask=layout.mask, weighting=self.weighting, sigma=self.sigma,
                                       k=self.k, gain=self.gain, normalize=self.normalize,
-                                      weights=layout.weights)
+                                      weights=layout.weights,
+                                      groups=None if groups is None else layout.pad(groups))
         return layout.flat(grad).double(), layout.flat(hess).double()
 
 
