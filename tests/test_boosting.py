@@ -623,6 +623,31 @@ def test_bayesian_bootstrap_weights_per_query():
     assert abs(float(many.mean()) - 1.0) < 0.05  # Exp(1): mean 1
 
 
+def test_exact_leaf_hessian_takes_the_round_weights_and_rows():
+    # grow_round's exact-Newton leaves: ΣG and the leaf_hessian's ΣH over the sampled rows, both
+    # under the same Bayesian bootstrap weights as the tree.
+    from rankkit.boosting.booster import bayesian_bootstrap_weights, grow_round
+
+    train = small_set(2, n_queries=12)
+    binner = QuantileBinner().fit(train.features)
+    codes = binner.transform(train.features)[:, binner.used_features_]
+    params = TreeParams(depth=2, learning_rate=0.5, l2=0.3, min_data_in_leaf=2, min_sum_hessian=0.0)
+    grower = ObliviousTreeGrower(codes, _valid_codes(binner)[binner.used_features_], params)
+    gen = torch.Generator().manual_seed(0)
+    grad = torch.randn(train.n_docs, generator=gen, dtype=torch.float64)
+    hess = torch.rand(train.n_docs, generator=gen, dtype=torch.float64) + 0.5
+    exact = torch.rand(train.n_docs, generator=gen, dtype=torch.float64) * 0.4  # a stand-in ΣH
+    rows = torch.arange(train.n_docs)[train.doc_query_index() % 3 != 0]
+    tree = grow_round(grower, grad, hess, rows=rows, features=None, sizes=train.sizes,
+                      generator=torch.Generator().manual_seed(5), bagging_temperature=1.0,
+                      random_strength=0.0, model_length=0.0, leaf_hessian=lambda leaf: exact)
+    w = bayesian_bootstrap_weights(train.sizes, 1.0, torch.Generator().manual_seed(5))
+    leaf = tree.leaf_index[rows]
+    g = torch.zeros(4, dtype=torch.float64).index_add_(0, leaf, (w * grad)[rows])
+    h = torch.zeros(4, dtype=torch.float64).index_add_(0, leaf, (w * exact)[rows])
+    torch.testing.assert_close(tree.leaf_values, -0.5 * g / (h + 0.3))
+
+
 def test_bagging_temperature_is_seeded_and_changes_the_trees():
     train = small_set(n_queries=40)
     kw = dict(n_estimators=5, depth=3, min_data_in_leaf=3)
