@@ -349,7 +349,7 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
     fig.savefig(curves, dpi=120)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(models), 3.4))
+    fig, ax = plt.subplots(figsize=(3.2 + 1.2 * len(models), 3.4))
     width = 0.8 / len(models)
     for i, model in enumerate(models):
         mine = [r for r in runs if r["model"] == model]
@@ -360,7 +360,7 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
     lows = [r[f"ndcg@{k}"] for r in runs for k in KS]
     ax.set_ylim(max(0.0, min(lows) - 0.05), min(1.0, max(lows) + 0.05))
     ax.set_ylabel("test")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))  # beside the bars
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     bars = out / "test_ndcg.png"
