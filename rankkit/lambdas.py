@@ -451,8 +451,8 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     multiply-add (the exponentials are bounded, so X is finite); None: X = 1 + exp(σ(s_a −
     s_b)), which may be +inf (then u = 0). An equal-label pair (tie term, weight T) is
     oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
-    ``group`` (g_a, g_b): pairs with g_a = g_b are dropped after the ``abs_sum`` of
-    the normalisation. ``layout`` (a :class:`_Layout`) says how the block of ``size`` (q, r, c) pairs lies in
+    ``half_w`` and ``group`` (g_a, g_b) weight the pairs: (w_a + w_b)/2, times 0 when g_a = g_b;
+    ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a :class:`_Layout`) says how the block of ``size`` (q, r, c) pairs lies in
     ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
     """
@@ -485,22 +485,20 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
         low.sub_(ties, alpha=0.5)
     omega = None if half_w is None else torch.add(half_w[0], half_w[1],
                                                   out=work[-1, :n].view(shape))
+    if group is not None:  # a pair inside a group weighs 0 (after abs_sum, which omega skips)
+        keep = torch.ne(group[0], group[1]).to(w.dtype)
+        omega = keep if omega is None else omega.mul_(keep)
     each = layout.pair_dims
-    keep = None if group is None else torch.ne(group[0], group[1]).to(w.dtype)
     if loss is not None:
         cost = work[3, :n].view(shape)
         torch.sub(s_b, s_a, out=cost).mul_(low)  # min(W, 0) d
         if omega is not None:
             cost.mul_(omega)
-        if keep is not None:
-            cost.mul_(keep)
         loss.add_(cost.sum(each))
         # −|W| softplus(d) = |W| log1p(−p); the clamp only keeps masked pairs (p > ½) finite.
         torch.reciprocal(x, out=cost).neg_().clamp_(min=-0.5).log1p_().mul_(a)
         if omega is not None:
             cost.mul_(omega)
-        if keep is not None:
-            cost.mul_(keep)
         loss.sub_(cost.sum(each))
     u = a.div_(x)  # |W| p
     g = low.add_(u)  # W ρ: ∂C/∂s_a = −σ W ρ
@@ -509,8 +507,6 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     u.addcdiv_(u, x, value=-1.0)  # |W| p (1 − p)
     if omega is not None:
         pair.mul_(omega)
-    if keep is not None:
-        pair.mul_(keep)
     per_col = pair.sum(1 + layout.col_dim)
     acc_rows.add_(pair.sum(1 + layout.row_dim))
     acc_cols[0].sub_(per_col[0])

@@ -184,7 +184,6 @@ class LambdaMART(BaseEstimator):
             evals.append((f"valid_{i}", e_codes_t, QueryLayout(el, es, None, device), e_scores))
 
         gen = torch.Generator().manual_seed(self.seed)
-        offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
         n_used = len(used)
         trees, history = [], {name: {self.eval_metric: []} for name, *_ in evals}
         best_score, best_round = -math.inf, -1
@@ -194,9 +193,7 @@ class LambdaMART(BaseEstimator):
                 return objective.gradients(scores, layout, groups=leaf)[1]
         for m in range(self.n_estimators):
             grad, hess = objective.gradients(scores, layout)
-            rows, features_sel = sample_round(gen, sizes, offsets, n_used, self.subsample, self.colsample)
-            rows = None if rows is None else rows.to(device)
-            features_sel = None if features_sel is None else features_sel.to(device)
+            rows, features_sel = sample_round(gen, sizes, n_used, self.subsample, self.colsample, device)
             tree = grow_round(grower, grad, hess, rows=rows, features=features_sel, sizes=sizes,
                               generator=gen, bagging_temperature=self.bagging_temperature,
                               random_strength=self.random_strength,
@@ -448,9 +445,11 @@ def check_params(**values) -> None:
             raise ValueError(f"`max_bins` has to be an integer in 3..{MAX_BINS}, got {v!r}")
 
 
-def sample_round(generator: torch.Generator, sizes: torch.Tensor, offsets: torch.Tensor, n_features: int,
-                 subsample: float, colsample: float) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """One round's row and feature samples (CPU tensors), None for "all".
+def sample_round(generator: torch.Generator, sizes: torch.Tensor, n_features: int, subsample: float,
+                 colsample: float, device: torch.device | str = "cpu"
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """One round's row and feature samples (drawn on the CPU, returned on ``device``), None
+    for "all".
 
     ``rows``: the documents of round(subsample · Q) queries drawn without replacement, in
     document order (a query is kept or dropped whole, so its pairs stay intact). ``features``:
@@ -464,11 +463,12 @@ def sample_round(generator: torch.Generator, sizes: torch.Tensor, offsets: torch
         queries = torch.randperm(n_q, generator=generator)[: max(1, round(subsample * n_q))].sort().values
         s = sizes[queries]
         q_of = torch.repeat_interleave(torch.arange(len(queries)), s)
+        first = sizes.cumsum(0) - sizes  # each query's first document
         starts = torch.cumsum(s, 0) - s
-        rows = offsets[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]
+        rows = (first[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]).to(device)
     if colsample < 1.0 and n_features > 1:
         features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
-        features = features.sort().values
+        features = features.sort().values.to(device)
     return rows, features
 
 

@@ -85,7 +85,6 @@ class LambdaMARTModule(pl.LightningModule):
             "grower": ObliviousTreeGrower(codes, _valid_codes(binner)[used], self.params),
             "layout": layout, "scores": scores, "used": used.to(self.device),
             "thresholds": binner.thresholds().to(self.device), "sizes": train.sizes,
-            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), train.sizes.cumsum(0)]),
             "generator": torch.Generator().manual_seed(h.seed + 100_003 * self.current_epoch),
         }
 
@@ -96,10 +95,8 @@ class LambdaMARTModule(pl.LightningModule):
         s = self._state
         grad, hess = self.objective.gradients(s["scores"], s["layout"])
         h = self.hparams
-        rows, features = sample_round(s["generator"], s["sizes"], s["offsets"], len(s["used"]),
-                                      h.subsample, h.colsample)
-        rows = None if rows is None else rows.to(self.device)
-        features = None if features is None else features.to(self.device)
+        rows, features = sample_round(s["generator"], s["sizes"], len(s["used"]), h.subsample, h.colsample,
+                                      self.device)
         tree = grow_round(s["grower"], grad, hess, rows=rows, features=features, sizes=s["sizes"],
                           generator=s["generator"], bagging_temperature=h.bagging_temperature,
                           random_strength=h.random_strength,
@@ -111,24 +108,6 @@ class LambdaMARTModule(pl.LightningModule):
         self.log("train/gain", float(tree.gains.sum()), prog_bar=True, on_step=False, on_epoch=True,
                  batch_size=1)
         return None
-
-    def _sample(self, s):
-        h = self.hparams
-        g = s["generator"]
-        rows = features = None
-        if h.subsample < 1.0:
-            sizes = s["sizes"]
-            n_q = len(sizes)
-            q = torch.randperm(n_q, generator=g)[: max(1, round(h.subsample * n_q))].sort().values
-            doc_query = torch.repeat_interleave(torch.arange(n_q), sizes)
-            chosen = torch.zeros(n_q, dtype=torch.bool)
-            chosen[q] = True
-            rows = torch.nonzero(chosen[doc_query]).view(-1).to(self.device)
-        n_used = len(s["used"])
-        if h.colsample < 1.0 and n_used > 1:
-            features = torch.randperm(n_used, generator=g)[: max(1, round(h.colsample * n_used))]
-            features = features.sort().values.to(self.device)
-        return rows, features
 
     def _leaf_hessian(self, leaf: torch.Tensor) -> torch.Tensor:
         s = self._state
