@@ -5,7 +5,8 @@ Every rankkit model gets its gradients here -- RankNet and LambdaRank through an
 ``sum(grad) / sum(hess)``. The pairwise formula is written once, in :func:`_accumulate_block`.
 
 Notation: Q queries, L padded list length. For a query, s are the scores, y the labels and
-σ = ``sigma``. For a pair with y_i > y_j (Burges 2010, papers/001 §2 and §4; papers/003)::
+σ = ``sigma``. For a pair with y_i > y_j (Burges, "From RankNet to LambdaRank to LambdaMART:
+An Overview", Microsoft Research MSR-TR-2010-82, 2010, §2 and §4)::
 
     ρ_ij = 1 / (1 + exp(σ (s_i − s_j)))
     C_ij = |ΔZ_ij| log(1 + exp(−σ (s_i − s_j)))          (the pair's cost)
@@ -30,131 +31,17 @@ temporaries exist at once. With a truncation ``k`` only the rows a < k are visit
 """
 from __future__ import annotations
 
-import bisect
 import math
-from typing import Callable, NamedTuple
 
 import torch
 
-from rankkit._ranking import GAINS, discounts, gain_values, ideal_dcg, rank_order
+from rankkit import _checks
+from rankkit._blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout, plan_blocks
+from rankkit._ranking import rank_order
+from rankkit._weightings import WEIGHTINGS, Weighting
 
 __all__ = ["Weighting", "WEIGHTINGS", "lambda_gradients"]
 
-Terms = tuple[torch.Tensor, ...]
-
-
-class Weighting(NamedTuple):
-    """How much a pair counts: the |ΔZ| of LambdaRank, as per-document terms and a pair rule.
-
-    Attributes:
-        doc_terms: ``(labels, mask, k, gain, max_err_label) -> Terms``. ``labels`` [Q, L]
-            (float) and ``mask`` [Q, L] (bool) are in rank order (position 0 is the current
-            top document, padding last); ``k`` is the cutoff (L when there is none). Each
-            returned term is [Q, L] or [1, L] (when it depends on the position only).
-        signed_delta: ``(rows, cols, out) -> W``, with ``rows`` the terms at the top positions
-            a and ``cols`` those at the lower positions b > a, as views that broadcast to the
-            block's pair shape (query-major [Q|1, r, 1] and [Q|1, 1, c], or query-minor
-            [r, 1, Q|1] and [1, c, Q|1]: use elementwise operations only). Writes into ``out``
-            and returns W = −ΔZ_ab, the drop in the metric when a and b swap, so
-            W = sign(y_a − y_b) |ΔZ_ab| (Z rewards putting higher labels first).
-        tie_weight: |ΔZ| of a pair with equal labels, used by ``tie_term=True``.
-    """
-
-    doc_terms: Callable[..., Terms]
-    signed_delta: Callable[[Terms, Terms, torch.Tensor], torch.Tensor]
-    tie_weight: float
-
-
-def _ranknet_terms(labels, mask, k, gain, max_err_label) -> Terms:
-    return (labels,)
-
-
-def _ranknet_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
-    return torch.sub(rows[0], cols[0], out=out).sign_()
-
-
-def _ndcg_terms(labels, mask, k, gain, max_err_label) -> Terms:
-    # NDCG@k = Σ_p G_p D_p with G the gain over the ideal DCG@k and D the discount (0 from k on).
-    idcg = ideal_dcg(labels, mask, k=k, gain=gain)
-    scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(idcg.dtype).tiny), 0.0)
-    g = (gain_values(labels, gain) * scale[:, None]).masked_fill(~mask, 0.0)
-    d = discounts(labels.shape[1], dtype=labels.dtype, device=labels.device)
-    d = torch.where(torch.arange(labels.shape[1], device=labels.device) < k, d, 0.0)
-    return g, d[None, :]
-
-
-def _ndcg_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
-    # Swapping a and b changes NDCG by (G_b − G_a)(D_a − D_b).
-    return torch.sub(rows[0], cols[0], out=out).mul_(rows[1] - cols[1])
-
-
-def _map_terms(labels, mask, k, gain, max_err_label) -> Terms:
-    # AP@k = (1 / N) Σ_{p<k} rel_p c_p / (p + 1), rel = label > 0, c the inclusive count of
-    # relevant documents, N = min(#relevant, k) (as LightGBM's MAP@k). With δ = rel_b − rel_a,
-    # swapping positions a < b (a < k) changes AP@k by δ (X_a + Y_b + rel_b inv_a), where
-    # inv = 1/((p+1) N), H = cumsum(rel inv), X = c inv − H, and Y = H(min(b, k−1)) − [b<k] (c_b
-    # + rel_b) inv_b. (Own-term change at a, at b, and ±1/(p+1) for every relevant p in between.)
-    rel = ((labels > 0) & mask).to(labels.dtype)
-    n = labels.shape[1]
-    pos = torch.arange(n, device=labels.device)
-    norm = rel.sum(1, keepdim=True).clamp(max=k)
-    inv = torch.where(norm > 0, 1.0 / ((pos + 1.0) * norm.clamp(min=1.0)), 0.0)
-    c = rel.cumsum(1)
-    h = (rel * inv).cumsum(1)
-    inside = pos < k
-    h_k = torch.where(inside, h, h[:, min(k, n) - 1:min(k, n)])
-    y = h_k - torch.where(inside, (c + rel) * inv, 0.0)
-    return rel, c * inv - h, inv, y
-
-
-def _map_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
-    rel_a, x_a, inv_a, _ = rows
-    rel_b, _, _, y_b = cols
-    return torch.add(x_a, y_b, out=out).addcmul_(rel_b, inv_a).mul_(rel_a - rel_b)
-
-
-def _err_terms(labels, mask, k, gain, max_err_label) -> Terms:
-    # ERR@k = Σ_{p<k} R_p P_p / (p + 1), R = (2^y − 1) / 2^y_max, P_p = Π_{q<p} (1 − R_q)
-    # (Chapelle et al. 2009). With M the inclusive prefix sum of the terms, swapping a < b
-    # (a < k) changes ERR@k by (R_b − R_a) (P_a/(a+1) − (T_b − M_a) / (1 − R_a)), where
-    # T_b = M_{b−1} + P_b/(b+1) for b < k and M_{k−1} otherwise. So −ΔERR = ΔR (U_a − T_b V_a).
-    n = labels.shape[1]
-    pos = torch.arange(n, device=labels.device)
-    r = ((torch.exp2(labels) - 1.0) / 2.0 ** max_err_label).masked_fill(~mask, 0.0)
-    p = torch.cumprod(torch.cat([torch.ones_like(r[:, :1]), 1.0 - r[:, :-1]], dim=1), dim=1)
-    inside = pos < k
-    stop = torch.where(inside, p / (pos + 1.0), 0.0)
-    m = (r * stop).cumsum(1)
-    t = torch.where(inside, m - r * stop + stop, m[:, min(k, n) - 1:min(k, n)])
-    v = 1.0 / (1.0 - r)
-    return r, p / (pos + 1.0) + m * v, v, t
-
-
-def _err_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
-    r_a, u_a, v_a, _ = rows
-    r_b, _, _, t_b = cols
-    return torch.mul(t_b, v_a, out=out).neg_().add_(u_a).mul_(r_a - r_b)
-
-
-# The one place where weighting names become behaviour.
-WEIGHTINGS: dict[str, Weighting] = {
-    "ranknet": Weighting(_ranknet_terms, _ranknet_delta, tie_weight=1.0),
-    "ndcg": Weighting(_ndcg_terms, _ndcg_delta, tie_weight=0.0),
-    "map": Weighting(_map_terms, _map_delta, tie_weight=0.0),
-    "err": Weighting(_err_terms, _err_delta, tie_weight=0.0),
-}
-
-# Bytes of pair temporaries per pair, in units of the compute dtype's item size: the kernel
-# keeps at most about this many [q, r, c] buffers alive at once (measured in the benchmark).
-_BUFFERS_PER_PAIR = 8
-# On CPU, blocks of at most this many pairs (measured: fewer, larger blocks are faster as long
-# as they stay in the last-level cache).
-_CPU_BLOCK_PAIRS = 1 << 20
-# The fixed cost of a block on CPU (Python and dispatch of its ~25 tensor operations), in
-# pairs' worth of arithmetic: _blocks trades it against the triangle waste of row blocks.
-_CPU_BLOCK_COST = 40_000
-# On CPU, chunks of at least this many queries use the query-minor layout (see _Layout).
-_CPU_QUERY_MINOR = 16
 # Queries whose scores (times σ) span at most this much get the pair sigmoid as a product of
 # per-document exponentials, e^{±(σ s − centre)} ∈ [e^-33, e^33], which cannot overflow;
 # wider queries use torch.sigmoid of the difference. Both are the same ρ up to rounding.
@@ -180,7 +67,8 @@ def lambda_gradients(
 ):
     r"""Pairwise lambda gradients and Newton terms of a padded batch of queries.
 
-    For every pair of real documents of a query with y_i > y_j (Burges 2010; papers/001 and 003):
+    For every pair of real documents of a query with y_i > y_j (Burges, "From RankNet to
+    LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82, 2010):
     ρ_ij = 1 / (1 + exp(σ(s_i − s_j))), the cost C_ij = |ΔZ_ij| log(1 + exp(−σ(s_i − s_j))),
     λ_ij = −σ |ΔZ_ij| ρ_ij added to grad_i and subtracted from grad_j, and
     σ² |ΔZ_ij| ρ_ij (1 − ρ_ij) added to hess_i and hess_j. ``grad`` is therefore ∂C/∂s:
@@ -228,7 +116,8 @@ def lambda_gradients(
             same group is left out of grad, hess and loss, but still counts in the
             ``normalize`` factor, which stays that of the whole query. With a tree's leaf
             indices as groups, the summed hess of a leaf is the exact second derivative of
-            the loss in that leaf's value (Tunys, papers/000, appendix); the boosters use it
+            the loss in that leaf's value (Tunys, "LambdaMART
+            Demystified", Czech Technical University, 2015, appendix); the boosters use it
             for ``exact_newton``.
         workspace_bytes: cap on the pair temporaries, in bytes (about
             8 × item size per pair at once); the work is split into blocks to fit.
@@ -245,13 +134,12 @@ def lambda_gradients(
     >>> hess  # σ² ρ (1 − ρ)
     tensor([[0.2500, 0.2500]])
     """
-    fn = _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-                workspace_bytes, groups)
+    scores, labels, mask, weights, groups, fn = _check(
+        scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
+        workspace_bytes, groups)
     n_queries, n_docs = scores.shape
     device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
-    if mask is None:
-        mask = torch.ones(scores.shape, dtype=torch.bool, device=device)
     cutoff = n_docs if k is None else min(k, n_docs)
     if fn is WEIGHTINGS["err"] and max_err_label is None:
         max_err_label = float(labels[mask].max()) if mask.any() else 0.0
@@ -268,7 +156,7 @@ def lambda_gradients(
         s, y, m = s[qperm], y[qperm], m[qperm]
     if not full:
         s, y = s.masked_fill(~m, 0.0), y.masked_fill(~m, 0.0)
-    order = _rank_order(s, y, m, full)
+    order = rank_order(s, y, m)
     s, y, m = s.gather(1, order), y.gather(1, order), m.gather(1, order)
     if sigma != 1.0:
         s = s * sigma
@@ -279,7 +167,7 @@ def lambda_gradients(
         half_w.masked_fill_(~m, 0.0)
     group = None
     if groups is not None:
-        group = groups.to(device)
+        group = groups
         group = (group if qperm is None else group[qperm]).gather(1, order).to(dtype)
 
     # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order). Blocks in the
@@ -289,11 +177,11 @@ def lambda_gradients(
     abs_sum = torch.zeros(n_queries, dtype=dtype, device=device) if normalize else None
     tie_weight = fn.tie_weight if tie_term else 0.0
 
-    cap = max(1, workspace_bytes // (_BUFFERS_PER_PAIR * acc.element_size()))
+    cap = max(1, workspace_bytes // (BUFFERS_PER_PAIR * acc.element_size()))
     cpu = device.type == "cpu"
     if cpu:
-        cap = min(cap, _CPU_BLOCK_PAIRS)
-    blocks = list(_blocks(lengths, cutoff, cap, cpu))
+        cap = min(cap, CPU_BLOCK_PAIRS)
+    blocks = list(plan_blocks(lengths, cutoff, cap, cpu))
     acc_t = None
     if blocks:
         biggest = max((q1 - q0) * (r1 - r0) * (c1 - c0)
@@ -325,7 +213,7 @@ def lambda_gradients(
     for q0, q1, shortest, (r0, r1), (c0, c1), q_minor in blocks:
         lay = layouts.get(q_minor)
         if lay is None:
-            lay = layouts[q_minor] = _Layout(q_minor, per_doc, acc)
+            lay = layouts[q_minor] = Layout(q_minor, per_doc, acc)
             if q_minor:
                 acc_t = lay.acc
         row_views, col_views = lay.cut(q0, q1, r0, r1, c0, c1)
@@ -375,64 +263,6 @@ def lambda_gradients(
     return tuple(out)
 
 
-class _Layout:
-    """How a block of pairs is laid out in memory, and the per-document views that feed it.
-
-    Query-major (``q_minor`` False): a block is [q, r, c], documents a along dim 1 and b along
-    the contiguous dim 2; the per-document terms enter as [q, r, 1] and [q, 1, c]. Query-minor:
-    [r, c, q], with the queries contiguous, terms [r, 1, q] and [1, c, q] (position-only terms
-    [r, 1, 1] and [1, c, 1]). Query-minor keeps every operand of the pair arithmetic
-    contiguous in the inner dimension and makes both pair sums reductions over outer
-    dimensions, which is much faster on CPU for chunks of many queries; query-major serves
-    chunks of a few long queries. Positions-first layouts accumulate into ``acc`` [2, L, Q].
-    """
-
-    def __init__(self, q_minor, per_doc, acc):
-        self.q_minor = q_minor
-        _, n_queries, n_docs = acc.shape
-        self.shared = [t.shape[0] == 1 for t in per_doc]  # position-only terms
-        if q_minor:
-            tt = [t.t().contiguous() for t in per_doc]
-            self.rows = [t[:, None, :] for t in tt]
-            self.cols = [t[None, :, :] for t in tt]
-            self.acc = acc.new_zeros(2, n_docs, n_queries)
-            self.ones = None
-            self.pair_dims = (0, 1)  # dims of a block that belong to one query
-            self.row_dim, self.col_dim = 1, 0  # summed over for per-row / per-column totals
-        else:
-            self.rows = [t[:, :, None] for t in per_doc]
-            self.cols = [t[:, None, :] for t in per_doc]
-            self.acc = acc
-            self.ones = acc.new_ones(1, 1, n_docs)
-            self.pair_dims = (1, 2)
-            self.row_dim, self.col_dim = 2, 1
-
-    def shape(self, q, r, c):
-        return (r, c, q) if self.q_minor else (q, r, c)
-
-    def cut(self, q0, q1, r0, r1, c0, c1):
-        """Row and column views of every per-document tensor for one block."""
-        qs, rs, cs, every = slice(q0, q1), slice(r0, r1), slice(c0, c1), slice(None)
-        if self.q_minor:
-            ri, ri1, ci, ci1 = (rs, every, qs), (rs,), (every, cs, qs), (every, cs)
-        else:
-            ri, ri1, ci, ci1 = (qs, rs), (every, rs), (qs, every, cs), (every, every, cs)
-        rows = [t[ri1 if one else ri] for t, one in zip(self.rows, self.shared)]
-        cols = [t[ci1 if one else ci] for t, one in zip(self.cols, self.shared)]
-        return rows, cols
-
-    def tri(self, upper):
-        """(index of the overlapping columns in a block, the b > a mask there)."""
-        width = upper.shape[1]
-        if self.q_minor:
-            return (slice(None), slice(0, width)), upper[:, :, None]
-        return (slice(None), slice(None), slice(0, width)), upper
-
-    def acc_rows(self, q0, q1, p0, p1):
-        """[2, ...] view of the accumulator at positions [p0, p1) of queries [q0, q1)."""
-        return self.acc[:, p0:p1, q0:q1] if self.q_minor else self.acc[:, q0:q1, p0:p1]
-
-
 def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
                       group, work, layout, size, acc_rows, acc_cols, loss, abs_sum):
     """Add one block of pairs (positions a in rows, b in cols) to the outputs.
@@ -452,7 +282,7 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     s_b)), which may be +inf (then u = 0). An equal-label pair (tie term, weight T) is
     oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
     ``half_w`` and ``group`` (g_a, g_b) weight the pairs: (w_a + w_b)/2, times 0 when g_a = g_b;
-    ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a :class:`_Layout`) says how the block of ``size`` (q, r, c) pairs lies in
+    ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a :class:`rankkit._blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
     ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
     """
@@ -513,169 +343,36 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     acc_cols[1].add_(per_col[1])
 
 
-def _rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
-                full: bool = False) -> torch.Tensor:
-    """:func:`rankkit._ranking.rank_order` on the real documents, with one sort instead of three.
-
-    float32 scores and labels (the booster's and most neural batches): one sort of a packed
-    (score, −label) key (:func:`_tied_rank_order`). Otherwise one stable sort by score, which
-    already gives rank_order's order of the real documents unless two real documents with
-    different labels tie in score (then the worst-case rule decides). Non-finite scores, and
-    such ties outside float32, defer to rank_order itself. ``full``: the mask is all True.
-    """
-    finite = torch.isfinite(scores) if full else torch.isfinite(scores) | ~mask
-    if not bool(finite.all()):
-        return rank_order(scores, labels, mask)
-    if scores.dtype == torch.float32 and labels.dtype == torch.float32:
-        # One sort of a packed key: about as fast as the float sort alone, and boosting's
-        # scores tie all the time (documents that share every leaf so far).
-        return _tied_rank_order(scores, labels, mask, full)
-    values, order = torch.sort(scores if full else scores.masked_fill(~mask, -math.inf), dim=1,
-                               descending=True, stable=True)
-    tied = values[:, 1:] == values[:, :-1]
-    if bool(tied.any()):
-        real, ranked = mask.gather(1, order), labels.gather(1, order)
-        if bool((tied & real[:, 1:] & (ranked[:, 1:] != ranked[:, :-1])).any()):
-            return rank_order(scores, labels, mask)
-    return order
-
-
-def _float_key(x: torch.Tensor) -> torch.Tensor:
-    """int64 keys in the order of the float32 values ``x`` (−0 and +0 equal; no NaN)."""
-    bits = (x + 0.0).view(torch.int32)  # + 0.0 turns −0 into +0
-    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
-
-
-def _tied_rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
-                     full: bool) -> torch.Tensor:
-    """rank_order's order with one sort, for float32 scores and labels (all finite on real
-    documents): a stable descending sort of the key (score, −label) packed in 64 bits, the
-    score's order-preserving 32-bit key above the label's reversed one. Equal (score, label)
-    keep their index order, as in rank_order's chain of stable sorts; padding scores −inf last."""
-    s = scores if full else scores.masked_fill(~mask, -math.inf)
-    y = labels if full else labels.masked_fill(~mask, 0.0)
-    key = (_float_key(s) << 32) | (0x7FFFFFFF - _float_key(y))
-    return torch.sort(key, dim=1, descending=True, stable=True).indices
-
-
-def _blocks(lengths: torch.Tensor, cutoff: int, cap: int, cpu: bool = True):
-    """Yield (q0, q1, shortest length, (r0, r1), (c0, c1), q_minor) blocks of at most about
-    ``cap`` pairs.
-
-    ``lengths`` [Q] is sorted ascending. Queries are grouped in length buckets (powers of
-    √2) so a short query never pays for the longest one; within a bucket, consecutive
-    queries form chunks, and each chunk is cut into row blocks (positions a < cutoff) and
-    column blocks (positions b > a). ``q_minor``: lay the block out with the queries as the
-    contiguous dimension (see :class:`_Layout`), done on CPU for chunks of many queries.
-
-    Each row block also visits the pairs b <= a of its own rows, a triangle that more row
-    blocks make smaller, at the price of a fixed cost per block (on CPU, that of about
-    _CPU_BLOCK_COST pairs). On CPU the height of the row blocks minimises the sum of the two.
-    """
-    lens = lengths.tolist()
-    start = bisect.bisect_left(lens, 2)  # shorter queries have no pairs
-    if start == len(lens):
-        return
-    if lens[start] == lens[-1]:  # one length: one bucket
-        counts = [len(lens) - start]
-    else:
-        buckets = torch.ceil(2.0 * torch.log2(lengths[start:].double())).long()
-        counts = torch.unique_consecutive(buckets, return_counts=True)[1].tolist()
-    for count in counts:
-        stop = start + count
-        n_max = lens[stop - 1]
-        if cpu:
-            n_rows = min(cutoff, n_max - 1)
-            per_query = n_rows * (2 * n_max - n_rows - 1) // 2  # pairs (a, b), a < n_rows
-            # A chunk of q queries cut into row blocks of height h costs about
-            # _CPU_BLOCK_COST · n_rows / h + q (pairs + n_rows h / 2): best h = √(2 cost / q).
-            q = max(1, min(count, cap // max(1, per_query)))
-            rb = round(math.sqrt(2 * _CPU_BLOCK_COST / q))
-            rb = max(1, min(n_rows, rb, cap // (n_max - 1)))
-            rb = math.ceil(n_rows / math.ceil(n_rows / rb))  # even heights
-            area = rb * (n_max - 1)  # pairs per query in a row block
-        else:
-            n_rows = min(cutoff, n_max)
-            # Few, whole-width row blocks for short lists; ~8 for long ones so that the
-            # lower triangle (b <= a) is mostly skipped.
-            rb = n_rows if n_rows <= 32 else max(16, math.ceil(n_rows / 8))
-            rb = max(1, min(rb, cap // n_max))
-            area = rb * n_max
-        cb = min(n_max, max(1, cap // rb))
-        qc = max(1, cap // (rb * cb))
-        qc = math.ceil(count / math.ceil(count / qc))  # chunks of even size
-        q_minor = cpu and qc >= _CPU_QUERY_MINOR
-        for q0 in range(start, stop, qc):
-            q1 = min(q0 + qc, stop)
-            n = lens[q1 - 1]
-            n_rows = min(cutoff, n - 1)  # the last position has no pair below it
-            r0 = 0
-            while r0 < n_rows:
-                # Lower row blocks are narrower, so taller for the same area.
-                r1 = min(n_rows, r0 + max(rb, area // (n - r0 - 1)))
-                for c0 in range(r0 + 1, n, cb):
-                    yield q0, q1, lens[q0], (r0, r1), (c0, min(c0 + cb, n)), q_minor
-                r0 = r1
-        start = stop
-
-
 def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-           workspace_bytes, groups=None) -> Weighting:
-    """Validate the public arguments once; return the weighting to use."""
-    if not isinstance(scores, torch.Tensor) or scores.ndim != 2 or not scores.is_floating_point():
-        raise ValueError(f"`scores` must be a [Q, L] float tensor, got {_describe(scores)}")
-    if not isinstance(labels, torch.Tensor) or labels.shape != scores.shape:
-        raise ValueError(f"`labels` must be a tensor of the shape of `scores` {tuple(scores.shape)},"
-                         f" got {_describe(labels)}")
-    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool
-                             or mask.shape != scores.shape):
-        raise ValueError(f"`mask` must be a bool tensor of shape {tuple(scores.shape)}, "
-                         f"got {_describe(mask)}")
-    if weights is not None:
-        if not isinstance(weights, torch.Tensor) or weights.shape != scores.shape:
-            raise ValueError(f"`weights` must be a tensor of shape {tuple(scores.shape)}, "
-                             f"got {_describe(weights)}")
-        negative = weights < 0 if mask is None else (weights < 0) & mask
-        if bool(negative.any()):
-            raise ValueError("`weights` must be non-negative on real documents")
-    if groups is not None:
-        if (not isinstance(groups, torch.Tensor) or groups.shape != scores.shape
-                or groups.is_floating_point() or groups.is_complex() or groups.dtype == torch.bool):
-            raise ValueError(f"`groups` must be an integer tensor of shape {tuple(scores.shape)}, "
-                             f"got {_describe(groups)}")
-        if groups.numel() and int(groups.abs().max()) >= 2**24:
-            raise ValueError("`groups` ids must be below 2^24 in absolute value")
+           workspace_bytes, groups):
+    """Validate the public arguments once (one host synchronisation for the tensors); return
+    (scores, labels, mask, weights, groups) on the scores' device, mask all True for None, and
+    the weighting to use."""
     if isinstance(weighting, Weighting):
         fn = weighting
-    elif isinstance(weighting, str) and weighting in WEIGHTINGS:
-        fn = WEIGHTINGS[weighting]
     else:
-        raise ValueError(f"`weighting` must be one of {tuple(WEIGHTINGS)} or a Weighting, "
-                         f"got {weighting!r}")
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not (
-            0 < sigma < math.inf):
-        raise ValueError(f"`sigma` has to be a positive finite number, got {sigma!r}")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"`k` has to be a positive integer or None, got {k!r}")
-    if gain not in GAINS:
-        raise ValueError(f"`gain` must be one of {GAINS}, got {gain!r}")
-    if isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int) or (
-            workspace_bytes < 1):
-        raise ValueError(f"`workspace_bytes` has to be a positive integer, got {workspace_bytes!r}")
+        fn = WEIGHTINGS[_checks.check_choice(weighting, WEIGHTINGS, "weighting")]
+    _checks.check_number(sigma, "sigma", low=0.0, low_open=True)
+    _checks.check_k(k)
+    _checks.check_gain(gain)
+    _checks.check_int(workspace_bytes, "workspace_bytes", low=1)
     if max_err_label is not None:
-        if isinstance(max_err_label, bool) or not isinstance(max_err_label, (int, float)) or not (
-                0 <= max_err_label < math.inf):
-            raise ValueError(f"`max_err_label` has to be a non-negative number or None, "
-                             f"got {max_err_label!r}")
-        if fn is WEIGHTINGS["err"]:
-            real = labels if mask is None else labels[mask]
-            if real.numel() and float(real.max()) > max_err_label:
-                raise ValueError(f"`max_err_label` ({max_err_label}) is below the largest "
-                                 f"label ({float(real.max())})")
-    return fn
+        _checks.check_number(max_err_label, "max_err_label", low=0.0)
+    if groups is not None:
+        _checks.check_tensor(groups, "groups", shape=scores.shape if isinstance(
+            scores, torch.Tensor) else None, kind="int")
 
+    def extra(labels, mask):
+        conditions = []
+        if groups is not None:
+            g = _checks.to_device(groups, labels.device)
+            conditions.append(("groups", g, (g.abs() >= 2**24) & mask,
+                               "ids below 2^24 in absolute value on real documents"))
+        if max_err_label is not None and fn is WEIGHTINGS["err"]:
+            conditions.append(("labels", labels, (labels > max_err_label) & mask,
+                               f"at most `max_err_label` ({max_err_label:g}) on real documents"))
+        return conditions
 
-def _describe(x) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
-    return repr(type(x).__name__)
+    scores, labels, mask, weights = _checks.check_batch_with(scores, labels, mask,
+                                                             weights=weights, extra=extra)
+    return scores, labels, mask, weights, _checks.to_device(groups, scores.device), fn

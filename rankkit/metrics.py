@@ -28,13 +28,13 @@ and scikit-learn):
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
 
 import torch
 # torchmetrics is needed only by the logging wrappers at the bottom of this module.
 from torchmetrics import Metric, MetricCollection
 
-from rankkit._ranking import GAINS, discounts, gain_values, ideal_dcg, rank_order
+from rankkit._checks import check_batch_with, check_gain, check_k, check_number
+from rankkit._ranking import discounts, gain_values, ideal_dcg, rank_order
 
 __all__ = [
     "dcg",
@@ -58,92 +58,40 @@ SKIP = "skip"
 # Validation: once, at the public boundary. The private helpers below trust their input.
 # --------------------------------------------------------------------------------------------
 
-def _check_k(k) -> int | None:
-    if k is None:
-        return None
-    if isinstance(k, bool) or not isinstance(k, Integral) or k <= 0:
-        raise ValueError(f"`k` must be a positive int or None, got {k!r}")
-    return int(k)
-
-
 def _check_empty(empty) -> float | str:
     if isinstance(empty, str) and empty == SKIP:
         return SKIP
-    if isinstance(empty, bool) or not isinstance(empty, Real) or not 0.0 <= float(empty) <= 1.0:
-        raise ValueError(f"`empty` must be a number in [0, 1] (usually 1.0 or 0.0) or 'skip', "
-                         f"got {empty!r}")
-    return float(empty)
-
-
-def _check_gain(gain) -> str:
-    if gain not in GAINS:
-        raise ValueError(f"`gain` must be one of {GAINS}, got {gain!r}")
-    return gain
+    if isinstance(empty, str):
+        raise ValueError(f"`empty` has to be a finite number in [0, 1] (usually 1.0 or 0.0) or "
+                         f"'skip', got {empty!r}")
+    return check_number(empty, "empty", low=0.0, high=1.0)
 
 
 def _check_threshold(threshold) -> float:
-    if (isinstance(threshold, bool) or not isinstance(threshold, Real)
-            or not math.isfinite(threshold) or threshold < 0):
-        raise ValueError(f"`threshold` must be a finite number >= 0, got {threshold!r}")
-    return float(threshold)
+    return check_number(threshold, "threshold", low=0.0)
 
 
 def _check_max_label(max_label) -> float:
-    if (isinstance(max_label, bool) or not isinstance(max_label, Real)
-            or not math.isfinite(max_label) or max_label <= 0):
-        raise ValueError(f"`max_label` must be a finite number > 0, got {max_label!r}")
-    return float(max_label)
+    return check_number(max_label, "max_label", low=0.0, low_open=True)
 
 
 def _check_batch(scores, labels, mask, *, max_label: float | None = None):
-    """Validate a padded batch; return (scores, labels, mask) with padding zeroed.
+    """Validate a padded batch (:func:`rankkit._checks.check_batch_with`, one host
+    synchronisation); return (scores, labels, mask) on the scores' device, padding zeroed.
 
     Both come back as float64 when ``scores`` are float64 and as float32 otherwise: every metric
     is computed in that dtype.
     """
-    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
-        raise TypeError(f"`scores` must be a floating-point tensor, got "
-                        f"{getattr(scores, 'dtype', type(scores).__name__)}")
-    if scores.ndim != 2:
-        raise ValueError(f"`scores` must be 2-D [Q, L], got shape {tuple(scores.shape)}")
-    if not isinstance(labels, torch.Tensor):
-        raise TypeError(f"`labels` must be a tensor, got {type(labels).__name__}")
-    if labels.shape != scores.shape:
-        raise ValueError(f"`labels` must have the shape of `scores` {tuple(scores.shape)}, "
-                         f"got {tuple(labels.shape)}")
-    if mask is None:
-        mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
-    else:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"`mask` must be a bool tensor, got "
-                            f"{getattr(mask, 'dtype', type(mask).__name__)}")
-        if mask.shape != scores.shape:
-            raise ValueError(f"`mask` must have the shape of `scores` {tuple(scores.shape)}, "
-                             f"got {tuple(mask.shape)}")
+    def at_most(labels, mask):
+        if max_label is None:
+            return []
+        return [("labels", labels, (labels > max_label) & mask,
+                 f"at most `max_label`={max_label:g} on real documents")]
+
+    scores, labels, mask, _ = check_batch_with(scores, labels, mask, extra=at_most)
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     scores = scores.detach().to(dtype)
     labels = labels.detach().to(dtype)
-    bad = mask & ~torch.isfinite(scores)
-    if bad.any():
-        q, i = bad.nonzero()[0].tolist()
-        raise ValueError(f"`scores` must be finite on real documents, got "
-                         f"{scores[q, i].item()} at [{q}, {i}]")
-    bad = mask & ~(labels >= 0)  # also catches NaN
-    if bad.any():
-        q, i = bad.nonzero()[0].tolist()
-        raise ValueError(f"`labels` must be non-negative on real documents, got "
-                         f"{labels[q, i].item()} at [{q}, {i}]")
-    bad = mask & torch.isinf(labels)
-    if bad.any():
-        q, i = bad.nonzero()[0].tolist()
-        raise ValueError(f"`labels` must be finite on real documents, got "
-                         f"{labels[q, i].item()} at [{q}, {i}]")
-    if max_label is not None:
-        bad = mask & (labels > max_label)
-        if bad.any():
-            q, i = bad.nonzero()[0].tolist()
-            raise ValueError(f"`labels` must not exceed `max_label`={max_label:g}, got "
-                             f"{labels[q, i].item()} at [{q}, {i}]")
     return scores.masked_fill(~mask, 0.0), labels.masked_fill(~mask, 0.0), mask
 
 
@@ -206,8 +154,8 @@ def dcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None
     >>> dcg(torch.tensor([[3., 2., 1.]]), torch.tensor([[1, 2, 0]]))  # 1 + 3 / log2(3)
     tensor([2.8928])
     """
-    k = _check_k(k)
-    gain = _check_gain(gain)
+    k = check_k(k)
+    gain = check_gain(gain)
     scores, labels, mask = _check_batch(scores, labels, mask)
     return _dcg(scores, labels, mask, k, gain)
 
@@ -239,8 +187,8 @@ def ndcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | Non
     >>> ndcg(scores, torch.tensor([[0, 0, 0, 0, 0]]), empty="skip")
     tensor([nan])
     """
-    k = _check_k(k)
-    gain = _check_gain(gain)
+    k = check_k(k)
+    gain = check_gain(gain)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
     ideal = ideal_dcg(labels, mask, k=k, gain=gain)
@@ -274,7 +222,7 @@ def average_precision(scores: torch.Tensor, labels: torch.Tensor, *,
     >>> average_precision(scores, torch.tensor([[0, 1, 0, 1, 1]]))  # (1/2 + 2/4 + 3/5) / 3
     tensor([0.5333])
     """
-    k = _check_k(k)
+    k = check_k(k)
     threshold = _check_threshold(threshold)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
@@ -308,7 +256,7 @@ def mrr(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None
     >>> mrr(scores, torch.tensor([[0, 0, 1, 0, 1]]))  # 1 / 3
     tensor([0.3333])
     """
-    k = _check_k(k)
+    k = check_k(k)
     threshold = _check_threshold(threshold)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
@@ -343,7 +291,7 @@ def precision(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor 
     >>> precision(scores, torch.tensor([[0, 1, 0, 1, 1]]), k=2)  # 1 / 2
     tensor([0.5000])
     """
-    k = _check_k(k)
+    k = check_k(k)
     threshold = _check_threshold(threshold)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
@@ -379,7 +327,7 @@ def err(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None
     >>> err(scores, torch.tensor([[1, 2]]), max_label=2)  # 1/4 + (1/2) * (3/4) * (1 - 1/4)
     tensor([0.5312])
     """
-    k = _check_k(k)
+    k = check_k(k)
     max_label = _check_max_label(max_label)
     scores, labels, mask = _check_batch(scores, labels, mask, max_label=max_label)
     ranked, real = _ranked(scores, labels, mask)
@@ -406,7 +354,7 @@ class _QueryMean(Metric):
 
     def __init__(self, *, k: int | None, options: dict, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.k = _check_k(k)
+        self.k = check_k(k)
         self._options = options
         self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64),
                        dist_reduce_fx="sum")
@@ -439,7 +387,7 @@ class NDCG(_QueryMean):
 
     def __init__(self, *, k: int | None = None, gain: str = "exp", empty: float | str = 1.0,
                  **kwargs) -> None:
-        super().__init__(k=k, options={"gain": _check_gain(gain), "empty": _check_empty(empty)},
+        super().__init__(k=k, options={"gain": check_gain(gain), "empty": _check_empty(empty)},
                          **kwargs)
 
 

@@ -299,40 +299,42 @@ Y = torch.tensor([[1, 0, 2]])
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda: M.ndcg(S, Y, k=0), ValueError, r"`k` must be a positive int or None, got 0"),
+    (lambda: M.ndcg(S, Y, k=0), ValueError, r"`k` has to be a positive integer or None, got 0"),
     (lambda: M.ndcg(S, Y, k=-2), ValueError, r"`k` .* got -2"),
     (lambda: M.mrr(S, Y, k=2.5), ValueError, r"`k` .* got 2.5"),
     (lambda: M.precision(S, Y, k=True), ValueError, r"`k` .* got True"),
-    (lambda: M.ndcg(S, Y[:, :2]), ValueError, r"`labels` must have the shape of `scores` "
-                                              r"\(1, 3\), got \(1, 2\)"),
-    (lambda: M.ndcg(S[0], Y[0]), ValueError, r"`scores` must be 2-D \[Q, L\], got shape \(3,\)"),
-    (lambda: M.ndcg(Y, Y), TypeError, r"`scores` must be a floating-point tensor, got torch.int64"),
-    (lambda: M.ndcg(S, [[1, 0, 2]]), TypeError, r"`labels` must be a tensor, got list"),
-    (lambda: M.ndcg(S, Y, mask=torch.ones(1, 3)), TypeError,
-     r"`mask` must be a bool tensor, got torch.float32"),
+    (lambda: M.ndcg(S, Y[:, :2]), ValueError, r"`labels` has to be a tensor of shape "
+                                              r"\(1, 3\), got a torch.int64 tensor of shape \(1, 2\)"),
+    (lambda: M.ndcg(S[0], Y[0]), ValueError, r"`scores` has to be a float tensor with 2 "
+                                             r"dimensions, got .* shape \(3,\)"),
+    (lambda: M.ndcg(Y, Y), ValueError, r"`scores` has to be a float tensor .* got a torch.int64"),
+    (lambda: M.ndcg(S, [[1, 0, 2]]), ValueError, r"`labels` has to be a tensor .* got a list"),
+    (lambda: M.ndcg(S, Y, mask=torch.ones(1, 3)), ValueError,
+     r"`mask` has to be a bool tensor .* got a torch.float32"),
     (lambda: M.ndcg(S, Y, mask=torch.ones(1, 2, dtype=torch.bool)), ValueError,
-     r"`mask` must have the shape of `scores` \(1, 3\), got \(1, 2\)"),
+     r"`mask` has to be a bool tensor of shape \(1, 3\), got .* shape \(1, 2\)"),
     (lambda: M.ndcg(S, torch.tensor([[1, -1, 2]])), ValueError,
-     r"`labels` must be non-negative on real documents, got -1.0 at \[0, 1\]"),
+     r"`labels` has to be finite and non-negative on real documents, got -1 at \[0, 1\]"),
     (lambda: M.ndcg(S, torch.tensor([[1.0, math.nan, 2.0]])), ValueError,
-     r"`labels` must be non-negative .* got nan at \[0, 1\]"),
+     r"`labels` has to be finite and non-negative .* got nan at \[0, 1\]"),
     (lambda: M.ndcg(S, torch.tensor([[1.0, math.inf, 2.0]])), ValueError,
-     r"`labels` must be finite .* got inf at \[0, 1\]"),
+     r"`labels` has to be finite .* got inf at \[0, 1\]"),
     (lambda: M.ndcg(torch.tensor([[0.5, math.nan, 0.1]]), Y), ValueError,
-     r"`scores` must be finite on real documents, got nan at \[0, 1\]"),
+     r"`scores` has to be finite on real documents, got nan at \[0, 1\]"),
     (lambda: M.dcg(torch.tensor([[0.5, 0.1, -math.inf]]), Y), ValueError,
-     r"`scores` must be finite .* got -inf at \[0, 2\]"),
-    (lambda: M.ndcg(S, Y, gain="log"), ValueError, r"`gain` must be one of \('exp', 'linear'\), "
+     r"`scores` has to be finite .* got -inf at \[0, 2\]"),
+    (lambda: M.ndcg(S, Y, gain="log"), ValueError, r"`gain` has to be one of \('exp', 'linear'\), "
                                                    r"got 'log'"),
-    (lambda: M.ndcg(S, Y, empty="nan"), ValueError, r"`empty` must be .* got 'nan'"),
-    (lambda: M.average_precision(S, Y, empty=2), ValueError, r"`empty` must be .* got 2"),
-    (lambda: M.mrr(S, Y, threshold=-1), ValueError, r"`threshold` must be .* got -1"),
+    (lambda: M.ndcg(S, Y, empty="nan"), ValueError, r"`empty` has to be .* got 'nan'"),
+    (lambda: M.average_precision(S, Y, empty=2), ValueError, r"`empty` has to be .* got 2"),
+    (lambda: M.mrr(S, Y, threshold=-1), ValueError, r"`threshold` has to be .* got -1"),
     (lambda: M.err(S, Y, max_label=1), ValueError,
-     r"`labels` must not exceed `max_label`=1, got 2.0 at \[0, 2\]"),
-    (lambda: M.err(S, Y, max_label=0), ValueError, r"`max_label` must be a finite number > 0"),
-    (lambda: M.NDCG(k=0), ValueError, r"`k` must be a positive int or None, got 0"),
-    (lambda: M.NDCG(empty="none"), ValueError, r"`empty` must be"),
-    (lambda: M.ERR(max_label=-4), ValueError, r"`max_label` must be"),
+     r"`labels` has to be at most `max_label`=1 on real documents, got 2 at \[0, 2\]"),
+    (lambda: M.err(S, Y, max_label=0), ValueError, r"`max_label` has to be a finite number in \(0, inf\]"),
+    (lambda: M.NDCG(k=0), ValueError, r"`k` has to be a positive integer or None, got 0"),
+    (lambda: M.NDCG(empty="none"), ValueError, r"`empty` has to be"),
+    (lambda: M.ERR(max_label=-4), ValueError, r"`max_label` has to be"),
+    (lambda: M.ndcg(S, Y, k=2.5), ValueError, r"`k` has to be a positive integer or None, got 2.5"),
 ])
 def test_validation_messages(call, error, message):
     with pytest.raises(error, match=message):
@@ -601,3 +603,40 @@ def test_ideal_dcg_counting_and_sorting_paths_match_loop(k, gain, grades):
     got32 = ideal_dcg(y.float(), torch.tensor(mask), k=k, gain=gain)
     torch.testing.assert_close(got32.double(), torch.tensor(want, dtype=torch.float64),
                                rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The one tie rule: every fast path of rank_order against the three stable sorts and a loop.
+# --------------------------------------------------------------------------------------------
+
+def _loop_rank_order(scores, labels, mask):
+    """Real documents by (score descending, label ascending, index), then padding by index."""
+    out = []
+    for s, y, m in zip(scores.tolist(), labels.tolist(), mask.tolist()):
+        real = sorted((i for i in range(len(s)) if m[i]), key=lambda i: (-s[i], y[i], i))
+        out.append(real + [i for i in range(len(s)) if not m[i]])
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(n_q=st.integers(1, 4), n_d=st.integers(1, 12), data=st.data(),
+       score_dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
+       label_kind=st.sampled_from(["float32", "float64", "int64", "bool", "halves"]))
+def test_rank_order_fast_paths_equal_the_three_sort_reference(n_q, n_d, data, score_dtype,
+                                                              label_kind):
+    from rankkit._ranking import _reference_rank_order, rank_order
+
+    cells = n_q * n_d
+    values = data.draw(st.lists(st.sampled_from([-1.5, -0.0, 0.0, 0.5, 1.0, 3e30, -1e-30,
+                                                 math.inf, -math.inf]) | st.floats(-3, 3),
+                                min_size=cells, max_size=cells))
+    grades = data.draw(st.lists(st.integers(0, 4), min_size=cells, max_size=cells))
+    keep = data.draw(st.lists(st.booleans(), min_size=cells, max_size=cells))
+    scores = torch.tensor(values, dtype=torch.float64).view(n_q, n_d).to(score_dtype)
+    labels = torch.tensor(grades).view(n_q, n_d)
+    labels = {"float32": labels.float(), "float64": labels.double(), "int64": labels,
+              "bool": labels > 1, "halves": labels.float() * 0.5}[label_kind]
+    mask = torch.tensor(keep).view(n_q, n_d)
+    got = rank_order(scores, labels, mask)
+    assert got.tolist() == _reference_rank_order(scores, labels, mask).tolist()
+    assert got.tolist() == _loop_rank_order(scores.double(), labels.double(), mask)
