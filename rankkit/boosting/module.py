@@ -1,37 +1,51 @@
-"""LambdaMART as a LightningModule: each epoch grows one tree, with manual optimisation.
+"""LambdaMART as a LightningModule: each epoch grows one tree.
 
-The module holds the growing :class:`ObliviousEnsemble` as ``self.ensemble`` (what
-:func:`rankkit.export.unwrap` exports) and the training state (binned codes, scores) outside
-the state dict. The first training step of an epoch computes (grad, hess) with the shared
-lambda kernel at the current scores and grows one tree on the **whole** training set (the
-batch itself is not used; pass ``limit_train_batches=1`` to the Trainer to skip loading the
-others). Validation scores the padded batches with the ensemble and logs the same metrics as
-the neural modules (``val/ndcg@1``, ``@3``, ``@5``, ``@10`` and ``val/map``), so Lightning's
+The module drives the same :class:`~rankkit.boosting.engine.BoostingEngine` as the
+scikit-learn estimator, so ``Trainer.fit`` and ``LambdaMART.fit`` grow the same trees. It takes
+its training data from its DataLoader: a boosting round needs the whole training set at once,
+so the module asks for it (``train_batching = "dataset"``) and
+:class:`~rankkit.data.datamodule.RankingDataModule` then yields the training
+:class:`~rankkit.data.dataset.RankingDataset` as the one item of every epoch (nothing is
+padded). Validation scores padded batches with the ensemble and logs the same metrics as the
+neural modules (``val/ndcg@1``, ``@3``, ``@5``, ``@10`` and ``val/map``), so Lightning's
 EarlyStopping and ModelCheckpoint on ``val/ndcg@10`` work as usual.
+
+Trees are Newton steps, not gradient steps, so the module has no optimizer:
+``configure_optimizers`` returns None and each round steps Lightning's placeholder optimizer
+once, which is what moves ``global_step`` (the counter ModelCheckpoint and loggers key on).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 
-from rankkit.boosting.binning import MAX_BINS, QuantileBinner
-from rankkit.boosting.booster import _valid_codes, check_params, grow_round, sample_round
+from rankkit._checkpoint import record_class
+from rankkit.boosting.binning import MAX_BINS
+from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
-from rankkit.boosting.objectives import QueryLayout, make_objective
-from rankkit.boosting.tree import N_CODES, ObliviousTreeGrower, TreeParams
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
+
+# configure_optimizers returns None on purpose (see the module docstring).
+warnings.filterwarnings("ignore", message=r".*`configure_optimizers` returned `None`.*")
 
 
 class LambdaMARTModule(pl.LightningModule):
     """Boosted oblivious trees trained by ``Trainer.fit``, one tree per epoch.
 
     Args: as :class:`rankkit.boosting.LambdaMART` (the epochs play ``n_estimators``, and
-        Lightning's EarlyStopping plays ``early_stopping_rounds``). The training set is the
-        datamodule's ``train_set`` (a :class:`RankingDataset`).
+        Lightning's EarlyStopping plays ``early_stopping_rounds``).
+
+    Attributes:
+        scorer: the :class:`ObliviousEnsemble` grown so far (raw features [N, F] -> scores
+            [N]); what evaluation and export use.
     """
+
+    #: Tells :class:`~rankkit.data.datamodule.RankingDataModule` to yield the whole training set.
+    train_batching = "dataset"
 
     def __init__(self, objective: str = "lambdarank", depth: int = 6, learning_rate: float = 0.1,
                  l2: float = 1.0, min_data_in_leaf: int = 20, min_sum_hessian: float = 1e-3,
@@ -41,106 +55,76 @@ class LambdaMARTModule(pl.LightningModule):
                  bagging_temperature: float = 0.0, random_strength: float = 0.0,
                  exact_newton: bool = False):
         super().__init__()
-        check_params(objective=objective, depth=depth, learning_rate=learning_rate, l2=l2,
-                     min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, k=k,
-                     sigma=sigma, subsample=subsample, colsample=colsample, max_bins=max_bins,
-                     bagging_temperature=bagging_temperature, random_strength=random_strength,
-                     exact_newton=exact_newton)
+        self.config = BoosterConfig.from_params(dict(
+            objective=objective, depth=depth, learning_rate=learning_rate, l2=l2,
+            min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, weighting=weighting,
+            k=k, sigma=sigma, gain=gain, normalize=normalize, subsample=subsample, colsample=colsample,
+            max_bins=max_bins, seed=seed, bagging_temperature=bagging_temperature,
+            random_strength=random_strength, exact_newton=exact_newton))
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.objective = make_objective(objective, weighting=weighting, k=k, sigma=sigma,
-                                        gain=gain, normalize=normalize)
-        self.params = TreeParams(depth, learning_rate, l2, min_data_in_leaf, min_sum_hessian)
-        self.ensemble: ObliviousEnsemble | None = None
+        self.scorer: ObliviousEnsemble | None = None
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
-        self._state: dict[str, Any] | None = None
-        # Lightning counts ``global_step`` (which ModelCheckpoint and loggers key on) in optimizer
-        # steps; the trees need none, so a step of this empty parameter marks each round.
-        self._round_marker = torch.nn.Parameter(torch.zeros(0))
+        self._engine: BoostingEngine | None = None
+        self._engine_data: RankingDataset | None = None
+        self._prefix: ObliviousEnsemble | None = None  # trees from before this fit (a resume)
 
-    def _empty_ensemble(self, n_features: int, n_trees: int = 0, bias: float = 0.0) -> ObliviousEnsemble:
-        d = self.params.depth
-        return ObliviousEnsemble(n_features, torch.zeros(n_trees, d, dtype=torch.long),
-                                 torch.full((n_trees, d), torch.inf), torch.zeros(n_trees, 1 << d), bias)
-
-    # -- set-up: bin the training set once ------------------------------------------------------
-    def on_fit_start(self) -> None:
-        dm = self.trainer.datamodule
-        train: RankingDataset | None = getattr(dm, "train_set", None)
-        if train is None:
-            raise ValueError("LambdaMARTModule needs a datamodule with a `train_set` RankingDataset")
-        h = self.hparams
-        binner = QuantileBinner(h.max_bins, seed=h.seed).fit(train.features)
-        used = binner.used_features_
-        codes = binner.transform(train.features)[:, used].to(self.device)
-        layout = QueryLayout(train.labels, train.sizes, None, self.device)
-        bias = self.objective.init_score(train.labels, None)
-        if self.ensemble is None or self.ensemble.n_trees == 0:
-            self.ensemble = self._empty_ensemble(train.n_features, 0, bias).to(self.device)
-        # Resumed from a checkpoint: the scores of the trees already grown.
-        with torch.no_grad():
-            scores = self.ensemble(train.features.to(self.device)).double()
-        self._state = {
-            "grower": ObliviousTreeGrower(codes, _valid_codes(binner)[used], self.params),
-            "layout": layout, "scores": scores, "used": used.to(self.device),
-            "thresholds": binner.thresholds().to(self.device), "sizes": train.sizes,
-            "generator": torch.Generator().manual_seed(h.seed + 100_003 * self.current_epoch),
-        }
+    def serving_scorer(self) -> ObliviousEnsemble:
+        """The features -> scores module that export uses."""
+        if self.scorer is None:
+            raise ValueError("LambdaMARTModule has no trees yet: train it (Trainer.fit) or load a checkpoint")
+        return self.scorer
 
     # -- one round per epoch ---------------------------------------------------------------------
-    def training_step(self, batch: PaddedBatch, batch_idx: int) -> None:
-        if batch_idx != 0:
-            return None
-        s = self._state
-        grad, hess = self.objective.gradients(s["scores"], s["layout"])
-        h = self.hparams
-        rows, features = sample_round(s["generator"], s["sizes"], len(s["used"]), h.subsample, h.colsample,
-                                      self.device)
-        tree = grow_round(s["grower"], grad, hess, rows=rows, features=features, sizes=s["sizes"],
-                          generator=s["generator"], bagging_temperature=h.bagging_temperature,
-                          random_strength=h.random_strength,
-                          model_length=self.ensemble.n_trees * h.learning_rate,
-                          leaf_hessian=self._leaf_hessian if h.exact_newton else None)
-        s["scores"] += tree.leaf_values[tree.leaf_index]
-        self._append(tree, s)
+    def on_fit_start(self) -> None:
+        self._engine = self._engine_data = None
+
+    def training_step(self, batch: RankingDataset, batch_idx: int) -> None:
+        if not isinstance(batch, RankingDataset):
+            raise ValueError("LambdaMARTModule trains on the whole training set at once: its train "
+                             "DataLoader has to yield a RankingDataset (RankingDataModule does, since "
+                             f"the module sets train_batching='dataset'), got {type(batch).__name__}")
+        if self._engine is None or self._engine_data is not batch:
+            self._start(batch)
+        tree = self._engine.update()
+        self.scorer = self._engine.to_ensemble(prefix=self._prefix).to(self.device)
         self.optimizers().step()  # counts the round as a step (global_step)
-        self.log("train/gain", float(tree.gains.sum()), prog_bar=True, on_step=False, on_epoch=True,
+        self.log("train/gain", float(tree.gains.sum()), prog_bar=False, on_step=False, on_epoch=True,
                  batch_size=1)
-        return None
 
-    def _leaf_hessian(self, leaf: torch.Tensor) -> torch.Tensor:
-        s = self._state
-        return self.objective.gradients(s["scores"], s["layout"], groups=leaf)[1]
-
-    def _append(self, tree, s) -> None:
-        e = self.ensemble
-        f_raw = s["used"][tree.features]
-        split = tree.codes < N_CODES - 1
-        thr = s["thresholds"]
-        t = torch.where(split, thr[f_raw, tree.codes.clamp(max=thr.shape[1] - 1)], torch.inf)
-        new = ObliviousEnsemble(e.n_features, torch.cat([e.features, f_raw[None]]),
-                                torch.cat([e.thresholds, t[None].float()]),
-                                torch.cat([e.leaf_values, tree.leaf_values[None].float()]),
-                                float(e.bias))
-        self.ensemble = new.to(self.device)
+    def _start(self, train: RankingDataset) -> None:
+        """Bin the training set and build the engine (again after a resume: the trees already
+        in ``scorer`` give the starting scores)."""
+        self._prefix = self.scorer.cpu() if self.scorer is not None and self.scorer.n_trees else None
+        init_scores = None
+        if self._prefix is not None:
+            with torch.no_grad():
+                init_scores = self._prefix(train.features).double()
+        self._engine = BoostingEngine(train.features, train.labels, train.sizes, self.config,
+                                      device=self.device, start_round=self.current_epoch,
+                                      init_scores=init_scores)
+        self._engine_data = train
+        if self._prefix is not None and self._prefix.n_features != train.n_features:
+            raise ValueError(f"the checkpoint's trees take {self._prefix.n_features} features, the "
+                             f"training data has {train.n_features}")
 
     def configure_optimizers(self):
-        # A no-op optimizer (lr 0 on an empty parameter): the trees are grown by Newton steps.
-        return torch.optim.SGD([self._round_marker], lr=0.0)
+        return None  # Newton steps: no optimizer (see the module docstring)
 
     # -- inference and evaluation -----------------------------------------------------------------
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., F] -> scores [...] (inference only)."""
-        return self.ensemble(features.reshape(-1, features.shape[-1])).reshape(features.shape[:-1])
+        scorer = self.serving_scorer()
+        return scorer(features.reshape(-1, features.shape[-1])).reshape(features.shape[:-1])
 
     def _evaluate(self, batch: PaddedBatch, metrics) -> None:
-        scores = self(batch.features)
-        metrics.update(scores, batch.labels, batch.mask)
+        metrics.update(self(batch.features), batch.labels, batch.mask)
         self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch.labels))
 
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+        if self.scorer is not None:
+            self._evaluate(batch, self.val_metrics)
 
     def test_step(self, batch: PaddedBatch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)
@@ -150,12 +134,17 @@ class LambdaMARTModule(pl.LightningModule):
         return self(batch.features)[batch.mask]
 
     # -- checkpoints: the ensemble's buffers change shape every epoch --------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        record_class(checkpoint, self)
+        checkpoint["rankkit_n_features"] = self.scorer.n_features if self.scorer is not None else 0
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["state_dict"]
-        feats = state["ensemble.features"]
-        n_features = int(checkpoint.get("rankkit_n_features", 0)) or None
-        self.ensemble = self._empty_ensemble(n_features or 1, feats.shape[0])
-        self.ensemble.n_features = n_features or self.ensemble.n_features
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rankkit_n_features"] = self.ensemble.n_features if self.ensemble is not None else 0
+        if "scorer.features" not in state:
+            raise ValueError("the checkpoint holds no trees (no `scorer.*` tensors)")
+        n_trees, depth = state["scorer.features"].shape
+        n_features = int(checkpoint.get("rankkit_n_features", 0))
+        if n_features < 1:
+            raise ValueError("the checkpoint does not record the feature count (`rankkit_n_features`)")
+        self.scorer = ObliviousEnsemble(n_features, torch.zeros(n_trees, depth, dtype=torch.long),
+                                        torch.full((n_trees, depth), torch.inf), torch.zeros(n_trees, 1 << depth))

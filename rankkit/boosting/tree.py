@@ -10,9 +10,9 @@ split at each level maximises the summed Newton score over the children of all K
     score(f, c) = Σ_nodes [ G_L² / (H_L + λ) + G_R² / (H_R + λ) ]
 
 with G, H the sums of grad and hess of the documents in each child, and every leaf gets one
-Newton step ``γ = −η ΣG / (ΣH + λ)`` (Tunys, "LambdaMART Demystified", papers/000: the
+Newton step ``γ = −η ΣG / (ΣH + λ)`` (Tunys, "LambdaMART Demystified", 2015: the
 gradient-boosting algorithm with the Newton leaf step; for the squared error this is the
-mean residual of the leaf, MART's worked example in papers/004).
+mean residual of the leaf, as in Friedman's MART, 2001).
 
 Split candidates come from histograms of (G, H, count) over (feature, node, code), built by
 one scatter-add pass per level over the documents (no Python loop over documents, nodes or
@@ -182,7 +182,7 @@ def leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leav
 
 
 def newton_leaf_values(sums: torch.Tensor, params: TreeParams) -> torch.Tensor:
-    """γ = −η ΣG / (ΣH + λ) per leaf, 0 where ΣH + λ < min_sum_hessian (papers/000)."""
+    """γ = −η ΣG / (ΣH + λ) per leaf, 0 where ΣH + λ < min_sum_hessian (Tunys, "LambdaMART Demystified", 2015)."""
     d = sums[1] + params.l2
     keep = d >= max(params.min_sum_hessian, 1e-300)
     return torch.where(keep, -params.learning_rate * sums[0] / d.clamp_min(1e-300), 0.0)

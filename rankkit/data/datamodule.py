@@ -6,7 +6,7 @@ from typing import Callable, Iterator
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.data.svmlight import read_svmlight
@@ -37,6 +37,19 @@ class QueryBatches(IterableDataset):
 
     def __len__(self) -> int:
         return len(self.dataset.bucket_batches(self.max_docs))
+
+
+class _WholeDataset(Dataset):
+    """A one-item dataset whose item is the whole :class:`RankingDataset`."""
+
+    def __init__(self, dataset: RankingDataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> RankingDataset:
+        return self.dataset
 
 
 def _find_split(directory: str, names: tuple[str, ...]) -> str | None:
@@ -111,6 +124,13 @@ class RankingDataModule(pl.LightningDataModule):
                                        epoch_fn=epoch_fn), batch_size=None)
 
     def train_dataloader(self) -> DataLoader:
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        if getattr(module, "train_batching", "padded") == "dataset":
+            # A booster's round needs every training document at once: one item per epoch, the
+            # dataset itself (nothing padded).
+            if self.train_set is None:
+                raise ValueError("this datamodule has no training set")
+            return DataLoader(_WholeDataset(self.train_set), batch_size=None)
         return self._loader(self.train_set, True)
 
     def val_dataloader(self) -> DataLoader:
@@ -123,5 +143,8 @@ class RankingDataModule(pl.LightningDataModule):
         return self._loader(self.test_set, False)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        return batch.to(device) if isinstance(batch, PaddedBatch) else super().transfer_batch_to_device(
-            batch, device, dataloader_idx)
+        if isinstance(batch, PaddedBatch):
+            return batch.to(device)
+        if isinstance(batch, RankingDataset):
+            return batch  # the booster bins on the CPU and moves its codes itself
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)

@@ -1,0 +1,388 @@
+"""The boosting engine: one object that owns a LambdaMART training run, round by round.
+
+Notation: N documents, Q queries, F features, T trees, D depth.
+
+:class:`BoostingEngine` holds the binned training data, its query layout, the current scores
+F_m, the eval sets and the early-stopping state, and offers :meth:`BoostingEngine.update` (one
+round, returning its :class:`~rankkit.boosting.tree.Tree`) and
+:meth:`BoostingEngine.to_ensemble`. The scikit-learn estimator
+(:class:`rankkit.boosting.LambdaMART`) and the LightningModule
+(:class:`rankkit.boosting.LambdaMARTModule`) only drive it (as XGBoost's ``train`` and its
+scikit-learn wrapper drive one ``Booster``).
+
+Each round m (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010; Tunys,
+"LambdaMART Demystified", 2015):
+
+1. (grad, hess) of the objective at the scores F_{m−1} (the lambda kernel,
+   :func:`rankkit.lambdas.lambda_gradients`, or the squared error's);
+2. grow one oblivious tree of depth D on (grad, hess) (:mod:`rankkit.boosting.tree`), on the
+   round's sample of queries and features;
+3. set each leaf to the Newton step γ = −η ΣG / (ΣH + λ), and F_m = F_{m−1} + tree.
+
+**Every sum that crosses documents** -- each level's histograms and the leaf sums -- passes
+through :attr:`BoostingEngine.reduce`, the identity in one process; a data-parallel run
+replaces it by an all-reduce, and nothing else changes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Callable
+import numpy as np
+import torch
+
+from rankkit import _checks
+from rankkit.boosting._inputs import FeatureMatrix
+from rankkit.boosting.binning import MAX_BINS, QuantileBinner
+from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
+from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, identity_reduce,
+                                   leaf_of, leaf_sums, newton_leaf_values)
+
+
+@dataclass(frozen=True)
+class BoosterConfig:
+    """Every hyperparameter of a boosting run (see :class:`rankkit.boosting.LambdaMART`)."""
+
+    objective: str = "lambdarank"
+    depth: int = 6
+    learning_rate: float = 0.1
+    l2: float = 1.0
+    min_data_in_leaf: int = 20
+    min_sum_hessian: float = 1e-3
+    weighting: str = "ndcg"
+    k: int | None = None
+    sigma: float = 1.0
+    gain: str = "exp"
+    normalize: bool = False
+    subsample: float = 1.0
+    colsample: float = 1.0
+    bagging_temperature: float = 0.0
+    random_strength: float = 0.0
+    exact_newton: bool = False
+    max_bins: int = MAX_BINS
+    eval_metric: str = "ndcg@10"
+    early_stopping_rounds: int | None = None
+    seed: int = 0
+
+    @classmethod
+    def from_params(cls, params: dict) -> "BoosterConfig":
+        """The config of the names in ``params`` that it knows (others are ignored), checked."""
+        names = {f.name for f in fields(cls)}
+        config = cls(**{k: v for k, v in params.items() if k in names})
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Raise ValueError naming the first hyperparameter out of its range."""
+        c = _checks
+        c.check_choice(self.objective, OBJECTIVES, "objective")
+        c.check_int(self.depth, "depth", low=1, high=12)
+        c.check_number(self.learning_rate, "learning_rate", low=0, low_open=True)
+        c.check_number(self.l2, "l2", low=0)
+        c.check_int(self.min_data_in_leaf, "min_data_in_leaf", low=1)
+        c.check_number(self.min_sum_hessian, "min_sum_hessian", low=0)
+        c.check_k(self.k)
+        c.check_number(self.sigma, "sigma", low=0, low_open=True)
+        c.check_gain(self.gain)
+        c.check_bool(self.normalize, "normalize")
+        c.check_number(self.subsample, "subsample", low=0, high=1, low_open=True)
+        c.check_number(self.colsample, "colsample", low=0, high=1, low_open=True)
+        c.check_number(self.bagging_temperature, "bagging_temperature", low=0)
+        c.check_number(self.random_strength, "random_strength", low=0)
+        c.check_bool(self.exact_newton, "exact_newton")
+        if self.exact_newton and self.objective == "pointwise":
+            raise ValueError("`exact_newton` applies to the pairwise objectives; the pointwise "
+                             "objective's Newton steps are exact already")
+        c.check_int(self.max_bins, "max_bins", low=3, high=MAX_BINS)
+        make_metric(self.eval_metric)  # raises for a bad name
+        c.check_int(self.early_stopping_rounds, "early_stopping_rounds", low=1, none=True)
+        c.check_int(self.seed, "seed", low=0)
+        make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
+                       gain=self.gain, normalize=self.normalize)
+
+    @property
+    def tree(self) -> TreeParams:
+        return TreeParams(self.depth, self.learning_rate, self.l2, self.min_data_in_leaf, self.min_sum_hessian)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class _EvalSet:
+    """One eval set: its codes (feature-major, for routing), layout and running scores."""
+
+    def __init__(self, name: str, codes_t: torch.Tensor, layout: QueryLayout, scores: torch.Tensor):
+        self.name, self.codes_t, self.layout, self.scores = name, codes_t, layout, scores
+
+
+class BoostingEngine:
+    """A LambdaMART training run: binned data, scores, eval sets, early stopping.
+
+    Args:
+        features: [N, F] float32 training features (NaN: missing).
+        labels: [N] float32 relevance labels.
+        sizes: [Q] documents per query (each query's documents contiguous).
+        config: the hyperparameters.
+        weights: [N] per-document weights, or None.
+        init_score: [N] F_0 per document added to the constant bias, or None.
+        device: where the trees are grown.
+        start_round: the number of trees already in the model (a resumed run); it seeds the
+            round's random draws, so that round m draws the same whatever run it is in.
+        init_scores: [N] the scores of the trees already grown (a resumed run), or None.
+        reduce: the reduction point of every document sum (histograms, leaf sums); None is the
+            identity (one process).
+
+    >>> from rankkit.data import make_synthetic
+    >>> d = make_synthetic(20, 10, 5, seed=0)
+    >>> engine = BoostingEngine(d.features, d.labels, d.sizes, BoosterConfig(depth=2, min_data_in_leaf=5))
+    >>> tree = engine.update()
+    >>> engine.to_ensemble().n_trees
+    1
+    """
+
+    def __init__(self, features: torch.Tensor, labels: torch.Tensor, sizes: torch.Tensor,
+                 config: BoosterConfig, *, weights: torch.Tensor | None = None,
+                 init_score: torch.Tensor | None = None, device: torch.device | str = "cpu",
+                 start_round: int = 0, init_scores: torch.Tensor | None = None,
+                 reduce: Reduce | None = None):
+        self.config = config
+        self.device = torch.device(device)
+        self.reduce: Reduce = reduce or identity_reduce
+        self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
+                                        sigma=config.sigma, gain=config.gain, normalize=config.normalize)
+        self.metric = make_metric(config.eval_metric)
+        matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+        self.n_features = matrix.n_features
+        self.binner = fit_binner(matrix, config.max_bins, config.seed)
+        self.used = self.binner.used_features_
+        self._thresholds = self.binner.thresholds()
+        codes = transform(self.binner, matrix)[:, self.used].to(self.device)
+        self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
+                                          reduce=self.reduce)
+        self.sizes = sizes.cpu()
+        self.layout = QueryLayout(labels, self.sizes, weights, self.device)
+        self.bias = self.objective.init_score(labels, weights)
+        self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
+        if init_score is not None:
+            self.scores += init_score.to(self.device, torch.float64)
+        if init_scores is not None:
+            self.scores = init_scores.to(self.device, torch.float64).clone()
+        self.generator = torch.Generator().manual_seed(config.seed + 100_003 * start_round)
+        self.n_rounds = start_round
+        self.trees: list[Tree] = []
+        self.eval_sets: list[_EvalSet] = []
+        self.history: dict[str, dict[str, list[float]]] = {}
+        self.best_score, self.best_round = -math.inf, -1
+        # The model in raw-feature terms, one row per tree (see to_ensemble).
+        self._raw: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.importance_gain = np.zeros(self.n_features)
+        self.importance_split = np.zeros(self.n_features, dtype=np.int64)
+
+    # -- data ---------------------------------------------------------------------------------
+    def add_eval_set(self, features: torch.Tensor, labels: torch.Tensor, sizes: torch.Tensor, *,
+                     init_score: torch.Tensor | None = None, name: str | None = None) -> None:
+        """Score an eval set with ``eval_metric`` after every round; the last one added decides
+        early stopping."""
+        name = name or f"valid_{len(self.eval_sets)}"
+        scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
+        if init_score is not None:
+            scores += init_score.to(self.device, torch.float64)
+        matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+        codes_t = transform(self.binner, matrix)[:, self.used].to(self.device).t().contiguous()
+        self.eval_sets.append(_EvalSet(name, codes_t, QueryLayout(labels, sizes.cpu(), None, self.device), scores))
+        self.history[name] = {self.config.eval_metric: []}
+
+    # -- one round ----------------------------------------------------------------------------
+    def update(self) -> Tree:
+        """Grow one tree, add it to the scores of the training and eval sets, and score them."""
+        c = self.config
+        grad, hess = self.objective.gradients(self.scores, self.layout)
+        rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
+                                      c.colsample, self.device)
+        tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
+        self.scores += tree.leaf_values[tree.leaf_index]
+        self.trees.append(tree)
+        self._record(tree)
+        for e in self.eval_sets:
+            if len(self.used):
+                e.scores += tree.leaf_values[leaf_of(e.codes_t, tree.features, tree.codes)]
+            self.history[e.name][c.eval_metric].append(self.metric(e.scores, e.layout))
+        if self.eval_sets:
+            value = self.history[self.eval_sets[-1].name][c.eval_metric][-1]
+            if value > self.best_score:
+                self.best_score, self.best_round = value, len(self.trees) - 1
+        self.n_rounds += 1
+        return tree
+
+    @property
+    def should_stop(self) -> bool:
+        """Early stopping: no improvement on the last eval set for ``early_stopping_rounds``."""
+        n = self.config.early_stopping_rounds
+        return bool(self.eval_sets) and n is not None and len(self.trees) - 1 - self.best_round >= n
+
+    def _empty_tree(self) -> Tree:
+        """No feature can split (every feature is constant): a tree of zeros, the documented
+        result (the model stays at F_0, as LightGBM's with no usable feature)."""
+        d, n = self.config.depth, len(self.scores)
+        return Tree(torch.zeros(d, dtype=torch.long), torch.full((d,), N_CODES - 1, dtype=torch.long),
+                    torch.zeros(1 << d, dtype=torch.float64, device=self.device),
+                    torch.zeros(d, dtype=torch.float64), torch.zeros(n, dtype=torch.long, device=self.device))
+
+    def _grow(self, grad, hess, rows, features) -> Tree:
+        c = self.config
+        leaf_hessian = None
+        if c.exact_newton:
+            def leaf_hessian(leaf: torch.Tensor) -> torch.Tensor:
+                return self.objective.gradients(self.scores, self.layout, groups=leaf)[1]
+        return grow_round(self.grower, grad, hess, rows=rows, features=features, sizes=self.sizes,
+                          generator=self.generator, bagging_temperature=c.bagging_temperature,
+                          random_strength=c.random_strength, model_length=self.n_rounds * c.learning_rate,
+                          leaf_hessian=leaf_hessian)
+
+    def _record(self, tree: Tree) -> None:
+        """The tree in raw-feature terms (feature indices, float thresholds), and importances."""
+        f_raw = self.used[tree.features.cpu()] if len(self.used) else torch.zeros_like(tree.features.cpu())
+        codes = tree.codes.cpu()
+        split = codes < N_CODES - 1
+        thr = self._thresholds
+        t = torch.where(split, thr[f_raw, codes.clamp(max=thr.shape[1] - 1)], torch.tensor(math.inf))
+        self._raw.append((f_raw, t.float(), tree.leaf_values.cpu().float()))
+        np.add.at(self.importance_gain, f_raw[split].numpy(), tree.gains.cpu()[split].numpy())
+        np.add.at(self.importance_split, f_raw[split].numpy(), 1)
+
+    # -- the model ----------------------------------------------------------------------------
+    def to_ensemble(self, n_trees: int | None = None, prefix: ObliviousEnsemble | None = None) -> ObliviousEnsemble:
+        """The first ``n_trees`` trees of this run (all when None) as an exportable
+        :class:`ObliviousEnsemble` on the CPU, after the trees of ``prefix`` (a resumed run)."""
+        raw = self._raw[: len(self._raw) if n_trees is None else n_trees]
+        d = self.config.depth
+        feats = [prefix.features.cpu()] if prefix is not None else []
+        thr = [prefix.thresholds.cpu()] if prefix is not None else []
+        leaves = [prefix.leaf_values.cpu()] if prefix is not None else []
+        feats += [f[None] for f, _, _ in raw]
+        thr += [t[None] for _, t, _ in raw]
+        leaves += [v[None] for _, _, v in raw]
+        if not feats:
+            return ObliviousEnsemble(self.n_features, torch.zeros(0, d, dtype=torch.long),
+                                     torch.full((0, d), math.inf), torch.zeros(0, 1 << d), self.bias)
+        return ObliviousEnsemble(self.n_features, torch.cat(feats), torch.cat(thr), torch.cat(leaves),
+                                 self.bias)
+
+    def importances(self, n_trees: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(total gain, number of splits) per raw feature [F] over the first ``n_trees`` trees."""
+        if n_trees is None or n_trees == len(self._raw):
+            return self.importance_gain.copy(), self.importance_split.copy()
+        gain, split = np.zeros(self.n_features), np.zeros(self.n_features, dtype=np.int64)
+        for tree, (f_raw, t, _) in zip(self.trees[:n_trees], self._raw[:n_trees]):
+            used = torch.isfinite(t)
+            np.add.at(gain, f_raw[used].numpy(), tree.gains.cpu()[used].numpy())
+            np.add.at(split, f_raw[used].numpy(), 1)
+        return gain, split
+
+
+def fit_binner(matrix: FeatureMatrix, max_bins: int, seed: int) -> QuantileBinner:
+    """The quantile borders of ``matrix``, from the same row sample as
+    :meth:`QuantileBinner.fit` draws (so dense and sparse inputs bin alike)."""
+    binner = QuantileBinner(max_bins, seed=seed)
+    if matrix.n_rows <= binner.sample:
+        return binner.fit(matrix.dense())  # at most `sample` rows, even for a sparse matrix
+    g = torch.Generator().manual_seed(seed)
+    return binner.fit(matrix.rows(torch.randperm(matrix.n_rows, generator=g)[: binner.sample]))
+
+
+def transform(binner: QuantileBinner, matrix: FeatureMatrix) -> torch.Tensor:
+    """Codes [N, F] uint8 of every row of ``matrix``, one dense chunk at a time."""
+    return torch.cat([binner.transform(chunk) for chunk in matrix.chunks()])
+
+
+def valid_codes(binner: QuantileBinner) -> torch.Tensor:
+    """[F, 256] bool: thresholds c = 1..n_borders, and c = 0 when the feature has missing values."""
+    c = torch.arange(N_CODES)[None, :]
+    valid = (c >= 1) & (c <= binner.n_borders_[:, None])
+    return valid | ((c == 0) & binner.has_missing_[:, None])
+
+
+def sample_round(generator: torch.Generator, sizes: torch.Tensor, n_features: int, subsample: float,
+                 colsample: float, device: torch.device | str = "cpu"
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """One round's row and feature samples (drawn on the CPU, returned on ``device``), None
+    for "all".
+
+    ``rows``: the documents of round(subsample · Q) queries drawn without replacement, in
+    document order (a query is kept or dropped whole, so its pairs stay intact). ``features``:
+    round(colsample · F) of the ``n_features`` used features, sorted.
+    """
+    rows = features = None
+    if subsample < 1.0:
+        n_q = len(sizes)
+        queries = torch.randperm(n_q, generator=generator)[: max(1, round(subsample * n_q))].sort().values
+        s = sizes[queries]
+        q_of = torch.repeat_interleave(torch.arange(len(queries)), s)
+        first = sizes.cumsum(0) - sizes  # each query's first document
+        starts = torch.cumsum(s, 0) - s
+        rows = (first[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]).to(device)
+    if colsample < 1.0 and n_features > 1:
+        features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
+        features = features.sort().values.to(device)
+    return rows, features
+
+
+def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tensor, *,
+               rows: torch.Tensor | None, features: torch.Tensor | None, sizes: torch.Tensor,
+               generator: torch.Generator, bagging_temperature: float, random_strength: float,
+               model_length: float,
+               leaf_hessian: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Tree:
+    """One round's tree, with CatBoost's two randomisations when they are on: the Bayesian
+    bootstrap of the queries (``bagging_temperature``) and split-score noise
+    (``random_strength``, faded by ``model_length`` = trees so far × η).
+
+    ``leaf_hessian`` (for ``exact_newton``): leaf index [N] -> per-document hess [N] without
+    the pairs inside a leaf; the leaves' Newton steps then use its sums as ΣH (the split search
+    keeps ``hess``).
+    """
+    w = None
+    if bagging_temperature > 0:
+        w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator).to(grad.device)
+        grad, hess = grad * w, hess * w
+    noise_sd = random_strength_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
+    tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd, generator=generator)
+    if leaf_hessian is None:
+        return tree
+    # Tunys ("LambdaMART Demystified", 2015, appendix): a pair inside one leaf does not change
+    # with the leaf's value, so the exact ∂²C/∂γ² of a leaf sums only the pairs that leave it.
+    # ΣG is unchanged (the pairs inside a leaf cancel in it).
+    h = leaf_hessian(tree.leaf_index)
+    if w is not None:
+        h = h * w
+    leaf, g = tree.leaf_index, grad
+    if rows is not None:
+        leaf, g, h = leaf.index_select(0, rows), g.index_select(0, rows), h.index_select(0, rows)
+    sums = leaf_sums(leaf, g, h, len(tree.leaf_values), reduce=grower.reduce)
+    return tree._replace(leaf_values=newton_leaf_values(sums, grower.params))
+
+
+def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """[N] float64 per-document weights: one ``(-log U)^temperature`` per query, U in (0, 1].
+
+    CatBoost's Bayesian bootstrap at the query level (a query's documents share its weight, so
+    the pairs inside a query keep their relative weights).
+    """
+    u = 1.0 - torch.rand(len(sizes), generator=generator, dtype=torch.float64)  # (0, 1]
+    w = (-torch.log(u)).pow(temperature)
+    return torch.repeat_interleave(w, sizes)
+
+
+def random_strength_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_length: float) -> float:
+    """The standard deviation of the split-score noise of one tree (``random_strength``).
+
+    Σg² / Σh is the score a split on pure noise gains on average (for zero-mean gradients a
+    child's G²/H is a χ²₁ draw of that size), so ``strength`` is in units of that. Like
+    CatBoost, the noise fades as the model grows: times m / (1 + m), m = N e^{−model_length},
+    with model_length = trees so far × learning rate and N the documents.
+    """
+    n = grad.numel()
+    scale = float((grad.square().sum() / hess.sum().clamp_min(1e-300)))
+    m = math.exp(min(700.0, math.log(max(n, 1)) - model_length))
+    return strength * scale * m / (1.0 + m)
+
