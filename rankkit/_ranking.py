@@ -19,25 +19,50 @@ import torch
 GAINS = ("exp", "linear")
 
 
-def gain_values(labels: torch.Tensor, gain: str = "exp") -> torch.Tensor:
-    """Gain of each label.
+def gain_values(labels: torch.Tensor, gain: str = "exp", *,
+                shift: torch.Tensor | None = None) -> torch.Tensor:
+    """Gain of each label, optionally divided by 2^shift per query.
+
+    NDCG and ERR do not change when a query's gains are scaled, so they take the gains over
+    the query's largest exp gain: with ``shift`` the query's top label (:func:`gain_shift`),
+    ``(2^y − 1) / 2^shift = 2^(y − shift) − 2^(−shift)`` lies in [0, 1) and never overflows,
+    whatever the grade (2^128 is already inf in float32, 2^1024 in float64). Labels below the
+    top by more than the dtype's exponent range get 0, as they weigh nothing next to it.
 
     Args:
         labels: [Q, L] non-negative relevance labels (any dtype).
         gain: "exp" for ``2**rel - 1`` or "linear" for ``rel``.
+        shift: [Q] exponents (exp gain only; the linear gain ignores it), or None for the raw
+            gains.
     Returns:
         [Q, L] float tensor (float64 for float64 labels, else float32).
 
     >>> gain_values(torch.tensor([[0., 1., 2.]]))
     tensor([[0., 1., 3.]])
+    >>> gain_values(torch.tensor([[0., 999., 1000.]]), shift=torch.tensor([1000.]))  # 2^-1, 2^0
+    tensor([[0.0000, 0.5000, 1.0000]])
     """
     dtype = labels.dtype if labels.is_floating_point() else torch.float32
     rel = labels.to(dtype)
     if gain == "exp":
-        return torch.exp2(rel) - 1.0
+        if shift is None:
+            return torch.exp2(rel) - 1.0
+        shift = shift.to(dtype)[:, None]
+        return torch.exp2(rel - shift) - torch.exp2(-shift)
     if gain == "linear":
         return rel
-    raise ValueError(f"`gain` must be one of {GAINS}, got {gain!r}")
+    raise ValueError(f"`gain` has to be one of {GAINS}, got {gain!r}")
+
+
+def gain_shift(labels: torch.Tensor, mask: torch.Tensor, gain: str = "exp") -> torch.Tensor | None:
+    """[Q] the top real label of each query (0 for an empty query) for the exp gain, the
+    ``shift`` that :func:`gain_values` and :func:`ideal_dcg` divide by; None for "linear"."""
+    if gain != "exp":
+        return None
+    dtype = labels.dtype if labels.is_floating_point() else torch.float32
+    if labels.shape[1] == 0:
+        return torch.zeros(labels.shape[0], dtype=dtype, device=labels.device)
+    return labels.to(dtype).masked_fill(~mask, 0).amax(dim=1).clamp(min=0)
 
 
 def discounts(n: int, *, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
@@ -149,16 +174,20 @@ _MAX_COUNTED_GRADE = 31
 
 
 def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
-              gain: str = "exp") -> torch.Tensor:
-    """DCG@k of the ideal (label-sorted) ranking of each query, shape [Q].
+              gain: str = "exp", shift: torch.Tensor | None = None) -> torch.Tensor:
+    """DCG@k of the ideal (label-sorted) ranking of each query, shape [Q], over 2^shift.
 
     For integer grades 0..31 (LETOR, MSLR, Yahoo) no sort is needed: the c_v documents of
     grade v fill positions [start_v, start_v + c_v) of the ideal list, start_v being the count
     of higher grades, so IDCG = Σ_v gain(v) (P[start_v + c_v] − P[start_v]) with P the prefix
-    sums of the discounts. Other labels are sorted.
+    sums of the discounts. Other labels are sorted. ``shift`` ([Q], exp gain only) divides
+    every gain of a query by 2^shift, as in :func:`gain_values`: NDCG takes DCG and ideal DCG
+    over the same 2^shift, the query's top gain, so that no grade overflows.
 
     >>> ideal_dcg(torch.tensor([[0., 2., 1.]]), torch.tensor([[True] * 3]))  # 3 + 1/log2(3)
     tensor([3.6309])
+    >>> ideal_dcg(torch.tensor([[0., 2., 1.]]), torch.tensor([[True] * 3]), shift=torch.tensor([2.]))
+    tensor([0.9077])
     """
     dtype = labels.dtype if labels.is_floating_point() else torch.float32
     n = labels.shape[1]
@@ -175,8 +204,9 @@ def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
         end = counts.flip(1).cumsum(1).flip(1)  # documents of grade >= v
         start = end - counts
         prefix = torch.cat([d.new_zeros(1), d.cumsum(0)])
-        g = gain_values(torch.arange(top + 1, dtype=dtype, device=labels.device), gain)
+        grades = torch.arange(top + 1, dtype=dtype, device=labels.device)
+        g = gain_values(grades.expand(labels.shape[0], -1), gain, shift=shift)
         return ((prefix[end] - prefix[start]) * g).sum(dim=1)
-    g = gain_values(labels, gain).masked_fill(~mask, 0.0)
+    g = gain_values(labels, gain, shift=shift).masked_fill(~mask, 0.0)
     g = torch.sort(g, dim=1, descending=True).values
     return (g * d).sum(dim=1)

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from rankkit._ranking import discounts, gain_values, ideal_dcg
+from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg
 
 Terms = tuple[torch.Tensor, ...]
 
@@ -48,9 +48,11 @@ def _ranknet_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
 
 def _ndcg_terms(labels, mask, k, gain, max_err_label) -> Terms:
     # NDCG@k = Σ_p G_p D_p with G the gain over the ideal DCG@k and D the discount (0 from k on).
-    idcg = ideal_dcg(labels, mask, k=k, gain=gain)
+    # Gains and ideal DCG are both over the query's top gain 2^ymax: no grade overflows.
+    shift = gain_shift(labels, mask, gain)
+    idcg = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
     scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(idcg.dtype).tiny), 0.0)
-    g = (gain_values(labels, gain) * scale[:, None]).masked_fill(~mask, 0.0)
+    g = (gain_values(labels, gain, shift=shift) * scale[:, None]).masked_fill(~mask, 0.0)
     d = discounts(labels.shape[1], dtype=labels.dtype, device=labels.device)
     d = torch.where(torch.arange(labels.shape[1], device=labels.device) < k, d, 0.0)
     return g, d[None, :]
@@ -88,25 +90,41 @@ def _map_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
 
 def _err_terms(labels, mask, k, gain, max_err_label) -> Terms:
     # ERR@k = Σ_{p<k} R_p P_p / (p + 1), R = (2^y − 1) / 2^y_max, P_p = Π_{q<p} (1 − R_q)
-    # (Chapelle et al. 2009). With M the inclusive prefix sum of the terms, swapping a < b
-    # (a < k) changes ERR@k by (R_b − R_a) (P_a/(a+1) − (T_b − M_a) / (1 − R_a)), where
-    # T_b = M_{b−1} + P_b/(b+1) for b < k and M_{k−1} otherwise. So −ΔERR = ΔR (U_a − T_b V_a).
-    n = labels.shape[1]
-    pos = torch.arange(n, device=labels.device)
-    r = ((torch.exp2(labels) - 1.0) / 2.0 ** max_err_label).masked_fill(~mask, 0.0)
-    p = torch.cumprod(torch.cat([torch.ones_like(r[:, :1]), 1.0 - r[:, :-1]], dim=1), dim=1)
-    inside = pos < k
-    stop = torch.where(inside, p / (pos + 1.0), 0.0)
-    m = (r * stop).cumsum(1)
-    t = torch.where(inside, m - r * stop + stop, m[:, min(k, n) - 1:min(k, n)])
-    v = 1.0 / (1.0 - r)
-    return r, p / (pos + 1.0) + m * v, v, t
+    # (Chapelle, Metzler, Zhang, Grinspan, "Expected Reciprocal Rank for Graded Relevance",
+    # CIKM 2009). Swapping positions a < b (a < k) changes only the terms from a on:
+    #     −ΔERR = P_a (R_a − R_b) (1/(a+1) − Z_{a+1} + Q_ab [b<k] (Z_b − 1/(b+1))),
+    # with Z_p = Σ_{p<=p'<k} R_p' Π_{p<=q<p'} (1 − R_q) / (p'+1) the ERR of the list from p on
+    # (Z_p = 0 from k on) and Q_ab = Π_{a<q<b} (1 − R_q) = exp(L_b − L_{a+1}), L_p the sum of
+    # log(1 − R_q) over q < p. Every part lies in [0, 1]: nothing is divided by 1 − R, which is
+    # 2^−y_max for a top grade (a prefix-sum form divides by it, and loses every digit once
+    # 2^y_max exceeds the dtype's precision). The terms are built in float64: R and 1 − R from
+    # 2^(y − y_max) and 2^−y_max, Z by its backward recurrence Z_p = R_p/(p+1) + (1 − R_p) Z_{p+1}.
+    dtype = labels.dtype
+    y = labels.double()
+    n = y.shape[1]
+    pos = torch.arange(n, dtype=torch.float64, device=y.device)
+    top, floor = torch.exp2(y - max_err_label), 2.0 ** -max_err_label
+    r = (top - floor).masked_fill(~mask, 0.0)
+    go_on = ((1.0 - top) + floor).masked_fill(~mask, 1.0)
+    log_go_on = torch.log(go_on)
+    after = log_go_on.cumsum(1)  # L_{p+1}
+    before = after - log_go_on  # L_p
+    z = torch.zeros(y.shape[0], min(k, n) + 1, dtype=torch.float64, device=y.device)
+    for p in range(min(k, n) - 1, -1, -1):
+        z[:, p] = r[:, p] / (p + 1.0) + go_on[:, p] * z[:, p + 1]
+    z = torch.cat([z, z.new_zeros(y.shape[0], n - min(k, n))], dim=1)  # [Q, n + 1], 0 from k on
+    row = 1.0 / (pos + 1.0) - z[:, 1:]  # 1/(a+1) − Z_{a+1}
+    col = torch.where(pos < k, z[:, :n] - 1.0 / (pos + 1.0), 0.0)  # [b<k] (Z_b − 1/(b+1))
+    terms = (r, torch.exp(before), row, after, col, before)
+    return tuple(t.to(dtype) for t in terms)
 
 
 def _err_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
-    r_a, u_a, v_a, _ = rows
-    r_b, _, _, t_b = cols
-    return torch.mul(t_b, v_a, out=out).neg_().add_(u_a).mul_(r_a - r_b)
+    r_a, p_a, c_a, l_a, _, _ = rows
+    r_b, _, _, _, z_b, l_b = cols
+    # exp(L_b − L_{a+1}) <= 1 for b > a; the clamp keeps the pairs b <= a, masked later, finite.
+    torch.sub(l_b, l_a, out=out).clamp_(max=0.0).exp_().mul_(z_b).add_(c_a)
+    return out.mul_(r_a - r_b).mul_(p_a)
 
 
 # The one place where weighting names become behaviour.

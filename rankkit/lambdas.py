@@ -31,7 +31,6 @@ temporaries exist at once. With a truncation ``k`` only the rows a < k are visit
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -84,7 +83,9 @@ def lambda_gradients(
             R = (2^y − 1) / 2^max_err_label). The Δ are those of swapping i and j in the
             ranking by the current scores (ties in score: lower label first), so the
             weighting and :mod:`rankkit.metrics` share conventions. Queries whose metric is
-            undefined (ideal DCG = 0, no relevant document) give zeros.
+            undefined (ideal DCG = 0, no relevant document) give zeros. Any grade works
+            exactly, in float32 too: the NDCG gains are taken over the query's top gain and the
+            ERR terms never divide by 1 − R (see :mod:`rankkit._weightings`).
         sigma: σ > 0, the steepness of the pairwise logistic.
         k: truncation and cutoff, None for the whole list. Only pairs in which at least one
             document ranks in the current top k take part (LightGBM's

@@ -34,7 +34,7 @@ import torch
 from torchmetrics import Metric, MetricCollection
 
 from rankkit._checks import check_batch_with, check_gain, check_k, check_number
-from rankkit._ranking import discounts, gain_values, ideal_dcg, rank_order
+from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg, rank_order
 
 __all__ = [
     "dcg",
@@ -116,9 +116,10 @@ def _fill_empty(values: torch.Tensor, is_empty: torch.Tensor, empty: float | str
     return torch.where(is_empty, torch.full_like(values, fill), values)
 
 
-def _dcg(scores, labels, mask, k, gain):
+def _dcg(scores, labels, mask, k, gain, shift=None):
+    """DCG@k of each query, over 2^shift (see :func:`rankkit._ranking.gain_values`)."""
     ranked, real = _ranked(scores, labels, mask)
-    g = gain_values(ranked, gain).masked_fill(~real, 0.0)
+    g = gain_values(ranked, gain, shift=shift).masked_fill(~real, 0.0)
     d = discounts(g.shape[1], dtype=g.dtype, device=g.device)
     return (g * d * _in_top_k(g.shape[1], k, g.device)).sum(dim=1)
 
@@ -149,7 +150,8 @@ def dcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None
         gain: "exp" for ``2**rel - 1`` or "linear" for ``rel``.
     Returns:
         [Q] DCG@k (0 for a query with no relevant document); float64 for float64 ``scores``,
-        else float32.
+        else float32 (inf when a gain 2^rel − 1 exceeds float32, from rel = 128 on; NDCG and
+        ERR have no such limit).
 
     >>> dcg(torch.tensor([[3., 2., 1.]]), torch.tensor([[1, 2, 0]]))  # 1 + 3 / log2(3)
     tensor([2.8928])
@@ -157,7 +159,8 @@ def dcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None
     k = check_k(k)
     gain = check_gain(gain)
     scores, labels, mask = _check_batch(scores, labels, mask)
-    return _dcg(scores, labels, mask, k, gain)
+    # The gains in float64, exact up to grade 1023; a float32 result is inf above 2^128.
+    return _dcg(scores, labels.double(), mask, k, gain).to(scores.dtype)
 
 
 def ndcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
@@ -191,9 +194,11 @@ def ndcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | Non
     gain = check_gain(gain)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
-    ideal = ideal_dcg(labels, mask, k=k, gain=gain)
+    # DCG and ideal DCG over the query's top gain: exact for any grade, no overflow.
+    shift = gain_shift(labels, mask, gain)
+    ideal = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
     is_empty = ideal <= 0
-    values = _dcg(scores, labels, mask, k, gain) / torch.where(is_empty, 1.0, ideal)
+    values = _dcg(scores, labels, mask, k, gain, shift) / torch.where(is_empty, 1.0, ideal)
     return _fill_empty(values, is_empty, empty)
 
 
@@ -331,10 +336,14 @@ def err(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None
     max_label = _check_max_label(max_label)
     scores, labels, mask = _check_batch(scores, labels, mask, max_label=max_label)
     ranked, real = _ranked(scores, labels, mask)
-    stop = (gain_values(ranked, "exp") / 2.0 ** max_label).masked_fill(~real, 0.0)
+    # R = (2^y − 1) / 2^max_label = 2^(y − max_label) − 2^−max_label, and 1 − R directly (not
+    # as 1 − R, which rounds to 0 for a top grade above the dtype's precision).
+    top = 2.0 ** (ranked - max_label)
+    floor = 2.0 ** -max_label
+    stop = (top - floor).masked_fill(~real, 0.0)
+    go_on = ((1.0 - top) + floor).masked_fill(~real, 1.0)
     # Probability of reaching rank r: prod_{i<r} (1 - R_i), an exclusive cumulative product.
-    reach = torch.cumprod(torch.cat([torch.ones_like(stop[:, :1]), 1.0 - stop[:, :-1]], dim=1),
-                          dim=1)
+    reach = torch.cumprod(torch.cat([torch.ones_like(stop[:, :1]), go_on[:, :-1]], dim=1), dim=1)
     positions = torch.arange(1, stop.shape[1] + 1, dtype=stop.dtype, device=stop.device)
     return (stop * reach / positions * _in_top_k(stop.shape[1], k, stop.device)).sum(dim=1)
 

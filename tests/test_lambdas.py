@@ -556,3 +556,116 @@ def test_one_sort_tie_order_equals_rank_order():
         for q in range(5):
             real = int(mask[q].sum())
             assert got[q, :real].tolist() == want[q, :real].tolist()  # real documents first, same order
+
+
+# ---------------------------------------------------------------------------------------------
+# Any integer grade, exactly (NDCG and ERR against exact rational metrics).
+# ---------------------------------------------------------------------------------------------
+
+def _exact_metric(ranked, weighting, k, max_label):
+    """NDCG@k (exp gain) or ERR@k of integer labels in ranked order, as an exact Fraction."""
+    from fractions import Fraction
+
+    cut = len(ranked) if k is None else min(k, len(ranked))
+    if weighting == "ndcg":
+        # Discounts are irrational: keep them as floats, but the gains exact (2^1000 − 1 and 1
+        # differ by 1000 binary digits), and the ratio taken last.
+        disc = [Fraction(1 / math.log2(p + 2)) for p in range(cut)]
+        dcg = sum(((2 ** y - 1) * disc[p] for p, y in enumerate(ranked[:cut])), Fraction(0))
+        ideal = sum(((2 ** y - 1) * disc[p] for p, y in enumerate(sorted(ranked, reverse=True)[:cut])),
+                    Fraction(0))
+        return dcg / ideal if ideal else Fraction(0)
+    total, go_on = Fraction(0), Fraction(1)
+    for p, y in enumerate(ranked[:cut]):
+        r = Fraction(2 ** y - 1, 2 ** max_label)
+        total += go_on * r / (p + 1)
+        go_on *= 1 - r
+    return total
+
+
+def exact_reference(scores, labels, *, weighting, k=None, normalize=False, max_label=None):
+    """(grad, hess) of every query by a double loop over pairs, with |ΔZ| from exact metrics."""
+    n_q, n_d = scores.shape
+    grad = torch.zeros(n_q, n_d, dtype=torch.float64)
+    hess = torch.zeros(n_q, n_d, dtype=torch.float64)
+    for q in range(n_q):
+        s, y = scores[q].double().tolist(), [int(v) for v in labels[q].tolist()]
+        ranked = sorted(range(n_d), key=lambda i: (-s[i], y[i], i))
+        pos = {i: p for p, i in enumerate(ranked)}
+        base = _exact_metric([y[i] for i in ranked], weighting, k, max_label)
+        total = 0.0
+        for i in range(n_d):
+            for j in range(n_d):
+                if y[i] <= y[j] or (k is not None and min(pos[i], pos[j]) >= k):
+                    continue
+                swapped = list(ranked)
+                swapped[pos[i]], swapped[pos[j]] = j, i
+                delta = float(abs(_exact_metric([y[d] for d in swapped], weighting, k, max_label) - base))
+                rho = 1.0 / (1.0 + math.exp(s[i] - s[j]))
+                grad[q, i] -= delta * rho
+                grad[q, j] += delta * rho
+                hess[q, i] += delta * rho * (1 - rho)
+                hess[q, j] += delta * rho * (1 - rho)
+                total += 2 * delta * rho
+        if normalize and total > 0:
+            grad[q] *= math.log2(1 + total) / total
+            hess[q] *= math.log2(1 + total) / total
+    return grad, hess
+
+
+HIGH_GRADES = [
+    torch.tensor([[0, 500, 1000, 0, 500, 1000], [1000, 1000, 999, 0, 1, 998]]),
+    torch.randperm(41, generator=torch.Generator().manual_seed(0))[None, :].repeat(2, 1),  # 0..40
+    torch.tensor([[25, 0, 24, 25, 3, 1]]),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("k", [None, 3])
+@pytest.mark.parametrize("weighting", ["ndcg", "err"])
+@pytest.mark.parametrize("case", range(len(HIGH_GRADES)))
+def test_any_integer_grade_matches_exact_metrics(case, weighting, k, normalize, dtype):
+    labels = HIGH_GRADES[case]
+    gen = torch.Generator().manual_seed(case)
+    scores = torch.randn(labels.shape, generator=gen, dtype=torch.float64)
+    top = int(labels.max())
+    grad, hess = lambda_gradients(scores.to(dtype), labels.to(dtype), weighting=weighting, k=k,
+                                  normalize=normalize, max_err_label=top)
+    want_g, want_h = exact_reference(scores.to(dtype), labels, weighting=weighting, k=k,
+                                     normalize=normalize, max_label=top)
+    assert torch.isfinite(grad).all() and torch.isfinite(hess).all()
+    tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad.double(), want_g, **tol)
+    torch.testing.assert_close(hess.double(), want_h, **tol)
+
+
+@pytest.mark.parametrize("weighting", WEIGHTING_NAMES)
+@pytest.mark.parametrize("label", [0, 1, 4, 1000])
+def test_a_query_of_equal_labels_gives_zero_lambdas(weighting, label):
+    scores = torch.randn(2, 6, generator=torch.Generator().manual_seed(label))
+    labels = torch.full((2, 6), float(label))
+    grad, hess, loss = lambda_gradients(scores, labels, weighting=weighting, normalize=True,
+                                        return_loss=True)
+    assert not grad.any() and not hess.any() and not loss.any()
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("scores", math.nan, r"`scores` has to be finite on real documents, got nan at \[1, 2\]"),
+    ("scores", -math.inf, r"`scores` has to be finite .* got -inf at \[1, 2\]"),
+    ("labels", math.nan, r"`labels` has to be finite and non-negative .* got nan at \[1, 2\]"),
+    ("labels", math.inf, r"`labels` has to be finite .* got inf at \[1, 2\]"),
+    ("labels", -1.0, r"`labels` has to be finite and non-negative .* got -1.0 at \[1, 2\]"),
+    ("weights", math.nan, r"`weights` has to be finite and non-negative .* got nan at \[1, 2\]"),
+    ("weights", math.inf, r"`weights` has to be finite .* got inf at \[1, 2\]"),
+    ("weights", -0.5, r"`weights` has to be .* got -0.5 at \[1, 2\]"),
+])
+def test_bad_values_on_real_documents_are_named_with_their_position(field, value, match):
+    batch = {"scores": torch.zeros(2, 4), "labels": torch.ones(2, 4), "weights": torch.ones(2, 4)}
+    batch[field][1, 2] = value
+    batch[field][0, 3] = value  # under the padding: ignored
+    mask = torch.tensor([[True, True, True, False], [True] * 4])
+    with pytest.raises(ValueError, match=match):
+        lambda_gradients(batch["scores"], batch["labels"], mask=mask, weights=batch["weights"])
+    batch[field][1, 2] = 1.0
+    lambda_gradients(batch["scores"], batch["labels"], mask=mask, weights=batch["weights"])

@@ -640,3 +640,66 @@ def test_rank_order_fast_paths_equal_the_three_sort_reference(n_q, n_d, data, sc
     got = rank_order(scores, labels, mask)
     assert got.tolist() == _reference_rank_order(scores, labels, mask).tolist()
     assert got.tolist() == _loop_rank_order(scores.double(), labels.double(), mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Any integer grade, exactly: against exact rational metrics.
+# --------------------------------------------------------------------------------------------
+
+def _exact_ndcg_err(scores, labels, k, max_label):
+    """(NDCG@k with the exp gain, ERR@k) of one query: gains as exact integers, discounts as
+    floats, the ratio taken last (2^1000 − 1 and 1 differ by a thousand binary digits)."""
+    from fractions import Fraction
+
+    ranked = [y for _, y in sorted(zip(scores, labels), key=lambda t: (-t[0], t[1]))]
+    cut = len(ranked) if k is None else min(k, len(ranked))
+    disc = [Fraction(1 / log2(p + 2)) for p in range(cut)]
+    dcg = sum(((2 ** y - 1) * disc[p] for p, y in enumerate(ranked[:cut])), Fraction(0))
+    ideal = sum(((2 ** y - 1) * disc[p] for p, y in enumerate(sorted(ranked, reverse=True)[:cut])),
+                Fraction(0))
+    total, go_on = Fraction(0), Fraction(1)
+    for p, y in enumerate(ranked[:cut]):
+        r = Fraction(2 ** y - 1, 2 ** max_label)
+        total += go_on * r / (p + 1)
+        go_on *= 1 - r
+    return float(dcg / ideal) if ideal else 1.0, float(total)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [None, 2, 5])
+@pytest.mark.parametrize("grades", ["0-500-1000", "41 grades", "25 and 128"])
+def test_any_integer_grade_matches_exact_metrics(grades, k, dtype):
+    gen = torch.Generator().manual_seed(3)
+    if grades == "0-500-1000":
+        labels = torch.tensor([[0, 500, 1000, 0, 500, 1000], [1000, 999, 0, 1, 998, 500]])
+    elif grades == "41 grades":
+        labels = torch.stack([torch.randperm(41, generator=gen) for _ in range(3)])
+    else:
+        labels = torch.tensor([[25, 0, 24, 25, 3, 1], [128, 127, 0, 128, 2, 126]])
+    scores = torch.randn(labels.shape, generator=gen, dtype=torch.float64).to(dtype)
+    top = int(labels.max())
+    want = [_exact_ndcg_err(s, y, k, top) for s, y in zip(scores.double().tolist(), labels.tolist())]
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-12)
+    for y in (labels, labels.to(dtype)):
+        got_ndcg = M.ndcg(scores, y, k=k)
+        got_err = M.err(scores, y, k=k, max_label=top)
+        torch.testing.assert_close(got_ndcg.double(), torch.tensor([w[0] for w in want],
+                                                                   dtype=torch.float64), **tol)
+        torch.testing.assert_close(got_err.double(), torch.tensor([w[1] for w in want],
+                                                                  dtype=torch.float64), **tol)
+    # DCG itself is not scale-free: exact in float64, inf in float32 from 2^128 on.
+    got = M.dcg(scores.double(), labels, k=k)
+    assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize("label", [0, 1, 3, 1000])
+def test_a_query_of_equal_labels_has_its_documented_value(label):
+    scores = torch.randn(2, 5, generator=torch.Generator().manual_seed(1))
+    labels = torch.full((2, 5), label)
+    # Every ranking is ideal: NDCG 1, or `empty` when every label is 0 (ideal DCG 0).
+    assert M.ndcg(scores, labels, empty=0.25).tolist() == [0.25 if label == 0 else 1.0] * 2
+    # ERR with every R = (2^y − 1) / 2^max_label: Σ_r R (1 − R)^(r−1) / r over 5 ranks.
+    r = (2.0 ** label - 1) / 2.0 ** max(label, 1) if label < 1000 else 1.0 - 2.0 ** -1000
+    want = sum(r * (1 - r) ** (p - 1) / p for p in range(1, 6))
+    got = M.err(scores.double(), labels, max_label=max(label, 1))
+    torch.testing.assert_close(got, torch.full((2,), want, dtype=torch.float64))
