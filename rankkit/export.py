@@ -12,7 +12,13 @@ Both write atomically (a temporary file renamed into place).
 """
 from __future__ import annotations
 
+import io
+import json
+import math
 import os
+import re
+import zipfile
+import zlib
 from typing import Callable
 
 import torch
@@ -84,9 +90,229 @@ def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int
     return _atomic_write(path, lambda tmp: torch.export.save(program, tmp))
 
 
+# -- loading -------------------------------------------------------------------------------------
+# Neither format is read by torch straight from the user's file. The file is read once into
+# memory, opened with Python's zipfile (which checks every member's CRC and the local headers
+# against the central directory), checked, and re-packed into a fresh in-memory archive that
+# holds only the checked members; torch reads that copy. A corrupt or truncated file fails in
+# zipfile, before torch's C++ reader sees a byte of it.
+
+# A .pt2 archive (torch.export.save, torch 2.13) holds these records under one root folder.
+# Everything else is refused: AOTInductor/ExecuTorch/MTIA payloads (native code), legacy ``.pt``
+# weights and custom-object or opaque constants (pickles).
+_PT2_RECORD = re.compile(
+    r"archive_format|archive_version|byteorder|\.data/version|\.data/serialization_id"
+    r"|models/model\.json|data/weights/model_weights_config\.json|data/weights/weight_\d+"
+    r"|data/constants/model_constants_config\.json|data/constants/tensor_\d+"
+    r"|data/sample_inputs/model\.pt|extra/[A-Za-z0-9_.-]+")
+_SAMPLE_INPUTS = "data/sample_inputs/model.pt"
+
+# Graph node targets a scorer needs: ATen/prims operators, the operator module's arithmetic and
+# torch's symbolic helpers. Anything else (``torch.os.system`` resolves too) is refused.
+_PT2_TARGET = re.compile(
+    r"torch\.ops\.(aten|prims)\.\w+\.\w+"
+    r"|_operator\.(getitem|add|sub|mul|truediv|floordiv|mod|neg|pos|abs|eq|ne|lt|le|gt|ge"
+    r"|and_|or_|xor|not_|invert)"
+    r"|torch\.sym_(not|float|int|max|min|ite|sum|sqrt)|math\.(ceil|floor|trunc|sqrt)")
+_PT2_OPS_REFUSED = {"from_file"}  # maps a file into a tensor: reads and, shared, writes files
+
+# Symbolic shape expressions are parsed with sympy.sympify, which evaluates Python. They may only
+# use these names, symbol names such as s0, integers and arithmetic (no ``**``, no attributes).
+_SYMPY_NAMES = frozenset((
+    "Symbol Integer True False positive integer nonnegative real finite oo Max Min Eq Ne Lt Le "
+    "Gt Ge And Or Not Mod Abs floor ceiling FloorDiv ModularIndexing Where PythonMod CleanDiv "
+    "CeilToInt FloorToInt CeilDiv LShift RShift PowByNatural FloatPow FloatTrueDiv IntTrueDiv "
+    "IsNonOverlappingAndDenseIndicator TruncToFloat TruncToInt RoundToInt RoundDecimal ToFloat "
+    "Identity").split())
+_EXPR_TOKEN = re.compile(r"\s*(?:([A-Za-z_]\w*)|\d+(?:\.\d+)?|'([a-z]+\d+)'|[-+*/%(),]|[=!<>]=|[<>=])")
+_SYMBOL_NAME = re.compile(r"[a-z]+\d+")
+
+# A member may expand to at most this many times the file's size (a zip bomb is refused).
+_MAX_EXPANSION = 64
+
+
+def _refuse(path: str, why: str) -> ValueError:
+    return ValueError(f"{path}: not a loadable rankkit scorer file: {why}")
+
+
+def _read_members(path: str, data: bytes, *, stored_only: bool) -> tuple[str, dict[str, bytes]]:
+    """(root folder, {record name: bytes}) of a torch zip archive, every member CRC-checked."""
+    if not data:
+        raise _refuse(path, "the file is empty")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
+        raise _refuse(path, f"not a zip archive ({e})") from None
+    if not infos:
+        raise _refuse(path, "the archive is empty")
+    root = infos[0].filename.split("/", 1)[0]
+    seen: set[str] = set()
+    total = 0
+    for info in infos:
+        name = info.filename
+        record = name[len(root) + 1:]
+        if not name.startswith(root + "/") or not record or ".." in name.split("/") or "\\" in name:
+            raise _refuse(path, f"member {name!r} lies outside the archive's folder {root!r}")
+        if name.casefold() in seen:
+            raise _refuse(path, f"member {name!r} appears twice")
+        seen.add(name.casefold())
+        if stored_only and info.compress_type != zipfile.ZIP_STORED:
+            raise _refuse(path, f"member {name!r} is compressed (torch.export.save stores members)")
+        total += info.file_size
+    if total > _MAX_EXPANSION * len(data) + (1 << 20):
+        raise _refuse(path, f"the members expand to {total} bytes from a {len(data)}-byte file")
+    members = {}
+    try:
+        for info in infos:
+            members[info.filename[len(root) + 1:]] = archive.read(info)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError,
+            zlib.error) as e:
+        raise _refuse(path, f"corrupt archive ({e})") from None
+    return root, members
+
+
+def _repack(root: str, members: dict[str, bytes]) -> io.BytesIO:
+    """A fresh in-memory archive holding exactly ``members`` (torch reads this, not the file)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(f"{root}/{name}", data)
+    out.seek(0)
+    return out
+
+
+def _json(path: str, members: dict[str, bytes], name: str) -> dict:
+    if name not in members:
+        raise _refuse(path, f"no {name!r} in the archive")
+    try:
+        value = json.loads(members[name].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _refuse(path, f"{name!r} is not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise _refuse(path, f"{name!r} is not a JSON object")
+    return value
+
+
+def _check_payload_config(path: str, members: dict[str, bytes], name: str, directory: str,
+                          prefix: str) -> None:
+    """Every weight/constant is raw tensor bytes: no ``use_pickle``, no custom objects."""
+    config = _json(path, members, directory + name).get("config")
+    if not isinstance(config, dict):
+        raise _refuse(path, f"{name!r} has no 'config' object")
+    for fqn, meta in config.items():
+        if not isinstance(meta, dict) or meta.get("use_pickle") is not False:
+            raise _refuse(path, f"{fqn!r} is stored as a pickle; rankkit never unpickles a scorer")
+        file = meta.get("path_name")
+        if not isinstance(file, str) or not re.fullmatch(prefix + r"\d+", file) or directory + file not in members:
+            raise _refuse(path, f"{fqn!r} points at {file!r}, which is not a raw tensor in the archive")
+        sizes = (meta.get("tensor_meta") or {}).get("sizes")
+        if not isinstance(sizes, list) or not all(
+                isinstance(s, dict) and type(s.get("as_int")) is int and s["as_int"] >= 0 for s in sizes):
+            raise _refuse(path, f"{fqn!r} has no valid static sizes")
+        if not members[directory + file] and math.prod(s["as_int"] for s in sizes):
+            raise _refuse(path, f"{fqn!r} has sizes {[s['as_int'] for s in sizes]} but no data")
+
+
+def _check_expr(path: str, expr) -> None:
+    """A symbolic shape expression is a name, a number, or names and numbers in arithmetic."""
+    if not isinstance(expr, str) or len(expr) > 500 or "**" in expr:
+        raise _refuse(path, f"unsupported symbolic shape expression {str(expr)[:80]!r}")
+    pos = 0
+    while pos < len(expr.rstrip()):
+        token = _EXPR_TOKEN.match(expr, pos)
+        if token is None or (token.group(1) and token.group(1) not in _SYMPY_NAMES
+                             and not _SYMBOL_NAME.fullmatch(token.group(1))):
+            raise _refuse(path, f"unsupported symbolic shape expression {expr[:80]!r}")
+        pos = token.end()
+
+
+def _check_program(path: str, node) -> None:
+    """Walk the serialized program: node targets and shape expressions against the allowlists."""
+    if isinstance(node, dict):
+        target = node.get("target")
+        if "inputs" in node and "outputs" in node and target is not None:
+            if (not isinstance(target, str) or not _PT2_TARGET.fullmatch(target)
+                    or target.startswith("torch.ops.") and target.split(".")[3] in _PT2_OPS_REFUSED):
+                raise _refuse(path, f"the program calls {str(target)[:80]!r}, which a scorer does not need")
+        for key, value in node.items():
+            if key == "expr_str":
+                _check_expr(path, value)
+            else:
+                _check_program(path, value)
+    elif isinstance(node, list):
+        for value in node:
+            _check_program(path, value)
+
+
+def _check_pt2(path: str, members: dict[str, bytes]) -> None:
+    for name in members:
+        if not _PT2_RECORD.fullmatch(name):
+            raise _refuse(path, f"unexpected member {name!r} (rankkit loads torch.export programs "
+                                f"with raw tensor weights only: no pickles, no compiled code)")
+    if members.get("archive_format") != b"pt2":
+        raise _refuse(path, "not a torch.export archive (no archive_format 'pt2')")
+    _check_payload_config(path, members, "model_weights_config.json", "data/weights/", "weight_")
+    _check_payload_config(path, members, "model_constants_config.json", "data/constants/", "tensor_")
+    program = _json(path, members, "models/model.json")
+    if program.get("guards_code"):  # Python source that ``.module()`` would exec
+        raise _refuse(path, "the program carries guard code; rankkit's exports have none")
+    for name, bounds in (program.get("range_constraints") or {}).items():
+        if not isinstance(bounds, dict) or not all(
+                v is None or type(v) is int for v in (bounds.get("min_val"), bounds.get("max_val"))):
+            raise _refuse(path, f"range constraint {str(name)[:40]!r} is not a pair of integers")
+    _check_program(path, program)
+
+
 def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Load either artefact as a callable features [N, F] -> scores [N]."""
+    """Load either artefact as a callable features [N, F] -> scores [N].
+
+    ``.pt2`` files are read as ``torch.export`` programs, any other name as TorchScript.
+
+    Trust model. What ``load_scorer`` guarantees:
+
+    * **Loading never unpickles.** A ``.pt2`` is checked member by member before torch reads
+      it: a weight or constant stored as a pickle (``use_pickle``), custom-object or opaque
+      constants, legacy ``.pt`` weights, AOTInductor/ExecuTorch payloads (native code),
+      guard code (Python source that ``.module()`` would ``exec``), symbolic shape expressions
+      beyond names, numbers and arithmetic (torch parses them with ``sympy.sympify``, which
+      evaluates Python) and graph nodes that call anything but ATen/prims operators and
+      arithmetic are all refused with ``ValueError``. The pickled sample inputs that every
+      ``.pt2`` carries are dropped unread. A TorchScript file's ``data.pkl`` is read by
+      TorchScript's own unpickler, which rebuilds tensors and TorchScript classes and cannot
+      import or call Python.
+    * **Bad files give one error.** An empty, truncated or corrupt file, a file that is not
+      a zip archive, a member whose checksum fails, and anything torch cannot load raise
+      ``ValueError`` naming the file. A missing file raises ``FileNotFoundError``.
+
+    What it does not guarantee: a **TorchScript file is a program**. Calling the loaded
+    scorer runs the file's TorchScript code, which can call any operator registered in the
+    process (including ones that read or write files). Load ``.pt`` files only from sources
+    you would run code from; prefer ``.pt2`` for files from elsewhere. Nor does it bound the
+    memory or time a scorer takes on a given input.
+
+    >>> load_scorer("no-such-model.pt2")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no-such-model.pt2: no such file
+    """
     path = os.fspath(path)
-    if path.endswith(".pt2"):
-        return torch.export.load(path).module()
-    return torch.jit.load(path, map_location="cpu")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the file ({e.strerror or e})") from None
+    program = path.endswith(".pt2")
+    root, members = _read_members(path, data, stored_only=program)
+    if program:
+        _check_pt2(path, members)
+        members[_SAMPLE_INPUTS] = b""  # a pickle; an empty record loads as "no example inputs"
+    archive = _repack(root, members)
+    try:
+        if program:
+            return torch.export.load(archive).module()
+        return torch.jit.load(archive, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - whatever torch raises, the file is not a usable scorer
+        raise _refuse(path, f"torch cannot load it ({type(e).__name__}: {str(e)[:200]})") from None

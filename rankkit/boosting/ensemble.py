@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rankkit._checks import check_int, check_number, check_tensor, check_tensors, finite_condition
+
 # Trees scored per step of forward: bounds the [N, chunk, D] temporaries.
 _TREE_CHUNK = 64
 
@@ -37,21 +39,47 @@ class ObliviousEnsemble(nn.Module):
     def __init__(self, n_features: int, features: torch.Tensor, thresholds: torch.Tensor,
                  leaf_values: torch.Tensor, bias: float = 0.0):
         super().__init__()
-        if features.ndim != 2 or thresholds.shape != features.shape:
-            raise ValueError(f"`features` and `thresholds` must both be [T, D], got "
-                             f"{tuple(features.shape)} and {tuple(thresholds.shape)}")
+        n_features = check_int(n_features, "n_features")
+        check_tensor(features, "features", ndim=2, kind="int")
+        check_tensor(thresholds, "thresholds", shape=features.shape, kind="float")
         depth = features.shape[1]
-        if leaf_values.shape != (features.shape[0], 1 << depth):
-            raise ValueError(f"`leaf_values` must be [T, 2^D] = [{features.shape[0]}, {1 << depth}], "
-                             f"got {tuple(leaf_values.shape)}")
-        self.n_features = int(n_features)
+        check_tensor(leaf_values, "leaf_values", shape=(features.shape[0], 1 << depth), kind="float")
+        if isinstance(bias, torch.Tensor):
+            check_tensor(bias, "bias", shape=(), kind="float")
+        else:
+            check_number(bias, "bias")
+        device = features.device
+        self.n_features = n_features
         self.depth = int(depth)
         self.tree_chunk = _TREE_CHUNK
         self.register_buffer("features", features.to(torch.long))
-        self.register_buffer("thresholds", thresholds.to(torch.float32))
-        self.register_buffer("leaf_values", leaf_values.to(torch.float32))
-        self.register_buffer("bias", torch.tensor(float(bias), dtype=torch.float32))
-        self.register_buffer("powers", 2 ** torch.arange(depth, dtype=torch.long))
+        self.register_buffer("thresholds", thresholds.to(device, torch.float32))
+        self.register_buffer("leaf_values", leaf_values.to(device, torch.float32))
+        self.register_buffer("bias", torch.as_tensor(bias, dtype=torch.float32, device=device).clone())
+        self.register_buffer("powers", 2 ** torch.arange(depth, dtype=torch.long, device=device))
+
+    def validate(self) -> "ObliviousEnsemble":
+        """Check the values (the constructor checks only shapes and kinds, at no host sync).
+
+        Feature indices lie in [0, F); thresholds are finite or +inf ("never right"), never NaN
+        or -inf; leaf values and the bias are finite. Call it on a model read from a file.
+        Raises ValueError naming the buffer and the first bad position; returns ``self``.
+
+        >>> ObliviousEnsemble(2, torch.tensor([[2]]), torch.tensor([[0.5]]),
+        ...                   torch.tensor([[-1.0, 1.0]])).validate()
+        Traceback (most recent call last):
+        ...
+        ValueError: `features` has to be feature indices in [0, 2), got 2 at [0, 0]
+        """
+        check_tensors(
+            ("features", self.features, (self.features < 0) | (self.features >= self.n_features),
+             f"feature indices in [0, {self.n_features})"),
+            ("thresholds", self.thresholds, torch.isnan(self.thresholds) | (self.thresholds == -torch.inf),
+             "finite or +inf"),
+            finite_condition(self.leaf_values, None, "leaf_values"),
+            finite_condition(self.bias.reshape(1), None, "bias"),
+        )
+        return self
 
     @property
     def n_trees(self) -> int:

@@ -13,6 +13,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from rankkit._checks import check_int, check_tensor, check_tensors, describe, labels_condition, to_device
 from rankkit._io import atomic_write
 
 
@@ -48,20 +49,24 @@ def padded_layout(sizes: torch.Tensor, length: int | None = None) -> tuple[torch
     (tensor([0, 0, 1]), tensor([0, 1, 0]))
     """
     sizes = sizes.long()
-    rows = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
+    rows = torch.repeat_interleave(torch.arange(len(sizes), device=sizes.device), sizes)
     starts = torch.cumsum(sizes, 0) - sizes
-    cols = torch.arange(int(sizes.sum())) - starts[rows]
+    cols = torch.arange(int(sizes.sum()), device=sizes.device) - starts[rows]
     return rows, cols
 
 
 def pad(values: torch.Tensor, sizes: torch.Tensor, *, length: int | None = None,
         fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad flat per-document values [N, ...] into [Q, L, ...] plus a [Q, L] bool mask."""
+    """Pad flat per-document values [N, ...] into [Q, L, ...] plus a [Q, L] bool mask.
+
+    Both live on the device of ``values`` (``sizes`` follows it).
+    """
+    sizes = sizes.to(values.device)
     length = int(sizes.max()) if length is None and len(sizes) else (length or 0)
     rows, cols = padded_layout(sizes)
     out = values.new_full((len(sizes), length, *values.shape[1:]), fill)
     out[rows, cols] = values
-    mask = torch.zeros(len(sizes), length, dtype=torch.bool)
+    mask = torch.zeros(len(sizes), length, dtype=torch.bool, device=values.device)
     mask[rows, cols] = True
     return out, mask
 
@@ -71,12 +76,24 @@ class RankingDataset:
     """Query-grouped learning-to-rank data.
 
     Attributes:
-        features: [N, F] float32.
-        labels: [N] float32 relevance labels (non-negative integers stored as floats).
-        offsets: [Q + 1] int64, ``offsets[0] == 0`` and ``offsets[-1] == N``.
+        features: [N, F] float32, F >= 1. NaN is a *missing value* (kept; the booster bins it
+            on its own); +-inf is refused.
+        labels: [N] float32 relevance labels, finite and non-negative (the file reader also
+            requires integers; in memory fractional grades are allowed).
+        offsets: [Q + 1] int64, ``offsets[0] == 0``, non-decreasing, ``offsets[-1] == N``.
         qids: [Q] int64, the original query ids.
         comments: optional list of N strings (the text after ``#`` on each line).
         source: where the data came from (a path or a name), used in error messages.
+
+    Everything is checked at construction (``ValueError`` naming the argument and the first bad
+    position). The tensors stay on the device of ``features`` (labels, offsets and qids follow
+    it), and every method returns tensors there. A dataset with no documents (N = Q = 0, e.g.
+    ``subset([])``) is allowed; one with no feature columns is not.
+
+    >>> RankingDataset(torch.tensor([[1.0], [float("inf")]]), torch.zeros(2), [0, 2], [7])
+    Traceback (most recent call last):
+    ...
+    ValueError: `features` has to be finite or NaN (missing), got inf at [1, 0]
     """
 
     features: torch.Tensor
@@ -87,22 +104,38 @@ class RankingDataset:
     source: str = "<memory>"
 
     def __post_init__(self):
-        self.features = torch.as_tensor(self.features, dtype=torch.float32)
-        self.labels = torch.as_tensor(self.labels, dtype=torch.float32)
-        self.offsets = torch.as_tensor(self.offsets, dtype=torch.int64)
-        self.qids = torch.as_tensor(self.qids, dtype=torch.int64)
-        n = self.features.shape[0]
-        if self.features.ndim != 2:
-            raise ValueError(f"{self.source}: features must be [N, F], got shape {tuple(self.features.shape)}")
-        if self.labels.shape != (n,):
-            raise ValueError(f"{self.source}: labels must be [N={n}], got shape {tuple(self.labels.shape)}")
-        if (self.offsets.ndim != 1 or len(self.offsets) < 1 or int(self.offsets[0]) != 0
-                or int(self.offsets[-1]) != n or bool((self.offsets.diff() < 0).any())):
-            raise ValueError(f"{self.source}: offsets must rise from 0 to N={n}")
-        if len(self.qids) != len(self.offsets) - 1:
-            raise ValueError(f"{self.source}: {len(self.qids)} qids for {len(self.offsets) - 1} queries")
+        features = _as_tensor(self.features, "features")
+        check_tensor(features, "features", ndim=2)
+        if features.is_complex() or features.dtype == torch.bool:
+            raise ValueError(f"`features` has to be a real-valued [N, F] tensor, got {describe(features)}")
+        if features.shape[1] == 0:
+            raise ValueError(f"`features` has to have at least one column (F >= 1), got {describe(features)}")
+        n, device = features.shape[0], features.device
+        labels = to_device(check_tensor(_as_tensor(self.labels, "labels"), "labels", shape=(n,)), device)
+        offsets = to_device(check_tensor(_as_tensor(self.offsets, "offsets"), "offsets", ndim=1, kind="int"), device)
+        qids = to_device(check_tensor(_as_tensor(self.qids, "qids"), "qids", ndim=1, kind="int"), device)
+        if len(offsets) < 1:
+            raise ValueError("`offsets` has to hold Q + 1 >= 1 entries, got an empty tensor")
+        if len(qids) != len(offsets) - 1:
+            raise ValueError(f"`qids` has to hold one id per query ({len(offsets) - 1}), got {len(qids)}")
         if self.comments is not None and len(self.comments) != n:
-            raise ValueError(f"{self.source}: {len(self.comments)} comments for {n} documents")
+            raise ValueError(f"`comments` has to hold one string per document ({n}), got {len(self.comments)}")
+        self.features = features.to(torch.float32)
+        self.labels = labels.to(torch.float32)
+        self.offsets = offsets.to(torch.int64)
+        self.qids = qids.to(torch.int64)
+        ends = torch.zeros_like(self.offsets, dtype=torch.bool)
+        ends[0] = True
+        ends[-1] = True
+        target = torch.zeros_like(self.offsets)
+        target[-1] = n
+        check_tensors(
+            # after the float32 cast, so that a float64 value beyond float32 counts as inf
+            ("features", self.features, torch.isinf(self.features), "finite or NaN (missing)"),
+            labels_condition(self.labels, None),
+            ("offsets", self.offsets, ends & (self.offsets != target), f"0 first and N = {n} last"),
+            ("offsets", self.offsets[1:], self.offsets.diff() < 0, "non-decreasing"),
+        )
 
     # -- sizes ---------------------------------------------------------------------------
     @property
@@ -149,11 +182,11 @@ class RankingDataset:
     # -- subsetting ----------------------------------------------------------------------
     def doc_query_index(self) -> torch.Tensor:
         """[N] long: the query index of every document."""
-        return torch.repeat_interleave(torch.arange(self.n_queries), self.sizes)
+        return torch.repeat_interleave(torch.arange(self.n_queries, device=self.offsets.device), self.sizes)
 
     def subset(self, queries: Sequence[int] | torch.Tensor) -> "RankingDataset":
         """A new dataset holding the given queries (by index, in the given order)."""
-        q = torch.as_tensor(queries, dtype=torch.int64).reshape(-1)
+        q = torch.as_tensor(queries, dtype=torch.int64).reshape(-1).to(self.offsets.device)
         if len(q) and (int(q.min()) < -self.n_queries or int(q.max()) >= self.n_queries):
             raise IndexError(f"query index out of range for {self.n_queries} queries")
         q = q % max(self.n_queries, 1)
@@ -162,22 +195,22 @@ class RankingDataset:
         rows, cols = padded_layout(sizes)
         docs = starts[rows] + cols
         comments = [self.comments[i] for i in docs.tolist()] if self.comments is not None else None
-        return RankingDataset(self.features[docs], self.labels[docs],
-                              torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(sizes, 0)]),
+        return RankingDataset(self.features[docs], self.labels[docs], _offsets(sizes),
                               self.qids[q], comments, self.source)
 
     # -- padding -------------------------------------------------------------------------
     def padded(self, queries: Sequence[int] | torch.Tensor | None = None) -> PaddedBatch:
         """The given queries (all by default) as one padded batch of length max size."""
-        q = (torch.arange(self.n_queries) if queries is None
-             else torch.as_tensor(queries, dtype=torch.int64).reshape(-1))
+        device = self.features.device
+        q = (torch.arange(self.n_queries, device=device) if queries is None
+             else torch.as_tensor(queries, dtype=torch.int64).reshape(-1).to(device))
         sizes = self.sizes[q]
         rows, cols = padded_layout(sizes)
         docs = self.offsets[q][rows] + cols
         length = int(sizes.max()) if len(q) else 0
-        feats = torch.zeros(len(q), length, self.n_features)
-        labels = torch.zeros(len(q), length)
-        mask = torch.zeros(len(q), length, dtype=torch.bool)
+        feats = torch.zeros(len(q), length, self.n_features, device=device)
+        labels = torch.zeros(len(q), length, device=device)
+        mask = torch.zeros(len(q), length, dtype=torch.bool, device=device)
         feats[rows, cols] = self.features[docs]
         labels[rows, cols] = self.labels[docs]
         mask[rows, cols] = True
@@ -195,11 +228,10 @@ class RankingDataset:
         With ``shuffle`` the batch order is random too.
 
         Returns:
-            A list of [B] long tensors of query indices.
+            A list of [B] long CPU tensors of query indices (batching is host work).
         """
-        if max_docs < 1:
-            raise ValueError(f"`max_docs` has to be a positive integer, got {max_docs}")
-        sizes = self.sizes
+        check_int(max_docs, "max_docs")
+        sizes = self.sizes.cpu()
         if shuffle:
             perm = torch.randperm(self.n_queries, generator=generator)
             order = perm[torch.sort(sizes[perm], stable=True).indices]
@@ -228,7 +260,7 @@ class RankingDataset:
 
     def padding_waste(self, max_docs: int = 4096) -> float:
         """Fraction of padded slots that hold no document under :meth:`bucket_batches`."""
-        sizes = self.sizes
+        sizes = self.sizes.cpu()
         slots = sum(len(b) * int(sizes[b].max()) for b in self.bucket_batches(max_docs))
         return 1.0 - self.n_docs / slots if slots else 0.0
 
@@ -236,8 +268,8 @@ class RankingDataset:
     def save(self, path: str | os.PathLike) -> None:
         """Write an uncompressed ``.npz`` cache atomically (temp file, then rename)."""
         path = os.fspath(path)
-        arrays = {"features": self.features.numpy(), "labels": self.labels.numpy(),
-                  "offsets": self.offsets.numpy(), "qids": self.qids.numpy(),
+        arrays = {"features": self.features.cpu().numpy(), "labels": self.labels.cpu().numpy(),
+                  "offsets": self.offsets.cpu().numpy(), "qids": self.qids.cpu().numpy(),
                   "source": np.array(self.source)}
         if self.comments is not None:
             arrays["comments"] = np.array(self.comments, dtype=np.str_)
@@ -263,12 +295,29 @@ class RankingDataset:
             raise ValueError(f"{path}: not a valid rankkit dataset cache ({e})") from e
 
 
+def _as_tensor(x, name: str) -> torch.Tensor:
+    """``x`` as a tensor (lists and numpy arrays convert; strings and objects do not)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    try:
+        return torch.as_tensor(np.asarray(x))
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"`{name}` has to be a tensor or an array of numbers, got {describe(x)}") from None
+
+
+def _offsets(sizes: torch.Tensor) -> torch.Tensor:
+    """[Q + 1] offsets from [Q] sizes, on the sizes' device."""
+    return torch.cat([torch.zeros(1, dtype=torch.int64, device=sizes.device), torch.cumsum(sizes, 0)])
+
+
 def _label_key(v: float):
     return int(v) if float(v).is_integer() else v
 
 
 def concat(datasets: Sequence[RankingDataset], source: str | None = None) -> RankingDataset:
     """Concatenate datasets query-wise (all must have the same feature count)."""
+    if not datasets:
+        raise ValueError("`datasets` has to hold at least one dataset, got none")
     f = {d.n_features for d in datasets}
     if len(f) > 1:
         raise ValueError(f"cannot concatenate datasets with different feature counts {sorted(f)}")
@@ -277,6 +326,6 @@ def concat(datasets: Sequence[RankingDataset], source: str | None = None) -> Ran
     if all(d.comments is not None for d in datasets):
         comments = [c for d in datasets for c in d.comments]
     return RankingDataset(torch.cat([d.features for d in datasets]), torch.cat([d.labels for d in datasets]),
-                          torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(sizes, 0)]),
+                          _offsets(sizes),
                           torch.cat([d.qids for d in datasets]), comments,
                           source or "+".join(d.source for d in datasets))
