@@ -226,17 +226,30 @@ def test_simcuda_lambda_loss_forward_backward_equal_cpu(weighting):
     _assert_same(s_gpu.grad, s_cpu.grad)
 
 
-def _fit(device, n_estimators=3):
+BOOSTER_OPTIONS = {
+    "plain": {},
+    "sampling": {"subsample": 0.7, "colsample": 0.6, "bagging_temperature": 1.0},
+    "exact_newton": {"exact_newton": True},
+    "random_strength": {"random_strength": 1.0},
+    "early_stopping": {"early_stopping_rounds": 2},
+}
+
+
+def _fit(device, n_estimators=3, **options):
     data = make_synthetic(8, 20, 6, seed=4)
+    fit_kwargs = {}
+    if "early_stopping_rounds" in options:
+        fit_kwargs["eval_set"] = [make_synthetic(4, 20, 6, seed=5)]
     model = LambdaMART(n_estimators=n_estimators, depth=3, min_data_in_leaf=3, learning_rate=0.3,
-                       device=device)
-    return model.fit(data), data
+                       device=device, **options)
+    return model.fit(data, **fit_kwargs), data
 
 
-def test_simcuda_lambdamart_fit_equals_cpu():
-    cpu, data = _fit("cpu")
+@pytest.mark.parametrize("option", list(BOOSTER_OPTIONS))
+def test_simcuda_lambdamart_fit_equals_cpu(option):
+    cpu, data = _fit("cpu", **BOOSTER_OPTIONS[option])
     with simcuda():
-        gpu, _ = _fit("cuda")
+        gpu, _ = _fit("cuda", **BOOSTER_OPTIONS[option])
     # Identical trees: every tensor of the fitted ensemble (features, thresholds, leaves).
     state_cpu, state_gpu = cpu.ensemble_.state_dict(), gpu.ensemble_.state_dict()
     assert state_cpu.keys() == state_gpu.keys()
