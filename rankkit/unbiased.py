@@ -45,8 +45,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rankkit._checks import (check_choice, check_int, check_k, check_number, check_tensor, check_tensors,
-                             finite_condition, to_device)
+from rankkit._checks import (
+    check_choice,
+    check_int,
+    check_k,
+    check_number,
+    check_tensor,
+    check_tensors,
+    finite_condition,
+    to_device,
+    weights_condition,
+)
 from rankkit._ranking import discounts, ideal_dcg, ranks
 
 __all__ = ["PAIR_WEIGHTINGS", "PropensityEstimator", "debiased_pair_loss", "pair_costs",
@@ -212,8 +221,7 @@ def debiased_pair_loss(scores, clicks, *, upper, lower, mask=None, sigma: float 
     clicked, _, mask = _check_clicks(scores, clicks, None, mask, need_positions=False)
     upper = to_device(check_tensor(upper, "upper", shape=scores.shape, kind="float"), scores.device)
     lower = to_device(check_tensor(lower, "lower", shape=scores.shape, kind="float"), scores.device)
-    check_tensors(("upper", upper, ~(torch.isfinite(upper) & (upper >= 0)) & mask, "finite and non-negative on real documents"),
-                  ("lower", lower, ~(torch.isfinite(lower) & (lower >= 0)) & mask, "finite and non-negative on real documents"))
+    check_tensors(weights_condition(upper, mask, "upper"), weights_condition(lower, mask, "lower"))
     sigma = check_number(sigma, "sigma", low=0.0, low_open=True)
     weighting = check_choice(weighting, PAIR_WEIGHTINGS, "weighting")
     cost = _pair_costs(scores, clicked, mask, sigma, weighting, check_k(k))
@@ -261,7 +269,7 @@ class PropensityEstimator:
         return (f"PropensityEstimator(n_positions={self.n_positions}, p={self.p:g}, "
                 f"t_plus={[round(v, 4) for v in self.t_plus.tolist()]})")
 
-    def accumulate(self, scores, clicks, positions, mask=None) -> "PropensityEstimator":
+    def accumulate(self, scores, clicks, positions, mask=None) -> PropensityEstimator:
         """Add a batch's position-bucketed pair costs (scores [Q, L], clicks, positions, mask)."""
         clicked, positions, mask = _check_clicks(scores, clicks, positions, mask)
         costs = _position_pair_costs(scores, clicked, positions, mask, self.n_positions, self.sigma,
@@ -269,7 +277,7 @@ class PropensityEstimator:
         self.costs += costs.cpu()
         return self
 
-    def step(self, iterations: int = 1) -> "PropensityEstimator":
+    def step(self, iterations: int = 1) -> PropensityEstimator:
         """Apply the closed-form update ``iterations`` times to the accumulated costs, then clear them.
 
         More than one iteration solves for the biases with the scores held fixed.
@@ -280,7 +288,7 @@ class PropensityEstimator:
         self.costs.zero_()
         return self
 
-    def update(self, scores, clicks, positions, mask=None, *, iterations: int = 1) -> "PropensityEstimator":
+    def update(self, scores, clicks, positions, mask=None, *, iterations: int = 1) -> PropensityEstimator:
         """:meth:`accumulate` one batch, then :meth:`step`.
 
         Args:

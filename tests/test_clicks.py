@@ -14,10 +14,21 @@ import pytest
 import torch
 
 from rankkit.data import make_synthetic, pad
-from rankkit.data.clicks import (CascadeModel, PositionBasedModel, production_ranker, production_scores,
-                                 shown_lists, simulate_clicks)
-from rankkit.unbiased import (PropensityEstimator, debiased_pair_loss, pair_costs, position_pair_costs,
-                              propensity_step)
+from rankkit.data.clicks import (
+    CascadeModel,
+    PositionBasedModel,
+    production_ranker,
+    production_scores,
+    shown_lists,
+    simulate_clicks,
+)
+from rankkit.unbiased import (
+    PropensityEstimator,
+    debiased_pair_loss,
+    pair_costs,
+    position_pair_costs,
+    propensity_step,
+)
 
 Z = 4.5  # standard errors allowed between an empirical click count and its expectation
 
@@ -245,13 +256,17 @@ def test_kernel_pair_weights_match_explicit_loss():
 # -- bad input -----------------------------------------------------------------------------------
 def test_bad_input(graded):
     scores = torch.zeros(graded.n_docs)
+    est = PropensityEstimator()
+    zeros, long = torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long)
+    nan_scores = torch.full((graded.n_docs,), math.nan)
     cases = [
         (lambda: simulate_clicks(graded, torch.zeros(3)), "`scores`"),
-        (lambda: simulate_clicks(graded, torch.full((graded.n_docs,), math.nan)), r"`scores` has to be finite, got nan at \[0\]"),
+        (lambda: simulate_clicks(graded, nan_scores), r"`scores` has to be finite, got nan at \[0\]"),
         (lambda: simulate_clicks(graded, scores, sessions_per_query=0), "`sessions_per_query`"),
         (lambda: simulate_clicks(graded, scores, k=0), "`k`"),
         (lambda: simulate_clicks(graded, scores, model="pbm"), "`model`"),
-        (lambda: simulate_clicks(graded, scores, model=PositionBasedModel(max_label=1)), r"`labels` has to be in 0\.\.1"),
+        (lambda: simulate_clicks(graded, scores, model=PositionBasedModel(max_label=1)),
+         r"`labels` has to be in 0\.\.1"),
         (lambda: PositionBasedModel(eta=-1.0), "`eta`"),
         (lambda: PositionBasedModel(epsilon_plus=0.2, epsilon_minus=0.5), "`epsilon_minus`"),
         (lambda: CascadeModel(stop=1.5), "`stop`"),
@@ -259,13 +274,13 @@ def test_bad_input(graded):
         (lambda: PropensityEstimator(0), "`n_positions`"),
         (lambda: PropensityEstimator(p=-1.0), "`p`"),
         (lambda: PropensityEstimator(weighting="map"), "`weighting`"),
-        (lambda: PropensityEstimator().update(torch.zeros(2, 3), torch.tensor([[0., 2., 1.], [0., 0., 0.]]),
-                                              torch.zeros(2, 3, dtype=torch.long)), r"`clicks` has to be 0 or 1 .* at \[0, 1\]"),
-        (lambda: PropensityEstimator().update(torch.zeros(2, 3), torch.zeros(2, 3),
-                                              torch.tensor([[0, 1, 2], [0, -1, 2]])), r"`positions` .* at \[1, 1\]"),
-        (lambda: PropensityEstimator().update(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3)), "`positions`"),
-        (lambda: PropensityEstimator().pair_factors(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 2, dtype=torch.bool)), "`mask`"),
-        (lambda: debiased_pair_loss(torch.zeros(1, 2), torch.zeros(1, 2), upper=-torch.ones(1, 2), lower=torch.ones(1, 2)), r"`upper` .* at \[0, 0\]"),
+        (lambda: est.update(zeros, torch.tensor([[0., 2., 1.], [0., 0., 0.]]), long),
+         r"`clicks` has to be 0 or 1 .* at \[0, 1\]"),
+        (lambda: est.update(zeros, zeros, torch.tensor([[0, 1, 2], [0, -1, 2]])), r"`positions` .* at \[1, 1\]"),
+        (lambda: est.update(zeros, zeros, zeros), "`positions`"),
+        (lambda: est.pair_factors(long, torch.ones(2, 2, dtype=torch.bool)), "`mask`"),
+        (lambda: debiased_pair_loss(zeros, zeros, upper=-torch.ones(2, 3), lower=torch.ones(2, 3)),
+         r"`upper` .* at \[0, 0\]"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):

@@ -44,8 +44,17 @@ import torch
 from rankkit._checks import check_bool, check_int, check_number, check_tensors, describe
 from rankkit.data.dataset import PaddedBatch, RankingDataset, pad, padded_layout
 
-__all__ = ["CascadeModel", "ClickCounts", "ClickLog", "PositionBasedModel", "attractiveness", "shown_lists",
-           "production_ranker", "production_scores", "simulate_clicks"]
+__all__ = [
+    "CascadeModel",
+    "ClickCounts",
+    "ClickLog",
+    "PositionBasedModel",
+    "attractiveness",
+    "production_ranker",
+    "production_scores",
+    "shown_lists",
+    "simulate_clicks",
+]
 
 # Sessions sampled at once, in units of shown slots (sessions × k): bounds the temporaries.
 _CHUNK_SLOTS = 1 << 22
@@ -327,7 +336,9 @@ def production_ranker(train: RankingDataset, *, fraction: float = 0.01, seed: in
     Returns:
         The fitted estimator; :func:`production_scores` scores a dataset with it.
     """
-    from rankkit.boosting import LambdaMART  # the booster imports the data layer, not the reverse
+    from rankkit.boosting import (
+        LambdaMART,  # the booster imports the data layer, not the reverse
+    )
 
     if not isinstance(train, RankingDataset):
         raise ValueError(f"`train` has to be a RankingDataset, got {describe(train)}")
