@@ -37,7 +37,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffi
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rankkit-", suffix=suffix)
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=suffix)
     os.close(fd)
     try:
         write(tmp)

@@ -1,0 +1,596 @@
+"""Every bad input at rankkit's edges, one row each: what goes in, what comes out.
+
+HOW TO ADD ROWS (other entry points welcome: the estimator, the LightningModules,
+lambda_gradients, the metrics, the CLI). Append ``Case(id, call, exc, match)`` rows to
+``CASES`` (or to a list of your own that you add to ``CASES`` at the bottom):
+
+* ``call(tmp_path)`` makes the call; it gets a fresh temporary folder for any files it needs.
+* ``exc`` is the exception type it must raise and ``match`` a regex its message must match:
+  the argument's name in backticks, or the file (and line) it names. For a *documented
+  result* instead of an error, leave ``exc=None`` and pass ``check=`` a function that gets
+  the call's return value and asserts the documented outcome.
+
+Add the same row to the table of its entry point in docs/reliability.md.
+"""
+from __future__ import annotations
+
+import bz2
+import functools
+import gzip
+import io
+import json
+import os
+import pickle
+import stat
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rankkit._io import atomic_write
+from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.data import RankingDataset, concat, read_svmlight
+from rankkit.data import svmlight
+from rankkit.export import export_program, export_torchscript, load_scorer
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    call: Callable[[Path], Any]
+    exc: type[BaseException] | None
+    match: str | None = None
+    check: Callable[[Any], None] | None = None
+
+
+# -- the reader ----------------------------------------------------------------------------------
+GOOD = "2 qid:1 1:0.5 2:1.0\n0 qid:1 1:0.1 2:0.2\n1 qid:2 1:0.3 3:0.7\n"
+
+
+def svm(text: str | bytes, name: str = "f.txt", **kwargs) -> Callable[[Path], Any]:
+    """Write ``text`` to ``tmp_path/name`` and read it."""
+    def call(tmp_path: Path):
+        p = tmp_path / name
+        p.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return read_svmlight(p, **kwargs)
+    return call
+
+
+def line2(body: str) -> Callable[[Path], Any]:
+    """GOOD with its second line replaced by ``body``."""
+    lines = GOOD.splitlines()
+    lines[1] = body
+    return svm("\n".join(lines) + "\n")
+
+
+def with_query(text: str, query: str) -> Callable[[Path], Any]:
+    def call(tmp_path: Path):
+        (tmp_path / "f.txt.query").write_text(query)
+        return svm(text)(tmp_path)
+    return call
+
+
+def in_folder(tmp_path: Path):
+    (tmp_path / "d.txt").mkdir()
+    return read_svmlight(tmp_path / "d.txt")
+
+
+def small_max_values(tmp_path: Path):
+    with mock.patch.object(svmlight, "MAX_VALUES", 5):
+        return svm(GOOD)(tmp_path)
+
+
+def nan_kept(ds: RankingDataset) -> None:
+    assert torch.isnan(ds.features[1, 0]) and ds.n_docs == 3
+
+
+GZ = gzip.compress(GOOD.encode())
+BZ2 = bz2.compress(GOOD.encode())
+
+READER = [
+    Case("reader-label-not-a-number", line2("abc qid:1 1:0.1"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-value-not-a-number", line2("0 qid:1 1:abc"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-value-missing", line2("0 qid:1 1:"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-index-zero-one-based", line2("0 qid:1 0:1"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-index-negative", line2("0 qid:1 -3:1"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-index-not-integer", line2("0 qid:1 1.5:1"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-index-duplicate", line2("0 qid:1 1:1 1:2"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-index-unsorted", line2("0 qid:1 2:1 1:2"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-qid-not-integer", line2("0 qid:x 1:1"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-qid-beyond-int64", line2("0 qid:99999999999999999999 1:1"), ValueError,
+         r"f\.txt:2: malformed line"),
+    Case("reader-qid-after-features", line2("0 1:1 qid:1"), ValueError, r"f\.txt:2: malformed line"),
+    Case("reader-binary-garbage", svm(b"\xff\xfe\x00\x01 qid:1 1:1\n"), ValueError, r"f\.txt:1: malformed line"),
+    Case("reader-empty-file", svm(""), ValueError, r"f\.txt: the file holds no documents"),
+    Case("reader-comments-only", svm("# nothing\n\n# here\n"), ValueError, r"f\.txt: the file holds no documents"),
+    Case("reader-inf-value", line2("0 qid:1 1:inf"), ValueError, r"f\.txt:2: infinite feature value"),
+    Case("reader-minus-inf-value", line2("0 qid:1 1:-inf"), ValueError, r"f\.txt:2: infinite feature value"),
+    Case("reader-value-beyond-float64", line2("0 qid:1 1:1e400"), ValueError, r"f\.txt:2: infinite feature value"),
+    Case("reader-value-beyond-float32", line2("0 qid:1 1:1e39"), ValueError, r"f\.txt:2: feature value 1e\+39 overflows float32"),
+    Case("reader-value-below-float32", line2("0 qid:1 1:-1e39"), ValueError, r"f\.txt:2: .* overflows float32"),
+    Case("reader-label-nan", line2("nan qid:1 1:1"), ValueError, r"f\.txt:2: label must be a non-negative integer"),
+    Case("reader-label-inf", line2("inf qid:1 1:1"), ValueError, r"f\.txt:2: label must be a non-negative integer"),
+    Case("reader-label-negative", line2("-1 qid:1 1:1"), ValueError, r"f\.txt:2: label must be a non-negative integer"),
+    Case("reader-label-fractional", line2("0.5 qid:1 1:1"), ValueError, r"f\.txt:2: label must be a non-negative integer"),
+    Case("reader-label-beyond-float32-exact", line2(f"{2**24 + 2} qid:1 1:1"), ValueError,
+         r"f\.txt:2: label must be a non-negative integer \(at most MAX_LABEL"),
+    Case("reader-qid-interleaved", svm(GOOD + "1 qid:1 1:1\n"), ValueError, r"f\.txt:4: qid 1 appears again"),
+    Case("reader-qid-missing-on-a-line", line2("0 1:0.1"), ValueError, r"f\.txt:2: no 'qid:' field"),
+    Case("reader-no-qid-no-query-file", svm("1 1:1\n0 1:2\n"), ValueError, r"f\.txt: no 'qid:' fields and no \.query file"),
+    Case("reader-feature-index-huge", line2("0 qid:1 2000000000:1"), ValueError,
+         r"f\.txt:2: feature index 2000000000 .*MAX_FEATURES"),
+    Case("reader-feature-index-beyond-n-features", svm(GOOD, n_features=2), ValueError,
+         r"f\.txt:3: feature index 3 gives 3 features, more than the expected n_features=2"),
+    Case("reader-too-many-values", small_max_values, ValueError, r"f\.txt: 3 documents x 3 features .*MAX_VALUES"),
+    Case("reader-gz-truncated", svm(GZ[:len(GZ) // 2], "f.txt.gz"), ValueError, r"f\.txt\.gz: cannot read the file"),
+    Case("reader-gz-not-compressed", svm(GOOD, "f.txt.gz"), ValueError, r"f\.txt\.gz: cannot read the file"),
+    Case("reader-gz-corrupt-body", svm(GZ[:12] + bytes(len(GZ) - 12), "f.txt.gz"), ValueError,
+         r"f\.txt\.gz: cannot read the file"),
+    Case("reader-bz2-truncated", svm(BZ2[:len(BZ2) // 2], "f.txt.bz2"), ValueError, r"f\.txt\.bz2: cannot read the file"),
+    Case("reader-bz2-not-compressed", svm(GOOD, "f.txt.bz2"), ValueError, r"f\.txt\.bz2: cannot read the file"),
+    Case("reader-query-file-sum", with_query("1 1:1\n0 1:2\n", "1\n2\n"), ValueError, r"f\.txt\.query: group sizes sum to 3"),
+    Case("reader-query-file-not-a-number", with_query("1 1:1\n0 1:2\n", "two\n"), ValueError,
+         r"f\.txt\.query:1: expected a group size"),
+    Case("reader-query-file-zero", with_query("1 1:1\n0 1:2\n", "2\n0\n"), ValueError,
+         r"f\.txt\.query:2: group size must be positive"),
+    Case("reader-path-is-a-folder", in_folder, ValueError, r"d\.txt: cannot read the file"),
+    Case("reader-missing-file", lambda tmp: read_svmlight(tmp / "nope.txt"), FileNotFoundError, r"nope\.txt: no such file"),
+    Case("reader-n-features-zero", svm(GOOD, n_features=0), ValueError, r"`n_features` has to be an integer >= 1"),
+    Case("reader-n-features-string", svm(GOOD, n_features="3"), ValueError, r"`n_features` has to be an integer"),
+    Case("reader-zero-based-not-bool", svm(GOOD, zero_based=1), ValueError, r"`zero_based` has to be True or False"),
+    # documented results
+    Case("reader-nan-value-is-missing", line2("0 qid:1 1:nan"), None, check=nan_kept),
+    Case("reader-one-document-query", svm(GOOD + "1 qid:3 1:1\n"), None,
+         check=lambda ds: ds.sizes.tolist() == [2, 1, 1] or pytest.fail(str(ds.sizes))),
+    Case("reader-crlf-lines", svm(GOOD.replace("\n", "\r\n")), None,
+         check=lambda ds: ds.n_docs == 3 or pytest.fail(repr(ds))),
+    Case("reader-fewer-features-padded", svm(GOOD, n_features=5), None,
+         check=lambda ds: ds.n_features == 5 or pytest.fail(repr(ds))),
+    Case("reader-gz-ok", svm(GZ, "f.txt.gz"), None, check=lambda ds: ds.n_docs == 3 or pytest.fail(repr(ds))),
+]
+
+
+# -- the in-memory dataset -----------------------------------------------------------------------
+def dataset(features=((1.0, 2.0), (3.0, 4.0), (5.0, 6.0)), labels=(1.0, 0.0, 2.0), offsets=(0, 2, 3),
+            qids=(7, 8), comments=None) -> Callable[[Path], Any]:
+    def as_tensor(x):
+        return x if isinstance(x, (torch.Tensor, np.ndarray, str)) else torch.tensor(x)
+    return lambda tmp: RankingDataset(as_tensor(features), as_tensor(labels), as_tensor(offsets),
+                                      as_tensor(qids), comments)
+
+
+def corrupt_cache(tmp_path: Path):
+    (tmp_path / "c.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    return RankingDataset.load(tmp_path / "c.npz")
+
+
+def pickled_cache(tmp_path: Path):
+    np.savez(tmp_path / "p.npz", features=np.array([object()], dtype=object))
+    return RankingDataset.load(tmp_path / "p.npz")
+
+
+GOOD_DS = dataset()
+INF = float("inf")
+NAN = float("nan")
+
+DATASET = [
+    Case("dataset-features-1d", dataset(features=(1.0, 2.0, 3.0)), ValueError, r"`features` has to be a tensor with 2 dimensions"),
+    Case("dataset-features-strings", dataset(features=np.array([["a"], ["b"], ["c"]])), ValueError,
+         r"`features` has to be a tensor or an array of numbers"),
+    Case("dataset-features-complex", dataset(features=torch.ones(3, 2, dtype=torch.complex64)), ValueError,
+         r"`features` has to be a real-valued"),
+    Case("dataset-features-inf", dataset(features=((1.0, 2.0), (INF, 4.0), (5.0, 6.0))), ValueError,
+         r"`features` has to be finite or NaN \(missing\), got inf at \[1, 0\]"),
+    Case("dataset-features-minus-inf", dataset(features=((1.0, 2.0), (3.0, 4.0), (5.0, -INF))), ValueError,
+         r"`features` has to be finite or NaN \(missing\), got -inf at \[2, 1\]"),
+    Case("dataset-features-beyond-float32", dataset(features=torch.tensor([[1.0, 2.0], [3.0, 1e39], [5.0, 6.0]],
+                                                                        dtype=torch.float64)),
+         ValueError, r"`features` has to be finite or NaN \(missing\), got inf at \[1, 1\]"),
+    Case("dataset-no-feature-columns", dataset(features=torch.zeros(3, 0)), ValueError,
+         r"`features` has to have at least one column"),
+    Case("dataset-labels-wrong-shape", dataset(labels=(1.0, 0.0)), ValueError, r"`labels` has to be a tensor of shape \(3,\)"),
+    Case("dataset-labels-nan", dataset(labels=(1.0, NAN, 0.0)), ValueError,
+         r"`labels` has to be finite and non-negative, got nan at \[1\]"),
+    Case("dataset-labels-inf", dataset(labels=(1.0, 0.0, INF)), ValueError,
+         r"`labels` has to be finite and non-negative, got inf at \[2\]"),
+    Case("dataset-labels-negative", dataset(labels=(-1.0, 0.0, 1.0)), ValueError,
+         r"`labels` has to be finite and non-negative, got -1.0 at \[0\]"),
+    Case("dataset-offsets-not-from-zero", dataset(offsets=(1, 2, 3)), ValueError, r"`offsets` has to be 0 first and N = 3 last"),
+    Case("dataset-offsets-not-to-n", dataset(offsets=(0, 2, 2)), ValueError, r"`offsets` has to be 0 first and N = 3 last, got 2 at \[2\]"),
+    Case("dataset-offsets-decreasing", dataset(offsets=(0, 3, 2, 3), qids=(1, 2, 3)), ValueError,
+         r"`offsets` has to be non-decreasing, got 2 at \[1\]"),
+    Case("dataset-offsets-float", dataset(offsets=(0.0, 2.5, 3.0)), ValueError, r"`offsets` has to be a int tensor"),
+    Case("dataset-offsets-empty", dataset(offsets=torch.zeros(0, dtype=torch.long), qids=torch.zeros(0, dtype=torch.long)),
+         ValueError, r"`offsets` has to hold Q \+ 1 >= 1 entries"),
+    Case("dataset-qids-wrong-length", dataset(qids=(7,)), ValueError, r"`qids` has to hold one id per query \(2\), got 1"),
+    Case("dataset-comments-wrong-length", dataset(comments=["a"]), ValueError,
+         r"`comments` has to hold one string per document \(3\), got 1"),
+    Case("dataset-cache-corrupt", corrupt_cache, ValueError, r"c\.npz: not a valid rankkit dataset cache"),
+    Case("dataset-cache-with-pickle", pickled_cache, ValueError, r"p\.npz: not a valid rankkit dataset cache"),
+    Case("dataset-bucket-max-docs-zero", lambda tmp: GOOD_DS(tmp).bucket_batches(0), ValueError,
+         r"`max_docs` has to be an integer >= 1"),
+    Case("dataset-concat-nothing", lambda tmp: concat([]), ValueError, r"`datasets` has to hold at least one dataset"),
+    Case("dataset-subset-out-of-range", lambda tmp: GOOD_DS(tmp).subset([5]), IndexError, r"query index out of range"),
+    # documented results
+    Case("dataset-nan-features-are-missing", dataset(features=((1.0, NAN), (3.0, 4.0), (5.0, 6.0))), None,
+         check=lambda ds: bool(torch.isnan(ds.features[0, 1])) or pytest.fail("NaN not kept")),
+    Case("dataset-empty", dataset(features=torch.zeros(0, 2), labels=torch.zeros(0), offsets=(0,),
+                                  qids=torch.zeros(0, dtype=torch.long)), None,
+         check=lambda ds: (ds.n_docs, ds.n_queries, ds.padded().features.shape) == (0, 0, (0, 0, 2))
+         or pytest.fail(repr(ds))),
+    Case("dataset-fractional-labels", dataset(labels=(0.5, 0.0, 2.0)), None,
+         check=lambda ds: ds.labels[0].item() == 0.5 or pytest.fail(repr(ds.labels))),
+]
+
+
+# -- load_scorer ---------------------------------------------------------------------------------
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n_features = 3
+        self.layer = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.layer(x).squeeze(-1)
+
+
+@functools.lru_cache(maxsize=None)
+def artefacts() -> dict[str, bytes]:
+    """The bytes of a valid .pt and .pt2 scorer (exported once per session)."""
+    torch.manual_seed(0)
+    model = Linear()
+    with tempfile.TemporaryDirectory() as d:
+        export_torchscript(model, os.path.join(d, "m.pt"))
+        export_program(model, os.path.join(d, "m.pt2"))
+        return {ext: Path(d, "m" + ext).read_bytes() for ext in (".pt", ".pt2")}
+
+
+def members(data: bytes) -> tuple[str, dict[str, bytes]]:
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        root = z.namelist()[0].split("/")[0]
+        return root, {n[len(root) + 1:]: z.read(n) for n in z.namelist()}
+
+
+def pack(root: str, files: dict[str, bytes], extra: list[tuple[str, bytes]] = ()) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in [*files.items(), *extra]:
+            z.writestr(f"{root}/{name}", data)
+    return out.getvalue()
+
+
+def edited_pt2(edit: Callable[[dict[str, bytes]], None], extra=()) -> bytes:
+    root, files = members(artefacts()[".pt2"])
+    edit(files)
+    return pack(root, files, extra)
+
+
+def scorer_file(data: Callable[[], bytes], name: str) -> Callable[[Path], Any]:
+    def call(tmp_path: Path):
+        (tmp_path / name).write_bytes(data())
+        return load_scorer(tmp_path / name)
+    return call
+
+
+def flip(data: bytes, at: float) -> bytes:
+    i = int(len(data) * at)
+    return data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+
+
+def edit_json(name: str, change: Callable[[dict], None]) -> Callable[[dict[str, bytes]], None]:
+    def edit(files: dict[str, bytes]) -> None:
+        value = json.loads(files[name])
+        change(value)
+        files[name] = json.dumps(value).encode()
+    return edit
+
+
+def set_target(target: str) -> Callable[[dict], None]:
+    def change(program: dict) -> None:
+        program["graph_module"]["graph"]["nodes"][-1]["target"] = target
+    return change
+
+
+def set_expr(expr: str) -> Callable[[dict], None]:
+    def change(program: dict) -> None:
+        text = json.dumps(program)
+        start = text.index('"expr_str": "') + len('"expr_str": ')
+        end = text.index('"', start + 1) + 1
+        program.clear()
+        program.update(json.loads(text[:start] + json.dumps(expr) + text[end:]))
+    return change
+
+
+def weight_config(change: Callable[[dict], None]) -> Callable[[dict[str, bytes]], None]:
+    def edit(config: dict) -> None:
+        change(next(iter(config["config"].values())))
+    return edit_json("data/weights/model_weights_config.json", edit)
+
+
+def opaque_constant(files: dict[str, bytes]) -> None:
+    files["data/constants/opaque_obj_0"] = pickle.dumps(1)
+    files["data/constants/model_constants_config.json"] = json.dumps({"config": {"c": {
+        "path_name": "opaque_obj_0", "is_param": False, "use_pickle": True, "tensor_meta": None}}}).encode()
+
+
+def compressed_pt2() -> bytes:
+    root, files = members(artefacts()[".pt2"])
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(f"{root}/{name}", data)
+    return out.getvalue()
+
+
+def torch_saved() -> bytes:
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buf)
+    return buf.getvalue()
+
+
+def directory_scorer(tmp_path: Path):
+    (tmp_path / "m.pt").mkdir()
+    return load_scorer(tmp_path / "m.pt")
+
+
+def scores_like_the_model(scorer) -> None:
+    x = torch.randn(4, 3)
+    expected = load_scorer_reference(x)
+    torch.testing.assert_close(scorer(x).detach(), expected)
+
+
+def load_scorer_reference(x: torch.Tensor) -> torch.Tensor:
+    torch.manual_seed(0)
+    return Linear()(x).detach()
+
+
+PT, PT2 = (lambda: artefacts()[".pt"]), (lambda: artefacts()[".pt2"])
+NOT_LOADABLE = r"not a loadable rankkit scorer file"
+
+SCORER = [
+    Case("scorer-pt-empty", scorer_file(lambda: b"", "m.pt"), ValueError, r"m\.pt: .*the file is empty"),
+    Case("scorer-pt2-empty", scorer_file(lambda: b"", "m.pt2"), ValueError, r"m\.pt2: .*the file is empty"),
+    Case("scorer-pt-random-bytes", scorer_file(lambda: os.urandom(200), "m.pt"), ValueError, r"m\.pt: .*not a zip archive"),
+    Case("scorer-pt2-text", scorer_file(lambda: b"hello\n", "m.pt2"), ValueError, r"m\.pt2: .*not a zip archive"),
+    Case("scorer-pt-truncated", scorer_file(lambda: PT()[:len(PT()) // 2], "m.pt"), ValueError, r"m\.pt: " + NOT_LOADABLE),
+    Case("scorer-pt2-truncated", scorer_file(lambda: PT2()[:len(PT2()) // 2], "m.pt2"), ValueError, r"m\.pt2: " + NOT_LOADABLE),
+    Case("scorer-pt-flipped-byte", scorer_file(lambda: flip(PT(), 0.3), "m.pt"), ValueError, r"m\.pt: " + NOT_LOADABLE),
+    Case("scorer-pt2-flipped-byte", scorer_file(lambda: flip(PT2(), 0.3), "m.pt2"), ValueError, r"m\.pt2: " + NOT_LOADABLE),
+    Case("scorer-pt2-holding-torchscript", scorer_file(PT, "m.pt2"), ValueError, r"m\.pt2: " + NOT_LOADABLE),
+    Case("scorer-pt-holding-a-program", scorer_file(PT2, "m.pt"), ValueError, r"m\.pt: .*torch cannot load it"),
+    Case("scorer-pt-holding-torch-save", scorer_file(torch_saved, "m.pt"), ValueError, r"m\.pt: .*torch cannot load it"),
+    Case("scorer-pt2-pickled-weight",
+         scorer_file(lambda: edited_pt2(weight_config(lambda m: m.update(use_pickle=True))), "m.pt2"),
+         ValueError, r"m\.pt2: .*stored as a pickle"),
+    Case("scorer-pt2-opaque-constant", scorer_file(lambda: edited_pt2(opaque_constant), "m.pt2"), ValueError,
+         r"m\.pt2: .*unexpected member 'data/constants/opaque_obj_0'"),
+    Case("scorer-pt2-legacy-weights", scorer_file(lambda: edited_pt2(lambda f: None, [("data/weights/model.pt", b"x")]), "m.pt2"),
+         ValueError, r"m\.pt2: .*unexpected member 'data/weights/model\.pt'"),
+    Case("scorer-pt2-aoti-payload",
+         scorer_file(lambda: edited_pt2(lambda f: None, [("data/aotinductor/model/m.so", b"\x7fELF")]), "m.pt2"),
+         ValueError, r"m\.pt2: .*unexpected member 'data/aotinductor/"),
+    Case("scorer-pt2-weight-missing-data",
+         scorer_file(lambda: edited_pt2(weight_config(lambda m: m.update(path_name="weight_9"))), "m.pt2"),
+         ValueError, r"m\.pt2: .*points at 'weight_9'"),
+    Case("scorer-pt2-weight-huge-sizes-no-data",
+         scorer_file(lambda: edited_pt2(lambda f: (weight_config(lambda m: m["tensor_meta"].update(
+             sizes=[{"as_int": 10**12}]))(f), f.update({"data/weights/weight_0": b""}))), "m.pt2"),
+         ValueError, r"m\.pt2: .*has sizes \[1000000000000\] but no data"),
+    Case("scorer-pt2-guard-code",
+         scorer_file(lambda: edited_pt2(edit_json("models/model.json", lambda p: p.update(guards_code=["True"]))), "m.pt2"),
+         ValueError, r"m\.pt2: .*guard code"),
+    Case("scorer-pt2-python-in-shape-expression",
+         scorer_file(lambda: edited_pt2(edit_json("models/model.json", set_expr("__import__('os').getcwd()"))), "m.pt2"),
+         ValueError, r"m\.pt2: .*unsupported symbolic shape expression"),
+    Case("scorer-pt2-power-in-shape-expression",
+         scorer_file(lambda: edited_pt2(edit_json("models/model.json", set_expr("10**10**10"))), "m.pt2"),
+         ValueError, r"m\.pt2: .*unsupported symbolic shape expression"),
+    Case("scorer-pt2-calls-os-system",
+         scorer_file(lambda: edited_pt2(edit_json("models/model.json", set_target("torch.os.system"))), "m.pt2"),
+         ValueError, r"m\.pt2: .*the program calls 'torch\.os\.system'"),
+    Case("scorer-pt2-calls-from-file",
+         scorer_file(lambda: edited_pt2(edit_json("models/model.json", set_target("torch.ops.aten.from_file.default"))),
+                     "m.pt2"),
+         ValueError, r"m\.pt2: .*the program calls 'torch\.ops\.aten\.from_file\.default'"),
+    Case("scorer-pt2-range-not-integer",
+         scorer_file(lambda: edited_pt2(edit_json("models/model.json", lambda p: next(iter(
+             p["range_constraints"].values())).update(min_val="1 or x"))), "m.pt2"),
+         ValueError, r"m\.pt2: .*range constraint"),
+    Case("scorer-pt2-duplicate-member",
+         scorer_file(lambda: edited_pt2(lambda f: None, [("archive_format", b"pt2")]), "m.pt2"),
+         ValueError, r"m\.pt2: .*appears twice"),
+    Case("scorer-pt2-member-outside-root",
+         scorer_file(lambda: edited_pt2(lambda f: None, [("../evil", b"")]), "m.pt2"),
+         ValueError, r"m\.pt2: .*lies outside"),
+    Case("scorer-pt2-compressed-members", scorer_file(compressed_pt2, "m.pt2"), ValueError, r"m\.pt2: .*is compressed"),
+    Case("scorer-pt2-no-archive-format",
+         scorer_file(lambda: edited_pt2(lambda f: f.pop("archive_format")), "m.pt2"), ValueError,
+         r"m\.pt2: .*no archive_format"),
+    Case("scorer-pt2-program-not-json",
+         scorer_file(lambda: edited_pt2(lambda f: f.update({"models/model.json": b"{"})), "m.pt2"), ValueError,
+         r"m\.pt2: .*'models/model\.json' is not JSON"),
+    Case("scorer-path-is-a-folder", directory_scorer, ValueError, r"m\.pt: cannot read the file"),
+    Case("scorer-missing-file", lambda tmp: load_scorer(tmp / "m.pt2"), FileNotFoundError, r"m\.pt2: no such file"),
+    # documented results
+    Case("scorer-pt-valid", scorer_file(PT, "m.pt"), None, check=scores_like_the_model),
+    Case("scorer-pt2-valid", scorer_file(PT2, "m.pt2"), None, check=scores_like_the_model),
+]
+
+
+# -- ObliviousEnsemble ---------------------------------------------------------------------------
+def ensemble(n_features=2, features=((1,),), thresholds=((0.5,),), leaves=((-1.0, 1.0),), bias=0.0,
+             validate=True) -> Callable[[Path], Any]:
+    def as_tensor(x):
+        return x if isinstance(x, torch.Tensor) else torch.tensor(x)
+
+    def call(tmp_path: Path):
+        model = ObliviousEnsemble(n_features, as_tensor(features), as_tensor(thresholds), as_tensor(leaves), bias)
+        return model.validate() if validate else model
+    return call
+
+
+ENSEMBLE = [
+    Case("ensemble-n-features-zero", ensemble(n_features=0), ValueError, r"`n_features` has to be an integer >= 1"),
+    Case("ensemble-n-features-float", ensemble(n_features=2.0), ValueError, r"`n_features` has to be an integer"),
+    Case("ensemble-features-float", ensemble(features=((1.0,),)), ValueError, r"`features` has to be a int tensor"),
+    Case("ensemble-features-1d", ensemble(features=(1,)), ValueError, r"`features` has to be a int tensor with 2 dimensions"),
+    Case("ensemble-thresholds-shape", ensemble(thresholds=((0.5, 0.5),)), ValueError,
+         r"`thresholds` has to be a float tensor of shape \(1, 1\)"),
+    Case("ensemble-leaf-values-shape", ensemble(leaves=((1.0, 2.0, 3.0),)), ValueError,
+         r"`leaf_values` has to be a float tensor of shape \(1, 2\)"),
+    Case("ensemble-bias-nan", ensemble(bias=NAN), ValueError, r"`bias` has to be a finite number"),
+    Case("ensemble-bias-string", ensemble(bias="0"), ValueError, r"`bias` has to be a finite number"),
+    Case("ensemble-bias-tensor-nan", ensemble(bias=torch.tensor(NAN)), ValueError, r"`bias` has to be finite, got nan"),
+    Case("ensemble-feature-index-too-large", ensemble(features=((2,),)), ValueError,
+         r"`features` has to be feature indices in \[0, 2\), got 2 at \[0, 0\]"),
+    Case("ensemble-feature-index-negative", ensemble(features=((-1,),)), ValueError,
+         r"`features` has to be feature indices in \[0, 2\), got -1 at \[0, 0\]"),
+    Case("ensemble-threshold-nan", ensemble(thresholds=((NAN,),)), ValueError, r"`thresholds` has to be finite or \+inf, got nan"),
+    Case("ensemble-threshold-minus-inf", ensemble(thresholds=((-INF,),)), ValueError,
+         r"`thresholds` has to be finite or \+inf, got -inf"),
+    Case("ensemble-leaf-nan", ensemble(leaves=((1.0, NAN),)), ValueError, r"`leaf_values` has to be finite, got nan at \[0, 1\]"),
+    Case("ensemble-leaf-inf", ensemble(leaves=((INF, 1.0),)), ValueError, r"`leaf_values` has to be finite, got inf at \[0, 0\]"),
+    # documented results
+    Case("ensemble-threshold-plus-inf-never-right", ensemble(thresholds=((INF,),)), None,
+         check=lambda m: m(torch.tensor([[0.0, 1e30]])).tolist() == [-1.0] or pytest.fail("+inf threshold")),
+    Case("ensemble-no-trees", ensemble(features=torch.zeros(0, 2, dtype=torch.long), thresholds=torch.zeros(0, 2),
+                                       leaves=torch.zeros(0, 4), bias=1.5), None,
+         check=lambda m: m(torch.zeros(3, 2)).tolist() == [1.5] * 3 or pytest.fail("bias only")),
+    Case("ensemble-buffers-follow-features-device",
+         ensemble(features=torch.tensor([[1]], device="meta"), validate=False), None,
+         check=lambda m: {b.device.type for b in m.buffers()} == {"meta"} or pytest.fail(str(list(m.buffers())))),
+]
+
+CASES = READER + DATASET + SCORER + ENSEMBLE
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, tmp_path: Path):
+    if case.exc is None:
+        case.check(case.call(tmp_path))
+        return
+    with pytest.raises(case.exc, match=case.match):
+        case.call(tmp_path)
+
+
+def test_case_ids_are_unique():
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+# -- no file runs code -------------------------------------------------------------------------
+class Plant:
+    """Unpickling this creates ``marker`` (a harmless stand-in for any code a pickle can run)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pt2_with_a_pickled_weight_is_refused_unread(tmp_path):
+    marker = tmp_path / "planted"
+    data = edited_pt2(lambda f: (weight_config(lambda m: m.update(use_pickle=True))(f),
+                                 f.update({"data/weights/weight_0": pickle.dumps(Plant(marker))})))
+    (tmp_path / "evil.pt2").write_bytes(data)
+    with pytest.raises(ValueError, match=r"evil\.pt2: .*stored as a pickle"):
+        load_scorer(tmp_path / "evil.pt2")
+    assert not marker.exists()
+    # the control: torch's own loader runs the pickle
+    with pytest.raises(Exception):
+        torch.export.load(str(tmp_path / "evil.pt2"))
+    assert marker.exists()
+
+
+def test_pt2_sample_inputs_pickle_is_dropped_unread(tmp_path):
+    marker = tmp_path / "planted"
+    data = edited_pt2(lambda f: f.update({"data/sample_inputs/model.pt": pickle.dumps(Plant(marker))}))
+    (tmp_path / "evil.pt2").write_bytes(data)
+    scores_like_the_model(load_scorer(tmp_path / "evil.pt2"))
+    assert not marker.exists()
+    with pytest.raises(Exception):  # the control: torch.export.load falls back to a full unpickle
+        torch.export.load(str(tmp_path / "evil.pt2"))
+    assert marker.exists()
+
+
+def test_pt2_shape_expression_never_evaluated(tmp_path):
+    marker = tmp_path / "planted"
+    expr = f"open({str(marker)!r}, 'w') and Symbol('s97', positive=True, integer=True)"
+    (tmp_path / "evil.pt2").write_bytes(edited_pt2(edit_json("models/model.json", set_expr(expr))))
+    with pytest.raises(ValueError, match=r"unsupported symbolic shape expression"):
+        load_scorer(tmp_path / "evil.pt2")
+    assert not marker.exists()
+
+
+def test_torchscript_loader_never_runs_python_pickles(tmp_path):
+    marker = tmp_path / "planted"
+    torch.save({"w": Plant(marker)}, tmp_path / "evil.pt", _use_new_zipfile_serialization=True)
+    if marker.exists():  # torch.save does not unpickle; a marker here means a broken test
+        marker.unlink()
+    with pytest.raises(ValueError, match=r"evil\.pt: .*torch cannot load it"):
+        load_scorer(tmp_path / "evil.pt")
+    assert not marker.exists()
+
+
+# -- files rankkit writes ------------------------------------------------------------------------
+def small_dataset() -> RankingDataset:
+    return GOOD_DS(Path("."))
+
+
+WRITERS = {
+    "atomic_write": lambda p: atomic_write(p, lambda tmp: Path(tmp).write_text("new")),
+    "dataset.save": lambda p: small_dataset().save(p),
+    "export_torchscript": lambda p: export_torchscript(Linear(), p),
+    "export_program": lambda p: export_program(Linear(), p),
+}
+
+
+@pytest.fixture
+def umask():
+    old = os.umask(0o022)
+    yield lambda mask: os.umask(mask)
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_written_files_respect_the_umask(tmp_path, umask, writer, mask):
+    if writer.startswith("export") and mask != 0o022:
+        pytest.skip("one umask is enough for the slow writers")
+    umask(mask)
+    path = tmp_path / "out.file"
+    WRITERS[writer](path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~mask
+    assert os.listdir(tmp_path) == ["out.file"]
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError("disk full"), KeyboardInterrupt()], ids=["exception", "ctrl-c"])
+def test_interrupted_write_keeps_the_old_file(tmp_path, interrupt):
+    path = tmp_path / "model.bin"
+    path.write_text("old")
+
+    def write(tmp: str) -> None:
+        Path(tmp).write_text("half")
+        raise interrupt
+
+    with pytest.raises(type(interrupt)):
+        atomic_write(path, write)
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["model.bin"]
+
+
+def test_interrupted_dataset_save_keeps_the_old_cache(tmp_path):
+    path = tmp_path / "c.npz"
+    small_dataset().save(path)
+    before = path.read_bytes()
+    with mock.patch("numpy.savez", side_effect=KeyboardInterrupt), pytest.raises(KeyboardInterrupt):
+        small_dataset().save(path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["c.npz"]
