@@ -166,12 +166,12 @@ def test_end_to_end_training_improves_and_early_stops(tmp_path, tiny_data):
     train, val, test = tiny_data
     pl.seed_everything(0, verbose=False)
     dm = RankingDataModule.from_datasets(train, val, test, max_docs=256)
-    model = LambdaRank(hidden=[32], lr=1e-2, k=10)
+    model = LambdaRank(n_features=train.n_features, hidden=[32], lr=1e-2, k=10)
     ckpt = pl.callbacks.ModelCheckpoint(monitor="val/ndcg@10", mode="max", dirpath=tmp_path)
     stop = pl.callbacks.EarlyStopping(monitor="val/ndcg@10", mode="max", patience=3)
     trainer = make_trainer(tmp_path, 8, callbacks=[ckpt, stop], enable_checkpointing=True)
     batch = test.padded()
-    trainer.fit(model, datamodule=dm)  # builds the scorer from the datamodule's feature count
+    trainer.fit(model, datamodule=dm)  # fits the scorer's preprocessing on the training loader
     assert model.hparams.n_features == 10
     model.eval()
     with torch.no_grad():
@@ -277,3 +277,58 @@ def test_torchscript_loads_without_rankkit(tmp_path):
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""}).stdout
     got = torch.tensor([float(v) for v in out.strip().split(",")])
     torch.testing.assert_close(got, expected.detach(), atol=1e-5, rtol=1e-5)
+
+
+class UserScorer(torch.nn.Module):
+    """A scorer a user writes: its own preprocessing (rankkit's) and a bilinear layer."""
+
+    def __init__(self, n_features: int):
+        super().__init__()
+        from rankkit.neural.scorer import FeaturePreprocessor
+
+        self.pre = FeaturePreprocessor(n_features)
+        self.inner = torch.nn.Bilinear(n_features, n_features, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.pre(x)
+        return self.inner(z, z).squeeze(-1)
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "export"])
+def test_lambdarank_trains_a_users_scorer_and_exports_it(tmp_path, tiny_data, fmt):
+    train, val, _ = tiny_data
+    pl.seed_everything(0, verbose=False)
+    scorer = UserScorer(train.n_features)
+    model = LambdaRank(scorer=scorer, lr=1e-2)
+    assert model.scorer is scorer and model.hparams.n_features is None
+    before = [p.detach().clone() for p in scorer.parameters()]
+    trainer = make_trainer(tmp_path, 2, enable_checkpointing=True,
+                           callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=256))
+    assert all(not torch.equal(a, p) for a, p in zip(before, scorer.parameters()))  # it trained
+    # The preprocessing inside the user's scorer was fitted on the training loader's documents.
+    expected = _feature_stats(train.features)
+    torch.testing.assert_close(scorer.pre.mean, expected[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scorer.pre.std, expected[1], rtol=1e-4, atol=1e-5)
+    path = tmp_path / ("s.pt" if fmt == "torchscript" else "s.pt2")
+    (export_torchscript if fmt == "torchscript" else export_program)(model, path, n_features=train.n_features)
+    x = val.features
+    with torch.no_grad():
+        torch.testing.assert_close(load_scorer(path)(x), model.eval()(x), rtol=1e-5, atol=1e-5)
+    restored = LambdaRank.load_from_checkpoint(tmp_path / "last.ckpt", scorer=UserScorer(train.n_features))
+    with torch.no_grad():
+        torch.testing.assert_close(restored.eval()(x), model(x))
+
+
+def _feature_stats(x):
+    from rankkit.neural.scorer import FeaturePreprocessor
+
+    pre = FeaturePreprocessor(x.shape[1]).fit(x)
+    return pre.mean, pre.std
+
+
+def test_a_module_needs_a_scorer_or_its_feature_count():
+    with pytest.raises(ValueError, match="n_features.*scorer"):
+        LambdaRank()
+    with pytest.raises(ValueError, match="`scorer`"):
+        LambdaRank(scorer="mlp")

@@ -2,20 +2,23 @@
 
 The two differ only in the weighting they pass to the shared lambda kernel: RankNet uses
 |ΔZ| = 1, LambdaRank |ΔNDCG@k| (or |ΔMAP|, |ΔERR|) of swapping the pair in the current
-ranking (Burges 2010, "From RankNet to LambdaRank to LambdaMART").
+ranking (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010).
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from rankkit import _checks
+from rankkit._checkpoint import class_path, record_class
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
-from rankkit.neural.scorer import MLPScorer
+from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULERS = ("none", "cosine", "plateau")
@@ -25,8 +28,14 @@ class NeuralRanker(pl.LightningModule):
     """A scorer trained with the lambda loss.
 
     Args:
-        n_features: F; when None it is read from the datamodule's training set in ``setup``.
-        hidden, activation, dropout, norm, log1p, standardize: the :class:`MLPScorer`.
+        n_features: F, for the default scorer (linked from the datamodule by ``rankkit fit``);
+            ignored when ``scorer`` is given.
+        scorer: any ``nn.Module`` mapping features [..., F] to scores [...] (a ``class_path``
+            in YAML); None builds the default :class:`MLPScorer` from ``n_features`` and
+            ``hidden``, ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``.
+            Feature preprocessing belongs inside it (it is exported with it); a
+            :class:`~rankkit.neural.scorer.FeaturePreprocessor` anywhere in it that is not yet
+            fitted is fitted on the training DataLoader's documents when training starts.
         weighting: ``"ranknet"``, ``"ndcg"``, ``"map"`` or ``"err"``.
         k: truncation level of the kernel (None: all pairs).
         sigma: σ of the logistic.
@@ -36,9 +45,13 @@ class NeuralRanker(pl.LightningModule):
         scheduler: ``"none"``, ``"cosine"`` (over ``max_epochs``) or ``"plateau"``
             (halve the lr when val NDCG@10 stalls).
         ema_decay: d > 0 keeps an exponential moving average of the scorer's weights,
-            θ̄ ← d θ̄ + (1 − d) θ after every training batch (Polyak averaging), in
-            ``averaged_scorer``; validation, test, predict, ``forward`` and export then use the
-            average. 0 (the default) turns it off.
+            θ̄ ← d θ̄ + (1 − d) θ after every training batch (Polyak averaging, torch's
+            ``AveragedModel`` with ``get_ema_multi_avg_fn``), in ``averaged``; validation,
+            test, predict, ``forward`` and export then use the average. 0 (the default) turns
+            it off.
+
+    A checkpoint of a module with a scorer of your own loads with
+    ``LambdaRank.load_from_checkpoint(path, scorer=MyNet(...))``.
     """
 
     weighting_choices: tuple[str, ...] = ("ranknet", "ndcg", "map", "err")
@@ -48,88 +61,92 @@ class NeuralRanker(pl.LightningModule):
                  log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0):
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
+                 scorer: nn.Module | None = None):
         super().__init__()
-        if weighting not in self.weighting_choices:
-            raise ValueError(f"`weighting` has to be one of {self.weighting_choices}, got {weighting!r}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"`optimizer` has to be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
-        if scheduler not in SCHEDULERS:
-            raise ValueError(f"`scheduler` has to be one of {SCHEDULERS}, got {scheduler!r}")
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"`reduction` has to be one of {REDUCTIONS}, got {reduction!r}")
-        if k is not None and k < 1:
-            raise ValueError(f"`k` has to be a positive integer or None, got {k}")
-        if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or not 0 <= ema_decay < 1:
-            raise ValueError(f"`ema_decay` has to be in [0, 1), got {ema_decay!r}")
-        self.save_hyperparameters()
-        self.scorer: MLPScorer | None = None
-        self.averaged_scorer: MLPScorer | None = None
-        self._preprocessor_fitted = False
-        if n_features is not None:
-            self._build(n_features)
+        _checks.check_choice(weighting, self.weighting_choices, "weighting")
+        _checks.check_choice(optimizer, sorted(OPTIMIZERS), "optimizer")
+        _checks.check_choice(scheduler, SCHEDULERS, "scheduler")
+        _checks.check_choice(reduction, REDUCTIONS, "reduction")
+        _checks.check_k(k)
+        _checks.check_number(sigma, "sigma", low=0, low_open=True)
+        _checks.check_number(lr, "lr", low=0, low_open=True)
+        _checks.check_number(weight_decay, "weight_decay", low=0)
+        _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
+        if scorer is None:
+            if n_features is None:
+                raise ValueError("pass `n_features` (for the default MLP scorer) or `scorer` (an nn.Module)")
+            scorer = MLPScorer(_checks.check_int(n_features, "n_features"), tuple(hidden),
+                               activation=activation, dropout=dropout, norm=norm, log1p=log1p,
+                               standardize=standardize)
+        elif not isinstance(scorer, nn.Module):
+            raise ValueError(f"`scorer` has to be an nn.Module, got {_checks.describe(scorer)}")
+        self.save_hyperparameters(ignore=["scorer"])
+        self.scorer = scorer
+        self.averaged: AveragedModel | None = None
+        if ema_decay > 0:
+            self.averaged = AveragedModel(scorer, multi_avg_fn=get_ema_multi_avg_fn(ema_decay), use_buffers=True)
+            self.averaged.requires_grad_(False)
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
 
-    def _build(self, n_features: int) -> None:
-        h = self.hparams
-        self.scorer = MLPScorer(n_features, tuple(h.hidden), activation=h.activation, dropout=h.dropout,
-                                norm=h.norm, log1p=h.log1p, standardize=h.standardize)
-        if h.get("ema_decay", 0.0) > 0:
-            self.averaged_scorer = copy.deepcopy(self.scorer).requires_grad_(False)
+    def serving_scorer(self) -> nn.Module:
+        """The scorer that evaluates and exports: the weight average when ``ema_decay`` > 0."""
+        return self.averaged.module if self.averaged is not None else self.scorer
 
     @property
-    def inference_scorer(self) -> MLPScorer:
-        """The scorer that evaluates and exports: the weight average when ``ema_decay`` > 0."""
-        return self.averaged_scorer if self.averaged_scorer is not None else self.scorer
+    def averaged_scorer(self) -> nn.Module | None:
+        return None if self.averaged is None else self.averaged.module
 
-    # -- set-up ---------------------------------------------------------------------------
-    def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        train = getattr(dm, "train_set", None)
-        if self.scorer is None:
-            if dm is None:
-                raise ValueError("`n_features` is None and there is no datamodule to read it from")
-            dm.setup(stage)
-            self.hparams.n_features = dm.n_features
-            self._build(dm.n_features)
-            train = dm.train_set
-        if stage == "fit" and not self._preprocessor_fitted and train is not None and self.current_epoch == 0:
-            self.fit_preprocessor(train.features)
+    # -- set-up: the scorer's preprocessing, from the training loader -----------------------------
+    def _preprocessors(self) -> list[FeaturePreprocessor]:
+        return [m for m in self.scorer.modules() if isinstance(m, FeaturePreprocessor) and not m.is_fitted]
+
+    def on_train_start(self) -> None:
+        todo = self._preprocessors()
+        if not todo:
+            return
+        # Two passes over the training documents (every rank's shard; the sums are reduced across
+        # ranks), the same statistics as FeaturePreprocessor.fit on the whole training set.
+        loader = self.trainer.train_dataloader
+        reduce = lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")  # noqa: E731
+        for pre in todo:
+            pre.fit_stream(lambda: (b.features[b.mask].to(self.device) for b in loader), reduce=reduce)
+        if self.averaged is not None:
+            self.averaged.n_averaged.zero_()
+            self.averaged.update_parameters(self.scorer)  # the average starts from the initial weights
 
     def fit_preprocessor(self, features: torch.Tensor) -> None:
-        """Fit the scorer's standardisation on training features [N, F]."""
-        self.scorer.preprocess.fit(features.to(self.scorer.preprocess.mean.device))
-        if self.averaged_scorer is not None:  # the average starts from the initial weights
-            self.averaged_scorer.load_state_dict(self.scorer.state_dict())
-        self._preprocessor_fitted = True
+        """Fit the scorer's feature preprocessing on training features [N, F] (plain PyTorch use)."""
+        for pre in [m for m in self.scorer.modules() if isinstance(m, FeaturePreprocessor)]:
+            pre.fit(features)
+        if self.averaged is not None:
+            self.averaged.n_averaged.zero_()
+            self.averaged.update_parameters(self.scorer)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if self.averaged_scorer is None:
-            return
-        d = self.hparams.ema_decay
-        with torch.no_grad():
-            for avg, p in zip(self.averaged_scorer.parameters(), self.scorer.parameters()):
-                avg.lerp_(p, 1.0 - d)
-            for avg, b in zip(self.averaged_scorer.buffers(), self.scorer.buffers()):
-                avg.copy_(b)
+        if self.averaged is not None:
+            self.averaged.update_parameters(self.scorer)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Resuming must be exact: keep the RNG state (dropout) and that the scaler was fitted.
-        checkpoint["rankkit"] = {"torch_rng": torch.get_rng_state(), "preprocessor_fitted": True}
+        # Resuming must be exact: keep the RNG states (dropout) of the CPU and of every GPU.
+        record_class(checkpoint, self)
+        state = {"torch_rng": torch.get_rng_state(), "scorer_class": class_path(self.scorer)}
+        if torch.cuda.is_available():
+            state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        checkpoint["rankkit"] = state
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rankkit", {})
-        if self.scorer is None:
-            self._build(checkpoint["hyper_parameters"]["n_features"])
-        self._preprocessor_fitted = bool(state.get("preprocessor_fitted", False))
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., F] -> scores [...] (inference only)."""
-        return self.inference_scorer(features)
+        return self.serving_scorer()(features)
 
     def loss(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
         h = self.hparams
@@ -137,14 +154,12 @@ class NeuralRanker(pl.LightningModule):
                            k=h.k, normalize=h.normalize, reduction=h.reduction)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
-        scores = self.scorer(batch.features)
-        loss = self.loss(scores, batch)
+        loss = self.loss(self.scorer(batch.features), batch)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels))
         return loss
 
     def _evaluate(self, batch: PaddedBatch, metrics) -> None:
-        scores = self.inference_scorer(batch.features)
-        metrics.update(scores, batch.labels, batch.mask)
+        metrics.update(self(batch.features), batch.labels, batch.mask)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=False, batch_size=len(batch.labels))
 
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
@@ -155,7 +170,7 @@ class NeuralRanker(pl.LightningModule):
 
     def predict_step(self, batch: PaddedBatch, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Scores of the real documents of the batch, flat [N_batch] in (query, position) order."""
-        return self.inference_scorer(batch.features)[batch.mask]
+        return self(batch.features)[batch.mask]
 
     def configure_optimizers(self):
         h = self.hparams
@@ -179,9 +194,11 @@ class RankNet(NeuralRanker):
                  log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0):
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
+                 scorer: nn.Module | None = None):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
-                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay)
+                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
+                         scorer)
 
 
 class LambdaRank(NeuralRanker):
@@ -194,6 +211,8 @@ class LambdaRank(NeuralRanker):
                  log1p: bool = True, standardize: bool = True, weighting: str = "ndcg",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0):
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
+                 scorer: nn.Module | None = None):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
-                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay)
+                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
+                         scorer)

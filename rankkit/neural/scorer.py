@@ -32,6 +32,12 @@ class FeaturePreprocessor(nn.Module):
         self.clip = clip
         self.register_buffer("mean", torch.zeros(n_features))
         self.register_buffer("std", torch.ones(n_features))
+        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`fit_stream`) has set the statistics."""
+        return bool(self.fitted) or not self.standardize
 
     def _transform(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
@@ -45,9 +51,37 @@ class FeaturePreprocessor(nn.Module):
         if features.shape[-1] != self.n_features:
             raise ValueError(f"expected {self.n_features} features, got {features.shape[-1]}")
         x = self._transform(features.reshape(-1, self.n_features).double())
-        self.mean.copy_(x.mean(0).float())
-        std = x.std(0).float()
+        self._set(x.mean(0), x.std(0))
+        return self
+
+    def _set(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.mean.copy_(mean.float())
+        std = std.float()
         self.std.copy_(torch.where(std > 1e-12, std, torch.ones_like(std)))
+        self.fitted.fill_(True)
+
+    @torch.no_grad()
+    def fit_stream(self, batches, *, reduce=lambda t: t) -> "FeaturePreprocessor":
+        """:meth:`fit` on the rows of a stream of feature batches, ``batches()`` yielding [n, F]
+        tensors, in two passes (mean, then the centred sum of squares, as ``fit``); ``reduce``
+        sums a tensor across processes (the identity in one)."""
+        n = None
+        total = None
+        for x in batches():
+            x = self._transform(x.reshape(-1, self.n_features).double())
+            total = x.sum(0) if total is None else total + x.sum(0)
+            n = x.shape[0] if n is None else n + x.shape[0]
+        if total is None:
+            raise ValueError("the training loader yielded no documents to fit the feature preprocessing on")
+        stats = reduce(torch.cat([total, total.new_tensor([n])]))
+        count = stats[-1]
+        mean = stats[:-1] / count
+        squares = torch.zeros_like(mean)
+        for x in batches():
+            x = self._transform(x.reshape(-1, self.n_features).double())
+            squares += (x - mean).square().sum(0)
+        squares = reduce(squares)
+        self._set(mean, (squares / (count - 1).clamp_min(1)).sqrt())
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
