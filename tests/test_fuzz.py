@@ -1,0 +1,196 @@
+"""Fuzzing the edges: whatever bytes come in, the answer is a valid result or ``ValueError``.
+
+Mutated LETOR lines and random bytes go into ``read_svmlight``; mutated TorchScript and
+``torch.export`` files into ``load_scorer``; mutated safetensors files into
+``LambdaMART.load``. Anything else (an ``EOFError``, an ``OverflowError``, a ``RuntimeError``
+from torch, a crash) is a bug. ``max_examples`` keeps the whole file under 30 s on 2 cores.
+"""
+from __future__ import annotations
+
+import bz2
+import functools
+import gzip
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from rankkit.boosting import LambdaMART
+from rankkit.data import RankingDataset, make_synthetic, read_svmlight
+from rankkit.export import export_program, export_torchscript, load_scorer
+
+FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+                max_examples=80)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+# -- the reader ----------------------------------------------------------------------------------
+LABELS = ["0", "1", "2", "4", "-1", "0.5", "nan", "inf", "1e30", "abc", "", "16777217"]
+QIDS = ["qid:1", "qid:2", "qid:3", "qid:0", "qid:-4", "qid:x", "qid:", "", "qid:99999999999999999999"]
+INDICES = ["1", "2", "3", "7", "0", "-1", "1.5", "a", "", "2000000000"]
+VALUES = ["0.5", "0", "-2", "nan", "inf", "-inf", "1e39", "1e400", "x", "", "3e-45"]
+
+line = st.builds(
+    lambda label, qid, feats, comment: " ".join(filter(None, [label, qid, *feats])) + comment,
+    st.sampled_from(LABELS), st.sampled_from(QIDS),
+    st.lists(st.builds(lambda i, v, sep: f"{i}{sep}{v}", st.sampled_from(INDICES), st.sampled_from(VALUES),
+                       st.sampled_from([":", ":", ":", "::", " "])), max_size=4),
+    st.sampled_from(["", "", " # doc", "#", " # qid:9 1:inf"]))
+GOOD = "2 qid:1 1:0.5 2:1.0\n0 qid:1 1:0.1 2:0.2\n1 qid:2 1:0.3 3:0.7\n0 qid:2 2:0.9\n"
+
+
+def read_or_refuse(path: Path) -> None:
+    try:
+        ds = read_svmlight(path)
+    except ValueError:
+        return
+    assert isinstance(ds, RankingDataset)
+    assert ds.n_docs > 0 and ds.features.dtype == torch.float32
+    assert not torch.isinf(ds.features).any()
+    assert torch.isfinite(ds.labels).all() and (ds.labels >= 0).all()
+    assert ds.offsets[-1] == ds.n_docs
+
+
+@FUZZ
+@given(lines=st.lists(line, min_size=0, max_size=6), ending=st.sampled_from(["\n", "\r\n"]))
+def test_reader_on_generated_lines(folder, lines, ending):
+    path = folder / "lines.txt"
+    path.write_text(ending.join(lines))
+    read_or_refuse(path)
+
+
+@FUZZ
+@given(cut=st.integers(0, len(GOOD)), insert=st.text(max_size=8), drop=st.integers(0, 4))
+def test_reader_on_mutated_text(folder, cut, insert, drop):
+    path = folder / "mutated.txt"
+    path.write_bytes((GOOD[:cut] + insert + GOOD[cut + drop:]).encode("utf-8", "surrogatepass"))
+    read_or_refuse(path)
+
+
+@FUZZ
+@given(data=st.binary(max_size=300), ext=st.sampled_from([".txt", ".gz", ".bz2"]))
+def test_reader_on_random_bytes(folder, data, ext):
+    path = folder / f"random{ext}"
+    path.write_bytes(data)
+    read_or_refuse(path)
+
+
+@FUZZ
+@given(cut=st.integers(0, 200), flip=st.integers(0, 400), ext=st.sampled_from([".gz", ".bz2"]))
+def test_reader_on_damaged_compressed_files(folder, cut, flip, ext):
+    packed = (gzip.compress if ext == ".gz" else bz2.compress)(GOOD.encode())
+    data = bytearray(packed[:len(packed) - cut % len(packed)])
+    if data:
+        data[flip % len(data)] ^= 0x55
+    path = folder / f"damaged.txt{ext}"
+    path.write_bytes(bytes(data))
+    read_or_refuse(path)
+
+
+# -- the model loaders ---------------------------------------------------------------------------
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n_features = 3
+        self.layer = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.layer(x).squeeze(-1)
+
+
+@functools.lru_cache(maxsize=None)
+def artefacts() -> dict[str, bytes]:
+    torch.manual_seed(0)
+    ds = make_synthetic(8, 6, 3, seed=0)
+    booster = LambdaMART(n_estimators=2, depth=2).fit(ds)
+    with tempfile.TemporaryDirectory() as d:
+        export_torchscript(Linear(), os.path.join(d, "m.pt"))
+        export_program(Linear(), os.path.join(d, "m.pt2"))
+        booster.save(os.path.join(d, "m.safetensors"))
+        return {ext: Path(d, "m" + ext).read_bytes() for ext in (".pt", ".pt2", ".safetensors")}
+
+
+mutation = st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]), st.floats(0, 1),
+                              st.binary(min_size=1, max_size=4)), min_size=1, max_size=3)
+
+
+def mutate(data: bytes, mutations) -> bytes:
+    out = bytearray(data)
+    for op, where, payload in mutations:
+        i = min(int(where * len(out)), max(len(out) - 1, 0))
+        if op == "flip" and out:
+            out[i] ^= payload[0] or 1
+        elif op == "cut":
+            del out[i:]
+        elif op == "insert":
+            out[i:i] = payload
+        elif op == "delete":
+            del out[i:i + len(payload)]
+    return bytes(out)
+
+
+def scores_or_refuses(path: Path) -> None:
+    try:
+        scorer = load_scorer(path)
+    except ValueError:
+        return
+    assert callable(scorer)
+
+
+@FUZZ
+@given(mutations=mutation)
+def test_load_scorer_on_mutated_torchscript(folder, mutations):
+    path = folder / "m.pt"
+    path.write_bytes(mutate(artefacts()[".pt"], mutations))
+    scores_or_refuses(path)
+
+
+@FUZZ
+@given(mutations=mutation)
+def test_load_scorer_on_mutated_program(folder, mutations):
+    path = folder / "m.pt2"
+    path.write_bytes(mutate(artefacts()[".pt2"], mutations))
+    scores_or_refuses(path)
+
+
+@FUZZ
+@given(mutations=mutation)
+def test_lambdamart_load_on_mutated_safetensors(folder, mutations):
+    path = folder / "m.safetensors"
+    path.write_bytes(mutate(artefacts()[".safetensors"], mutations))
+    try:
+        model = LambdaMART.load(path)
+    except ValueError:
+        return
+    assert isinstance(model, LambdaMART)
+
+
+MEMBERS = ["models/model.json", "data/weights/model_weights_config.json",
+           "data/constants/model_constants_config.json", "data/weights/weight_0", "archive_format"]
+
+
+@settings(FUZZ, max_examples=30)
+@given(member=st.sampled_from(MEMBERS), mutations=mutation)
+def test_load_scorer_on_program_with_mutated_members(folder, member, mutations):
+    """Members damaged inside an archive whose checksums are right: past zipfile, into the checks."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(artefacts()[".pt2"])) as z:
+        files = {info.filename: z.read(info) for info in z.infolist()}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, mutate(data, mutations) if name.endswith("/" + member) else data)
+    path = folder / "members.pt2"
+    path.write_bytes(out.getvalue())
+    scores_or_refuses(path)
