@@ -127,10 +127,87 @@ def _err_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
     return out.mul_(r_a - r_b).mul_(p_a)
 
 
+# -- The LambdaLoss weightings ------------------------------------------------------------------
+# Wang, Li, Golbandi, Bendersky, Najork, "The LambdaLoss Framework for Ranking Metric
+# Optimization", CIKM 2018. Each is a pair weight in C_ij = weight_ij log(1 + e^{−σ(s_i − s_j)})
+# over the pairs with y_i > y_j, the ranks r_i = position + 1 taken from the current scores. In
+# the paper's notation G_i = gain(y_i) / ideal DCG@k and 1/D_i = 1/log2(1 + r_i) (0 for r_i > k,
+# as the "ndcg" weighting), δ_ij = |1/D_{|r_i − r_j|} − 1/D_{|r_i − r_j| + 1}|, untruncated.
+
+def _lambdaloss_terms(labels, mask, k, gain, max_err_label) -> Terms:
+    g, d = _ndcg_terms(labels, mask, k, gain, max_err_label)
+    pos = torch.arange(labels.shape[1], dtype=labels.dtype, device=labels.device)[None, :]
+    return g, d, pos, g * d, labels
+
+
+def _delta_ij(rows: Terms, cols: Terms) -> torch.Tensor:
+    """δ of the pairs: 1/log2(n + 1) − 1/log2(n + 2) with n = r_j − r_i (>= 1 for b > a; the
+    clamp keeps the pairs b <= a, masked later, finite)."""
+    n = (cols[2] - rows[2]).clamp_(min=1.0)
+    return torch.log2(n + 1.0).reciprocal_().sub_(torch.log2(n + 2.0).reciprocal_())
+
+
+def _higher_one(key_a, key_b, h_a, h_b, out: torch.Tensor) -> torch.Tensor:
+    """[key_a > key_b] h_a − [key_b > key_a] h_b, written into ``out``."""
+    order = torch.sub(key_a, key_b, out=out).sign_()
+    above, below = order.clamp(min=0.0), order.clamp(max=0.0)
+    return torch.mul(above, h_a, out=out).addcmul_(below, h_b)
+
+
+def _ndcg_loss1_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    # weight G_i/D_i of the pair's higher label i: with the signs, [G_a > G_b] h_a − [G_b > G_a] h_b.
+    return _higher_one(rows[0], cols[0], rows[3], cols[3], out)
+
+
+def _ndcg_loss2_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    # weight δ_ij |G_i − G_j|; G is monotone in the label, so sign(y_a − y_b) |ΔG| = G_a − G_b.
+    return torch.sub(rows[0], cols[0], out=out).mul_(_delta_ij(rows, cols))
+
+
+def ndcg_loss2pp(mu: float = 10.0) -> Weighting:
+    """The NDCG-Loss2++ weighting with its μ >= 0: (ρ_ij + μ δ_ij) |G_i − G_j|, with
+    ρ_ij = |1/D_i − 1/D_j| LambdaRank's discount change (so ``mu=0`` is the "ndcg" weighting)
+    and δ_ij NDCG-Loss2's. ``WEIGHTINGS["ndcg_loss2pp"]`` is ``ndcg_loss2pp(10.0)`` (the
+    default of allRank's implementation); the paper tunes μ.
+
+    >>> w = ndcg_loss2pp(0.5)
+    >>> w.tie_weight
+    0.0
+    """
+    if isinstance(mu, bool) or not isinstance(mu, (int, float)) or not 0 <= mu < float("inf"):
+        raise ValueError(f"`mu` has to be a finite number in [0, inf), got {mu!r}")
+    mu = float(mu)
+
+    def delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+        spread = _delta_ij(rows, cols).mul_(mu).add_(rows[1]).sub_(cols[1])
+        return torch.sub(rows[0], cols[0], out=out).mul_(spread)
+
+    return Weighting(_lambdaloss_terms, delta, tie_weight=0.0)
+
+
+def _arp1_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    # weight y_i, the pair's higher label: [y_a > y_b] y_a − [y_b > y_a] y_b.
+    return _higher_one(rows[4], cols[4], rows[4], cols[4], out)
+
+
+def _labeldiff_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
+    # weight |y_i − y_j|, signed: y_a − y_b.
+    return torch.sub(rows[4], cols[4], out=out)
+
+
 # The one place where weighting names become behaviour.
 WEIGHTINGS: dict[str, Weighting] = {
     "ranknet": Weighting(_ranknet_terms, _ranknet_delta, tie_weight=1.0),
     "ndcg": Weighting(_ndcg_terms, _ndcg_delta, tie_weight=0.0),
     "map": Weighting(_map_terms, _map_delta, tie_weight=0.0),
     "err": Weighting(_err_terms, _err_delta, tie_weight=0.0),
+    # LambdaLoss (Wang et al. 2018): NDCG-Loss1 (G_i/D_i), NDCG-Loss2 (δ_ij |G_i − G_j|),
+    # NDCG-Loss2++ ((ρ_ij + μ δ_ij) |G_i − G_j|, μ = 10; other μ: ndcg_loss2pp(mu)), ARP-Loss1
+    # (y_i) and ARP-Loss2 (|y_i − y_j|), which is also Rax's "labeldiff" lambda weight.
+    "ndcg_loss1": Weighting(_lambdaloss_terms, _ndcg_loss1_delta, tie_weight=0.0),
+    "ndcg_loss2": Weighting(_lambdaloss_terms, _ndcg_loss2_delta, tie_weight=0.0),
+    "ndcg_loss2pp": ndcg_loss2pp(10.0),
+    "arp1": Weighting(_lambdaloss_terms, _arp1_delta, tie_weight=0.0),
+    "arp2": Weighting(_lambdaloss_terms, _labeldiff_delta, tie_weight=0.0),
+    "labeldiff": Weighting(_lambdaloss_terms, _labeldiff_delta, tie_weight=0.0),
 }

@@ -61,6 +61,7 @@ def lambda_gradients(
     weights: torch.Tensor | None = None,
     max_err_label: float | None = None,
     groups: torch.Tensor | None = None,
+    pair_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
     workspace_bytes: int = 2**28,
     return_loss: bool = False,
 ):
@@ -80,7 +81,16 @@ def lambda_gradients(
         weighting: |ΔZ_ij|, a name in :data:`WEIGHTINGS` or a :class:`Weighting`:
             "ranknet" (1), "ndcg" (|ΔNDCG@k|, with ``gain``), "map" (|ΔAP@k|, relevant means
             label > 0, normalised by min(#relevant, k)), "err" (|ΔERR@k|, with
-            R = (2^y − 1) / 2^max_err_label). The Δ are those of swapping i and j in the
+            R = (2^y − 1) / 2^max_err_label); and the LambdaLoss weightings (Wang, Li,
+            Golbandi, Bendersky, Najork, "The LambdaLoss Framework for Ranking Metric
+            Optimization", CIKM 2018), with G_i = gain(y_i) / ideal DCG@k, 1/D_i the discount
+            of i's current rank r_i (0 beyond k) and δ_ij = 1/log2(1 + n) − 1/log2(2 + n),
+            n = |r_i − r_j|: "ndcg_loss1" (G_i/D_i, i the pair's higher label), "ndcg_loss2"
+            (δ_ij |G_i − G_j|), "ndcg_loss2pp" ((|1/D_i − 1/D_j| + μ δ_ij) |G_i − G_j|, μ = 10;
+            ``rankkit._weightings.ndcg_loss2pp(mu)`` for another μ), "arp1" (y_i),
+            "arp2" and "labeldiff" (|y_i − y_j|, ARP-Loss2 and Rax's ``labeldiff``). ARP-Loss1
+            in the paper also sums the pairs against label order, which push the scores the
+            wrong way; here, as every weighting, it takes the pairs with y_i > y_j only. The Δ are those of swapping i and j in the
             ranking by the current scores (ties in score: lower label first), so the
             weighting and :mod:`rankkit.metrics` share conventions. Queries whose metric is
             undefined (ideal DCG = 0, no relevant document) give zeros. Any grade works
@@ -120,6 +130,13 @@ def lambda_gradients(
             the loss in that leaf's value (Tunys, "LambdaMART
             Demystified", Czech Technical University, 2015, appendix); the boosters use it
             for ``exact_newton``.
+        pair_weights: (upper, lower), two [Q, L] non-negative tensors, or None. The pair
+            (i, j) with y_i > y_j weighs upper_i · lower_j in grad, hess and loss, times the
+            mean of ``weights`` when both are given; like ``weights``, not in the ``normalize``
+            factor. This is the pair weight of position-debiased training (Hu, Wang, Peng, Li,
+            "Unbiased LambdaMART: An Unbiased Pairwise Learning-to-Rank Algorithm", WWW 2019:
+            upper = 1 / t⁺ at the clicked document's position, lower = 1 / t⁻ at the other's).
+            A tie pair (``tie_term``) takes the higher-ranked document as i.
         workspace_bytes: cap on the pair temporaries, in bytes (about
             8 × item size per pair at once); the work is split into blocks to fit.
         return_loss: also return C per query.
@@ -135,9 +152,9 @@ def lambda_gradients(
     >>> hess  # σ² ρ (1 − ρ)
     tensor([[0.2500, 0.2500]])
     """
-    scores, labels, mask, weights, groups, fn = _check(
+    scores, labels, mask, weights, groups, pair_weights, fn = _check(
         scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-        workspace_bytes, groups)
+        workspace_bytes, groups, pair_weights)
     n_queries, n_docs = scores.shape
     device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
@@ -170,6 +187,10 @@ def lambda_gradients(
     if groups is not None:
         group = groups
         group = (group if qperm is None else group[qperm]).gather(1, order).to(dtype)
+    upper_lower = []
+    for t in pair_weights or ():
+        t = t.detach().to(dtype)
+        upper_lower.append((t if qperm is None else t[qperm]).gather(1, order).masked_fill_(~m, 0.0))
 
     # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order). Blocks in the
     # query-minor layout accumulate into acc_t, its [2, L, Q] transpose (see _Layout).
@@ -189,8 +210,8 @@ def lambda_gradients(
                       for q0, q1, _, (r0, r1), (c0, c1), _ in blocks)
         # Reused buffers: [0] W, then ∂C/∂s_a / (−σ); [1] |W|, then the Newton term / σ²;
         # [2] 1/ρ's 1 + e^{−d}; [3] loss terms; [4] pair weights.
-        work = torch.empty(3 + return_loss + (weights is not None), biggest, dtype=dtype,
-                           device=device)
+        work = torch.empty(3 + return_loss + (weights is not None or pair_weights is not None),
+                           biggest, dtype=dtype, device=device)
         # Pairs (a, b) need b > a: upper[i, j] = j >= i, sliced for the blocks whose columns
         # overlap their rows (see _accumulate_block).
         tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _), _ in blocks if c0 < r1), default=0)
@@ -203,10 +224,14 @@ def lambda_gradients(
         exp_pos, exp_neg = torch.exp(z), torch.exp(z.neg_())
         n_wide = [0] + (~(spread <= _EXP_SPAN)).cumsum(0).tolist()  # NaN counts as wide
         per_doc = [s, exp_pos, exp_neg, *terms]
-        if half_w is not None:
-            per_doc.append(half_w)
-        if group is not None:
-            per_doc.append(group)
+        # Where the optional per-document tensors sit in per_doc (None: absent).
+        slot = {}
+        for name, t in (("half_w", half_w), ("group", group),
+                        ("upper", upper_lower[0] if upper_lower else None),
+                        ("lower", upper_lower[1] if upper_lower else None)):
+            slot[name] = None if t is None else len(per_doc)
+            if t is not None:
+                per_doc.append(t)
         if not full:
             per_doc.append(m.to(dtype))
         layouts = {}
@@ -221,7 +246,8 @@ def lambda_gradients(
         s_a, e_a = row_views[0], row_views[1]
         s_b, f_b = col_views[0], col_views[2]
         n_terms = len(terms)
-        extra = 3 + n_terms + (half_w is not None)  # the index of the group term
+        both = lambda name: None if slot[name] is None else (row_views[slot[name]],
+                                                             col_views[slot[name]])
         width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
         _accumulate_block(
             s_a, s_b, None if n_wide[q1] > n_wide[q0] else (e_a, f_b, one if q_minor else
@@ -230,8 +256,8 @@ def lambda_gradients(
             lay.tri(upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width]) if width > 0 else None,
             None if shortest >= c1 else col_views[-1],
             fn.signed_delta, tie_weight,
-            None if half_w is None else (row_views[3 + n_terms], col_views[3 + n_terms]),
-            None if group is None else (row_views[extra], col_views[extra]),
+            both("half_w"), both("group"),
+            None if slot["upper"] is None else both("upper") + both("lower"),
             work, lay, (q1 - q0, r1 - r0, c1 - c0), lay.acc_rows(q0, q1, r0, r1),
             lay.acc_rows(q0, q1, c0, c1),
             None if loss is None else loss[q0:q1],
@@ -265,7 +291,7 @@ def lambda_gradients(
 
 
 def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
-                      group, work, layout, size, acc_rows, acc_cols, loss, abs_sum):
+                      group, upper_lower, work, layout, size, acc_rows, acc_cols, loss, abs_sum):
     """Add one block of pairs (positions a in rows, b in cols) to the outputs.
 
     The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ|, the pair
@@ -283,6 +309,8 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     s_b)), which may be +inf (then u = 0). An equal-label pair (tie term, weight T) is
     oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
     ``half_w`` and ``group`` (g_a, g_b) weight the pairs: (w_a + w_b)/2, times 0 when g_a = g_b;
+    ``upper_lower`` (u_a, u_b, l_a, l_b) times u_a l_b when W >= 0 (a is the pair's higher
+    label, or a tie oriented a over b) and u_b l_a when W < 0;
     ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a :class:`rankkit._blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
     ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
@@ -307,6 +335,10 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
         ties.mul_(tie_weight)
         w.add_(ties)
     torch.abs(w, out=a)
+    product = None
+    if upper_lower is not None:  # taken while W still has its sign
+        u_a, u_b, l_a, l_b = upper_lower
+        product = torch.where(w >= 0, u_a * l_b, u_b * l_a)
     if exps is not None:
         torch.addcmul(exps[2], exps[0], exps[1], out=x)
     else:
@@ -319,6 +351,8 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     if group is not None:  # a pair inside a group weighs 0 (after abs_sum, which omega skips)
         keep = torch.ne(group[0], group[1]).to(w.dtype)
         omega = keep if omega is None else omega.mul_(keep)
+    if product is not None:
+        omega = product if omega is None else omega.mul_(product)
     each = layout.pair_dims
     if loss is not None:
         cost = work[3, :n].view(shape)
@@ -345,9 +379,9 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
 
 
 def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-           workspace_bytes, groups):
+           workspace_bytes, groups, pair_weights):
     """Validate the public arguments once (one host synchronisation for the tensors); return
-    (scores, labels, mask, weights, groups) on the scores' device, mask all True for None, and
+    (scores, labels, mask, weights, groups, pair_weights) on the scores' device, mask all True for None, and
     the weighting to use."""
     if isinstance(weighting, Weighting):
         fn = weighting
@@ -363,8 +397,20 @@ def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_lab
         _checks.check_tensor(groups, "groups", shape=scores.shape if isinstance(
             scores, torch.Tensor) else None, kind="int")
 
+    if pair_weights is not None:
+        if not isinstance(pair_weights, (tuple, list)) or len(pair_weights) != 2:
+            raise ValueError(f"`pair_weights` has to be a pair (upper, lower) of [Q, L] tensors, "
+                             f"got {_checks.describe(pair_weights)}")
+        for t in pair_weights:
+            _checks.check_tensor(t, "pair_weights", shape=scores.shape if isinstance(
+                scores, torch.Tensor) else None)
+    moved = []
+
     def extra(labels, mask):
         conditions = []
+        for t in pair_weights or ():
+            moved.append(_checks.to_device(t, labels.device))
+            conditions.append(_checks.weights_condition(moved[-1], mask, "pair_weights"))
         if groups is not None:
             g = _checks.to_device(groups, labels.device)
             conditions.append(("groups", g, (g.abs() >= 2**24) & mask,
@@ -376,4 +422,5 @@ def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_lab
 
     scores, labels, mask, weights = _checks.check_batch_with(scores, labels, mask,
                                                              weights=weights, extra=extra)
-    return scores, labels, mask, weights, _checks.to_device(groups, scores.device), fn
+    return (scores, labels, mask, weights, _checks.to_device(groups, scores.device),
+            tuple(moved) or None, fn)

@@ -1,4 +1,7 @@
-"""The lambda-injecting loss: a ``torch.autograd.Function`` around the shared lambda kernel.
+"""The lambda-injecting loss: a ``torch.autograd.Function`` around the shared objectives.
+
+Any objective of :data:`rankkit.losses.OBJECTIVES` (the lambda kernel's pairwise weightings and
+the listwise losses) gives the loss and its gradient; the booster uses the same functions.
 
 Forward returns the (normalised) pairwise loss, Burges (2010) eq. for RankNet's cost
 weighted by |ΔZ|:
@@ -8,7 +11,9 @@ weighted by |ΔZ|:
 so that users can log it. Backward does not differentiate that expression: it returns the
 kernel's lambdas (``grad``), which for LambdaRank carry |ΔNDCG| (or |ΔMAP|, |ΔERR|) recomputed
 from the current ranking -- the "lambda trick" of Burges et al. For ``weighting="ranknet"``
-the two coincide, which the tests check against ``torch.autograd``.
+the two coincide, which the tests check against ``torch.autograd``; so they do for every
+listwise loss (``loss="softmax"``, ``"xendcg"``, ``"listmle"``, ``"approx_ndcg"``), whose
+closed-form gradients are those of the loss itself.
 
 Normalisation (``reduction``):
 
@@ -24,7 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from rankkit.lambdas import lambda_gradients
+from rankkit import _checks
+from rankkit.losses import LISTWISE, OBJECTIVES
 
 REDUCTIONS = ("query", "pair", "sum")
 
@@ -50,15 +56,17 @@ def _denominator(labels: torch.Tensor, mask: torch.Tensor, reduction: str) -> to
 class LambdaLoss(torch.autograd.Function):
     """``LambdaLoss.apply(scores, labels, mask, options)`` -> scalar loss.
 
-    ``options`` is a dict of keyword arguments for :func:`rankkit.lambdas.lambda_gradients`
-    plus ``reduction``. Labels, mask and options get no gradient.
+    ``options`` is a dict with ``objective`` (a name in :data:`rankkit.losses.OBJECTIVES`,
+    default "ranknet"), ``reduction``, and the objective's keyword arguments. Labels, mask and
+    options get no gradient.
     """
 
     @staticmethod
     def forward(ctx, scores, labels, mask, options):
         opts = dict(options)
         reduction = opts.pop("reduction", "query")
-        grad, _, loss = lambda_gradients(scores.detach(), labels, mask=mask, return_loss=True, **opts)
+        objective = OBJECTIVES[opts.pop("objective", "ranknet")]
+        grad, _, loss = objective(scores.detach(), labels, mask=mask, **opts)
         denom = _denominator(labels, mask, reduction).to(scores.dtype)
         ctx.save_for_backward(grad / denom)
         return loss.sum() / denom
@@ -70,19 +78,26 @@ class LambdaLoss(torch.autograd.Function):
 
 
 def lambda_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
-                weighting: str = "ranknet", sigma: float = 1.0, k: int | None = None,
-                reduction: str = "query", **kernel_options) -> torch.Tensor:
-    """Pairwise loss whose backward injects the kernel's lambdas.
+                weighting: str | None = None, loss: str | None = None, sigma: float = 1.0,
+                k: int | None = None, reduction: str = "query", **options) -> torch.Tensor:
+    """A ranking loss whose backward injects the objective's closed-form gradient.
 
     Args:
         scores: [Q, L] scores from a scorer (requires grad).
         labels: [Q, L] relevance labels.
         mask: [Q, L] bool, True on real documents (default: all True).
-        weighting: ``"ranknet"`` (|ΔZ| = 1), ``"ndcg"``, ``"map"`` or ``"err"``.
-        sigma: σ of the logistic.
-        k: truncation level (see :func:`rankkit.lambdas.lambda_gradients`).
+        weighting: a pairwise weighting of the lambda kernel, ``"ranknet"`` (|ΔZ| = 1, the
+            default), ``"ndcg"``, ``"map"``, ``"err"`` or a LambdaLoss one; the same as
+            ``loss=`` with that name.
+        loss: any name in :data:`rankkit.losses.OBJECTIVES`: a pairwise weighting or a
+            listwise loss (``"softmax"``, ``"xendcg"``, ``"listmle"``, ``"approx_ndcg"``).
+            Give ``weighting`` or ``loss``, not both.
+        sigma: σ of the logistic (pairwise objectives only).
+        k: truncation level (pairwise objectives only; see
+            :func:`rankkit.lambdas.lambda_gradients`).
         reduction: ``"query"``, ``"pair"`` or ``"sum"`` (see module docstring).
-        **kernel_options: passed to the kernel (``gain``, ``normalize``, ``weights``, ...).
+        **options: passed to the objective (``gain``, ``normalize``, ``weights``, ``mu``,
+            ``temperature``, ``generator``, ...).
     Returns:
         A scalar tensor.
 
@@ -93,11 +108,18 @@ def lambda_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
     >>> loss.backward(); s.grad  # ∓ 1 / (1 + e^{-1})
     tensor([[-0.7311,  0.7311]])
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"`reduction` has to be one of {REDUCTIONS}, got {reduction!r}")
-    if scores.ndim != 2 or labels.shape != scores.shape:
-        raise ValueError(f"scores and labels must both be [Q, L], got {tuple(scores.shape)} and {tuple(labels.shape)}")
+    _checks.check_choice(reduction, REDUCTIONS, "reduction")
+    if weighting is not None and loss is not None:
+        raise ValueError(f"give `weighting` or `loss`, not both (got {weighting!r} and {loss!r})")
+    name = _checks.check_choice(loss if loss is not None else weighting or "ranknet",
+                                OBJECTIVES, "loss" if loss is not None else "weighting")
+    _checks.check_tensor(scores, "scores", ndim=2, kind="float")
+    _checks.check_tensor(labels, "labels", shape=scores.shape)
     if mask is None:
         mask = torch.ones_like(scores, dtype=torch.bool)
-    options = dict(weighting=weighting, sigma=sigma, k=k, reduction=reduction, **kernel_options)
-    return LambdaLoss.apply(scores, labels, mask, options)
+    if name in LISTWISE:
+        if sigma != 1.0 or k is not None:
+            raise ValueError(f"`sigma` and `k` apply to the pairwise objectives, not to {name!r}")
+    else:
+        options = dict(sigma=sigma, k=k, **options)
+    return LambdaLoss.apply(scores, labels, mask, dict(objective=name, reduction=reduction, **options))

@@ -1,0 +1,312 @@
+"""Every ranking objective as closed-form (grad, hess, loss), and the one registry of them.
+
+Notation: Q queries, L padded list length; s the scores, y the labels of one query, over its
+real documents only (``mask``). Every objective here has the kernel's sign convention:
+``grad`` is ∂C/∂s of the per-query loss C (a descent step follows **−grad**) and ``hess`` ≥ 0
+is its diagonal second derivative, or a documented positive surrogate where that is not
+positive. Both are [Q, L], zero on padding; ``loss`` is C per query, [Q].
+
+:data:`OBJECTIVES` maps every name -- the pairwise weightings of the lambda kernel and the
+listwise losses below -- to a function with one call signature::
+
+    grad, hess, loss = OBJECTIVES[name](scores, labels, mask=mask, weights=None, **options)
+
+so that the neural ``autograd.Function`` (:func:`rankkit.neural.loss.lambda_loss`) and the
+booster use the same gradients. Booster: call :func:`objective_gradients` (the same, with
+the name checked) on the padded [Q, L] batch and use ``grad`` and ``hess`` for the Newton
+leaves. ``weights`` are per-document [Q, L]: the pairwise objectives weigh a pair by the mean
+of its two documents' weights; a listwise loss weighs its query by the mean weight of the
+query's real documents. So, for both, a query whose documents all weigh w counts w times.
+
+The listwise losses are O(L) per query (softmax, XE-NDCG, ListMLE) or O(L²) in blocks of
+columns, never a [Q, L, L] tensor (ApproxNDCG).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from rankkit import _checks
+from rankkit._ranking import gain_shift, gain_values, ideal_dcg
+from rankkit._weightings import WEIGHTINGS, ndcg_loss2pp
+from rankkit.lambdas import lambda_gradients
+
+__all__ = ["OBJECTIVES", "PAIRWISE", "LISTWISE", "objective_gradients", "softmax_loss",
+           "xendcg_loss", "listmle_loss", "approx_ndcg_loss"]
+
+Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _prepare(scores, labels, mask, weights):
+    """Checked inputs in the compute dtype (float64 for float64 scores, else float32), padding
+    zeroed, and the per-query weight [Q] (None without ``weights``)."""
+    scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
+    dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    s = scores.detach().to(dtype).masked_fill(~mask, 0.0)
+    y = labels.detach().to(dtype).masked_fill(~mask, 0.0)
+    query_w = None
+    if weights is not None:
+        w = weights.detach().to(dtype).masked_fill(~mask, 0.0)
+        query_w = w.sum(1) / mask.sum(1).clamp(min=1).to(dtype)
+    return scores.dtype, s, y, mask, query_w
+
+
+def _finish(out_dtype, mask, query_w, grad, hess, loss) -> Result:
+    grad, hess = grad.masked_fill(~mask, 0.0), hess.masked_fill(~mask, 0.0)
+    if query_w is not None:
+        grad, hess, loss = grad * query_w[:, None], hess * query_w[:, None], loss * query_w
+    return grad.to(out_dtype), hess.to(out_dtype), loss.to(out_dtype)
+
+
+def _log_softmax(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[Q, L] log softmax over the real documents (−inf on padding; an empty query is all −inf)."""
+    return torch.log_softmax(s.masked_fill(~mask, -math.inf), dim=1).nan_to_num(nan=-math.inf)
+
+
+def _cross_entropy(s, mask, target) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """C = −Σ t log p with p = softmax(s) and targets t summing to 1 (or 0): grad = p Σt − t,
+    exact diagonal hess = Σt p (1 − p) ≥ 0."""
+    log_p = _log_softmax(s, mask)
+    p = log_p.exp()
+    total = target.sum(1, keepdim=True)
+    grad = p * total - target
+    hess = total * p * (1.0 - p)
+    loss = -(target * log_p.masked_fill(~mask, 0.0)).sum(1)
+    return grad, hess, loss
+
+
+def softmax_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+                 weights: torch.Tensor | None = None, target: str = "label") -> Result:
+    r"""Softmax cross-entropy: ListNet's top-one loss, TF-Ranking's softmax loss.
+
+    C = −Σ_i t_i log p_i with p = softmax(s) over the query's real documents and the target
+    distribution t = y / Σy (``target="label"``, as TF-Ranking) or t = (2^y − 1) / Σ(2^y − 1)
+    (``target="gain"``, ListNet's exp(φ(y)) choice with the NDCG gain; computed over the
+    query's top gain, so any grade works). grad_i = p_i − t_i, hess_i = p_i (1 − p_i), both
+    exact. A query whose labels are all 0 has no target: zeros. (Cao, Qin, Liu, Tsai, Li,
+    "Learning to Rank: From Pairwise Approach to Listwise Approach", ICML 2007.)
+
+    Args:
+        scores: [Q, L] float scores; entries where ``mask`` is False are ignored.
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents; None means all True.
+        weights: [Q, L] non-negative document weights; the query counts their mean.
+        target: "label" or "gain".
+    Returns:
+        (grad, hess, loss): [Q, L], [Q, L], [Q].
+
+    >>> g, h, c = softmax_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 0.0]]))
+    >>> g  # p − t = (1/2 − 1, 1/2 − 0)
+    tensor([[-0.5000,  0.5000]])
+    >>> h, c  # p (1 − p), −log(1/2)
+    (tensor([[0.2500, 0.2500]]), tensor([0.6931]))
+    """
+    _checks.check_choice(target, ("label", "gain"), "target")
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    raw = y if target == "label" else gain_values(y, "exp", shift=gain_shift(y, mask))
+    raw = raw.masked_fill(~mask, 0.0)
+    total = raw.sum(1, keepdim=True)
+    t = torch.where(total > 0, raw / total.clamp(min=torch.finfo(s.dtype).tiny), 0.0)
+    return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, t))
+
+
+def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+                weights: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> Result:
+    r"""XE-NDCG: cross entropy against a gain-based target with random γ (Bruch, "An Alternative
+    Cross Entropy Loss for Learning-to-Rank", WWW 2021, arXiv:1911.09798; LightGBM's
+    ``rank_xendcg``).
+
+    φ_i = (2^{y_i} − γ_i) / Σ_j (2^{y_j} − γ_j) with γ_i ~ U(0, 1) drawn anew at each call
+    (from ``generator``), and C = −Σ_i φ_i log p_i, p = softmax(s). grad_i = p_i − φ_i and
+    hess_i = p_i (1 − p_i) are exact for C. (LightGBM adds second- and third-order terms of a
+    series to the gradient; rankkit differentiates the stated loss.) φ is computed over the
+    query's top gain 2^{y_max}, so any grade works.
+
+    Args:
+        scores, labels, mask, weights: as :func:`softmax_loss`.
+        generator: the source of γ (on the scores' device), or None for torch's default.
+    Returns:
+        (grad, hess, loss): [Q, L], [Q, L], [Q].
+    """
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=s.device)
+    top = gain_shift(y, mask)[:, None]
+    raw = (torch.exp2(y - top) - gamma * torch.exp2(-top)).masked_fill(~mask, 0.0)
+    total = raw.sum(1, keepdim=True)
+    phi = torch.where(total > 0, raw / total.clamp(min=torch.finfo(s.dtype).tiny), 0.0)
+    return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, phi))
+
+
+def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+                 weights: torch.Tensor | None = None,
+                 generator: torch.Generator | None = None) -> Result:
+    r"""ListMLE: the negative log-likelihood of the label order under the Plackett-Luce model
+    (Xia, Liu, Wang, Zhang, Li, "Listwise Approach to Learning to Rank: Theory and Algorithm",
+    ICML 2008).
+
+    With π the documents by descending label and c_r = log Σ_{t>=r} e^{s_π(t)}:
+    C = Σ_r (c_r − s_π(r)). Writing p_r(i) = e^{s_i − c_r} (the softmax of the documents from
+    rank r on), for the document at rank t: grad = −1 + Σ_{r<=t} p_r, and the exact diagonal
+    hess = Σ_{r<=t} p_r (1 − p_r) ≥ 0, all O(L) from cumulative log-sum-exps. Equal labels are
+    ordered by index, or at random with ``generator`` (the paper samples one of the orders).
+
+    Args:
+        scores, labels, mask, weights: as :func:`softmax_loss`.
+        generator: random order among equal labels (CPU generator), or None: by index.
+    Returns:
+        (grad, hess, loss): [Q, L], [Q, L], [Q].
+
+    >>> g, h, c = listmle_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 0.0]]))
+    >>> g  # −1 + 1/2 at rank 1; −1 + 1/2 + 1 at rank 2
+    tensor([[-0.5000,  0.5000]])
+    >>> c  # log(e^0 + e^0) − 0 + log(e^0) − 0
+    tensor([0.6931])
+    """
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    key = y.masked_fill(~mask, -math.inf)
+    if generator is not None:
+        shuffle = torch.argsort(torch.rand(s.shape, generator=generator), dim=1).to(s.device)
+        order = shuffle.gather(1, torch.sort(key.gather(1, shuffle), dim=1, descending=True,
+                                             stable=True).indices)
+    else:
+        order = torch.sort(key, dim=1, descending=True, stable=True).indices
+    m = mask.gather(1, order)
+    z = s.gather(1, order).masked_fill(~m, -math.inf)
+    c = torch.logcumsumexp(z.flip(1), dim=1).flip(1)  # c_r, −inf on padding (at the end)
+    neg_c = (-c).masked_fill(~m, -math.inf)
+    first = torch.logcumsumexp(neg_c, dim=1)  # log Σ_{r<=t} e^{−c_r}
+    second = torch.logcumsumexp(2.0 * neg_c, dim=1)  # log Σ_{r<=t} e^{−2 c_r}
+    zs = z.masked_fill(~m, 0.0)
+    p_sum = torch.exp(zs + first).masked_fill(~m, 0.0)
+    p_sq = torch.exp(2.0 * zs + second).masked_fill(~m, 0.0)
+    grad_r = (p_sum - 1.0).masked_fill(~m, 0.0)
+    hess_r = p_sum - p_sq
+    loss = (c - zs).masked_fill(~m, 0.0).sum(1)
+    grad = torch.empty_like(grad_r).scatter_(1, order, grad_r)
+    hess = torch.empty_like(hess_r).scatter_(1, order, hess_r)
+    return _finish(out_dtype, mask, query_w, grad, hess, loss)
+
+
+def _column_blocks(n_queries: int, n_docs: int, workspace: int):
+    """Column ranges [c0, c1) of at most about ``workspace`` pair entries per [Q, L, c] block."""
+    width = max(1, min(n_docs, workspace // max(1, n_queries * n_docs)))
+    return [(c0, min(c0 + width, n_docs)) for c0 in range(0, n_docs, width)]
+
+
+def approx_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *,
+                     mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                     temperature: float = 1.0, gain: str = "exp",
+                     workspace: int = 2**22) -> Result:
+    r"""ApproxNDCG: one minus NDCG with a smooth rank (Qin, Liu, Li, "A General Approximation
+    Framework for Direct Optimization of Information Retrieval Measures", Information
+    Retrieval 13(4), 2010).
+
+    With α = 1/``temperature``, the approximate rank π̂_i = 1 + Σ_{j≠i} σ(α (s_j − s_i)) and
+    u_i = gain(y_i) / ideal DCG: C = 1 − Σ_i u_i / log2(1 + π̂_i) (0 for a query whose ideal
+    DCG is 0). With a_i = ∂C/∂π̂_i = u_i / ((1 + π̂_i) ln 2 log2²(1 + π̂_i)) ≥ 0 and
+    σ'_ij = σ(α (s_j − s_i)) σ(α (s_i − s_j)) (symmetric):
+
+        grad_k = α Σ_{j≠k} σ'_kj (a_j − a_k)                      (exact)
+        hess_k = α² Σ_{j≠k} σ'_kj (a_j + a_k)                     (surrogate)
+
+    The exact diagonal is not positive in general; ``hess`` is an upper bound of it: the exact
+    value is −Σ_i u_i f''(π̂_i) (∂π̂_i/∂s_k)² ≤ 0 (f = 1/log2(1 + ·) is convex) plus
+    Σ_i a_i ∂²π̂_i/∂s_k², and |∂²σ/∂x²| ≤ σ' bounds the latter by hess_k. Gains are taken
+    over the query's top gain, so any grade works. O(L²) per query in column blocks of about
+    ``workspace`` pair entries.
+
+    Args:
+        scores, labels, mask, weights: as :func:`softmax_loss`.
+        temperature: T > 0 of the sigmoid (smaller is closer to the true rank).
+        gain: "exp" (2^y − 1) or "linear" (y).
+        workspace: pair entries per block.
+    Returns:
+        (grad, hess, loss): [Q, L], [Q, L], [Q].
+    """
+    alpha = 1.0 / _checks.check_number(temperature, "temperature", low=0.0, low_open=True)
+    _checks.check_gain(gain)
+    _checks.check_int(workspace, "workspace", low=1)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    n_queries, n_docs = s.shape
+    real = mask.to(s.dtype)
+    shift = gain_shift(y, mask, gain)
+    idcg = ideal_dcg(y, mask, gain=gain, shift=shift)
+    scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(s.dtype).tiny), 0.0)
+    u = gain_values(y, gain, shift=shift).masked_fill(~mask, 0.0) * scale[:, None]
+    blocks = _column_blocks(n_queries, n_docs, workspace)
+
+    def sigmoid_block(c0, c1):
+        return torch.sigmoid(alpha * (s[:, None, c0:c1] - s[:, :, None]))  # [Q, L, c]: σ(α(s_j − s_i))
+
+    rank = torch.ones_like(s) - 0.5 * real  # 1, minus the j = i term σ(0) = 1/2 added below
+    for c0, c1 in blocks:
+        rank += (sigmoid_block(c0, c1) * real[:, None, c0:c1]).sum(2)
+    log_rank = torch.log2(1.0 + rank)
+    loss = torch.where(idcg > 0, 1.0 - (u / log_rank).sum(1), 0.0)
+    a = u / ((1.0 + rank) * math.log(2.0) * log_rank.square())
+    near = torch.zeros_like(s)  # Σ_{j≠k} σ'_kj
+    pull = torch.zeros_like(s)  # Σ_{j≠k} σ'_kj a_j
+    for c0, c1 in blocks:
+        sig = sigmoid_block(c0, c1)
+        slope = sig.mul_(1.0 - sig).mul_(real[:, None, c0:c1])
+        near += slope.sum(2)
+        pull += (slope * a[:, None, c0:c1]).sum(2)
+    near -= 0.25 * real  # the j = k terms, σ'(0) = 1/4
+    pull -= 0.25 * real * a
+    grad = alpha * (pull - a * near)
+    hess = alpha * alpha * (pull + a * near)
+    return _finish(out_dtype, mask, query_w, grad, hess, loss)
+
+
+# -- The registry ------------------------------------------------------------------------------
+
+def _pairwise(name: str) -> Callable[..., Result]:
+    def objective(scores, labels, *, mask=None, weights=None, mu=None, **options) -> Result:
+        weighting = WEIGHTINGS[name]
+        if mu is not None:
+            if name != "ndcg_loss2pp":
+                raise ValueError(f"`mu` applies to 'ndcg_loss2pp' only, not to {name!r}")
+            weighting = ndcg_loss2pp(mu)
+        return lambda_gradients(scores, labels, mask=mask, weights=weights, weighting=weighting,
+                                return_loss=True, **options)
+
+    objective.__name__ = objective.__qualname__ = f"pairwise_{name}"
+    objective.__doc__ = (f"The lambda kernel with weighting {name!r}: "
+                         f"see :func:`rankkit.lambdas.lambda_gradients` for the options.")
+    return objective
+
+
+PAIRWISE = tuple(WEIGHTINGS)
+LISTWISE = ("softmax", "xendcg", "listmle", "approx_ndcg")
+
+# The one place where objective names become gradients.
+OBJECTIVES: dict[str, Callable[..., Result]] = {
+    **{name: _pairwise(name) for name in PAIRWISE},
+    "softmax": softmax_loss,
+    "xendcg": xendcg_loss,
+    "listmle": listmle_loss,
+    "approx_ndcg": approx_ndcg_loss,
+}
+
+
+def objective_gradients(name: str, scores: torch.Tensor, labels: torch.Tensor, *,
+                        mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                        **options) -> Result:
+    """(grad, hess, loss) of the objective ``name`` (a key of :data:`OBJECTIVES`).
+
+    The entry point for every trainer: ``scores``, ``labels``, ``mask`` and ``weights`` are
+    padded [Q, L]; ``options`` go to the objective (pairwise: ``sigma``, ``k``, ``gain``,
+    ``normalize``, ``groups``, ``pair_weights``, ``mu`` for "ndcg_loss2pp", ...; listwise:
+    see each loss). Returns grad and hess [Q, L] (descent follows −grad, hess ≥ 0) and the
+    per-query loss [Q].
+
+    >>> grad, hess, loss = objective_gradients("ranknet", torch.tensor([[0.0, 0.0]]),
+    ...                                        torch.tensor([[1.0, 0.0]]))
+    >>> grad, loss  # ∓σ/2, log 2
+    (tensor([[-0.5000,  0.5000]]), tensor([0.6931]))
+    """
+    _checks.check_choice(name, OBJECTIVES, "objective")
+    return OBJECTIVES[name](scores, labels, mask=mask, weights=weights, **options)
