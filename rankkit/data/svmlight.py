@@ -170,8 +170,9 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
     except (EOFError, OSError, zlib.error) as e:
         if isinstance(e, FileNotFoundError):
             raise
-        raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e}); "
-                         f"a .gz or .bz2 file may be truncated or not compressed that way") from None
+        hint = ("; a .gz or .bz2 file may be truncated or not compressed that way"
+                if path.endswith((".gz", ".bz2")) else "")
+        raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e}){hint}") from None
 
 
 def _read(path: str, query_file, n_features: int | None, zero_based: bool,
