@@ -312,3 +312,38 @@ def test_cli_info(capsys, tmp_path):
     assert "train: 471 queries, 9630 documents, 46 features" in out
     assert main(["info", str(tmp_path / "missing.txt")]) == 2
     assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_dataset_from_cuda_tensors_stays_on_cuda(small):
+    cuda = RankingDataset(small.features.cuda(), small.labels.cuda(), small.offsets.cuda(), small.qids.cuda())
+    batch = cuda.padded()
+    assert {t.device.type for t in batch} == {"cuda"}
+    torch.testing.assert_close(batch.features.cpu(), small.padded().features)
+    assert cuda.subset([1, 0]).features.device.type == "cuda"
+    assert concat([cuda, cuda]).offsets.device.type == "cuda"
+    out, mask = pad(cuda.labels, cuda.sizes)
+    assert out.device.type == mask.device.type == "cuda"
+    assert [b.tolist() for b in cuda.bucket_batches(4)] == [b.tolist() for b in small.bucket_batches(4)]
+
+
+def test_dataset_checks_name_the_argument_and_position():
+    with pytest.raises(ValueError, match=r"`features` has to be finite or NaN \(missing\), got inf at \[1, 0\]"):
+        RankingDataset(torch.tensor([[0.0], [float("inf")]]), torch.zeros(2), [0, 2], [1])
+    with pytest.raises(ValueError, match=r"`labels` has to be finite and non-negative, got nan at \[0\]"):
+        RankingDataset(torch.zeros(2, 1), torch.tensor([float("nan"), 0.0]), [0, 2], [1])
+
+
+def test_reader_refuses_a_huge_index_before_allocating(tmp_path):
+    import tracemalloc
+
+    p = write(tmp_path, "huge.txt", GOOD + "0 qid:9 2000000000:1\n")
+    tracemalloc.start()
+    with pytest.raises(ValueError, match=r"huge\.txt:6: feature index 2000000000 .*MAX_FEATURES"):
+        read_svmlight(p)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50 * 2**20
+    # n_features= lifts MAX_FEATURES; the dense size is still bounded by MAX_VALUES
+    with pytest.raises(ValueError, match=r"huge\.txt: 6 documents x 2000000001 features .*MAX_VALUES"):
+        read_svmlight(p, n_features=2_000_000_001)
