@@ -7,8 +7,12 @@ never reaches the file.
 * :func:`export_torchscript` writes a TorchScript file: ``torch.jit.load(path)`` serves it.
 * :func:`export_program` writes a ``torch.export`` program (``.pt2``), the successor of
   TorchScript upstream: ``torch.export.load(path).module()`` serves it.
+* :func:`export_onnx` writes an ONNX model (``.onnx``): ONNX Runtime (or any ONNX runtime)
+  serves it, with input ``features`` [N, F] and output ``scores`` [N].
 
-Both write atomically (a temporary file renamed into place).
+Each takes any trained object: a plain features -> scores ``nn.Module``, a rankkit
+LightningModule or a fitted :class:`rankkit.boosting.LambdaMART` (both expose
+``serving_scorer()``). All write atomically (a temporary file renamed into place).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import os
 import re
 import zipfile
 import zlib
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -41,14 +45,23 @@ class ServingScorer(nn.Module):
         return self.scorer(features.to(torch.float32)).reshape(-1)
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The plain scorer inside a LightningModule (its weight-averaged ``averaged_scorer``, else its
-    ``scorer`` or ``ensemble``) or the module itself."""
-    for name in ("averaged_scorer", "scorer", "ensemble"):
-        inner = getattr(model, name, None)
-        if isinstance(inner, nn.Module):
-            return inner
-    return model
+@runtime_checkable
+class HasScorer(Protocol):
+    """A trained object that says which module serves it: rankkit's LightningModules (the
+    weight average when they keep one) and the fitted LambdaMART estimator."""
+
+    def serving_scorer(self) -> nn.Module: ...
+
+
+def unwrap(model) -> nn.Module:
+    """The features -> scores module of ``model``: its ``serving_scorer()`` (see
+    :class:`HasScorer`), or ``model`` itself when it is a plain ``nn.Module``."""
+    if isinstance(model, HasScorer):
+        return model.serving_scorer()
+    if isinstance(model, nn.Module):
+        return model
+    raise ValueError(f"`model` has to be an nn.Module, a rankkit LightningModule or a fitted LambdaMART, "
+                     f"got {type(model).__name__}")
 
 
 def _n_features(scorer: nn.Module, n_features: int | None) -> int:
@@ -87,7 +100,48 @@ def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int
     example = torch.randn(4, module.n_features)
     batch = torch.export.Dim("batch", min=1)
     program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
-    return _atomic_write(path, lambda tmp: torch.export.save(program, tmp))
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file object: torch.export.save wants a .pt2 name otherwise
+            torch.export.save(program, f)
+
+    return _atomic_write(path, write)
+
+
+def export_onnx(model, path: str | os.PathLike, *, n_features: int | None = None) -> str:
+    """Write an ONNX model (input ``features`` [N, F] float32, output ``scores`` [N]) with a
+    dynamic batch dimension, exported through ``torch.export`` (``torch.onnx.export(...,
+    dynamo=True)``; needs the ``onnx`` and ``onnxscript`` packages)."""
+    import logging
+    import warnings
+
+    module = serving_module(model, n_features=n_features)
+    example = torch.randn(4, module.n_features)
+    batch = torch.export.Dim("batch", min=1)
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the exporter's notes (e.g. on torchvision's operators)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module, (example,), input_names=["features"], output_names=["scores"],
+                                    dynamic_shapes=({0: batch},), dynamo=True, verbose=False)
+    logger.setLevel(level)
+    return _atomic_write(path, lambda tmp: program.save(tmp))
+
+
+EXPORTERS: dict[str, Callable] = {"torchscript": export_torchscript, "export": export_program,
+                                  "onnx": export_onnx}
+
+
+class _OnnxScorer:
+    """An ONNX Runtime session as a callable features [N, F] -> scores [N] (torch tensors)."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        x = features.detach().to("cpu", torch.float32).numpy()
+        return torch.from_numpy(self.session.run(["scores"], {"features": x})[0])
 
 
 # -- loading -------------------------------------------------------------------------------------
@@ -297,6 +351,8 @@ def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tenso
     FileNotFoundError: no-such-model.pt2: no such file
     """
     path = os.fspath(path)
+    if path.endswith(".onnx"):
+        return _load_onnx(path)
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -316,3 +372,17 @@ def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tenso
         return torch.jit.load(archive, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - whatever torch raises, the file is not a usable scorer
         raise _refuse(path, f"torch cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def _load_onnx(path: str) -> _OnnxScorer:
+    """An ONNX model in ONNX Runtime (a graph of ONNX operators: nothing in it runs Python)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ValueError(f"{path}: serving an ONNX model needs onnxruntime (pip install onnxruntime)") from None
+    try:
+        return _OnnxScorer(onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]))
+    except Exception as e:  # noqa: BLE001 - whatever ONNX Runtime raises, the file is unusable
+        raise _refuse(path, f"ONNX Runtime cannot load it ({type(e).__name__}: {str(e)[:200]})") from None

@@ -220,6 +220,11 @@ class LambdaMART(BaseEstimator):
             out = out + vector(init_score, len(out), "init_score")
         return out.numpy()
 
+    def serving_scorer(self) -> ObliviousEnsemble:
+        """The fitted ensemble (raw features [N, F] -> scores [N]): what the exporters write."""
+        check_is_fitted(self, "ensemble_")
+        return self.ensemble_
+
     def score(self, X, y=None, *, qid=None, group=None) -> float:
         """Mean NDCG@10 (exp gain, a query with nothing relevant scores 1) of the predictions,
         so that ``GridSearchCV`` and ``cross_val_score`` (with ``GroupKFold``) work."""
