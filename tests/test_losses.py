@@ -311,3 +311,37 @@ def test_lambda_loss_rejects_conflicting_options():
         lambda_loss(s, y, loss="listmle", k=3)
     with pytest.raises(ValueError, match="`loss` has to be one of"):
         lambda_loss(s, y, loss="hinge")
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties of the new weightings (as tests/test_lambdas.py checks the others).
+# ---------------------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_q=st.integers(1, 3), n_d=st.integers(1, 7), data=st.data(),
+       name=st.sampled_from(LAMBDALOSS), k=st.none() | st.integers(1, 8), extra=st.integers(1, 3))
+def test_lambdaloss_weightings_sum_to_zero_and_ignore_padding(n_q, n_d, data, name, k, extra):
+    cells = n_q * n_d
+    scores = torch.tensor(data.draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5]) | st.floats(-4, 4),
+                                             min_size=cells, max_size=cells)),
+                          dtype=torch.float64).view(n_q, n_d)
+    labels = torch.tensor(data.draw(st.lists(st.integers(0, 3), min_size=cells, max_size=cells)),
+                          dtype=torch.float64).view(n_q, n_d)
+    mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=cells, max_size=cells))).view(n_q, n_d)
+    grad, hess, loss = lambda_gradients(scores, labels, mask=mask, weighting=name, k=k,
+                                        return_loss=True)
+    torch.testing.assert_close(grad.sum(1), torch.zeros(n_q, dtype=torch.float64), atol=1e-12, rtol=0)
+    assert (hess >= 0).all() and (loss >= 0).all()
+    s2 = torch.cat([torch.full((n_q, extra), math.nan, dtype=torch.float64), scores], 1)
+    y2 = torch.cat([torch.full((n_q, extra), 7.0, dtype=torch.float64), labels], 1)
+    m2 = torch.cat([torch.zeros(n_q, extra, dtype=torch.bool), mask], 1)
+    padded = lambda_gradients(s2, y2, mask=m2, weighting=name, k=k, return_loss=True)
+    torch.testing.assert_close(padded[0][:, extra:], grad)
+    torch.testing.assert_close(padded[1][:, extra:], hess)
+    torch.testing.assert_close(padded[2], loss)
+    equal = lambda_gradients(scores, torch.full_like(labels, 2.0), mask=mask, weighting=name, k=k)
+    assert not equal[0].any() and not equal[1].any()
