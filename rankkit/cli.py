@@ -21,112 +21,62 @@ import sys
 import warnings
 from typing import Any
 
-LIGHTNING_COMMANDS = {
-    "fit": "train a model (LightningCLI: --config configs/<model>.yaml, overrides like --data.fold=2)",
+COMMANDS = {
+    "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2)",
     "validate": "evaluate a checkpoint on the validation set (--config ... --ckpt_path=...)",
     "test": "evaluate a checkpoint on the test set (--config ... --ckpt_path=...)",
-    "predict": "score the test set with a checkpoint and write one score per line",
 }
-EXPORT_FORMATS = ("torchscript", "export")
+EXPORT_FORMATS = ("torchscript", "export", "onnx")
 # The user-facing errors: anything else is a bug and keeps its stack trace.
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-               KeyError)
+               KeyError, EOFError, UnicodeDecodeError)
 
 
 class UsageError(Exception):
     """A mistake on the command line, reported as one line."""
 
 
-# -- fit / validate / test / predict: LightningCLI ----------------------------------------------
-def model_classes() -> dict[str, type]:
-    """The trainable LightningModules by config name (imported so ``--model=LambdaRank`` resolves)."""
-    from rankkit.boosting.module import LambdaMARTModule
-    from rankkit.neural import LambdaRank, RankNet
-
-    return {"ranknet": RankNet, "lambdarank": LambdaRank, "lambdamart": LambdaMARTModule}
-
-
-def lightning_cli(args: list[str] | None, *, run: bool = True):
-    """Build rankkit's LightningCLI on ``args`` (with a subcommand when ``run``).
-
-    ``rankkit compare`` calls it with ``run=False`` so each model is configured exactly as
-    ``rankkit fit --config`` would configure it.
-    """
-    import pytorch_lightning as pl
-    from pytorch_lightning.cli import LightningCLI
-
-    from rankkit.data.datamodule import RankingDataModule
-
-    model_classes()
-
-    class RankkitCLI(LightningCLI):
-        def predict(self, model, datamodule=None, ckpt_path=None, **kwargs):
-            batches = self.trainer.predict(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
-            from rankkit.export import _atomic_write
-
-            out = os.path.join(self.trainer.default_root_dir, "predictions.txt")
-
-            def write(tmp: str) -> None:
-                with open(tmp, "w") as f:
-                    for scores in batches:
-                        f.writelines(f"{float(s):.9g}\n" for s in scores)  # float32 round-trips
-
-            _atomic_write(out, write)
-            print(f"wrote {sum(len(b) for b in batches)} scores (test set, query order) to {out}")
-
-    parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
-    if run:
-        parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
-    with warnings.catch_warnings():
-        # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
-        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args, run=run,
-                          save_config_kwargs={"overwrite": True}, parser_kwargs=parser_kwargs)
-
-
+# -- fit / validate / test: LightningCLI ---------------------------------------------------------
 def run_lightning(argv: list[str] | None) -> int:
-    """``rankkit fit|validate|test|predict``: ``argv`` None reads ``sys.argv``."""
-    lightning_cli(argv)
+    """``rankkit fit|validate|test``: ``argv`` None reads ``sys.argv``."""
+    from rankkit._lightning_cli import lightning_cli
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("validate", "test") and not any(a.startswith("--ckpt_path") for a in args) \
+            and not any(a in ("-h", "--help") for a in args):
+        raise UsageError(f"`rankkit {args[0]}` evaluates a trained model: pass --ckpt_path=PATH/TO/best.ckpt "
+                         f"(written by `rankkit fit`)")
+    lightning_cli(args)
+    return 0
+
+
+# -- predict --------------------------------------------------------------------------------------
+def cmd_predict(args: argparse.Namespace) -> int:
+    from rankkit.serving import predict_file
+
+    n = predict_file(args.model, args.input, None if args.output in (None, "-") else args.output,
+                     query_file=args.query_file)
+    if args.output not in (None, "-"):
+        print(f"wrote {n} scores (qid, doc, score; input order) to {args.output}", file=sys.stderr)
     return 0
 
 
 # -- export ---------------------------------------------------------------------------------------
-def load_checkpoint(path: str):
-    """The LightningModule in a rankkit checkpoint, in eval mode on the CPU."""
-    import torch
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such checkpoint: {path}")
-    try:
-        # weights_only: a checkpoint is tensors and plain containers; never unpickle code from it.
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        keys = ckpt["state_dict"].keys()
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the user's mistake here
-        raise ValueError(f"{path} is not a Lightning checkpoint ({type(e).__name__})") from None
-    classes = model_classes()
-    if any(k.startswith("ensemble.") for k in keys):
-        cls = classes["lambdamart"]
-    elif any(k.startswith("scorer.") for k in keys):
-        weighting = ckpt.get("hyper_parameters", {}).get("weighting", "ranknet")
-        cls = classes["ranknet" if weighting == "ranknet" else "lambdarank"]
-    else:
-        raise ValueError(f"{path} holds no rankkit model (no scorer or ensemble weights)")
-    return cls.load_from_checkpoint(path, map_location="cpu", weights_only=True).eval()
-
-
-def export_checkpoint(ckpt: str, output: str, fmt: str = "torchscript") -> dict[str, Any]:
-    """Export ``ckpt`` to ``output`` and check the artefact against the eager model.
+def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict[str, Any]:
+    """Export the trained model at ``model_path`` (a checkpoint or a LambdaMART model file) to
+    ``output`` and check the artefact against the eager model.
 
     Returns ``{"path", "bytes", "max_abs_diff", "n_features", "model"}``.
     """
     import torch
 
-    from rankkit.export import export_program, export_torchscript, load_scorer, serving_module
+    from rankkit.export import EXPORTERS, load_scorer, serving_module
+    from rankkit.serving import load_model
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"`--format` has to be one of {EXPORT_FORMATS}, got {fmt!r}")
-    model = load_checkpoint(ckpt)
-    (export_torchscript if fmt == "torchscript" else export_program)(model, output)
+    model = load_model(model_path)
+    EXPORTERS[fmt](model, output)
     eager = serving_module(model)
     x = torch.randn(64, eager.n_features, generator=torch.Generator().manual_seed(0)).abs() * 3
     with torch.no_grad():
@@ -138,8 +88,9 @@ def export_checkpoint(ckpt: str, output: str, fmt: str = "torchscript") -> dict[
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = args.output or os.path.splitext(args.ckpt)[0] + (".pt" if args.format == "torchscript" else ".pt2")
-    r = export_checkpoint(args.ckpt, out, args.format)
+    suffix = {"torchscript": ".pt", "export": ".pt2", "onnx": ".onnx"}[args.format]
+    out = args.output or os.path.splitext(args.model)[0] + suffix
+    r = export_model(args.model, out, args.format)
     print(f"{r['model']} -> {r['path']} ({r['bytes'] / 1024:.1f} KiB, {r['n_features']} features; "
           f"reloaded, max |exported - eager| = {r['max_abs_diff']:.2g})")
     return 0
@@ -147,7 +98,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # -- compare --------------------------------------------------------------------------------------
 def cmd_compare(args: argparse.Namespace) -> int:
-    from rankkit.compare import compare_from_args
+    from rankkit.compare.command import compare_from_args
 
     return compare_from_args(args.rest)
 
@@ -195,15 +146,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="rankkit", description="Learning to rank: RankNet, LambdaRank, LambdaMART.",
                 epilog="`rankkit COMMAND --help` describes each command.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for name, text in LIGHTNING_COMMANDS.items():
+    for name, text in COMMANDS.items():
         sub.add_parser(name, help=text, add_help=False)
-    export = sub.add_parser("export", help="export a checkpoint as a TorchScript / torch.export scorer",
-                            description="Export a checkpoint as a plain features [N, F] -> scores [N] "
+    predict = sub.add_parser("predict", help="score a LETOR/SVMlight file with any trained model",
+                             description="Score every document of a LETOR/SVMlight file with a trained "
+                                         "model (a checkpoint, a LambdaMART model file or an exported "
+                                         "scorer); one line per document, in input order: "
+                                         "qid<TAB>doc<TAB>score, doc being the 0-based position of the "
+                                         "document within its query in the file.")
+    predict.add_argument("model", help="a .ckpt, a LambdaMART .safetensors file, or a .pt/.pt2/.onnx scorer")
+    predict.add_argument("--input", required=True, help="a LETOR/SVMlight file (.txt, .gz, .bz2)")
+    predict.add_argument("--query-file", "--query_file", default=None,
+                         help="a LightGBM .query sidecar (default: FILE.query when it exists)")
+    predict.add_argument("-o", "--output", default=None, help="output file ('-' or none: stdout)")
+    predict.set_defaults(func=cmd_predict)
+    export = sub.add_parser("export", help="export a trained model as a TorchScript / torch.export / ONNX scorer",
+                            description="Export a trained model as a plain features [N, F] -> scores [N] "
                                         "module, reload it and check it against the eager model.")
-    export.add_argument("ckpt", help="a checkpoint written by `rankkit fit` or `rankkit compare`")
+    export.add_argument("model", help="a checkpoint written by `rankkit fit` or a LambdaMART model file")
     export.add_argument("--format", default="torchscript", choices=EXPORT_FORMATS,
-                        help="torchscript (torch.jit.load) or export (torch.export, .pt2)")
-    export.add_argument("-o", "--output", default=None, help="output file (default: CKPT with .pt/.pt2)")
+                        help="torchscript (torch.jit.load), export (torch.export, .pt2) or onnx")
+    export.add_argument("-o", "--output", default=None, help="output file (default: MODEL with .pt/.pt2/.onnx)")
     export.set_defaults(func=cmd_export)
     compare = sub.add_parser("compare", add_help=False,
                              help="train every model on every fold and seed; table, plots, exports")
@@ -227,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else None
     try:
-        if command in LIGHTNING_COMMANDS:
+        if command in COMMANDS:
             return run_lightning(None if from_sys else argv)
         parser = build_parser()
         if command == "compare":

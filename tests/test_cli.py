@@ -12,7 +12,7 @@ from rankkit.compare import best_round, parse_folds
 from rankkit.data import make_synthetic
 from rankkit.export import load_scorer
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "rankkit" / "configs"
 MODELS = ("ranknet", "lambdarank", "lambdamart")
 
 
@@ -71,13 +71,13 @@ def test_export_rejects_a_file_that_is_not_a_checkpoint(tmp_path, capsys):
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"not a checkpoint")
     assert main(["export", str(bad)]) == 2
-    assert "not a Lightning checkpoint" in capsys.readouterr().err
+    assert "not a readable Lightning checkpoint" in capsys.readouterr().err
 
 
 def test_configs_start_with_the_command_that_runs_them():
     for path in CONFIGS.glob("*.yaml"):
         first = path.read_text().splitlines()[0]
-        assert first.startswith("# rankkit ") and f"configs/{path.name}" in first, path
+        assert first.startswith("# rankkit ") and f"--config {path.stem} " in first, path
 
 
 # -- fit -> test -> predict -> export, for each model ------------------------------------------------
@@ -89,12 +89,20 @@ def test_fit_test_predict_export(model, letor, tmp_path, capsys):
     ckpt = next(tmp_path.rglob("*.ckpt"))
     assert main(["test", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
     assert "test/ndcg@10" in capsys.readouterr().out
-    assert main(["predict", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
-    assert len((tmp_path / "predictions.txt").read_text().split()) == 24 * 12
+    predictions = tmp_path / "predictions.tsv"
+    assert main(["predict", str(ckpt), "--input", str(letor / "test.txt"), "-o", str(predictions)]) == 0
+    rows = [line.split("\t") for line in predictions.read_text().splitlines()]
+    assert len(rows) == 24 * 12 and all(len(r) == 3 for r in rows)
     out = tmp_path / "scorer.pt"
     assert main(["export", str(ckpt), "-o", str(out)]) == 0
     scorer = load_scorer(out)
     assert scorer(torch.rand(7, 5)).shape == (7,)
+    # The predictions join back to a file-order run of the exported scorer: difference 0.
+    from rankkit.data.svmlight import read_svmlight
+
+    x = read_svmlight(letor / "test.txt").features
+    assert torch.equal(torch.tensor([float(r[2]) for r in rows], dtype=torch.float32), scorer(x))
+    assert [int(r[1]) for r in rows[:12]] == list(range(12)) and rows[12][:2] == ["2", "0"]
 
 
 # -- compare ------------------------------------------------------------------------------------------

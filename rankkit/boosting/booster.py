@@ -315,7 +315,7 @@ class LambdaMART(BaseEstimator):
                 model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
             model.ensemble_ = ObliviousEnsemble(model.n_features_in_, tensors["features"],
                                                 tensors["thresholds"], tensors["leaf_values"],
-                                                float(tensors["bias"][0]))
+                                                float(tensors["bias"][0])).validate()
             model._set_importance(tensors["importance_gain"].numpy(), tensors["importance_split"].numpy())
         except Exception as e:  # any failure to parse means the file is not a usable model
             raise ValueError(f"{path}: not a valid rankkit LambdaMART model file "

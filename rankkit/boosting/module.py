@@ -22,6 +22,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from rankkit import _checks
 from rankkit._checkpoint import record_class
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
@@ -37,7 +38,9 @@ class LambdaMARTModule(pl.LightningModule):
     """Boosted oblivious trees trained by ``Trainer.fit``, one tree per epoch.
 
     Args: as :class:`rankkit.boosting.LambdaMART` (the epochs play ``n_estimators``, and
-        Lightning's EarlyStopping plays ``early_stopping_rounds``).
+        Lightning's EarlyStopping plays ``early_stopping_rounds``), and ``n_features``: the
+        feature count the training data must have (linked from the datamodule by
+        ``rankkit fit``), None to take the data's.
 
     Attributes:
         scorer: the :class:`ObliviousEnsemble` grown so far (raw features [N, F] -> scores
@@ -46,6 +49,8 @@ class LambdaMARTModule(pl.LightningModule):
 
     #: Tells :class:`~rankkit.data.datamodule.RankingDataModule` to yield the whole training set.
     train_batching = "dataset"
+    #: The model's name in tables (``rankkit compare``).
+    label = "LambdaMART"
 
     def __init__(self, objective: str = "lambdarank", depth: int = 6, learning_rate: float = 0.1,
                  l2: float = 1.0, min_data_in_leaf: int = 20, min_sum_hessian: float = 1e-3,
@@ -53,8 +58,9 @@ class LambdaMARTModule(pl.LightningModule):
                  gain: str = "exp", normalize: bool = False, subsample: float = 1.0,
                  colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
                  bagging_temperature: float = 0.0, random_strength: float = 0.0,
-                 exact_newton: bool = False):
+                 exact_newton: bool = False, n_features: int | None = None):
         super().__init__()
+        _checks.check_int(n_features, "n_features", none=True)
         self.config = BoosterConfig.from_params(dict(
             objective=objective, depth=depth, learning_rate=learning_rate, l2=l2,
             min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, weighting=weighting,
@@ -105,6 +111,9 @@ class LambdaMARTModule(pl.LightningModule):
                                       device=self.device, start_round=self.current_epoch,
                                       init_scores=init_scores)
         self._engine_data = train
+        expected = self.hparams.n_features
+        if expected is not None and expected != train.n_features:
+            raise ValueError(f"`n_features` is {expected}, but the training data has {train.n_features} features")
         if self._prefix is not None and self._prefix.n_features != train.n_features:
             raise ValueError(f"the checkpoint's trees take {self._prefix.n_features} features, the "
                              f"training data has {train.n_features}")

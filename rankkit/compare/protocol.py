@@ -1,4 +1,4 @@
-"""``rankkit compare``: every model on the same folds, seeds, metrics and model selection.
+"""The comparison protocol: every model on the same folds, seeds, metrics and model selection.
 
 Each model is configured by its YAML under ``configs/`` exactly as ``rankkit fit --config``
 would configure it (the same LightningCLI), trained by ``Trainer.fit`` with the config's
@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import importlib.util
 import json
 import logging
-import math
 import os
 import platform
 import statistics
@@ -37,14 +35,14 @@ from typing import Callable
 import torch
 import yaml
 
+from rankkit.compare import baselines as third_party
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.metrics import average_precision, err, ndcg
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # package data
 MODELS = ("ranknet", "lambdarank", "lambdamart")
 KS = (1, 3, 5, 10)
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map", "err@10")
-BASELINES = ("lightgbm", "xgboost", "catboost", "catboost-lambdamart")
 # Round cap and patience of the baselines when no LambdaMART config is compared.
 DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
 
@@ -77,24 +75,28 @@ def resolve_config(model: str) -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"no such model config: {model}")
         return path
-    if not CONFIG_DIR.is_dir():
-        raise ValueError(f"no configs/ folder at {CONFIG_DIR} (rankkit not installed from a checkout?): "
-                         f"give config .yaml paths to `models`")
     path = CONFIG_DIR / f"{model}.yaml"
     if not path.is_file():
         raise ValueError(f"unknown model {model!r}: give one of {MODELS} or a config .yaml path")
     return path
 
 
+def model_class(config: dict) -> type:
+    """The LightningModule class a config trains (its ``model.class_path``, resolved)."""
+    from rankkit._lightning_cli import resolve_model_class
+
+    return resolve_model_class(config.get("model", {}).get("class_path", ""))
+
+
 def model_label(config: dict) -> str:
-    """The class name a config trains (``LambdaRank``), the row name of the table."""
-    class_path = config.get("model", {}).get("class_path", "")
-    return class_path.rsplit(".", 1)[-1].replace("Module", "") or "model"
+    """The row name of the table: the model's ``label`` (``LambdaRank``, ``LambdaMART``)."""
+    cls = model_class(config)
+    return getattr(cls, "label", cls.__name__)
 
 
 def model_kind(config: dict) -> str:
-    """``"trees"`` for a booster config (one tree per epoch), else ``"neural"``."""
-    return "trees" if ".boosting" in config.get("model", {}).get("class_path", "") else "neural"
+    """``"trees"`` when the model trains on the whole data set per epoch (one tree), else ``"neural"``."""
+    return "trees" if getattr(model_class(config), "train_batching", "padded") == "dataset" else "neural"
 
 
 def early_stopping_of(config: dict) -> tuple[int, int]:
@@ -134,23 +136,6 @@ class Evaluator:
         return float(ndcg(self._pad(scores), self.labels.double(), mask=self.mask, k=10).mean())
 
 
-def best_round(curve: list[float], patience: int) -> tuple[int, int]:
-    """Lightning's EarlyStopping + ModelCheckpoint on a curve: (best index, rounds run).
-
-    >>> best_round([0.5, 0.7, 0.6, 0.7, 0.6], patience=2)
-    (1, 4)
-    """
-    best, best_i, wait = -math.inf, 0, 0
-    for i, v in enumerate(curve):
-        if v > best:
-            best, best_i, wait = v, i, 0
-        else:
-            wait += 1
-            if wait >= patience:
-                return best_i, i + 1
-    return best_i, len(curve)
-
-
 # -- the rankkit models ---------------------------------------------------------------------------
 def _quiet():
     """Lightning's info lines and warnings off while compare prints its own progress."""
@@ -169,7 +154,7 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     """Train one config on one fold and seed; test its best checkpoint; export and verify it."""
     import pytorch_lightning as pl
 
-    from rankkit.cli import lightning_cli
+    from rankkit._lightning_cli import lightning_cli
     from rankkit.export import export_torchscript, load_scorer
 
     config = yaml.safe_load(config_path.read_text())
@@ -194,7 +179,8 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     seconds = time.perf_counter() - t0
     best_path = cli.trainer.checkpoint_callback.best_model_path if cli.trainer.checkpoint_callback else ""
-    model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) if best_path else cli.model
+    model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) \
+        if best_path else cli.model
     model = model.to("cpu").eval()
     features = test_eval.dataset.features
     with torch.no_grad():
@@ -211,75 +197,6 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
             "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
             "export_max_abs_diff": diff, **test_eval.metrics(eager)}
-
-
-# -- the baselines: same folds, same metric code, same early-stopping rule ------------------------
-def _lightgbm(train, vali, test, *, seed, rounds, patience, val_eval):
-    import lightgbm as lgb
-
-    curve: list[float] = []
-
-    def feval(preds, _):
-        curve.append(val_eval.ndcg10(preds))
-        return "ndcg@10", curve[-1], True
-
-    dtrain = lgb.Dataset(train.features.numpy(), train.labels.numpy(), group=train.sizes.numpy())
-    dvali = lgb.Dataset(vali.features.numpy(), vali.labels.numpy(), group=vali.sizes.numpy(), reference=dtrain)
-    params = {"objective": "lambdarank", "metric": "None", "seed": seed, "deterministic": True,
-              "verbosity": -1}
-    booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=[dvali], feval=feval,
-                        callbacks=[lgb.early_stopping(patience, first_metric_only=True, verbose=False)])
-    best = booster.best_iteration or len(curve)
-    return booster.predict(test.features.numpy(), num_iteration=best), curve, best
-
-
-def _xgboost(train, vali, test, *, seed, rounds, patience, val_eval):
-    import xgboost as xgb
-
-    curve: list[float] = []
-
-    def metric(preds, _):
-        curve.append(val_eval.ndcg10(preds))
-        return "ndcg@10", curve[-1]
-
-    def matrix(d):
-        return xgb.DMatrix(d.features.numpy(), d.labels.numpy(), qid=d.doc_query_index().numpy())
-
-    booster = xgb.train({"objective": "rank:ndcg", "seed": seed, "disable_default_eval_metric": 1},
-                        matrix(train), num_boost_round=rounds, evals=[(matrix(vali), "vali")],
-                        custom_metric=metric, maximize=True, early_stopping_rounds=patience,
-                        verbose_eval=False)
-    best = booster.best_iteration + 1
-    return booster.predict(matrix(test), iteration_range=(0, best)), curve, best
-
-
-def _catboost(train, vali, test, *, seed, rounds, patience, val_eval, loss="YetiRank"):
-    # CatBoost's Python metrics do not see query groups: grow the full cap, then apply the same
-    # stopping rule to the staged vali predictions (its train time covers all `rounds` trees).
-    from catboost import CatBoostRanker, Pool
-
-    model = CatBoostRanker(loss_function=loss, iterations=rounds, random_seed=seed, verbose=False)
-    model.fit(Pool(train.features.numpy(), train.labels.numpy(), group_id=train.doc_query_index().numpy()))
-    curve = [val_eval.ndcg10(p) for p in model.staged_predict(vali.features.numpy(), eval_period=1)]
-    best_i, ran = best_round(curve, patience)
-    return model.predict(test.features.numpy(), ntree_end=best_i + 1), curve[:ran], best_i + 1
-
-
-BASELINE_FNS: dict[str, Callable] = {"lightgbm": _lightgbm, "xgboost": _xgboost, "catboost": _catboost,
-                                     "catboost-lambdamart": functools.partial(_catboost, loss="LambdaMart")}
-BASELINE_LABELS = {"lightgbm": "LightGBM lambdarank", "xgboost": "XGBoost rank:ndcg",
-                   "catboost": "CatBoost YetiRank", "catboost-lambdamart": "CatBoost LambdaMart"}
-BASELINE_PACKAGES = {name: name.split("-")[0] for name in BASELINES}
-
-
-def train_baseline(name: str, train, vali, test_eval: Evaluator, *, seed: int, rounds: int,
-                   patience: int, val_eval: Evaluator) -> dict:
-    t0 = time.perf_counter()
-    scores, curve, best = BASELINE_FNS[name](train, vali, test_eval.dataset, seed=seed, rounds=rounds,
-                                             patience=patience, val_eval=val_eval)
-    seconds = time.perf_counter() - t0
-    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": int(best), "val_curve": curve,
-            "export_path": None, "export_bytes": None, **test_eval.metrics(torch.as_tensor(scores))}
 
 
 # -- reporting ------------------------------------------------------------------------------------
@@ -319,54 +236,6 @@ def markdown_table(runs: list[dict]) -> str:
         cells.append(f"{statistics.mean(sizes) / 1024:.1f}" if sizes else "–")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def plot(runs: list[dict], out: Path) -> list[Path]:
-    """``val_ndcg10.png`` (vali NDCG@10 per epoch or tree, one panel per model) and
-    ``test_ndcg.png`` (test NDCG@k per model, mean ± std)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    models = list(dict.fromkeys(r["model"] for r in runs))
-    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.2), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        mine = [r for r in runs if r["model"] == model]
-        for r in mine:
-            xs = range(1, len(r["val_curve"]) + 1)
-            ax.plot(xs, r["val_curve"], lw=1, alpha=0.8, label=f"fold {r['fold']} seed {r['seed']}")
-            if r["val_curve"]:
-                ax.plot(r["best_epoch"], r["val_curve"][r["best_epoch"] - 1], "o", ms=4, color="k")
-        ax.set_title(model)
-        ax.set_xlabel("epoch" if mine[0].get("kind") == "neural" else "trees")
-        ax.grid(alpha=0.3)
-        if len(mine) <= 6:
-            ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("vali NDCG@10")
-    fig.tight_layout()
-    curves = out / "val_ndcg10.png"
-    fig.savefig(curves, dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(3.2 + 1.2 * len(models), 3.4))
-    width = 0.8 / len(models)
-    for i, model in enumerate(models):
-        mine = [r for r in runs if r["model"] == model]
-        means = [statistics.mean(r[f"ndcg@{k}"] for r in mine) for k in KS]
-        stds = [statistics.stdev(r[f"ndcg@{k}"] for r in mine) if len(mine) > 1 else 0.0 for k in KS]
-        ax.bar([j + i * width for j in range(len(KS))], means, width, yerr=stds, capsize=2, label=model)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(KS))], [f"NDCG@{k}" for k in KS])
-    lows = [r[f"ndcg@{k}"] for r in runs for k in KS]
-    ax.set_ylim(max(0.0, min(lows) - 0.05), min(1.0, max(lows) + 0.05))
-    ax.set_ylabel("test")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))  # beside the bars
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    bars = out / "test_ndcg.png"
-    fig.savefig(bars, dpi=120)
-    plt.close(fig)
-    return [curves, bars]
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -422,8 +291,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         rounds = min(rounds, max_epochs)
     chosen = []
     if baselines:
-        for name in BASELINES:
-            if importlib.util.find_spec(BASELINE_PACKAGES[name]) is None:
+        for name in third_party.BASELINES:
+            if importlib.util.find_spec(third_party.BASELINE_PACKAGES[name]) is None:
                 log(f"baseline {name}: not installed, skipped")
             else:
                 chosen.append(name)
@@ -448,9 +317,9 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
                 for name in chosen:
-                    r = train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
+                    r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
                                        patience=patience, val_eval=val_eval)
-                    runs.append({"model": BASELINE_LABELS[name], "kind": "trees", "config": None,
+                    runs.append({"model": third_party.BASELINE_LABELS[name], "kind": "trees", "config": None,
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
     table = markdown_table(runs)
@@ -471,6 +340,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         log("matplotlib is not installed: no plots (pip install 'rankkit[notebooks]')")
         plots = []
     else:
+        from rankkit.compare.plots import plot
+
         plots = plot(runs, out_dir)
     result["table"] = table
     result["plots"] = [str(p) for p in plots]
@@ -480,13 +351,13 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
 def _write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a crash leaves the old file or the new one)."""
-    from rankkit.export import _atomic_write
+    from rankkit._io import atomic_write
 
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:
             f.write(text)
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def _progress(r: dict) -> str:
@@ -507,35 +378,3 @@ def _table_doc(result: dict, table: str) -> str:
             f"wall {result['wall_seconds']:.0f} s.\n\n{table}\n")
 
 
-def build_parser():
-    """The ``rankkit compare`` parser (jsonargparse: ``--config compare.yaml`` plus overrides)."""
-    from jsonargparse import ActionConfigFile, ArgumentParser
-
-    p = ArgumentParser(prog="rankkit compare", exit_on_error=False,
-                       description="Train RankNet, LambdaRank and LambdaMART (and optionally LightGBM, "
-                                   "XGBoost, CatBoost) on the same folds and seeds; write metrics.json, "
-                                   "a Markdown table, PNG plots and verified TorchScript scorers.")
-    p.add_argument("--config", action=ActionConfigFile, help="a YAML with any of the options below")
-    p.add_argument("--data", type=str, default="mq2008", help="'mq2008' (bundled) or a folder of LETOR files")
-    p.add_argument("--folds", type=str, default="1", help="MQ2008 folds: '1-5', '1,3' or '2'")
-    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per fold")
-    p.add_argument("--models", type=str | list[str], default=list(MODELS),
-                   help="model names (ranknet, lambdarank, lambdamart: configs/<name>.yaml) or config "
-                        "paths, comma-separated")
-    p.add_argument("--baselines", action="store_true", help="add LightGBM/XGBoost/CatBoost rows where installed")
-    p.add_argument("--out", type=str | None, default=None, help="output folder (default results/compare-<time>)")
-    p.add_argument("--max_epochs", "--max-epochs", type=int | None, default=None,
-                   help="cap every model's epochs / trees and the baselines' rounds (quick runs)")
-    return p
-
-
-def compare_from_args(argv: list[str]) -> int:
-    """``rankkit compare ...``: parse, run, print the table and where everything went."""
-    args = build_parser().parse_args(argv)
-    kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
-    result = compare(**kwargs)
-    print()
-    print(result["table"])
-    print(f"\nwrote {result['out']}/: metrics.json, table.md, {''.join(Path(p).name + ', ' for p in result['plots'])}"
-          f"scorers/ (each reloaded and checked against its eager scores); wall {result['wall_seconds']:.0f} s")
-    return 0
