@@ -6,10 +6,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
+EXTRAS ?= dev,notebooks
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast lint bench clean
 
 venv: $(VENV)/.installed
 
@@ -17,7 +18,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	echo "$(TORCH)" > $(VENV)/torch-constraint.txt
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev,notebooks]"
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
 	touch $@
 
 demo: venv
@@ -26,6 +27,9 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check rankkit tests experiments
 
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -175,7 +175,8 @@ def tune(args, folds: list[int], argv) -> int:
         cmd = "python experiments/mq2008_neural.py " + " ".join(argv if argv is not None else sys.argv[1:])
         body = (f"## MQ2008: neural model selection\n\n{datetime.date.today()}, CPU "
                 f"({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads). "
-                f"Command: `{cmd}`\n\nSeeds 0-{args.tune_seeds - 1}, folds {folds}, each setting ranked by its mean **vali** "
+                f"Command: `{cmd}`\n\nSeeds 0-{args.tune_seeds - 1}, folds {folds}, each setting ranked by its "
+                f"mean **vali** "
                 f"NDCG@10 (the test column is shown, not used). Settings not in the grid are those of "
                 f"configs/<model>.yaml; the winners are the configs' defaults.\n\n{md}\n")
         write_section("mq2008_neural_tune", body)

@@ -90,7 +90,8 @@ def lambda_gradients(
             ``rankkit._weightings.ndcg_loss2pp(mu)`` for another μ), "arp1" (y_i),
             "arp2" and "labeldiff" (|y_i − y_j|, ARP-Loss2 and Rax's ``labeldiff``). ARP-Loss1
             in the paper also sums the pairs against label order, which push the scores the
-            wrong way; here, as every weighting, it takes the pairs with y_i > y_j only. The Δ are those of swapping i and j in the
+            wrong way; here, as every weighting, it takes the pairs with y_i > y_j only. The Δ are
+            those of swapping i and j in the
             ranking by the current scores (ties in score: lower label first), so the
             weighting and :mod:`rankkit.metrics` share conventions. Queries whose metric is
             undefined (ideal DCG = 0, no relevant document) give zeros. Any grade works
@@ -246,8 +247,8 @@ def lambda_gradients(
         s_a, e_a = row_views[0], row_views[1]
         s_b, f_b = col_views[0], col_views[2]
         n_terms = len(terms)
-        both = lambda name: None if slot[name] is None else (row_views[slot[name]],
-                                                             col_views[slot[name]])
+        both = lambda name, rv=row_views, cv=col_views: None if slot[name] is None else (
+            rv[slot[name]], cv[slot[name]])
         width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
         _accumulate_block(
             s_a, s_b, None if n_wide[q1] > n_wide[q0] else (e_a, f_b, one if q_minor else
@@ -311,7 +312,8 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     ``half_w`` and ``group`` (g_a, g_b) weight the pairs: (w_a + w_b)/2, times 0 when g_a = g_b;
     ``upper_lower`` (u_a, u_b, l_a, l_b) times u_a l_b when W >= 0 (a is the pair's higher
     label, or a tie oriented a over b) and u_b l_a when W < 0;
-    ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a :class:`rankkit._blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
+    ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a
+    :class:`rankkit._blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
     ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
     """

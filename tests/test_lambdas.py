@@ -67,7 +67,8 @@ def reference(scores, labels, mask=None, *, weighting="ranknet", sigma=1.0, k=No
         # Rank by descending score; equal scores: lower label first (worst case).
         ranked = sorted(docs, key=lambda i: (-s[q][i], y[q][i]))
         pos = {i: p for p, i in enumerate(ranked)}
-        base = None if weighting == "ranknet" else _ref_metric([y[q][i] for i in ranked], weighting, k, gain, max_err_label)
+        base = None if weighting == "ranknet" else _ref_metric([y[q][i] for i in ranked], weighting, k, gain,
+                                                               max_err_label)
         abs_lambda = 0.0
         for i in docs:
             for j in docs:

@@ -64,7 +64,7 @@ def _double_loop(scores, labels, mask, *, weighting, sigma=1.0, k=None, gain="ex
         g = (lambda v: 2.0 ** v - 1.0) if gain == "exp" else (lambda v: v)
         ideal = sorted((y[i] for i in docs), reverse=True)
         idcg = sum(g(v) / math.log2(p + 2) for p, v in enumerate(ideal[:cut]))
-        disc = lambda r: 1.0 / math.log2(r + 2) if r < cut else 0.0
+        disc = lambda r, cut=cut: 1.0 / math.log2(r + 2) if r < cut else 0.0
         for i in docs:
             for j in docs:
                 if y[i] <= y[j] or min(rank[i], rank[j]) >= cut:

@@ -63,6 +63,13 @@ class LambdaMART(BaseEstimator):
             usual ΣH is exact only when no leaf holds two documents of one query). The split
             search is unchanged; one more pass of the lambda kernel per round. Off by default
             (Burges' and LightGBM's ΣH).
+        quantized_grad: search the splits on histograms of gradients and hessians rounded
+            stochastically to small integers (LightGBM 4's ``use_quantized_grad``): integer
+            sums, exact and independent of thread count and summation order, and fewer bytes
+            per histogram cell; the leaf values still use the full-precision sums. Off by
+            default (see docs/benchmarks.md for its effect on MQ2008).
+        num_grad_quant_bins: B, the integer levels of the quantized gradients (g in
+            −B/2..B/2, hessians in 0..B).
         max_bins: codes per feature, including the missing-value bin (<= 255).
         eval_metric: ``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` for ``eval_set``.
         early_stopping_rounds: stop when the metric on the **last** eval set has not improved
@@ -97,6 +104,7 @@ class LambdaMART(BaseEstimator):
                  sigma: float = 1.0, gain: str = "exp", normalize: bool = False,
                  subsample: float = 1.0, colsample: float = 1.0, bagging_temperature: float = 0.0,
                  random_strength: float = 0.0, exact_newton: bool = False,
+                 quantized_grad: bool = False, num_grad_quant_bins: int = 4,
                  max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
                  seed: int = 0, device: str = "cpu", verbose: int = 0):
         self.objective = objective
@@ -116,6 +124,8 @@ class LambdaMART(BaseEstimator):
         self.bagging_temperature = bagging_temperature
         self.random_strength = random_strength
         self.exact_newton = exact_newton
+        self.quantized_grad = quantized_grad
+        self.num_grad_quant_bins = num_grad_quant_bins
         self.max_bins = max_bins
         self.eval_metric = eval_metric
         self.early_stopping_rounds = early_stopping_rounds
@@ -168,7 +178,7 @@ class LambdaMART(BaseEstimator):
                 e_init = vector(eval_init_score[i], len(el), f"eval_init_score[{i}]", kind="double")
             engine.add_eval_set(ef, el, es, init_score=e_init)
         bar = _progress(self.verbose, self.n_estimators)
-        for m in range(self.n_estimators):
+        for _ in range(self.n_estimators):
             engine.update()
             if bar is not None:
                 bar.update(1)

@@ -6,7 +6,8 @@ The ranking objectives take their gradients from the one shared kernel,
 :func:`rankkit.lambdas.lambda_gradients`: the booster only moves scores between the flat
 [N] layout of the trees and the padded [Q, L] layout of the kernel, with an index computed
 once per data set (:class:`QueryLayout`). The pointwise objective is MART's squared error
-(Friedman, "Greedy Function Approximation: A Gradient Boosting Machine", 2001): ``C = ½ w (s − y)²``, grad ``w (s − y)``, hess ``w``.
+(Friedman, "Greedy Function Approximation: A Gradient Boosting Machine", 2001):
+``C = ½ w (s − y)²``, grad ``w (s − y)``, hess ``w``.
 """
 from __future__ import annotations
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from rankkit.compare.protocol import KS
 
-
-def plot(runs: list[dict], out: Path) -> list[Path]:
+def plot(runs: list[dict], out: Path, ks: tuple[int, ...] = (1, 3, 5, 10)) -> list[Path]:
     """``val_ndcg10.png`` (vali NDCG@10 per epoch or tree, one panel per model) and
     ``test_ndcg.png`` (test NDCG@k per model, mean ± std)."""
     import matplotlib
@@ -39,11 +37,11 @@ def plot(runs: list[dict], out: Path) -> list[Path]:
     width = 0.8 / len(models)
     for i, model in enumerate(models):
         mine = [r for r in runs if r["model"] == model]
-        means = [statistics.mean(r[f"ndcg@{k}"] for r in mine) for k in KS]
-        stds = [statistics.stdev(r[f"ndcg@{k}"] for r in mine) if len(mine) > 1 else 0.0 for k in KS]
-        ax.bar([j + i * width for j in range(len(KS))], means, width, yerr=stds, capsize=2, label=model)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(KS))], [f"NDCG@{k}" for k in KS])
-    lows = [r[f"ndcg@{k}"] for r in runs for k in KS]
+        means = [statistics.mean(r[f"ndcg@{k}"] for r in mine) for k in ks]
+        stds = [statistics.stdev(r[f"ndcg@{k}"] for r in mine) if len(mine) > 1 else 0.0 for k in ks]
+        ax.bar([j + i * width for j in range(len(ks))], means, width, yerr=stds, capsize=2, label=model)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ks))], [f"NDCG@{k}" for k in ks])
+    lows = [r[f"ndcg@{k}"] for r in runs for k in ks]
     ax.set_ylim(max(0.0, min(lows) - 0.05), min(1.0, max(lows) + 0.05))
     ax.set_ylabel("test")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))  # beside the bars

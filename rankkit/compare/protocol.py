@@ -284,7 +284,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         cfg = yaml.safe_load(path.read_text()) or {}
         configs[model_label(cfg)] = (path, cfg)
     rounds, patience = DEFAULT_ROUNDS, DEFAULT_PATIENCE
-    for path, cfg in configs.values():
+    for _, cfg in configs.values():
         if model_kind(cfg) == "trees":
             rounds, patience = early_stopping_of(cfg)
     if max_epochs is not None:
@@ -342,7 +342,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     else:
         from rankkit.compare.plots import plot
 
-        plots = plot(runs, out_dir)
+        plots = plot(runs, out_dir, KS)
     result["table"] = table
     result["plots"] = [str(p) for p in plots]
     result["out"] = str(out_dir)
