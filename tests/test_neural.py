@@ -332,3 +332,24 @@ def test_a_module_needs_a_scorer_or_its_feature_count():
         LambdaRank()
     with pytest.raises(ValueError, match="`scorer`"):
         LambdaRank(scorer="mlp")
+
+
+@pytest.mark.parametrize("loss", ["softmax", "ndcg_loss2pp"])
+def test_a_named_loss_trains_the_neural_ranker_with_the_registrys_gradient(tmp_path, tiny_data, loss):
+    from rankkit.losses import objective_gradients
+
+    train, val, _ = tiny_data
+    model = LambdaRank(n_features=train.n_features, hidden=[8], dropout=0.0, loss=loss, reduction="sum")
+    model.fit_preprocessor(train.features)
+    batch = train.padded(list(range(6)))
+    scores = model.scorer(batch.features)
+    model.objective(scores, batch).backward()
+    grad, _, _ = objective_gradients(loss, scores.detach(), batch.labels, mask=batch.mask)
+    # The scorer's last layer gets Σ grad_i ∂s_i/∂w: compare through the scores' own gradient.
+    s = scores.detach().requires_grad_(True)
+    model.objective(s, batch).backward()
+    torch.testing.assert_close(s.grad, grad)
+    pl.seed_everything(0, verbose=False)
+    make_trainer(tmp_path, 1).fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=256))
+    with pytest.raises(ValueError, match="`loss`"):
+        LambdaRank(n_features=3, loss="nosuch")

@@ -78,6 +78,15 @@ class LambdaMART(BaseEstimator):
             data give the same model.
         device: where the trees are grown (``"cpu"``, ``"cuda"``).
         verbose: > 0 shows a tqdm progress bar over the rounds with the eval metrics (0: silent).
+        unbiased: Unbiased LambdaMART for click data (Hu, Wang, Peng, Li, "Unbiased LambdaMART:
+            An Unbiased Pairwise Learning-to-Rank Algorithm", WWW 2019): ``y`` are clicks and
+            ``fit`` takes each document's displayed ``position``; position biases of clicked
+            (t⁺) and unclicked (t⁻) positions are estimated jointly with the trees (every round,
+            at the current scores) and each pair (clicked i, unclicked j) weighs
+            1 / (t⁺(pos_i) t⁻(pos_j)) (see :mod:`rankkit.unbiased`). Needs a pairwise objective.
+        bias_p: p, the exponent of the propensities' regularisation (the update takes the
+            1/(p + 1)-th power; 0 is unregularised).
+        n_positions: positions with their own propensity; deeper positions share the last.
 
     Attributes (after :meth:`fit`; learned state ends in ``_``):
         ensemble_: the :class:`ObliviousEnsemble` (raw features [N, F] -> scores [N]).
@@ -88,6 +97,8 @@ class LambdaMART(BaseEstimator):
         best_score_: the best eval metric, or None.
         evals_result_: ``{"valid_0": {"ndcg@10": [...]}, ...}``, one value per round.
         feature_importances_: [F] numpy, the total split gain per feature, normalised to sum 1.
+        propensities_: with ``unbiased``, ``{"clicked": t⁺ [n_positions], "unclicked": t⁻
+            [n_positions]}`` (numpy, position 0 = 1), the learned position biases.
         feature_importance_gain_, feature_importance_split_: [F] numpy, total gain and number
             of splits per feature.
 
@@ -106,7 +117,8 @@ class LambdaMART(BaseEstimator):
                  random_strength: float = 0.0, exact_newton: bool = False,
                  quantized_grad: bool = False, num_grad_quant_bins: int = 4,
                  max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
-                 seed: int = 0, device: str = "cpu", verbose: int = 0):
+                 seed: int = 0, device: str = "cpu", verbose: int = 0, unbiased: bool = False,
+                 bias_p: float = 1.0, n_positions: int = 10):
         self.objective = objective
         self.n_estimators = n_estimators
         self.depth = depth
@@ -132,9 +144,12 @@ class LambdaMART(BaseEstimator):
         self.seed = seed
         self.device = device
         self.verbose = verbose
+        self.unbiased = unbiased
+        self.bias_p = bias_p
+        self.n_positions = n_positions
 
     # -- fitting ------------------------------------------------------------------------------
-    def fit(self, X, y=None, *, qid=None, group=None, sample_weight=None, init_score=None,
+    def fit(self, X, y=None, *, qid=None, group=None, sample_weight=None, init_score=None, position=None,
             eval_set: Sequence | None = None, eval_qid: Sequence | None = None,
             eval_group: Sequence | None = None, eval_init_score: Sequence | None = None) -> "LambdaMART":
         """Grow the trees.
@@ -153,6 +168,8 @@ class LambdaMART(BaseEstimator):
                 the mean of its two documents' weights; the squared error by the weight).
             init_score: [N] F_0 per document, e.g. a base model's scores; pass the same
                 scores to :meth:`predict` (``init_score=``).
+            position: [N] the 0-based position each document was displayed at (click logs),
+                for ``unbiased``.
             eval_set: a list of :class:`RankingDataset` or ``(X, y)`` tuples, scored with
                 ``eval_metric`` after every round; a tuple's queries come from ``eval_qid[i]``
                 or ``eval_group[i]`` (or a third tuple element, its qid).
@@ -167,11 +184,17 @@ class LambdaMART(BaseEstimator):
         n = matrix.n_rows
         weights = None if sample_weight is None else vector(sample_weight, n, "sample_weight", kind="weight")
         init = None if init_score is None else vector(init_score, n, "init_score", kind="double")
+        positions = None
+        if position is not None:
+            positions = vector(position, n, "position", kind="weight")
+            if bool((positions != positions.round()).any()):
+                raise ValueError("`position` has to hold integer positions (0-based displayed ranks)")
+            positions = positions.long()
         evals = [_eval_item(item, i, eval_qid, eval_group, matrix.n_features)
                  for i, item in enumerate(eval_set or [])]
 
         engine = BoostingEngine(matrix, labels, sizes, config, weights=weights, init_score=init,
-                                device=device)
+                                device=device, positions=positions)
         for i, (ef, el, es) in enumerate(evals):
             e_init = None
             if eval_init_score is not None and eval_init_score[i] is not None:
@@ -203,6 +226,9 @@ class LambdaMART(BaseEstimator):
         self.evals_result_ = engine.history
         self.ensemble_ = engine.to_ensemble(n_trees)
         self._set_importance(*engine.importances(n_trees))
+        if engine.propensity is not None:
+            self.propensities_ = {"clicked": engine.propensity.t_plus.numpy().copy(),
+                                  "unclicked": engine.propensity.t_minus.numpy().copy()}
         return self
 
     def _config(self) -> BoosterConfig:

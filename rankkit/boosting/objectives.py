@@ -18,7 +18,6 @@ import torch
 
 from rankkit.data.dataset import padded_layout
 
-OBJECTIVES = ("lambdarank", "ranknet", "pointwise")
 
 
 class QueryLayout:
@@ -60,15 +59,31 @@ class QueryLayout:
         return values.reshape(-1).index_select(0, self.index)
 
 
-@dataclass(frozen=True)
 class RankingObjective:
-    """Gradients from the shared lambda kernel; every field is passed through to it."""
+    """Gradients of a named ranking objective from :func:`rankkit.losses.objective_gradients`,
+    the one gradient layer the neural rankers use too.
 
-    weighting: str = "ndcg"
-    k: int | None = None
-    sigma: float = 1.0
-    gain: str = "exp"
-    normalize: bool = False
+    Args:
+        name: a key of :data:`rankkit.losses.OBJECTIVES`: a pairwise weighting of the lambda
+            kernel ("ranknet", "ndcg", "map", "err", the LambdaLoss family) or a listwise loss.
+        k, sigma, gain, normalize: the kernel's options (pairwise objectives only).
+        seed: seeds the listwise losses that draw random numbers (XE-NDCG's γ), once per fit.
+        propensity: an :class:`rankkit.unbiased.PropensityEstimator` and the documents'
+            displayed positions [N] (long), for Unbiased LambdaMART: every round first updates
+            the propensities at the current scores, then weighs each pair (clicked i,
+            unclicked j) by 1 / (t⁺(pos_i) t⁻(pos_j)) through the kernel's ``pair_weights``.
+    """
+
+    def __init__(self, name: str, *, k: int | None = None, sigma: float = 1.0, gain: str = "exp",
+                 normalize: bool = False, seed: int = 0, propensity=None):
+        from rankkit.losses import LISTWISE
+
+        self.name = name
+        self.pairwise = name not in LISTWISE
+        self.options = dict(k=k, sigma=sigma, gain=gain, normalize=normalize) if self.pairwise else {}
+        if name == "xendcg":
+            self.options["generator"] = torch.Generator().manual_seed(seed)
+        self.propensity = propensity
 
     def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None) -> float:
         return 0.0  # a constant shift changes no ranking
@@ -77,13 +92,20 @@ class RankingObjective:
                   groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """scores [N] -> (grad, hess), each [N] float64; ``groups`` [N] (e.g. leaf indices):
         leave out the pairs inside a group (see ``lambda_gradients``)."""
-        from rankkit.lambdas import lambda_gradients
+        from rankkit.losses import objective_gradients
 
-        grad, hess = lambda_gradients(layout.pad(scores.to(torch.float32)), layout.labels,
-                                      mask=layout.mask, weighting=self.weighting, sigma=self.sigma,
-                                      k=self.k, gain=self.gain, normalize=self.normalize,
-                                      weights=layout.weights,
-                                      groups=None if groups is None else layout.pad(groups))
+        padded = layout.pad(scores.to(torch.float32))
+        options = dict(self.options)
+        if groups is not None:
+            options["groups"] = layout.pad(groups)
+        if self.propensity is not None:
+            estimator, positions = self.propensity
+            pos = layout.pad(positions)
+            if groups is None:  # once per round (the exact-Newton pass reuses the round's factors)
+                estimator.update(padded, layout.labels, pos, layout.mask)
+            options["pair_weights"] = estimator.pair_factors(pos, layout.mask)
+        grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
+                                            weights=layout.weights, **options)
         return layout.flat(grad).double(), layout.flat(hess).double()
 
 
@@ -101,20 +123,34 @@ class SquaredError:
         return w * (scores.double() - y), w
 
 
-def make_objective(name: str, **options) -> RankingObjective | SquaredError:
+def objective_names() -> tuple[str, ...]:
+    """Every objective the booster takes: ``"lambdarank"`` (with ``weighting``), ``"pointwise"``
+    and every name of :data:`rankkit.losses.OBJECTIVES`."""
+    from rankkit.losses import OBJECTIVES as LOSSES
+
+    return ("lambdarank", "pointwise", *LOSSES)
+
+
+def make_objective(name: str, *, weighting: str = "ndcg", propensity=None, seed: int = 0,
+                   **options) -> RankingObjective | SquaredError:
     """The one place where objective names become behaviour.
 
-    ``"lambdarank"`` uses the kernel's metric weighting (``weighting`` "ndcg", "map" or "err",
-    truncation ``k``); ``"ranknet"`` the kernel's RankNet weighting (|ΔZ| = 1); ``"pointwise"``
-    the squared error, which ignores the ranking options.
+    ``"lambdarank"`` uses the kernel's weighting ``weighting`` ("ndcg", "map", "err", ...);
+    ``"ranknet"`` |ΔZ| = 1; any other name of :data:`rankkit.losses.OBJECTIVES` that
+    objective (``"ndcg_loss2pp"``, ``"softmax"``, ``"xendcg"``, ``"listmle"``, ...);
+    ``"pointwise"`` the squared error, which ignores the ranking options.
     """
-    if name == "lambdarank":
-        return RankingObjective(**options)
-    if name == "ranknet":
-        return RankingObjective(**{**options, "weighting": "ranknet"})
+    from rankkit.losses import OBJECTIVES as LOSSES
+
     if name == "pointwise":
         return SquaredError()
-    raise ValueError(f"`objective` has to be one of {OBJECTIVES}, got {name!r}")
+    if name == "lambdarank":
+        name = weighting
+        if name not in LOSSES:
+            raise ValueError(f"`weighting` has to be one of {tuple(LOSSES)}, got {weighting!r}")
+    if name not in LOSSES:
+        raise ValueError(f"`objective` has to be one of {objective_names()}, got {name!r}")
+    return RankingObjective(name, propensity=propensity, seed=seed, **options)
 
 
 def make_metric(name: str) -> Callable[[torch.Tensor, QueryLayout], float]:
@@ -136,3 +172,6 @@ def make_metric(name: str) -> Callable[[torch.Tensor, QueryLayout], float]:
         return float(values.double().mean())
 
     return metric
+
+
+OBJECTIVES = objective_names()

@@ -37,6 +37,11 @@ class NeuralRanker(pl.LightningModule):
             :class:`~rankkit.neural.scorer.FeaturePreprocessor` anywhere in it that is not yet
             fitted is fitted on the training DataLoader's documents when training starts.
         weighting: ``"ranknet"``, ``"ndcg"``, ``"map"`` or ``"err"``.
+        loss: any objective of :data:`rankkit.losses.OBJECTIVES` by name, e.g. a LambdaLoss
+            weighting (``"ndcg_loss2pp"``) or a listwise loss (``"softmax"``, ``"xendcg"``,
+            ``"listmle"``, ``"approx_ndcg"``); it replaces ``weighting`` (``sigma``, ``k`` and
+            ``normalize`` apply to the pairwise ones). The same names train LambdaMART
+            (``LambdaMART(objective=...)``).
         k: truncation level of the kernel (None: all pairs).
         sigma: σ of the logistic.
         normalize: LightGBM's per-query lambda normalisation.
@@ -62,9 +67,13 @@ class NeuralRanker(pl.LightningModule):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None):
+                 scorer: nn.Module | None = None, loss: str | None = None):
         super().__init__()
         _checks.check_choice(weighting, self.weighting_choices, "weighting")
+        if loss is not None:
+            from rankkit.losses import OBJECTIVES
+
+            _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
         _checks.check_choice(optimizer, sorted(OPTIMIZERS), "optimizer")
         _checks.check_choice(scheduler, SCHEDULERS, "scheduler")
         _checks.check_choice(reduction, REDUCTIONS, "reduction")
@@ -148,13 +157,20 @@ class NeuralRanker(pl.LightningModule):
         """features [..., F] -> scores [...] (inference only)."""
         return self.serving_scorer()(features)
 
-    def loss(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
+    def objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
+        """The training loss of a batch: ``loss`` when given, else the ``weighting``'s lambda loss."""
         h = self.hparams
+        if h.get("loss") is not None:
+            from rankkit.losses import LISTWISE
+
+            pairwise = {} if h.loss in LISTWISE else dict(sigma=h.sigma, k=h.k, normalize=h.normalize)
+            return lambda_loss(scores, batch.labels, mask=batch.mask, loss=h.loss, reduction=h.reduction,
+                               **pairwise)
         return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=h.weighting, sigma=h.sigma,
                            k=h.k, normalize=h.normalize, reduction=h.reduction)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
-        loss = self.loss(self.scorer(batch.features), batch)
+        loss = self.objective(self.scorer(batch.features), batch)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels))
         return loss
 
@@ -195,10 +211,10 @@ class RankNet(NeuralRanker):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None):
+                 scorer: nn.Module | None = None, loss: str | None = None):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer)
+                         scorer, loss)
 
 
 class LambdaRank(NeuralRanker):
@@ -212,7 +228,7 @@ class LambdaRank(NeuralRanker):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None):
+                 scorer: nn.Module | None = None, loss: str | None = None):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer)
+                         scorer, loss)
