@@ -1,42 +1,122 @@
-"""A LightningDataModule that yields padded batches of whole queries."""
+"""A LightningDataModule that yields padded batches of whole queries, sharded across ranks.
+
+Batching is planned once per epoch and identically on every rank: the queries are bucketed by
+length (:meth:`RankingDataset.bucket_batches`, reshuffled from ``(seed, epoch)`` for training),
+and each rank takes every ``world_size``-th batch of the plan, starting at its rank
+(:class:`QueryBatchSampler`). See docs/distributed.md.
+"""
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable, Iterator
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
+from rankkit._checks import check_int, check_number
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.data.svmlight import read_svmlight
 
 
-class QueryBatches(IterableDataset):
-    """Length-bucketed padded batches of a dataset; one item is one whole batch.
+class QueryBatchSampler(DistributedSampler):
+    """One rank's part of an epoch's plan of length-bucketed batches of whole queries.
 
-    Training batches are re-bucketed every epoch with a generator seeded by
-    ``(seed, epoch)``, so an epoch's batches are the same on every run and after a resume.
+    Every rank builds the same plan from ``(seed, epoch)``: the queries are bucketed by
+    length (at most ``max_docs`` padded slots per batch), reshuffled when ``shuffle``. When
+    the number of batches B is not a multiple of the world size W, the batches holding the
+    most queries are halved until it is, so the ranks' parts are disjoint, cover every query
+    once and have the same number of batches. Rank r takes batches r, r + W, r + 2W, ...
+
+    Only when every batch already holds a single query can the count not be evened by
+    halving; then
+
+    - ``even=True`` (training: DDP needs the same number of steps on every rank) repeats the
+      plan's first batches, as :class:`~torch.utils.data.DistributedSampler` pads its indices;
+    - ``even=False`` (evaluation: each query must count once) leaves some ranks one batch
+      short, and a rank left with none gets one empty batch (zero queries), so that it still
+      takes part in the metrics' all-reduce.
+
+    It is a :class:`~torch.utils.data.DistributedSampler` so that Lightning leaves it in
+    place (no sampler of its own injected) and calls :meth:`set_epoch` at each epoch.
+
+    Args:
+        dataset: the queries to batch.
+        max_docs: upper bound on ``Q * L`` of a padded batch (a longer query gets its own).
+        shuffle: re-bucket and reorder the batches every epoch.
+        seed: with the epoch, seeds the shuffle.
+        num_replicas: W, the world size.
+        rank: this process's rank in 0..W-1.
+        even: give every rank the same number of batches (see above).
+        epoch_fn: when given, read the epoch from it at each ``iter`` instead of taking the
+            last :meth:`set_epoch` (the datamodule passes the trainer's ``current_epoch``:
+            after a resume from an end-of-epoch checkpoint, Lightning 2.6 calls ``set_epoch``
+            with the epoch before the one it trains).
+
+    Yields:
+        [B] long CPU tensors of query indices into ``dataset``.
+
+    One batch of five queries, halved for two ranks:
+
+    >>> from rankkit.data.synthetic import make_synthetic
+    >>> ds = make_synthetic(5, 4, 3, seed=0)
+    >>> [b.tolist() for b in QueryBatchSampler(ds, 20, shuffle=False, num_replicas=2, rank=0)]
+    [[0, 1]]
+    >>> [b.tolist() for b in QueryBatchSampler(ds, 20, shuffle=False, num_replicas=2, rank=1)]
+    [[2, 3, 4]]
     """
 
     def __init__(self, dataset: RankingDataset, max_docs: int, *, shuffle: bool, seed: int = 0,
+                 num_replicas: int = 1, rank: int = 0, even: bool = True,
                  epoch_fn: Callable[[], int] | None = None):
-        self.dataset, self.max_docs, self.shuffle, self.seed = dataset, max_docs, shuffle, seed
-        self.epoch_fn = epoch_fn
-        self._epoch = 0
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.max_docs, self.even, self.epoch_fn = max_docs, even, epoch_fn
+        # The number of batches is the same every epoch: reshuffling only breaks ties between
+        # queries of equal length, so the sorted sizes, and the cuts between batches, stay put.
+        n = len(self.plan(0))
+        self.total_size = -(-n // num_replicas) * num_replicas if even else n
+        self.num_samples = self.total_size // num_replicas if even else max(1, len(range(rank, n, num_replicas)))
 
-    def _batches(self) -> list[torch.Tensor]:
-        epoch = self.epoch_fn() if self.epoch_fn is not None else self._epoch
-        self._epoch += 1
+    def plan(self, epoch: int) -> list[torch.Tensor]:
+        """Every rank's batches for ``epoch`` (before padding), the same on every rank."""
         g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        return self.dataset.bucket_batches(self.max_docs, shuffle=self.shuffle, generator=g)
+        batches = self.dataset.bucket_batches(self.max_docs, shuffle=self.shuffle, generator=g)
+        while len(batches) % self.num_replicas:
+            i = max(range(len(batches)), key=lambda j: len(batches[j]))  # the first of the largest
+            if len(batches[i]) < 2:
+                break
+            half = len(batches[i]) // 2
+            batches[i:i + 1] = [batches[i][:half], batches[i][half:]]
+        return batches
 
-    def __iter__(self) -> Iterator[PaddedBatch]:
-        for q in self._batches():
-            yield self.dataset.padded(q)
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        # A generator: the epoch is read at the first batch, not when the DataLoader makes its
+        # iterator (on a resume Lightning makes it before it restores the epoch counter).
+        batches = self.plan(self.epoch_fn() if self.epoch_fn is not None else self.epoch)
+        if self.even and batches:
+            repeats = -(-self.total_size // len(batches))
+            batches = (batches * repeats)[:self.total_size]
+        part = batches[self.rank::self.num_replicas]
+        if not part and not self.even:
+            part = [torch.zeros(0, dtype=torch.int64)]
+        yield from part
+
+
+class _PaddedQueries(Dataset):
+    """A map-style view of a dataset whose index is a batch of query indices (from
+    :class:`QueryBatchSampler`) and whose item is that batch, padded."""
+
+    def __init__(self, dataset: RankingDataset):
+        self.dataset = dataset
 
     def __len__(self) -> int:
-        return len(self.dataset.bucket_batches(self.max_docs))
+        return self.dataset.n_queries
+
+    def __getitem__(self, queries: torch.Tensor) -> PaddedBatch:
+        return self.dataset.padded(queries)
 
 
 class _WholeDataset(Dataset):
@@ -61,20 +141,76 @@ def _find_split(directory: str, names: tuple[str, ...]) -> str | None:
     return None
 
 
+def _fold_folder(data: str, fold: int) -> str:
+    """``data/Fold<fold>`` when ``data`` is a LETOR root of Fold1..FoldN subfolders, else ``data``."""
+    folds = {int(m.group(1)): name for name in os.listdir(data)
+             if (m := re.fullmatch(r"fold(\d+)", name, re.IGNORECASE)) and os.path.isdir(os.path.join(data, name))}
+    if not folds:
+        if fold != 1:
+            raise ValueError(f"`fold` has to be 1 for {data!r} (a folder without Fold1..FoldN subfolders), got {fold}")
+        return data
+    if fold not in folds:
+        raise ValueError(f"`fold` has to be one of {sorted(folds)} for {data!r}, got {fold}")
+    return os.path.join(data, folds[fold])
+
+
+def hold_out(dataset: RankingDataset, fraction: float, *, seed: int = 0) -> tuple[RankingDataset, RankingDataset]:
+    """Split whole queries at random into ``(rest, held_out)``, ``round(fraction * Q)`` of them
+    (at least one) held out; both keep the dataset's query order.
+
+    >>> from rankkit.data.synthetic import make_synthetic
+    >>> rest, held = hold_out(make_synthetic(10, 3, 2), 0.2, seed=0)
+    >>> rest.n_queries, held.n_queries, sorted(rest.qids.tolist() + held.qids.tolist()) == list(range(10))
+    (8, 2, True)
+    """
+    q = dataset.n_queries
+    n = max(1, round(fraction * q))
+    if n >= q:
+        raise ValueError(f"`val_fraction` {fraction} holds out {n} of the {q} training queries; none would be left")
+    chosen = torch.zeros(q, dtype=torch.bool)
+    chosen[torch.randperm(q, generator=torch.Generator().manual_seed(seed))[:n]] = True
+    idx = torch.arange(q)
+    return dataset.subset(idx[~chosen]), dataset.subset(idx[chosen])
+
+
+def _rank_and_world(trainer: pl.Trainer | None) -> tuple[int, int]:
+    """(rank, world size): the trainer's when one is attached, else torch.distributed's, else (0, 1)."""
+    if trainer is not None:
+        return trainer.global_rank, trainer.world_size
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 class RankingDataModule(pl.LightningDataModule):
-    """Train/val/test ranking data for Lightning.
+    """Train/val/test ranking data for Lightning, sharded across ranks under DDP.
 
     Args:
-        data: ``"mq2008"`` for the bundled set (with ``fold``), or a folder holding
-            ``train``/``vali``/``test`` files (``.txt``, ``.txt.gz``, LightGBM's
-            ``rank.train``/``rank.test`` with ``.query`` sidecars).
-        fold: MQ2008 fold 1..5 (ignored for a folder).
+        data: ``"mq2008"`` for the bundled set, or a folder holding ``train``/``vali``/``test``
+            files (``train.txt``, ``.txt.gz``, ``.bz2``; LightGBM's ``rank.train``/``rank.test``
+            with ``.query`` sidecars), or a LETOR root whose ``Fold1``..``FoldN`` subfolders
+            hold such files.
+        fold: the fold: 1..5 for MQ2008, 1..N for a LETOR root; has to be 1 for a plain folder.
         max_docs: upper bound on ``Q * L`` of a padded batch (queries are never split).
-        seed: seeds the per-epoch shuffling of training batches.
+        seed: seeds the per-epoch shuffling of training batches and the ``val_fraction`` split.
+        val_fraction: when the data has no validation file (LightGBM's example has only
+            ``rank.train`` and ``rank.test``), hold out this fraction of the training queries
+            (whole queries, drawn from ``seed``) as the validation set; 0 (the default) leaves
+            such data without one. A validation file, when there is one, is always used and
+            this is ignored.
+
+    Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):
+    disjoint, every query once, and for training the same number of batches on every rank.
+    The rank and world size come from the trainer when one is attached, else from
+    ``torch.distributed`` when it is initialised.
     """
 
-    def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0):
+    def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0,
+                 val_fraction: float = 0.0):
         super().__init__()
+        check_int(fold, "fold")
+        check_int(max_docs, "max_docs")
+        check_number(val_fraction, "val_fraction", low=0, high=1, high_open=True)
         self.save_hyperparameters()
         self.train_set: RankingDataset | None = None
         self.val_set: RankingDataset | None = None
@@ -96,32 +232,37 @@ class RankingDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if any(d is not None for d in (self.train_set, self.val_set, self.test_set)):
             return
-        data = self.hparams.data
-        if data == "mq2008":
+        h = self.hparams
+        if h.data == "mq2008":
             from rankkit.data.bundled import load_mq2008
 
-            self.train_set, self.val_set, self.test_set = load_mq2008(self.hparams.fold)
+            self.train_set, self.val_set, self.test_set = load_mq2008(h.fold)
             return
-        if not os.path.isdir(data):
-            raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {data!r}")
-        train = _find_split(data, ("train.txt", "train", "rank.train"))
+        if not os.path.isdir(h.data):
+            raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {h.data!r}")
+        folder = _fold_folder(h.data, h.fold)
+        train = _find_split(folder, ("train.txt", "train", "rank.train"))
         if train is None:
-            raise ValueError(f"{data}: no train file (train.txt[.gz] or rank.train)")
-        self.train_set = read_svmlight(train)
-        f = self.train_set.n_features
-        val = _find_split(data, ("vali.txt", "valid.txt", "val.txt", "vali", "rank.vali"))
-        test = _find_split(data, ("test.txt", "test", "rank.test"))
-        self.val_set = read_svmlight(val, n_features=f) if val else None
+            raise ValueError(f"{folder}: no train file (train.txt[.gz] or rank.train)")
+        train_set = read_svmlight(train)
+        f = train_set.n_features
+        val = _find_split(folder, ("vali.txt", "valid.txt", "val.txt", "vali", "rank.vali"))
+        test = _find_split(folder, ("test.txt", "test", "rank.test"))
+        val_set = read_svmlight(val, n_features=f) if val else None
+        if val_set is None and h.val_fraction > 0:
+            train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed)
+        self.train_set, self.val_set = train_set, val_set
         self.test_set = read_svmlight(test, n_features=f) if test else None
 
-    def _loader(self, ds: RankingDataset | None, shuffle: bool) -> DataLoader:
+    def _loader(self, ds: RankingDataset | None, *, train: bool) -> DataLoader:
         if ds is None:
             raise ValueError("this datamodule has no such split")
-        epoch_fn = None
-        if shuffle:
-            epoch_fn = lambda: (self.trainer.current_epoch if self.trainer is not None else 0)  # noqa: E731
-        return DataLoader(QueryBatches(ds, self.hparams.max_docs, shuffle=shuffle, seed=self.hparams.seed,
-                                       epoch_fn=epoch_fn), batch_size=None)
+        rank, world = _rank_and_world(self.trainer)
+        trainer = self.trainer
+        epoch_fn = None if trainer is None else (lambda: trainer.current_epoch)
+        sampler = QueryBatchSampler(ds, self.hparams.max_docs, shuffle=train, seed=self.hparams.seed,
+                                    num_replicas=world, rank=rank, even=train, epoch_fn=epoch_fn)
+        return DataLoader(_PaddedQueries(ds), sampler=sampler, batch_size=None)
 
     def train_dataloader(self) -> DataLoader:
         module = self.trainer.lightning_module if self.trainer is not None else None
@@ -131,16 +272,16 @@ class RankingDataModule(pl.LightningDataModule):
             if self.train_set is None:
                 raise ValueError("this datamodule has no training set")
             return DataLoader(_WholeDataset(self.train_set), batch_size=None)
-        return self._loader(self.train_set, True)
+        return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, False)
+        return self._loader(self.val_set, train=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, False)
+        return self._loader(self.test_set, train=False)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, False)
+        return self._loader(self.test_set, train=False)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         if isinstance(batch, PaddedBatch):
