@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from rankkit.data import make_synthetic, pad
+from rankkit.data import PaddedBatch, RankingDataset, concat, make_synthetic, pad
 from rankkit.data.clicks import (
     CascadeModel,
     PositionBasedModel,
@@ -251,6 +251,45 @@ def test_kernel_pair_weights_match_explicit_loss():
                                             pair_weights=(upper, lower), return_loss=True)
     assert torch.allclose(kernel_loss, loss.detach(), rtol=1e-9)
     assert torch.allclose(grad, scores.grad, rtol=1e-9, atol=1e-12)
+
+
+# -- positions as data ---------------------------------------------------------------------------
+def test_positions_travel_with_the_dataset(graded, tmp_path):
+    log = simulate_clicks(graded, torch.zeros(graded.n_docs), sessions_per_query=2, k=4, seed=0)
+    sessions = log.sessions
+    starts = sessions.offsets[:-1].repeat_interleave(sessions.sizes)
+    assert torch.equal(sessions.position, torch.arange(sessions.n_docs) - starts)  # displayed order
+    picked = torch.tensor([5, 0, 3])
+    sub = sessions.subset(picked)
+    assert torch.equal(sub.position, torch.cat([sessions.position[sessions.offsets[q]:sessions.offsets[q + 1]]
+                                                for q in picked.tolist()]))
+    batch = sessions.padded(picked)
+    assert batch.position.dtype == torch.int64
+    assert torch.equal(batch.position[batch.mask], sub.position)
+    assert not batch.position[~batch.mask].any()  # zero on padding
+    sessions.save(tmp_path / "log.npz")
+    assert torch.equal(RankingDataset.load(tmp_path / "log.npz").position, sessions.position)
+    both = concat([sub, sub])
+    assert torch.equal(both.position, torch.cat([sub.position, sub.position]))
+    assert concat([sub, graded.subset([0])]).position is None  # kept only when every part has them
+    assert graded.padded([0]).position is None
+
+
+def test_padded_batch_without_positions():
+    features, labels, mask = torch.zeros(1, 2, 3), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool)
+    batch = PaddedBatch(features, labels, mask).to("cpu")
+    assert batch.query_index is None and batch.position is None
+    assert torch.equal(batch.features, features)
+
+
+def test_bad_positions():
+    args = (torch.zeros(3, 1), torch.zeros(3), [0, 3], [0])
+    with pytest.raises(ValueError, match=r"`position` has to be a non-negative integer, got -2 at \[1\]"):
+        RankingDataset(*args, position=torch.tensor([0, -2, 1]))
+    with pytest.raises(ValueError, match=r"`position` has to be a int tensor of shape \(3,\)"):
+        RankingDataset(*args, position=torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"`position` has to be a int tensor of shape \(3,\)"):
+        RankingDataset(*args, position=torch.tensor([0, 1]))
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ Two click models decide what is examined (r is the 0-based displayed rank):
   most one click). So P(click at r) = ρ(y_r) Π_{r' < r} (1 − stop · ρ(y_r')).
 
 The output is a :class:`ClickLog`, a :class:`RankingDataset` whose "queries" are sessions
-(features of the shown documents in displayed order, labels = clicks 0/1) plus each row's
-displayed ``position``, the session → query map and the shown document's index in the source
+(features of the shown documents in displayed order, labels = clicks 0/1, ``position`` each
+row's displayed rank, so that its padded batches carry it to the unbiased rankers), the session → query map and the shown document's index in the source
 dataset. A session is a query for every rankkit model, for LightGBM (``group`` = session
 sizes, ``position`` = the positions) and for :class:`rankkit.unbiased.PropensityEstimator`.
 :meth:`ClickLog.aggregate` gives the compact alternative: counts per (document, position).
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from rankkit._checks import check_bool, check_int, check_number, check_tensors, describe
-from rankkit.data.dataset import PaddedBatch, RankingDataset, pad, padded_layout
+from rankkit.data.dataset import PaddedBatch, RankingDataset, pad
 
 __all__ = [
     "CascadeModel",
@@ -185,15 +185,14 @@ class ClickLog:
     Attributes:
         sessions: a :class:`RankingDataset` with one "query" per session, its rows the shown
             documents in displayed order: features [N, F] copied from the source, labels [N]
-            the clicks (0.0 / 1.0), qids [S] the session numbers 0..S-1.
-        position: [N] long, each row's 0-based displayed rank.
+            the clicks (0.0 / 1.0), qids [S] the session numbers 0..S-1, position [N] long
+            each row's 0-based displayed rank.
         session_query: [S] long, each session's query index in the source dataset.
         doc_index: [N] long, each row's document index in the source dataset (so the true
             label of a row is ``source.labels[doc_index]``).
     """
 
     sessions: RankingDataset
-    position: torch.Tensor
     session_query: torch.Tensor
     doc_index: torch.Tensor
     model: ClickModel | None = field(default=None, repr=False)
@@ -203,19 +202,20 @@ class ClickLog:
         return self.sessions.n_queries
 
     @property
+    def position(self) -> torch.Tensor:
+        """[N] long, each row's 0-based displayed rank (the sessions' ``position``)."""
+        return self.sessions.position
+
+    @property
     def clicks(self) -> torch.Tensor:
         """[N] float clicks (the sessions' labels)."""
         return self.sessions.labels
 
     def padded(self, sessions=None) -> tuple[PaddedBatch, torch.Tensor]:
-        """The given sessions (all by default) padded, plus their positions [S, K] (long, 0 on padding)."""
+        """The given sessions (all by default) padded, plus their positions [S, K] (long, 0 on
+        padding; the same tensor as the batch's ``position``)."""
         batch = self.sessions.padded(sessions)
-        q = batch.query_index
-        sizes = self.sessions.sizes[q]
-        rows, cols = padded_layout(sizes)
-        rows_flat = self.sessions.offsets[q][rows] + cols
-        positions, _ = pad(self.position[rows_flat], sizes, length=batch.mask.shape[1])
-        return batch, positions
+        return batch, batch.position
 
     def click_rate_by_position(self, k: int | None = None) -> torch.Tensor:
         """Empirical click-through rate of each displayed position, shape [k] float64."""
@@ -322,8 +322,8 @@ def simulate_clicks(dataset: RankingDataset, scores, *, model: ClickModel | None
     position = torch.arange(width).expand_as(real)[real]
     sessions = RankingDataset(dataset.features[doc_index], clicks[real].float(),
                               torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(sizes, 0)]),
-                              torch.arange(len(sizes)), None, f"clicks({dataset.source})")
-    return ClickLog(sessions, position, session_query, doc_index, model)
+                              torch.arange(len(sizes)), None, f"clicks({dataset.source})", position)
+    return ClickLog(sessions, session_query, doc_index, model)
 
 
 def production_ranker(train: RankingDataset, *, fraction: float = 0.01, seed: int = 0,

@@ -24,16 +24,20 @@ class PaddedBatch(NamedTuple):
         features: [Q, L, F] float32, zero on padding.
         labels: [Q, L] float32, zero on padding.
         mask: [Q, L] bool, True on real documents.
-        query_index: [Q] long, each row's query index in the source dataset.
+        query_index: [Q] long, each row's query index in the source dataset (None when the
+            batch was built by hand).
+        position: [Q, L] long, each document's 0-based displayed rank (click logs), zero on
+            padding; None when the dataset has no positions.
     """
 
     features: torch.Tensor
     labels: torch.Tensor
     mask: torch.Tensor
-    query_index: torch.Tensor
+    query_index: torch.Tensor | None = None
+    position: torch.Tensor | None = None
 
     def to(self, device) -> "PaddedBatch":
-        return PaddedBatch(*(t.to(device) for t in self))
+        return PaddedBatch(*(None if t is None else t.to(device) for t in self))
 
 
 def padded_layout(sizes: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,6 +88,9 @@ class RankingDataset:
         qids: [Q] int64, the original query ids.
         comments: optional list of N strings (the text after ``#`` on each line).
         source: where the data came from (a path or a name), used in error messages.
+        position: optional [N] int64, each document's 0-based displayed rank in a click log
+            (non-negative integers); carried by :meth:`subset`, :meth:`padded`, :meth:`save`
+            and :func:`concat`, and read by the unbiased rankers.
 
     Everything is checked at construction (``ValueError`` naming the argument and the first bad
     position). The tensors stay on the device of ``features`` (labels, offsets and qids follow
@@ -102,6 +109,7 @@ class RankingDataset:
     qids: torch.Tensor
     comments: list[str] | None = None
     source: str = "<memory>"
+    position: torch.Tensor | None = None
 
     def __post_init__(self):
         features = _as_tensor(self.features, "features")
@@ -120,10 +128,15 @@ class RankingDataset:
             raise ValueError(f"`qids` has to hold one id per query ({len(offsets) - 1}), got {len(qids)}")
         if self.comments is not None and len(self.comments) != n:
             raise ValueError(f"`comments` has to hold one string per document ({n}), got {len(self.comments)}")
+        position = None
+        if self.position is not None:
+            position = to_device(check_tensor(_as_tensor(self.position, "position"), "position", shape=(n,),
+                                              kind="int"), device)
         self.features = features.to(torch.float32)
         self.labels = labels.to(torch.float32)
         self.offsets = offsets.to(torch.int64)
         self.qids = qids.to(torch.int64)
+        self.position = None if position is None else position.to(torch.int64)
         ends = torch.zeros_like(self.offsets, dtype=torch.bool)
         ends[0] = True
         ends[-1] = True
@@ -135,6 +148,7 @@ class RankingDataset:
             labels_condition(self.labels, None),
             ("offsets", self.offsets, ends & (self.offsets != target), f"0 first and N = {n} last"),
             ("offsets", self.offsets[1:], self.offsets.diff() < 0, "non-decreasing"),
+            *([("position", position, position < 0, "a non-negative integer")] if position is not None else []),
         )
 
     # -- sizes ---------------------------------------------------------------------------
@@ -195,12 +209,17 @@ class RankingDataset:
         rows, cols = padded_layout(sizes)
         docs = starts[rows] + cols
         comments = [self.comments[i] for i in docs.tolist()] if self.comments is not None else None
+        position = None if self.position is None else self.position[docs]
         return RankingDataset(self.features[docs], self.labels[docs], _offsets(sizes),
-                              self.qids[q], comments, self.source)
+                              self.qids[q], comments, self.source, position)
 
     # -- padding -------------------------------------------------------------------------
     def padded(self, queries: Sequence[int] | torch.Tensor | None = None) -> PaddedBatch:
-        """The given queries (all by default) as one padded batch of length max size."""
+        """The given queries (all by default) as one padded batch of length max size.
+
+        The batch's ``position`` is the documents' positions padded with 0 when the dataset has
+        them, else None.
+        """
         device = self.features.device
         q = (torch.arange(self.n_queries, device=device) if queries is None
              else torch.as_tensor(queries, dtype=torch.int64).reshape(-1).to(device))
@@ -214,7 +233,11 @@ class RankingDataset:
         feats[rows, cols] = self.features[docs]
         labels[rows, cols] = self.labels[docs]
         mask[rows, cols] = True
-        return PaddedBatch(feats, labels, mask, q)
+        position = None
+        if self.position is not None:
+            position = torch.zeros(len(q), length, dtype=torch.int64, device=device)
+            position[rows, cols] = self.position[docs]
+        return PaddedBatch(feats, labels, mask, q, position)
 
     def bucket_batches(self, max_docs: int = 4096, *, shuffle: bool = False,
                        generator: torch.Generator | None = None,
@@ -273,6 +296,9 @@ class RankingDataset:
                   "source": np.array(self.source)}
         if self.comments is not None:
             arrays["comments"] = np.array(self.comments, dtype=np.str_)
+        if self.position is not None:
+            arrays["position"] = self.position.cpu().numpy()
+
         def write(tmp: str) -> None:
             with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a name
                 np.savez(f, **arrays)
@@ -286,9 +312,10 @@ class RankingDataset:
         try:
             with np.load(path, allow_pickle=False) as z:
                 comments = z["comments"].tolist() if "comments" in z.files else None
+                position = torch.from_numpy(z["position"].copy()) if "position" in z.files else None
                 return cls(torch.from_numpy(z["features"].copy()), torch.from_numpy(z["labels"].copy()),
                            torch.from_numpy(z["offsets"].copy()), torch.from_numpy(z["qids"].copy()),
-                           comments, str(z["source"]) if "source" in z.files else path)
+                           comments, str(z["source"]) if "source" in z.files else path, position)
         except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError) as e:
             if isinstance(e, FileNotFoundError):
                 raise
@@ -315,7 +342,10 @@ def _label_key(v: float):
 
 
 def concat(datasets: Sequence[RankingDataset], source: str | None = None) -> RankingDataset:
-    """Concatenate datasets query-wise (all must have the same feature count)."""
+    """Concatenate datasets query-wise (all must have the same feature count).
+
+    Comments and positions are kept when every dataset has them, dropped otherwise.
+    """
     if not datasets:
         raise ValueError("`datasets` has to hold at least one dataset, got none")
     f = {d.n_features for d in datasets}
@@ -325,7 +355,10 @@ def concat(datasets: Sequence[RankingDataset], source: str | None = None) -> Ran
     comments = None
     if all(d.comments is not None for d in datasets):
         comments = [c for d in datasets for c in d.comments]
+    position = None
+    if all(d.position is not None for d in datasets):
+        position = torch.cat([d.position for d in datasets])
     return RankingDataset(torch.cat([d.features for d in datasets]), torch.cat([d.labels for d in datasets]),
                           _offsets(sizes),
                           torch.cat([d.qids for d in datasets]), comments,
-                          source or "+".join(d.source for d in datasets))
+                          source or "+".join(d.source for d in datasets), position)
