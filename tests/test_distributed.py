@@ -1,0 +1,235 @@
+"""Sharding of the query batches across ranks (issue 17) and what DDP reduces.
+
+In-process tests build each rank's :class:`QueryBatchSampler` with an explicit rank and world
+size. The two multi-process tests run 2 CPU processes on gloo in a subprocess: a plain
+``torch.distributed`` one under ``torchrun`` (the datamodule reads the rank from
+``torch.distributed``), and a Lightning ``Trainer(devices=2, strategy="ddp")`` one whose logged
+val NDCG@10 is checked against a single-process evaluation of the weights it ends with.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rankkit.data import make_synthetic
+from rankkit.data.datamodule import QueryBatchSampler, RankingDataModule
+from rankkit.metrics import ndcg, ranking_metrics
+from rankkit.neural import LambdaRank
+from rankkit.neural.scorer import FeaturePreprocessor
+
+# The data every multi-process script builds too (the scripts import nothing from this file).
+DATA = "make_synthetic(61, (2, 16), 5, seed=4)"
+
+
+def _run(args: list[str], timeout: float = 120) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+def _parts(dataset, world: int, *, max_docs: int, train: bool, epoch: int = 0, seed: int = 0):
+    """Every rank's batches for one epoch, as lists of query indices."""
+    parts = []
+    for rank in range(world):
+        sampler = QueryBatchSampler(dataset, max_docs, shuffle=train, seed=seed, num_replicas=world, rank=rank,
+                                    even=train)
+        sampler.set_epoch(epoch)
+        parts.append([b.tolist() for b in sampler])
+        assert len(parts[-1]) == len(sampler)
+    return parts
+
+
+# -- one process, every rank's sampler built by hand -------------------------------------------
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("n_queries,max_docs", [(61, 48), (61, 2000), (7, 64), (5, 1)])
+def test_training_parts_are_disjoint_cover_every_query_and_have_equal_counts(world, n_queries, max_docs):
+    ds = make_synthetic(n_queries, (2, 16), 3, seed=1)
+    parts = _parts(ds, world, max_docs=max_docs, train=True, epoch=2)
+    assert len({len(p) for p in parts}) == 1  # the same number of steps on every rank
+    seen = [q for p in parts for b in p for q in b]
+    assert sorted(set(seen)) == list(range(n_queries))
+    whole = ds.bucket_batches(max_docs)
+    if n_queries >= world * -(-len(whole) // world):
+        # enough queries to halve batches up to a multiple of the world size: nothing repeats
+        assert sorted(seen) == list(range(n_queries))
+    else:
+        # every batch is a single query: the first ones repeat, as DistributedSampler pads
+        assert all(len(b) == 1 for p in parts for b in p)
+        assert len(seen) == world * -(-n_queries // world)
+    sizes = ds.sizes
+    assert all(len(b) * int(sizes[b].max()) <= max(max_docs, int(sizes[b].max())) for p in parts for b in p)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("n_queries,max_docs", [(61, 48), (7, 64), (5, 1), (2, 64)])
+def test_evaluation_parts_count_every_query_exactly_once(world, n_queries, max_docs):
+    ds = make_synthetic(n_queries, (2, 16), 3, seed=1)
+    parts = _parts(ds, world, max_docs=max_docs, train=False)
+    seen = [q for p in parts for b in p for q in b]
+    assert sorted(seen) == list(range(n_queries))
+    # every rank runs at least one batch (an empty one when there are fewer queries than
+    # ranks), so every rank joins the metrics' all-reduce
+    assert all(len(p) >= 1 for p in parts)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_one_rank_is_the_single_process_plan_and_epochs_reshuffle():
+    ds = make_synthetic(61, (2, 16), 3, seed=1)
+    g = torch.Generator().manual_seed(5 * 100_003 + 3)
+    expected = [b.tolist() for b in ds.bucket_batches(48, shuffle=True, generator=g)]
+    assert _parts(ds, 1, max_docs=48, train=True, epoch=3, seed=5) == [expected]
+    assert _parts(ds, 2, max_docs=48, train=True, epoch=3, seed=5) == _parts(ds, 2, max_docs=48, train=True,
+                                                                           epoch=3, seed=5)
+    assert _parts(ds, 2, max_docs=48, train=True, epoch=3, seed=5) != _parts(ds, 2, max_docs=48, train=True,
+                                                                           epoch=4, seed=5)
+
+
+def test_datamodule_takes_rank_and_world_size_from_the_trainer():
+    class Trainer:  # what the datamodule reads of a Lightning trainer
+        global_rank, world_size, current_epoch, lightning_module = 1, 2, 0, None
+
+    ds = make_synthetic(61, (2, 16), 3, seed=1)
+    dm = RankingDataModule.from_datasets(ds, ds, max_docs=48)
+    dm.trainer = Trainer()
+    ours = [b.query_index.tolist() for b in dm.train_dataloader()]
+    assert ours == _parts(ds, 2, max_docs=48, train=True)[1]
+    assert [b.query_index.tolist() for b in dm.val_dataloader()] == _parts(ds, 2, max_docs=48, train=False)[1]
+
+
+# -- 2 processes, plain torch.distributed --------------------------------------------------------
+TORCHRUN_SCRIPT = f"""
+import json, sys
+import torch
+import torch.distributed as dist
+from rankkit.data import make_synthetic
+from rankkit.data.datamodule import RankingDataModule
+from rankkit.neural.scorer import FeaturePreprocessor
+
+dist.init_process_group("gloo")
+data = {DATA}
+dm = RankingDataModule.from_datasets(data.subset(range(45)), data.subset(range(45, 61)), max_docs=40, seed=7)
+loader = dm.train_dataloader()
+epochs = []
+for epoch in range(3):
+    loader.sampler.set_epoch(epoch)
+    epochs.append([b.query_index.tolist() for b in loader])
+val = [b.query_index.tolist() for b in dm.val_dataloader()]
+reduce = lambda t: (dist.all_reduce(t), t)[1]
+pre = FeaturePreprocessor(5).fit_stream(lambda: (b.features[b.mask] for b in loader), reduce=reduce)
+out = {{"rank": dist.get_rank(), "world": dist.get_world_size(), "len": len(loader), "epochs": epochs,
+       "val": val, "mean": pre.mean.tolist(), "std": pre.std.tolist()}}
+with open(f"{{sys.argv[1]}}/rank{{dist.get_rank()}}.json", "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_shard_the_queries(tmp_path):
+    script = tmp_path / "shard.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+          str(script), str(tmp_path)])
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["world"] == 2 for r in ranks)
+    for epoch in range(3):
+        a, b = ([q for batch in r["epochs"][epoch] for q in batch] for r in ranks)
+        assert len(ranks[0]["epochs"][epoch]) == len(ranks[1]["epochs"][epoch]) == ranks[0]["len"] == ranks[1]["len"]
+        assert not set(a) & set(b)  # disjoint
+        assert sorted(a + b) == list(range(45))  # together every training query, once
+        assert abs(len(a) - len(b)) < 45 // 2  # each rank has a share, not everything
+    assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1] != ranks[0]["epochs"][2]  # reshuffled per epoch
+    val = [q for r in ranks for batch in r["val"] for q in batch]
+    assert sorted(val) == list(range(16))
+    # the feature statistics reduced over the shards are those of the whole training set
+    data = make_synthetic(61, (2, 16), 5, seed=4)
+    whole = FeaturePreprocessor(5).fit(data.subset(range(45)).features)
+    for r in ranks:
+        torch.testing.assert_close(torch.tensor(r["mean"], dtype=whole.mean.dtype), whole.mean, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(torch.tensor(r["std"], dtype=whole.std.dtype), whole.std, rtol=1e-6, atol=1e-6)
+
+
+# -- 2 processes, Lightning DDP ------------------------------------------------------------------
+DDP_SCRIPT = f"""
+import sys
+import pytorch_lightning as pl
+import torch
+from rankkit.data import make_synthetic
+from rankkit.data.datamodule import RankingDataModule
+from rankkit.neural import LambdaRank
+
+
+class Seen(pl.Callback):
+    def __init__(self):
+        self.queries = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.queries.append(batch.query_index.tolist())
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    pl.seed_everything(0, verbose=False)
+    data = {DATA}
+    dm = RankingDataModule.from_datasets(data.subset(range(40)), data.subset(range(40, 61)),
+                                         data.subset([60]), max_docs=40, seed=3)
+    model = LambdaRank(n_features=5, hidden=[8], dropout=0.0, lr=1e-2)
+    seen = Seen()
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         log_every_n_steps=1, callbacks=[seen])
+    trainer.fit(model, datamodule=dm)
+    val = trainer.callback_metrics["val/ndcg@10"].item()
+    test = trainer.test(model, datamodule=dm, verbose=False)[0]["test/ndcg@10"]
+    torch.save({{"state": model.state_dict(), "val": val, "test": test, "steps": trainer.global_step,
+                "seen": seen.queries}}, f"{{out}}/rank{{trainer.global_rank}}.pt")
+"""
+
+
+@pytest.mark.slow
+def test_lightning_ddp_logs_the_single_process_val_ndcg_of_its_weights(tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    _run([sys.executable, str(script), str(tmp_path)])
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    # the same number of optimiser steps on both ranks, and DDP kept their weights equal
+    assert ranks[0]["steps"] == ranks[1]["steps"]
+    for name, value in ranks[0]["state"].items():
+        assert torch.equal(value, ranks[1]["state"][name]), name
+    # each rank trained on its own queries: disjoint, all 40 in each epoch (2 epochs)
+    per_epoch = len(ranks[0]["seen"]) // 2
+    for epoch in range(2):
+        a, b = ([q for batch in r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch] for q in batch] for r in ranks)
+        assert not set(a) & set(b) and sorted(a + b) == list(range(40))
+    # the preprocessing fitted from the two shards is the whole training set's
+    data = make_synthetic(61, (2, 16), 5, seed=4)
+    whole = FeaturePreprocessor(5).fit(data.subset(range(40)).features)
+    torch.testing.assert_close(ranks[0]["state"]["scorer.preprocess.mean"], whole.mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ranks[0]["state"]["scorer.preprocess.std"], whole.std, rtol=1e-6, atol=1e-6)
+
+    # Single process, the same final weights: the metric over the val loader (one rank, its own
+    # batching), and NDCG@10 over the whole val set padded as one batch.
+    model = LambdaRank(n_features=5, hidden=[8], dropout=0.0)
+    model.load_state_dict(ranks[0]["state"])
+    model.eval()
+    val = data.subset(range(40, 61))
+    metrics = ranking_metrics(prefix="val/")
+    with torch.no_grad():
+        for batch in RankingDataModule.from_datasets(None, val, max_docs=40).val_dataloader():
+            metrics.update(model(batch.features), batch.labels, batch.mask)
+        whole_batch = val.padded()
+        direct = ndcg(model(whole_batch.features), whole_batch.labels, mask=whole_batch.mask, k=10)
+        last = data.padded([60])
+        test = ndcg(model(last.features), last.labels, mask=last.mask, k=10)
+    single = metrics.compute()["val/ndcg@10"].item()
+    # equal up to the order of the float64 sum of the per-query values
+    assert ranks[0]["val"] == pytest.approx(single, rel=0, abs=1e-12)
+    assert ranks[0]["val"] == pytest.approx(direct.double().mean().item(), rel=0, abs=1e-6)
+    # the one-query test set: rank 1 ran one empty batch, and the query counted once
+    assert ranks[0]["test"] == pytest.approx(test.item(), rel=0, abs=1e-6)
