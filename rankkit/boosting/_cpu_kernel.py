@@ -51,37 +51,152 @@ _SOURCE = r"""
 #define PREFETCH(p) ((void) 0)
 #endif
 
-/* Adds the documents k0..k1-1 (code row offsets at[k], (grad, hess) pairs gh[2k], gh[2k+1])
-   to the cells acc [fb, 256, 3] of the features cols[0..fb-1] (cols NULL: f0..f0+fb-1), in
-   document order. lo..hi is the span of a row that the features cover (for prefetching). */
-static void accumulate(const uint8_t *restrict codes, const int64_t *restrict at,
-                              const double *restrict gh, int64_t k0, int64_t k1,
-                              const int64_t *restrict cols, int64_t f0, int64_t fb, int64_t lo,
-                              int64_t hi, double *restrict acc, const int with_count) {
-    for (int64_t k = k0; k < k1; ++k) {
-        if (k + 8 < k1) {  /* the rows of a deep node are sparse: fetch them early */
-            const uint8_t *ahead = codes + at[k + 8];
-            for (int64_t o = lo; o < hi; o += 64) PREFETCH(ahead + o);
-            PREFETCH(ahead + hi);
-        }
-        const uint8_t *restrict c = codes + at[k];
-        const double g = gh[2 * k], h = gh[2 * k + 1];
-        for (int64_t j = 0; j < fb; ++j) {  /* the compiler unswitches the invariant tests */
-            double *x = acc + 3 * (256 * j + (cols ? c[cols[j]] : c[f0 + j]));
-            x[0] += g; x[1] += h;
-            if (with_count) x[2] += 1.0;
-        }
-    }
+#ifdef _OPENMP
+#define THREAD_IDS(t, n_t) do { t = omp_get_thread_num(); n_t = omp_get_num_threads(); } while (0)
+#else
+#define THREAD_IDS(t, n_t) do { } while (0)
+#endif
+
+/* The histogram builder, written once for two cell types by a macro: VAL is the type of the
+   per-document (grad, hess) pair, ACC of the block's cells, OUT of the output histograms.
+   rankkit_histograms: double, double, double. rankkit_histograms_q (quantized gradients):
+   int32, int32, int64 -- 12 bytes a cell instead of 24, and integer sums, which are exact, so
+   the result does not depend on the order of the additions at all (the caller keeps every
+   slot's |sum| below 2^31: documents x the largest |quantized value|). */
+#define RANKKIT_HISTOGRAMS(NAME, VAL, ACC, OUT)                                                          \
+static void NAME##_accumulate(const uint8_t *restrict codes, const int64_t *restrict at,                 \
+                              const VAL *restrict gh, int64_t k0, int64_t k1,                            \
+                              const int64_t *restrict cols, int64_t f0, int64_t fb, int64_t lo,          \
+                              int64_t hi, ACC *restrict acc, const int with_count) {                     \
+    for (int64_t k = k0; k < k1; ++k) {                                                                  \
+        if (k + 8 < k1) {  /* the rows of a deep node are sparse: fetch them early */                    \
+            const uint8_t *ahead = codes + at[k + 8];                                                    \
+            for (int64_t o = lo; o < hi; o += 64) PREFETCH(ahead + o);                                   \
+            PREFETCH(ahead + hi);                                                                        \
+        }                                                                                                \
+        const uint8_t *restrict c = codes + at[k];                                                       \
+        const VAL g = gh[2 * k], h = gh[2 * k + 1];                                                      \
+        for (int64_t j = 0; j < fb; ++j) {  /* the compiler unswitches the invariant tests */            \
+            ACC *x = acc + 3 * (256 * j + (cols ? c[cols[j]] : c[f0 + j]));                             \
+            x[0] += g; x[1] += h;                                                                        \
+            if (with_count) x[2] += 1;                                                                   \
+        }                                                                                                \
+    }                                                                                                    \
+}                                                                                                        \
+                                                                                                         \
+int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,                    \
+         int64_t n, const int64_t *restrict features, int64_t n_feat,                                    \
+         const int64_t *restrict node, const int64_t *restrict slot, int64_t n_slots,                    \
+         const VAL *restrict grad, const VAL *restrict hess,                                             \
+         const OUT *restrict parent, const int64_t *restrict dest, int64_t n_out,                        \
+         OUT *restrict out, int n_threads, int64_t n_blocks, int with_count) {                           \
+    if (n_feat <= 0 || n_slots <= 0) return 0;                                                           \
+    if (n_threads < 1) n_threads = 1;                                                                    \
+    if (n_blocks < 1) n_blocks = 1;                                                                      \
+    if (n_blocks > n_feat) n_blocks = n_feat;                                                            \
+    const int64_t plane = n_feat * n_out * 256, pplane = n_feat * n_slots * 256;                         \
+    int64_t *start = (int64_t *) malloc(sizeof(int64_t) * (size_t) (n_slots + 1));                      \
+    int64_t *count = (int64_t *) calloc((size_t) (n_threads * n_slots), sizeof(int64_t));               \
+    int64_t *at = (int64_t *) malloc(sizeof(int64_t) * (size_t) (n > 0 ? n : 1));                       \
+    VAL *gh = (VAL *) malloc(sizeof(VAL) * 2 * (size_t) (n > 0 ? n : 1));                               \
+    if (!start || !count || !at || !gh) { free(start); free(count); free(at); free(gh); return -1; }     \
+    /* The bucketing, in parallel: each thread counts then places a fixed range of documents. */         \
+    _Pragma("omp parallel num_threads(n_threads)")                                                       \
+    {                                                                                                    \
+        int t = 0, n_t = 1;                                                                              \
+        THREAD_IDS(t, n_t);                                                                              \
+        const int64_t i0 = n * t / n_t, i1 = n * (t + 1) / n_t;                                          \
+        int64_t *mine = count + (int64_t) t * n_slots;                                                   \
+        for (int64_t i = i0; i < i1; ++i) {                                                              \
+            const int64_t s = slot ? slot[node[i]] : node[i];                                            \
+            if (s >= 0) ++mine[s];                                                                       \
+        }                                                                                                \
+        _Pragma("omp barrier")                                                                           \
+        _Pragma("omp single")                                                                            \
+        {                                                                                                \
+            int64_t pos = 0;                                                                             \
+            for (int64_t s = 0; s < n_slots; ++s) {                                                      \
+                start[s] = pos;                                                                          \
+                for (int u = 0; u < n_t; ++u) {                                                          \
+                    const int64_t c = count[(int64_t) u * n_slots + s];                                  \
+                    count[(int64_t) u * n_slots + s] = pos;                                              \
+                    pos += c;                                                                            \
+                }                                                                                        \
+            }                                                                                            \
+            start[n_slots] = pos;                                                                        \
+        }                                                                                                \
+        for (int64_t i = i0; i < i1; ++i) {                                                              \
+            const int64_t s = slot ? slot[node[i]] : node[i];                                            \
+            if (s >= 0) {                                                                                \
+                const int64_t k = mine[s]++;                                                             \
+                at[k] = (rows ? rows[i] : i) * n_cols;                                                   \
+                gh[2 * k] = grad[i];                                                                     \
+                gh[2 * k + 1] = hess[i];                                                                 \
+            }                                                                                            \
+        }                                                                                                \
+    }                                                                                                    \
+    const int64_t fb_max = (n_feat + n_blocks - 1) / n_blocks;                                           \
+    int failed = 0;                                                                                      \
+    _Pragma("omp parallel num_threads(n_threads)")                                                       \
+    {                                                                                                    \
+        /* The block's cells: (grad, hess, count) side by side, [fb, 256, 3]. */                         \
+        ACC *acc = (ACC *) malloc(sizeof(ACC) * 3 * 256 * (size_t) fb_max);                              \
+        int64_t *col = (int64_t *) malloc(sizeof(int64_t) * (size_t) fb_max);                            \
+        if (!acc || !col) {                                                                              \
+            _Pragma("omp atomic write")                                                                  \
+            failed = 1;                                                                                  \
+        }                                                                                                \
+        _Pragma("omp for schedule(static)")                                                              \
+        for (int64_t blk = 0; blk < n_blocks; ++blk) {                                                   \
+            const int64_t f0 = n_feat * blk / n_blocks, fb = n_feat * (blk + 1) / n_blocks - f0;         \
+            if (!acc || !col || fb <= 0) continue;                                                       \
+            for (int64_t j = 0; j < fb; ++j) col[j] = features ? features[f0 + j] : f0 + j;              \
+            int64_t lo = col[0], hi = col[0];                                                            \
+            for (int64_t j = 1; j < fb; ++j) {                                                           \
+                if (col[j] < lo) lo = col[j];                                                            \
+                if (col[j] > hi) hi = col[j];                                                            \
+            }                                                                                            \
+            for (int64_t s = 0; s < n_slots; ++s) {                                                      \
+                memset(acc, 0, sizeof(ACC) * 3 * 256 * (size_t) fb);                                     \
+                NAME##_accumulate(codes, at, gh, start[s], start[s + 1], features ? col : NULL, f0, fb,  \
+                                  lo, hi, acc, with_count);                                              \
+                const int64_t d = dest ? dest[s] : s;                                                    \
+                for (int64_t j = 0; j < fb; ++j) {                                                       \
+                    const ACC *a = acc + 3 * 256 * j;                                                    \
+                    OUT *G = out + ((f0 + j) * n_out + d) * 256, *H = G + plane, *C = H + plane;         \
+                    for (int64_t b = 0; b < 256; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }          \
+                    if (with_count) for (int64_t b = 0; b < 256; ++b) C[b] = a[3 * b + 2];               \
+                    if (parent) {                                                                        \
+                        const OUT *PG = parent + ((f0 + j) * n_slots + s) * 256, *PH = PG + pplane,      \
+                                  *PC = PH + pplane;                                                     \
+                        G = out + ((f0 + j) * n_out + dest[n_slots + s]) * 256; H = G + plane;           \
+                        C = H + plane;                                                                   \
+                        for (int64_t b = 0; b < 256; ++b) {                                              \
+                            G[b] = PG[b] - a[3 * b]; H[b] = PH[b] - a[3 * b + 1];                        \
+                            C[b] = PC[b] - a[3 * b + 2];                                                 \
+                        }                                                                                \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        free(acc);                                                                                       \
+        free(col);                                                                                       \
+    }                                                                                                    \
+    free(start);                                                                                         \
+    free(count);                                                                                         \
+    free(at);                                                                                            \
+    free(gh);                                                                                            \
+    return failed ? -1 : 0;                                                                              \
 }
 
 /* Histograms of (grad, hess, 1) per (feature, slot, code).
    codes [N_all, n_cols] uint8, one row per document; rows [n] int64, the rows of codes of the
    n documents (NULL: 0..n-1); features [n_feat] int64, the columns of codes (NULL: 0..n_feat-1);
    node [n] int64; slot [n_nodes] int64, the slot (0..n_slots-1) of each node's documents or -1
-   to skip them (NULL: slot = node, all nodes < n_slots); grad, hess [n] double.
-   out [3, n_feat, n_out, 256] double gets slot s's sums at out slot s (dest NULL, n_out =
-   n_slots), or at dest[s] and, with parent [3, n_feat, n_slots, 256], parent[s] - sums at
-   dest[n_slots + s] (the subtraction trick's sibling).
+   to skip them (NULL: slot = node, all nodes < n_slots); grad, hess [n].
+   out [3, n_feat, n_out, 256] gets slot s's sums at out slot s (dest NULL, n_out = n_slots), or
+   at dest[s] and, with parent [3, n_feat, n_slots, 256], parent[s] - sums at dest[n_slots + s]
+   (the subtraction trick's sibling).
    The documents are bucketed by slot (a stable counting sort: document order within a slot)
    with their code row, grad and hess copied in that order; the features are cut into n_blocks
    blocks shared out between the threads, and for each block and slot one thread walks the
@@ -90,111 +205,8 @@ static void accumulate(const uint8_t *restrict codes, const int64_t *restrict at
    result does not depend on the number of threads or blocks. Returns 0, or -1 when out of
    memory. with_count 0: the count channel of out is left as it is (the caller knows the counts,
    e.g. those of the root, which do not change between trees). */
-int rankkit_histograms(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,
-                       int64_t n, const int64_t *restrict features, int64_t n_feat,
-                       const int64_t *restrict node, const int64_t *restrict slot, int64_t n_slots,
-                       const double *restrict grad, const double *restrict hess,
-                       const double *restrict parent, const int64_t *restrict dest, int64_t n_out,
-                       double *restrict out, int n_threads, int64_t n_blocks, int with_count) {
-    if (n_feat <= 0 || n_slots <= 0) return 0;
-    if (n_threads < 1) n_threads = 1;
-    if (n_blocks < 1) n_blocks = 1;
-    if (n_blocks > n_feat) n_blocks = n_feat;
-    const int64_t plane = n_feat * n_out * 256, pplane = n_feat * n_slots * 256;
-    int64_t *start = (int64_t *) malloc(sizeof(int64_t) * (size_t) (n_slots + 1));
-    int64_t *count = (int64_t *) calloc((size_t) (n_threads * n_slots), sizeof(int64_t));
-    int64_t *at = (int64_t *) malloc(sizeof(int64_t) * (size_t) (n > 0 ? n : 1));
-    double *gh = (double *) malloc(sizeof(double) * 2 * (size_t) (n > 0 ? n : 1));
-    if (!start || !count || !at || !gh) { free(start); free(count); free(at); free(gh); return -1; }
-    /* The bucketing, in parallel: each thread counts then places a fixed range of documents. */
-    #pragma omp parallel num_threads(n_threads)
-    {
-        int t = 0, n_t = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        n_t = omp_get_num_threads();
-#endif
-        const int64_t i0 = n * t / n_t, i1 = n * (t + 1) / n_t;
-        int64_t *mine = count + (int64_t) t * n_slots;
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t s = slot ? slot[node[i]] : node[i];
-            if (s >= 0) ++mine[s];
-        }
-        #pragma omp barrier
-        #pragma omp single
-        {
-            int64_t pos = 0;
-            for (int64_t s = 0; s < n_slots; ++s) {
-                start[s] = pos;
-                for (int u = 0; u < n_t; ++u) {
-                    const int64_t c = count[(int64_t) u * n_slots + s];
-                    count[(int64_t) u * n_slots + s] = pos;
-                    pos += c;
-                }
-            }
-            start[n_slots] = pos;
-        }
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t s = slot ? slot[node[i]] : node[i];
-            if (s >= 0) {
-                const int64_t k = mine[s]++;
-                at[k] = (rows ? rows[i] : i) * n_cols;
-                gh[2 * k] = grad[i];
-                gh[2 * k + 1] = hess[i];
-            }
-        }
-    }
-    const int64_t fb_max = (n_feat + n_blocks - 1) / n_blocks;
-    int failed = 0;
-    #pragma omp parallel num_threads(n_threads)
-    {
-        /* The block's cells: (grad, hess, count) side by side, [fb, 256, 3]. */
-        double *acc = (double *) malloc(sizeof(double) * 3 * 256 * (size_t) fb_max);
-        int64_t *col = (int64_t *) malloc(sizeof(int64_t) * (size_t) fb_max);
-        if (!acc || !col) {
-            #pragma omp atomic write
-            failed = 1;
-        }
-        #pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < n_blocks; ++blk) {
-            const int64_t f0 = n_feat * blk / n_blocks, fb = n_feat * (blk + 1) / n_blocks - f0;
-            if (!acc || !col || fb <= 0) continue;
-            for (int64_t j = 0; j < fb; ++j) col[j] = features ? features[f0 + j] : f0 + j;
-            int64_t lo = col[0], hi = col[0];
-            for (int64_t j = 1; j < fb; ++j) {
-                if (col[j] < lo) lo = col[j];
-                if (col[j] > hi) hi = col[j];
-            }
-            for (int64_t s = 0; s < n_slots; ++s) {
-                memset(acc, 0, sizeof(double) * 3 * 256 * (size_t) fb);
-                accumulate(codes, at, gh, start[s], start[s + 1], features ? col : NULL, f0, fb, lo, hi, acc,
-                           with_count);
-                const int64_t d = dest ? dest[s] : s;
-                for (int64_t j = 0; j < fb; ++j) {
-                    const double *a = acc + 3 * 256 * j;
-                    double *G = out + ((f0 + j) * n_out + d) * 256, *H = G + plane, *C = H + plane;
-                    for (int64_t b = 0; b < 256; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }
-                    if (with_count) for (int64_t b = 0; b < 256; ++b) C[b] = a[3 * b + 2];
-                    if (parent) {
-                        const double *PG = parent + ((f0 + j) * n_slots + s) * 256, *PH = PG + pplane,
-                                     *PC = PH + pplane;
-                        G = out + ((f0 + j) * n_out + dest[n_slots + s]) * 256; H = G + plane; C = H + plane;
-                        for (int64_t b = 0; b < 256; ++b) {
-                            G[b] = PG[b] - a[3 * b]; H[b] = PH[b] - a[3 * b + 1]; C[b] = PC[b] - a[3 * b + 2];
-                        }
-                    }
-                }
-            }
-        }
-        free(acc);
-        free(col);
-    }
-    free(start);
-    free(count);
-    free(at);
-    free(gh);
-    return failed ? -1 : 0;
-}
+RANKKIT_HISTOGRAMS(rankkit_histograms, double, double, double)
+RANKKIT_HISTOGRAMS(rankkit_histograms_q, int32_t, int32_t, int64_t)
 
 /* The gain of every (feature, threshold c) split of one level, as tree.split_scores: with the
    left child the codes <= c of each node (prefix sums over the codes, in code order) and the
@@ -211,20 +223,24 @@ void rankkit_split_scores(const double *restrict hist, int64_t n_feat, int64_t n
         double sum[256];
         uint8_t bad[256];
         for (int b = 0; b < 256; ++b) { sum[b] = 0.0; bad[b] = 0; }
+        double gl[256], hl[256], nl[256];
         for (int64_t k = 0; k < n_nodes; ++k) {
             const double *G = hist + (f * n_nodes + k) * 256, *H = G + plane, *C = H + plane;
             double tg = 0.0, th = 0.0, tc = 0.0;
-            for (int b = 0; b < 256; ++b) { tg += G[b]; th += H[b]; tc += C[b]; }
-            double gl = 0.0, hl = 0.0, nl = 0.0;
-            for (int b = 0; b < 256; ++b) {
-                gl += G[b]; hl += H[b]; nl += C[b];
-                const double gr = tg - gl, hr = th - hl, nr = tc - nl;
-                double dl = hl + l2, dr = hr + l2;
-                if (dl < tiny) dl = tiny;
-                if (dr < tiny) dr = tiny;
-                sum[b] += gl * gl / dl + gr * gr / dr;
-                if ((nl > 0 && nl < min_data) || (nr > 0 && nr < min_data)) bad[b] = 1;
-                if (min_hess > 0 && ((nl > 0 && hl < min_hess) || (nr > 0 && hr < min_hess))) bad[b] = 1;
+            for (int b = 0; b < 256; ++b) {  /* the prefix sums: sequential */
+                tg += G[b]; th += H[b]; tc += C[b];
+                gl[b] = tg; hl[b] = th; nl[b] = tc;
+            }
+            if (tc == 0.0) continue;  /* an empty node adds 0 to every score and blocks nothing */
+            for (int b = 0; b < 256; ++b) {  /* the scores: independent per code (vectorised) */
+                const double gr = tg - gl[b], hr = th - hl[b], nr = tc - nl[b];
+                double dl = hl[b] + l2, dr = hr + l2;
+                dl = dl < tiny ? tiny : dl;
+                dr = dr < tiny ? tiny : dr;
+                sum[b] += gl[b] * gl[b] / dl + gr * gr / dr;
+                const int small = (nl[b] > 0 && nl[b] < min_data) | (nr > 0 && nr < min_data);
+                const int light = min_hess > 0 && ((nl[b] > 0 && hl[b] < min_hess) | (nr > 0 && hr < min_hess));
+                bad[b] |= (uint8_t) (small | light);
             }
         }
         double *out = gains + f * 256;
@@ -279,6 +295,8 @@ def _build() -> ctypes.CDLL:
     p, i64, cint = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     dll.rankkit_histograms.argtypes = [p, i64, p, i64, p, i64, p, p, i64, p, p, p, p, i64, p, cint, i64, cint]
     dll.rankkit_histograms.restype = cint
+    dll.rankkit_histograms_q.argtypes = dll.rankkit_histograms.argtypes
+    dll.rankkit_histograms_q.restype = cint
     dll.rankkit_route.argtypes = [p, i64, p, i64, p, p, p, i64, p, cint]
     dll.rankkit_route.restype = None
     dbl = ctypes.c_double
@@ -340,16 +358,19 @@ def cpu_histograms(codes: torch.Tensor, rows: torch.Tensor | None, features: tor
                    node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_nodes: int,
                    slot: torch.Tensor | None = None, n_slots: int | None = None, *,
                    counts: torch.Tensor | None = None) -> torch.Tensor:
-    """[3, F, S, 256] float64 histograms (ΣG, ΣH, count) of the documents ``rows``.
+    """[3, F, S, 256] float64 (int64 for int32 grad/hess) histograms (ΣG, ΣH, count) of the
+    documents ``rows``.
 
     Args:
         codes: [N_all, F_all] uint8, contiguous, one row per document.
         rows: [n] int64, the documents (rows of ``codes``); None: all N_all, in order.
         features: [F] int64, the columns of ``codes`` to histogram; None: all F_all.
-        node: [n] int64 in 0..n_nodes-1; grad, hess: [n] float64.
+        node: [n] int64 in 0..n_nodes-1; grad, hess: [n] float64, or int32 quantized
+            gradients (then the histograms are int64 and exact; the caller keeps each slot's
+            |sum| below 2^31).
         slot: [n_nodes] int64, the output slot (0..n_slots-1) of each node's documents, or -1
             to leave them out; None: slot = node (S = n_nodes).
-        counts: [F, S, 256] float64, the count channel when the caller already knows it (then
+        counts: [F, S, 256], the count channel when the caller already knows it (then
             the kernel adds only grad and hess, about 12% faster); None: counted.
     """
     if slot is None:
@@ -370,13 +391,13 @@ def cpu_children(codes: torch.Tensor, rows: torch.Tensor | None, features: torch
     Args:
         codes, rows, features, grad, hess: as for :func:`cpu_histograms`.
         node: [n] int64 in 0..2K-1, after the split.
-        parent: [3, F, K, 256] float64, the parents' histograms.
+        parent: [3, F, K, 256], the parents' histograms (float64, or int64 for int32 grad/hess).
         small_is_right: [K] bool.
     """
     k = parent.shape[2]
     slot, small, large = small_child_slots(small_is_right)
     dest = torch.cat([small, large])
-    return _histograms(codes, rows, features, node, grad, hess, slot, k, parent.double().contiguous(), dest, 2 * k)
+    return _histograms(codes, rows, features, node, grad, hess, slot, k, parent, dest, 2 * k)
 
 
 def _histograms(codes, rows, features, node, grad, hess, slot, n_slots, parent, dest, n_out,
@@ -389,16 +410,21 @@ def _histograms(codes, rows, features, node, grad, hess, slot, n_slots, parent, 
     n_feat = codes.shape[1] if feats is None else feats.shape[0]
     assert parent is None or (dest is not None and parent.shape == (3, n_feat, n_slots, 256))
     keep = [None if t is None else t.long().contiguous() for t in (slot, dest, rows, node)]
-    grad, hess = grad.double().contiguous(), hess.double().contiguous()
+    # Quantized gradients (int32) take the integer kernel: int32 cells, int64 histograms.
+    quantized = grad.dtype == torch.int32
+    value, hist = (torch.int32, torch.int64) if quantized else (torch.float64, torch.float64)
+    grad, hess = grad.to(value).contiguous(), hess.to(value).contiguous()
+    parent = None if parent is None else parent.to(hist).contiguous()
     threads = max(1, torch.get_num_threads())
     # Feature blocks: at most _MAX_BLOCK features each, a multiple of the threads (balanced).
     blocks = -(-n_feat // _MAX_BLOCK)  # ceil
     blocks = threads * -(-blocks // threads)
-    out = torch.empty(3, n_feat, n_out, 256, dtype=torch.float64)
+    out = torch.empty(3, n_feat, n_out, 256, dtype=hist)
     if counts is not None:
         assert parent is None and counts.shape == (n_feat, n_out, 256)
         out[2].copy_(counts)
-    status = _dll().rankkit_histograms(
+    kernel = _dll().rankkit_histograms_q if quantized else _dll().rankkit_histograms
+    status = kernel(
         codes.data_ptr(), codes.shape[1], _ptr(keep[2]), n, _ptr(feats), n_feat, keep[3].data_ptr(),
         _ptr(keep[0]), n_slots, grad.data_ptr(), hess.data_ptr(), _ptr(parent), _ptr(keep[1]), n_out,
         out.data_ptr(), threads, blocks, int(counts is None))

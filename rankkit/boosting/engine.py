@@ -60,6 +60,8 @@ class BoosterConfig:
     bagging_temperature: float = 0.0
     random_strength: float = 0.0
     exact_newton: bool = False
+    quantized_grad: bool = False
+    num_grad_quant_bins: int = 4
     max_bins: int = MAX_BINS
     eval_metric: str = "ndcg@10"
     early_stopping_rounds: int | None = None
@@ -94,6 +96,8 @@ class BoosterConfig:
         if self.exact_newton and self.objective == "pointwise":
             raise ValueError("`exact_newton` applies to the pairwise objectives; the pointwise "
                              "objective's Newton steps are exact already")
+        c.check_bool(self.quantized_grad, "quantized_grad")
+        c.check_int(self.num_grad_quant_bins, "num_grad_quant_bins", low=2, high=256)
         c.check_int(self.max_bins, "max_bins", low=3, high=MAX_BINS)
         make_metric(self.eval_metric)  # raises for a bad name
         c.check_int(self.early_stopping_rounds, "early_stopping_rounds", low=1, none=True)
@@ -103,10 +107,15 @@ class BoosterConfig:
 
     @property
     def tree(self) -> TreeParams:
-        return TreeParams(self.depth, self.learning_rate, self.l2, self.min_data_in_leaf, self.min_sum_hessian)
+        return TreeParams(self.depth, self.learning_rate, self.l2, self.min_data_in_leaf, self.min_sum_hessian,
+                          self.quantized_grad, self.num_grad_quant_bins)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+# Offsets the seed of the device generator from the host generator's.
+_DEVICE_STREAM = 1 << 40
 
 
 class _EvalSet:
@@ -169,6 +178,13 @@ class BoostingEngine:
         if init_scores is not None:
             self.scores = init_scores.to(self.device, torch.float64).clone()
         self.generator = torch.Generator().manual_seed(config.seed + 100_003 * start_round)
+        # Per-document and per-candidate draws (the quantization's rounding, the split noise)
+        # come from a generator on the device, so that nothing of that size crosses to it.
+        # Under the simulated CUDA device it is a CPU generator: the same draws as on the CPU; a
+        # real GPU draws its own (Philox) numbers, so those two options give other, equally
+        # seeded trees there.
+        self.device_generator = torch.Generator(device=self.device).manual_seed(
+            config.seed + 100_003 * start_round + _DEVICE_STREAM)
         self.n_rounds = start_round
         self.trees: list[Tree] = []
         self.eval_sets: list[_EvalSet] = []
@@ -203,7 +219,7 @@ class BoostingEngine:
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
         self.scores += tree.leaf_values[tree.leaf_index]
         self.trees.append(tree)
-        self._record(tree)
+        self._record(_tree_on_host(tree))
         for e in self.eval_sets:
             if len(self.used):
                 e.scores += tree.leaf_values[leaf_of(e.codes_t, tree.features, tree.codes)]
@@ -238,7 +254,7 @@ class BoostingEngine:
         return grow_round(self.grower, grad, hess, rows=rows, features=features, sizes=self.sizes,
                           generator=self.generator, bagging_temperature=c.bagging_temperature,
                           random_strength=c.random_strength, model_length=self.n_rounds * c.learning_rate,
-                          leaf_hessian=leaf_hessian)
+                          leaf_hessian=leaf_hessian, device_generator=self.device_generator)
 
     def _record(self, tree: Tree) -> None:
         """The tree in raw-feature terms (feature indices, float thresholds), and importances."""
@@ -306,22 +322,27 @@ def valid_codes(binner: QuantileBinner) -> torch.Tensor:
 def sample_round(generator: torch.Generator, sizes: torch.Tensor, n_features: int, subsample: float,
                  colsample: float, device: torch.device | str = "cpu"
                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """One round's row and feature samples (drawn on the CPU, returned on ``device``), None
-    for "all".
+    """One round's row and feature samples, None for "all".
 
     ``rows``: the documents of round(subsample · Q) queries drawn without replacement, in
     document order (a query is kept or dropped whole, so its pairs stay intact). ``features``:
-    round(colsample · F) of the ``n_features`` used features, sorted.
+    round(colsample · F) of the ``n_features`` used features, sorted. The draws are made on
+    the CPU (``generator``, sizes [Q] on the CPU), so every device draws the same; only the
+    per-query vectors (the kept queries, their sizes and first documents) are copied to
+    ``device``, and the rows are expanded there (no per-document copy, no sync).
     """
     rows = features = None
     if subsample < 1.0:
         n_q = len(sizes)
         queries = torch.randperm(n_q, generator=generator)[: max(1, round(subsample * n_q))].sort().values
         s = sizes[queries]
-        q_of = torch.repeat_interleave(torch.arange(len(queries)), s)
         first = sizes.cumsum(0) - sizes  # each query's first document
-        starts = torch.cumsum(s, 0) - s
-        rows = (first[queries][q_of] + torch.arange(int(s.sum())) - starts[q_of]).to(device)
+        n_rows = int(s.sum())
+        # Per query: its first document minus its first position in the sample.
+        shift = (first[queries] - (torch.cumsum(s, 0) - s)).to(device)
+        q_of = torch.repeat_interleave(torch.arange(len(queries), device=device), s.to(device),
+                                       output_size=n_rows)
+        rows = shift[q_of] + torch.arange(n_rows, device=device)
     if colsample < 1.0 and n_features > 1:
         features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
         features = features.sort().values.to(device)
@@ -332,7 +353,8 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
                rows: torch.Tensor | None, features: torch.Tensor | None, sizes: torch.Tensor,
                generator: torch.Generator, bagging_temperature: float, random_strength: float,
                model_length: float,
-               leaf_hessian: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Tree:
+               leaf_hessian: Callable[[torch.Tensor], torch.Tensor] | None = None,
+               device_generator: torch.Generator | None = None) -> Tree:
     """One round's tree, with CatBoost's two randomisations when they are on: the Bayesian
     bootstrap of the queries (``bagging_temperature``) and split-score noise
     (``random_strength``, faded by ``model_length`` = trees so far × η).
@@ -340,13 +362,18 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
     ``leaf_hessian`` (for ``exact_newton``): leaf index [N] -> per-document hess [N] without
     the pairs inside a leaf; the leaves' Newton steps then use its sums as ΣH (the split search
     keeps ``hess``).
+
+    ``generator`` (CPU) draws the per-query weights; ``device_generator`` (on grad's device;
+    None: ``generator``) the split noise and the quantization's rounding.
     """
     w = None
     if bagging_temperature > 0:
-        w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator).to(grad.device)
+        w = _query_weights(bayesian_bootstrap_weights(sizes, bagging_temperature, generator, per_query=True),
+                           sizes, grad.device)
         grad, hess = grad * w, hess * w
-    noise_sd = random_strength_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
-    tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd, generator=generator)
+    noise_sd = _noise_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
+    tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd,
+                       generator=device_generator or generator)
     if leaf_hessian is None:
         return tree
     # Tunys ("LambdaMART Demystified", 2015, appendix): a pair inside one leaf does not change
@@ -362,15 +389,23 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
     return tree._replace(leaf_values=newton_leaf_values(sums, grower.params))
 
 
-def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
-    """[N] float64 per-document weights: one ``(-log U)^temperature`` per query, U in (0, 1].
+def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generator: torch.Generator, *,
+                               per_query: bool = False) -> torch.Tensor:
+    """[N] float64 per-document weights: one ``(-log U)^temperature`` per query, U in (0, 1]
+    ([Q], one per query, with ``per_query``).
 
     CatBoost's Bayesian bootstrap at the query level (a query's documents share its weight, so
     the pairs inside a query keep their relative weights).
     """
     u = 1.0 - torch.rand(len(sizes), generator=generator, dtype=torch.float64)  # (0, 1]
     w = (-torch.log(u)).pow(temperature)
-    return torch.repeat_interleave(w, sizes)
+    return w if per_query else torch.repeat_interleave(w, sizes)
+
+
+def _query_weights(w: torch.Tensor, sizes: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """[N] on ``device``: the per-query values w [Q] (CPU) repeated over each query's documents,
+    expanded on the device (a per-query copy, no sync)."""
+    return torch.repeat_interleave(w.to(device), sizes.to(device), output_size=int(sizes.sum()))
 
 
 def random_strength_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_length: float) -> float:
@@ -381,8 +416,25 @@ def random_strength_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, 
     CatBoost, the noise fades as the model grows: times m / (1 + m), m = N e^{−model_length},
     with model_length = trees so far × learning rate and N the documents.
     """
+    return float(_noise_sd(grad, hess, strength, model_length))
+
+
+def _noise_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_length: float) -> torch.Tensor:
+    """:func:`random_strength_sd` as a 0-dim tensor on grad's device (no sync)."""
     n = grad.numel()
-    scale = float((grad.square().sum() / hess.sum().clamp_min(1e-300)))
     m = math.exp(min(700.0, math.log(max(n, 1)) - model_length))
-    return strength * scale * m / (1.0 + m)
+    return (grad.square().sum() / hess.sum().clamp_min(1e-300)) * (strength * m / (1.0 + m))
+
+
+def _tree_on_host(tree: Tree) -> Tree:
+    """The tree's per-level tensors and leaf values on the CPU, in one device-to-host copy (the
+    round's one sync for the tree); the document leaves stay where they are."""
+    if tree.leaf_values.device.type == "cpu":
+        return tree
+    depth = tree.features.shape[0]
+    device = tree.leaf_values.device
+    packed = torch.cat([t.to(device, torch.float64) for t in (tree.features, tree.codes, tree.gains,
+                                                               tree.leaf_values)]).cpu()
+    feats, codes, gains, values = packed.split([depth, depth, depth, packed.shape[0] - 3 * depth])
+    return Tree(feats.long(), codes.long(), values, gains, tree.leaf_index)
 

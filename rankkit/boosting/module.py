@@ -58,7 +58,8 @@ class LambdaMARTModule(pl.LightningModule):
                  gain: str = "exp", normalize: bool = False, subsample: float = 1.0,
                  colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
                  bagging_temperature: float = 0.0, random_strength: float = 0.0,
-                 exact_newton: bool = False, n_features: int | None = None):
+                 exact_newton: bool = False, quantized_grad: bool = False, num_grad_quant_bins: int = 4,
+                 n_features: int | None = None):
         super().__init__()
         _checks.check_int(n_features, "n_features", none=True)
         self.config = BoosterConfig.from_params(dict(
@@ -66,7 +67,8 @@ class LambdaMARTModule(pl.LightningModule):
             min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, weighting=weighting,
             k=k, sigma=sigma, gain=gain, normalize=normalize, subsample=subsample, colsample=colsample,
             max_bins=max_bins, seed=seed, bagging_temperature=bagging_temperature,
-            random_strength=random_strength, exact_newton=exact_newton))
+            random_strength=random_strength, exact_newton=exact_newton, quantized_grad=quantized_grad,
+            num_grad_quant_bins=num_grad_quant_bins))
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.scorer: ObliviousEnsemble | None = None

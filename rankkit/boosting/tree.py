@@ -34,8 +34,8 @@ import torch
 from rankkit.boosting import _cpu_kernel
 
 N_CODES = 256
-# Rows scattered per chunk: bounds the int64 index buffer to F * _CHUNK_ROWS * 8 bytes.
-_CHUNK_ROWS = 1 << 18
+# Rows added per chunk: bounds the int64 index and value buffers to F * _CHUNK_ROWS * 8 bytes each.
+_CHUNK_ROWS = 1 << 16
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 _TINY = 1e-12  # floor of a hessian sum in a denominator
@@ -58,6 +58,9 @@ class TreeParams:
             keeps at least this many documents.
         min_sum_hessian: likewise for the hessian sum of every non-empty child; a leaf whose
             ΣH + λ is below it gets the value 0 (the min-hessian guard).
+        quantized_grad: search the splits on histograms of quantized gradients (see
+            :func:`quantize_gradients`); the leaf values still use the full-precision sums.
+        num_grad_quant_bins: B, the quantization levels of the gradients (and hessians).
     """
 
     depth: int = 6
@@ -65,6 +68,8 @@ class TreeParams:
     l2: float = 1.0
     min_data_in_leaf: int = 20
     min_sum_hessian: float = 1e-3
+    quantized_grad: bool = False
+    num_grad_quant_bins: int = 4
 
 
 class Tree(NamedTuple):
@@ -86,35 +91,23 @@ class Tree(NamedTuple):
     leaf_index: torch.Tensor
 
 
-def _scatter(idx: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, out: torch.Tensor) -> None:
-    """Add (grad, hess, 1) of the documents of ``idx`` [F, n] into ``out`` [3, F, width]."""
-    n_feat = idx.shape[0]
-    if idx.device.type == "cpu":
-        # One pass for both sums: G + iH in complex128 (measured 1.5x faster than two passes).
-        gh = torch.complex(grad, hess).expand(n_feat, -1)
-        acc = torch.zeros(out.shape[1:], dtype=torch.complex128)
-        acc.scatter_add_(1, idx, gh)
-        out[0] += acc.real
-        out[1] += acc.imag
-    else:
-        out[0].scatter_add_(1, idx, grad.expand(n_feat, -1))
-        out[1].scatter_add_(1, idx, hess.expand(n_feat, -1))
-    out[2].scatter_add_(1, idx, torch.ones_like(grad).expand(n_feat, -1))
-
-
 def build_histograms(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor,
                      hess: torch.Tensor, n_nodes: int, *, reduce: Reduce = identity_reduce,
                      chunk_rows: int = _CHUNK_ROWS) -> torch.Tensor:
     """Histograms of (G, H, count) per (feature, node, code).
 
+    One 1-D ``index_add_`` per channel over the flattened (feature, node, code) cells: on CUDA
+    it is deterministic under ``torch.use_deterministic_algorithms(True)`` (a 2-D
+    ``scatter_add_`` is not), and on integer (quantized) gradients it is exact.
+
     Args:
         codes_t: [F, n] uint8 codes, feature-major (one row per feature).
-        node: [n] long, each document's node in 0..n_nodes-1.
-        grad, hess: [n] float64.
+        node: [n] long, each document's node in 0..n_nodes-1, or n_nodes to leave it out.
+        grad, hess: [n] float64, or int64 quantized gradients.
         n_nodes: K.
         reduce: the reduction point applied to the finished sums.
     Returns:
-        [3, F, K, 256] float64: channel 0 ΣG, 1 ΣH, 2 the document count.
+        [3, F, K, 256] of grad's dtype: channel 0 ΣG, 1 ΣH, 2 the document count.
 
     >>> codes_t = torch.tensor([[0, 1, 1]], dtype=torch.uint8)
     >>> h = build_histograms(codes_t, torch.tensor([0, 0, 1]), torch.tensor([1., 2., 4.]).double(),
@@ -124,16 +117,18 @@ def build_histograms(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tens
             [0., 4.]], dtype=torch.float64)
     """
     n_feat, n = codes_t.shape
-    out = torch.zeros(3, n_feat, n_nodes * N_CODES, dtype=torch.float64, device=codes_t.device)
+    width = (n_nodes + 1) * N_CODES  # one more node: the documents left out
+    out = torch.zeros(3, n_feat * width, dtype=grad.dtype, device=codes_t.device)
     step = max(1, min(chunk_rows, n))
-    buf = torch.empty(n_feat, step, dtype=torch.int64, device=codes_t.device)
-    offset = node * N_CODES
+    feature_base = torch.arange(n_feat, device=codes_t.device)[:, None] * width
     for start in range(0, n, step):  # row chunks bound memory; each chunk is one vectorised pass
         stop = min(n, start + step)
-        idx = buf[:, : stop - start]
-        idx.copy_(codes_t[:, start:stop]).add_(offset[start:stop])
-        _scatter(idx, grad[start:stop], hess[start:stop], out)
-    return reduce(out.view(3, n_feat, n_nodes, N_CODES))
+        idx = (codes_t[:, start:stop].long() + node[start:stop] * N_CODES + feature_base).view(-1)
+        for channel, values in enumerate((grad[start:stop], hess[start:stop])):
+            out[channel].index_add_(0, idx, values.repeat(n_feat))
+        out[2].index_add_(0, idx, torch.ones(1, dtype=grad.dtype, device=grad.device).expand(idx.shape[0]))
+    hist = out.view(3, n_feat, n_nodes + 1, N_CODES)[:, :, :n_nodes]
+    return reduce(hist.contiguous())
 
 
 def split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams) -> torch.Tensor:
@@ -188,6 +183,49 @@ def newton_leaf_values(sums: torch.Tensor, params: TreeParams) -> torch.Tensor:
     return torch.where(keep, -params.learning_rate * sums[0] / d.clamp_min(1e-300), 0.0)
 
 
+def quantize_gradients(grad: torch.Tensor, hess: torch.Tensor, n_bins: int,
+                       generator: torch.Generator | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stochastic rounding of grad and hess to small integers (LightGBM 4's ``use_quantized_grad``;
+    Shi et al., "Quantized Training of Gradient Boosting Decision Trees", NeurIPS 2022).
+
+    With the scales s_g = max|g| / (B/2) and s_h = max|h| / B of this round::
+
+        g_q = ⌊g / s_g + u⌋,  h_q = ⌊h / s_h + u'⌋,  u, u' ~ U[0, 1) independent
+
+    so g_q ∈ [−B/2, B/2], h_q ∈ [0, B] (h ≥ 0) and E[g_q · s_g] = g: the rounding is unbiased,
+    and the sums of a histogram cell are unbiased too. The draws come from ``generator`` on
+    grad's device; the scales stay on the device (no host sync).
+
+    Args:
+        grad, hess: [n] float64.
+        n_bins: B.
+    Returns:
+        (g_q, h_q, scale): [n] int32 each and [2] float64 (s_g, s_h), grad ≈ g_q · s_g.
+
+    >>> g_q, h_q, scale = quantize_gradients(torch.tensor([-1.0, 0.5, 1.0]).double(),
+    ...                                      torch.ones(3, dtype=torch.float64), 4)
+    >>> g_q[[0, 2]].tolist(), h_q.tolist(), scale.tolist()  # the extremes are exact
+    ([-2, 2], [4, 4, 4], [0.5, 0.25])
+    """
+    n = grad.shape[0]
+    if n == 0:
+        empty = torch.zeros(0, dtype=torch.int32, device=grad.device)
+        return empty, empty, torch.ones(2, dtype=torch.float64, device=grad.device)
+    top = torch.stack([grad.abs().max() / (n_bins / 2), hess.abs().max() / n_bins]).double()
+    scale = torch.where(top > 0, top, torch.ones_like(top))
+    u = torch.rand(2, n, generator=generator, dtype=torch.float64, device=grad.device)
+    g_q = torch.floor(grad / scale[0] + u[0]).to(torch.int32)
+    h_q = torch.floor(hess / scale[1] + u[1]).to(torch.int32)
+    return g_q, h_q, scale
+
+
+def dequantize(hist: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """[3, F, K, 256] float64 (ΣG, ΣH, count) of integer histograms, ΣG and ΣH times their scale [2]."""
+    factor = torch.cat([scale, torch.ones(1, dtype=scale.dtype, device=scale.device)])
+    return hist.double() * factor[:, None, None, None]
+
+
 class ObliviousTreeGrower:
     """Grows oblivious trees on a fixed binned training set.
 
@@ -196,14 +234,18 @@ class ObliviousTreeGrower:
         valid_codes: [F, 256] bool, the thresholds each feature allows (see the binner).
         params: the tree hyperparameters.
         reduce: the reduction point of every document sum.
+        use_kernel: grow with the compiled CPU kernel (None: when the codes are on the CPU and
+            the kernel is available); False runs the torch-ops path, as on a GPU.
     """
 
     def __init__(self, codes: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams, *,
-                 reduce: Reduce = identity_reduce):
+                 reduce: Reduce = identity_reduce, use_kernel: bool | None = None):
         # The compiled CPU kernel reads the row-major codes [N, F] (a document's codes are one
         # row); the torch ops (and CUDA) a feature-major copy [F, N]. Only one of them is kept.
-        self.kernel = codes.device.type == "cpu" and _cpu_kernel.available()
+        on_cpu = codes.device.type == "cpu"
+        self.kernel = on_cpu and _cpu_kernel.available() if use_kernel is None else bool(use_kernel)
         if self.kernel:
+            assert on_cpu, "the compiled kernel reads CPU codes"
             self.codes = codes.contiguous()
         else:
             self.codes_t = codes.t().contiguous()
@@ -213,7 +255,7 @@ class ObliviousTreeGrower:
         self.reduce = reduce
 
     def grow(self, grad: torch.Tensor, hess: torch.Tensor, *, rows: torch.Tensor | None = None,
-             features: torch.Tensor | None = None, noise_sd: float = 0.0,
+             features: torch.Tensor | None = None, noise_sd: float | torch.Tensor = 0.0,
              generator: torch.Generator | None = None) -> Tree:
         """One tree fitted to grad/hess [N] (float64) on ``rows`` and ``features``.
 
@@ -224,84 +266,76 @@ class ObliviousTreeGrower:
             noise_sd: with ``generator``, the split of each level maximises the score plus
                 independent N(0, noise_sd²) noise per allowed candidate (CatBoost's
                 ``random_strength``); a level still splits only if its best noise-free score
-                is positive. The recorded gain is the noise-free one.
+                is positive. The recorded gain is the noise-free one. A float or a 0-dim
+                tensor on grad's device.
+            generator: on grad's device; draws the split noise and the quantization's
+                stochastic rounding.
+
+        On a GPU the whole tree stays on the device: the chosen (feature, code) of each level
+        is a tensor (argmax), routing and the children's histograms read it there, and nothing
+        is copied to the host (no sync).
         """
         p = self.params
-        device = grad.device
         valid = self.valid_codes if features is None else self.valid_codes.index_select(0, features)
         g = grad if rows is None else grad.index_select(0, rows)
         h = hess if rows is None else hess.index_select(0, rows)
-        n = g.shape[0]
-        # Three steps differ between the compiled kernel and torch ops: the histograms of all
-        # documents (one node), routing the documents down a level's split (node += bit · K),
-        # and the children's histograms after that: only the smaller child of each pair is
-        # summed, its sibling is parent − child (the subtraction trick).
-        if self.kernel:
-            # The kernel reads the sampled rows and features of the codes in place (no copies).
-            codes = self.codes
-            raw = torch.arange(codes.shape[1]) if features is None else features
-
-            def root_histograms() -> torch.Tensor:
-                # Without row sampling the root's counts are the same for every tree: count once.
-                known = None
-                if rows is None and self._root_counts is not None:
-                    known = self._root_counts if features is None else self._root_counts.index_select(0, features)
-                hist = _cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 1, counts=known)
-                if rows is None and features is None and self._root_counts is None:
-                    self._root_counts = hist[2].clone()
-                return self.reduce(hist)
-
-            def route(f: int, c: int, n_nodes: int) -> None:
-                _cpu_kernel.cpu_route(codes, rows, raw[f: f + 1], torch.tensor([c]), torch.tensor([n_nodes]), node)
-
-            def children(hist: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
-                if self.reduce is identity_reduce:  # the kernel subtracts in place
-                    return _cpu_kernel.cpu_children(codes, rows, features, node, g, h, hist, small_is_right)
-                # The smaller child of each parent p goes to slot p; the others are skipped.
-                n_nodes = hist.shape[2]
-                slot = _cpu_kernel.small_child_slots(small_is_right)[0]
-                small = self.reduce(_cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 2 * n_nodes,
-                                                               slot, n_nodes))
-                return _siblings(hist, small, small_is_right)
+        noisy = generator is not None and (torch.is_tensor(noise_sd) or noise_sd > 0.0)
+        # Quantized gradients: the histograms sum the integers (exact), the split search reads
+        # them times the scales; the leaves below still take the full-precision g and h.
+        hg, hh, scale = g, h, None
+        if p.quantized_grad:
+            if g.shape[0] * p.num_grad_quant_bins >= 2 ** 31:
+                raise ValueError("quantized_grad: rows x num_grad_quant_bins has to stay below 2^31")
+            hg, hh, scale = quantize_gradients(g, h, p.num_grad_quant_bins, generator)
+        # The noise of every level is drawn at once, before the levels (so a tree that stops
+        # early draws as much as one that does not, on every path).
+        noise = None
+        if noisy:
+            noise = torch.randn((p.depth, *valid.shape), generator=generator, dtype=torch.float64,
+                                device=grad.device).mul_(noise_sd)
+        grow_levels = self._levels_kernel if self.kernel else self._levels_torch
+        node, feats, cuts, gains = grow_levels(hg, hh, scale, valid, rows, features, noise)
+        n_leaves = 1 << p.depth
+        values = newton_leaf_values(leaf_sums(node, g, h, n_leaves, reduce=self.reduce), p)
+        feats_raw = feats if features is None else features[feats]
+        if rows is None:
+            leaf_index = node  # the training documents' leaves: Σ_k bit_k · 2^k, built level by level
+        elif self.kernel:
+            leaf_index = _cpu_kernel.cpu_route(self.codes, None, feats_raw, cuts, 1 << torch.arange(p.depth),
+                                               torch.zeros(self.codes.shape[0], dtype=torch.long))
         else:
-            codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
-            codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
+            leaf_index = leaf_of(self.codes_t, feats_raw, cuts)
+        return Tree(feats_raw, cuts, values, gains, leaf_index)
 
-            def root_histograms() -> torch.Tensor:
-                return build_histograms(codes_t, node, g, h, 1, reduce=self.reduce)
-
-            def route(f: int, c: int, n_nodes: int) -> None:
-                node.add_((codes_t[f] > c).long() * n_nodes)
-
-            def children(hist: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
-                n_nodes = hist.shape[2]
-                bit = node >= n_nodes
-                parent = node - bit.long() * n_nodes
-                sel = torch.nonzero(bit == small_is_right[parent]).view(-1)
-                small = build_histograms(codes_t.index_select(1, sel), parent.index_select(0, sel),
-                                         g.index_select(0, sel), h.index_select(0, sel), n_nodes,
-                                         reduce=self.reduce)
-                return _siblings(hist, small, small_is_right)
-        score = _kernel_split_scores if self.kernel else split_scores
-        node = torch.zeros(n, dtype=torch.long, device=device)
-        depth = p.depth
-        feats = torch.zeros(depth, dtype=torch.long, device=device)
-        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
-        gains = torch.zeros(depth, dtype=torch.float64, device=device)
-
-        hist = root_histograms()
+    def _levels_kernel(self, g, h, scale, valid, rows, features, noise):
+        """The levels on the compiled CPU kernel (host tensors: reading a split costs nothing)."""
+        p, codes = self.params, self.codes
+        n, depth = g.shape[0], p.depth
+        raw = torch.arange(codes.shape[1]) if features is None else features
+        node = torch.zeros(n, dtype=torch.long)
+        feats = torch.zeros(depth, dtype=torch.long)
+        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long)
+        gains = torch.zeros(depth, dtype=torch.float64)
+        # Without row sampling the root's counts are the same for every tree: count once.
+        known = None
+        if rows is None and self._root_counts is not None:
+            known = self._root_counts if features is None else self._root_counts.index_select(0, features)
+            known = known.to(torch.int64 if scale is not None else torch.float64)
+        hist = _cpu_kernel.cpu_histograms(codes, rows, features, node, g, h, 1, counts=known)
+        if rows is None and features is None and self._root_counts is None:
+            self._root_counts = hist[2].clone()
+        hist = self.reduce(hist)
         for level in range(depth):
             n_nodes = 1 << level
-            scores = score(hist, valid, p)
+            scores = _kernel_split_scores(hist if scale is None else dequantize(hist, scale), valid, p)
             best = int(torch.argmax(scores))  # first maximum: lowest (feature, code)
             if not float(scores.view(-1)[best]) > 0.0:
                 break  # no allowed split: the remaining levels send everything left
-            if noise_sd > 0.0:  # −inf (not allowed) stays −inf
-                noise = torch.randn(scores.shape, generator=generator, dtype=scores.dtype)
-                best = int(torch.argmax(scores + noise.to(device).mul_(noise_sd)))
+            if noise is not None:  # −inf (not allowed) stays −inf
+                best = int(torch.argmax(scores + noise[level]))
             f, c = divmod(best, N_CODES)
             feats[level], cuts[level], gains[level] = f, c, scores[f, c]
-            route(f, c, n_nodes)
+            _cpu_kernel.cpu_route(codes, rows, raw[f: f + 1], torch.tensor([c]), torch.tensor([n_nodes]), node)
             if level + 1 == depth:
                 break
             # Children of the next level: sum only the smaller child of each pair (the
@@ -309,19 +343,58 @@ class ObliviousTreeGrower:
             left_count = hist[2, f, :, : c + 1].sum(-1)
             right_count = hist[2, f, :, c + 1:].sum(-1)
             small_is_right = right_count <= left_count  # [K]
-            hist = children(hist, small_is_right)
+            if self.reduce is identity_reduce:  # the kernel subtracts in place
+                hist = _cpu_kernel.cpu_children(codes, rows, features, node, g, h, hist, small_is_right)
+            else:  # the smaller child of each parent p goes to slot p; the others are skipped
+                slot = _cpu_kernel.small_child_slots(small_is_right)[0]
+                small = self.reduce(_cpu_kernel.cpu_histograms(codes, rows, features, node, g, h,
+                                                               2 * n_nodes, slot, n_nodes))
+                hist = _siblings(hist, small, small_is_right)
+        return node, feats, cuts, gains
 
-        n_leaves = 1 << depth
-        values = newton_leaf_values(leaf_sums(node, g, h, n_leaves, reduce=self.reduce), p)
-        feats_raw = feats if features is None else features[feats]
-        if rows is None:
-            leaf_index = node  # the training documents' leaves: Σ_k bit_k · 2^k, built level by level
-        elif self.kernel:
-            leaf_index = _cpu_kernel.cpu_route(self.codes, None, feats_raw, cuts, 1 << torch.arange(depth),
-                                               torch.zeros(self.codes.shape[0], dtype=torch.long))
-        else:
-            leaf_index = leaf_of(self.codes_t, feats_raw, cuts)
-        return Tree(feats_raw, cuts, values, gains, leaf_index)
+    def _levels_torch(self, g, h, scale, valid, rows, features, noise):
+        """The levels in torch ops, every decision a device tensor: no host sync."""
+        p = self.params
+        device, n, depth = g.device, g.shape[0], self.params.depth
+        codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
+        codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
+        if scale is not None:
+            g, h = g.long(), h.long()  # int64 sums (index_add_ on int32 would overflow sooner)
+        code_range = torch.arange(N_CODES, device=device)
+        node = torch.zeros(n, dtype=torch.long, device=device)
+        feats = torch.zeros(depth, dtype=torch.long, device=device)
+        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
+        gains = torch.zeros(depth, dtype=torch.float64, device=device)
+        stopped = torch.zeros((), dtype=torch.bool, device=device)
+        hist = build_histograms(codes_t, node, g, h, 1, reduce=self.reduce)
+        for level in range(depth):
+            n_nodes = 1 << level
+            scores = split_scores(hist if scale is None else dequantize(hist, scale), valid, p).view(-1)
+            best = torch.argmax(scores)  # first maximum: lowest (feature, code)
+            # A level without an allowed split, and every level after it, sends everything
+            # left (code 255); its children's histograms are then its own (an empty right).
+            stopped = stopped | ~(scores.index_select(0, best.view(1))[0] > 0.0)  # a tensor index: no sync
+            if noise is not None:  # −inf (not allowed) stays −inf
+                best = torch.argmax(scores + noise[level].view(-1))
+            f = best // N_CODES
+            c = torch.where(stopped, N_CODES - 1, best % N_CODES)
+            feats[level], cuts[level] = f, c
+            gains[level] = torch.where(stopped, 0.0, scores.index_select(0, best.view(1))[0])
+            right = codes_t.index_select(0, f.view(1))[0] > c
+            node.add_(right.long() * n_nodes)
+            if level + 1 == depth:
+                break
+            # Children: sum only the smaller child of each pair (the subtraction trick); the
+            # other documents go to a node that is left out, so no row selection (no sync).
+            counts = hist[2].index_select(0, f.view(1))[0]  # [K, 256]
+            left_count = (counts * (code_range <= c)).sum(-1)
+            small_is_right = counts.sum(-1) - left_count <= left_count  # [K]
+            bit = node >= n_nodes
+            parent = node - bit.long() * n_nodes
+            slot = torch.where(bit == small_is_right[parent], parent, n_nodes)
+            small = build_histograms(codes_t, slot, g, h, n_nodes, reduce=self.reduce)
+            hist = _siblings(hist, small, small_is_right)
+        return node, feats, cuts, gains
 
 
 def _siblings(hist: torch.Tensor, small: torch.Tensor, small_is_right: torch.Tensor) -> torch.Tensor:
