@@ -23,6 +23,11 @@ from rankkit import _checks
 _CHUNK = 1 << 16  # rows densified at once
 
 
+class InputTypeError(ValueError, TypeError):
+    """Input of a kind that is not numbers (a ValueError like every bad input, and a TypeError
+    as scikit-learn raises for these)."""
+
+
 class FeatureMatrix:
     """Features [N, F] as float32 tensors, chunk by chunk (a sparse matrix is never densified whole).
 
@@ -52,12 +57,15 @@ class FeatureMatrix:
             if isinstance(x, torch.Tensor):
                 t = x.detach()
             else:
+                if np.iscomplexobj(x):
+                    raise ValueError(f"`{name}` has to be real-valued: Complex data not supported")
                 try:
-                    t = torch.as_tensor(np.asarray(x, dtype=np.float32))
+                    t = torch.from_numpy(_writable(np.asarray(x, dtype=np.float32)))
                 except (TypeError, ValueError) as e:
-                    raise ValueError(f"`{name}` has to be a numeric [N, F] matrix: {e}") from None
+                    raise InputTypeError(f"`{name}` has to be a numeric [N, F] matrix: {e}") from None
             if t.ndim != 2:
-                raise ValueError(f"`{name}` has to be a [N, F] matrix, got shape {tuple(t.shape)}")
+                raise ValueError(f"`{name}` has to be a [N, F] matrix, got shape {tuple(t.shape)}. Reshape your "
+                                 f"data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one document")
             if t.is_complex() or t.dtype == torch.bool:
                 raise ValueError(f"`{name}` has to be a real-valued [N, F] matrix, got {t.dtype}")
             t = t.to("cpu", torch.float32)
@@ -65,9 +73,10 @@ class FeatureMatrix:
             self._dense = t
             self.n_rows, self.n_features = t.shape
         if self.n_rows == 0:
-            raise ValueError(f"`{name}` has no rows")
+            raise ValueError(f"`{name}` has 0 sample(s) (shape=(0, {self.n_features})) while a minimum of 1 is "
+                             f"required.")
         if self.n_features == 0:
-            raise ValueError(f"`{name}` has no features (0 columns)")
+            raise ValueError(f"`{name}` has 0 feature(s) (shape=({self.n_rows}, 0)) while a minimum of 1 is required.")
 
     def dense(self) -> torch.Tensor:
         """All rows at once [N, F] (a sparse matrix is densified here: use :meth:`chunks`)."""
@@ -92,11 +101,17 @@ class FeatureMatrix:
                 yield torch.from_numpy(np.asarray(part.todense(), dtype=np.float32))
 
 
+def _writable(a: np.ndarray) -> np.ndarray:
+    """``a``, copied when numpy marks it read-only (a pandas column, a memmap): torch warns on those."""
+    return a if a.flags.writeable else a.copy()
+
+
 def vector(x, n: int, name: str, *, kind: str = "float") -> torch.Tensor:
     """An [n] vector as a CPU tensor (float32, or float64 for ``kind="double"``), finite;
     ``kind="label"``/``"weight"`` also non-negative."""
     try:
-        t = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
+        t = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.from_numpy(
+            _writable(np.asarray(x, dtype=np.float64)))
     except (TypeError, ValueError) as e:
         raise ValueError(f"`{name}` has to be a numeric vector: {e}") from None
     if tuple(t.shape) != (n,):

@@ -32,6 +32,48 @@ from rankkit.data.dataset import RankingDataset
 _FORMAT = "rankkit.LambdaMART/1"
 
 
+# scikit-learn's estimator checks that LambdaMART cannot pass, and why (pass it as
+# ``check_estimator(LambdaMART(), expected_failed_checks=SKLEARN_EXPECTED_FAILED_CHECKS)``). Each
+# calls ``fit(X, y)`` with no query information, which a ranker refuses (XGBoost's rule: it
+# would otherwise guess that every document belongs to one query). tests/test_estimator.py runs
+# every one of them on a subclass that makes ``fit(X, y)`` one query, and they all pass there.
+_NEEDS_QUERIES = "calls fit(X, y) without qid or group, which LambdaMART refuses (a ranker needs its queries)"
+SKLEARN_EXPECTED_FAILED_CHECKS: dict[str, str] = {name: _NEEDS_QUERIES for name in (
+    "check_all_zero_sample_weights_error",
+    "check_dict_unchanged",
+    "check_dont_overwrite_parameters",
+    "check_dtype_object",
+    "check_estimator_sparse_array",
+    "check_estimator_sparse_matrix",
+    "check_estimator_sparse_tag",
+    "check_estimators_dtypes",
+    "check_estimators_fit_returns_self",
+    "check_estimators_overwrite_params",
+    "check_estimators_pickle",
+    "check_f_contiguous_array_estimator",
+    "check_fit2d_1feature",
+    "check_fit2d_1sample",
+    "check_fit2d_predict1d",
+    "check_fit_check_is_fitted",
+    "check_fit_idempotent",
+    "check_fit_score_takes_y",
+    "check_methods_sample_order_invariance",
+    "check_methods_subset_invariance",
+    "check_n_features_in",
+    "check_n_features_in_after_fitting",
+    "check_pipeline_consistency",
+    "check_positive_only_tag_during_fit",
+    "check_readonly_memmap_input",
+    "check_sample_weight_equivalence_on_dense_data",
+    "check_sample_weight_equivalence_on_sparse_data",
+    "check_sample_weights_list",
+    "check_sample_weights_not_an_array",
+    "check_sample_weights_not_overwritten",
+    "check_sample_weights_pandas_series",
+    "check_sample_weights_shape",
+)}
+
+
 class LambdaMART(BaseEstimator):
     """Gradient-boosted oblivious trees for ranking (LambdaMART), CPU or CUDA.
 
@@ -274,8 +316,8 @@ class LambdaMART(BaseEstimator):
 
     def _check_features(self, matrix: FeatureMatrix) -> None:
         if matrix.n_features != self.n_features_in_:
-            raise ValueError(f"`X` has {matrix.n_features} features, but the model was fitted "
-                             f"with {self.n_features_in_}")
+            raise ValueError(f"X has {matrix.n_features} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
         fitted = getattr(self, "feature_names_in_", None)
         if fitted is not None and matrix.names is not None and list(matrix.names) != list(fitted):
             i = next(j for j, (a, b) in enumerate(zip(matrix.names, fitted)) if a != b)
@@ -368,7 +410,8 @@ def _as_ranking_data(X, y, qid, group, name: str) -> tuple[FeatureMatrix, torch.
         return FeatureMatrix(X.features, name), X.labels, X.sizes
     matrix = FeatureMatrix(X, name)
     if y is None:
-        raise ValueError("`y` is required when `X` is not a RankingDataset")
+        raise ValueError("`y` is required when `X` is not a RankingDataset: LambdaMART requires y to be "
+                         "passed, but the target y is None")
     labels = vector(y, matrix.n_rows, "y", kind="label")
     return matrix, labels, query_sizes(qid, group, matrix.n_rows)
 
