@@ -170,7 +170,9 @@ def hold_out(dataset: RankingDataset, fraction: float, *, seed: int = 0) -> tupl
     chosen = torch.zeros(q, dtype=torch.bool)
     chosen[torch.randperm(q, generator=torch.Generator().manual_seed(seed))[:n]] = True
     idx = torch.arange(q)
-    return dataset.subset(idx[~chosen]), dataset.subset(idx[chosen])
+    rest, held = dataset.subset(idx[~chosen]), dataset.subset(idx[chosen])
+    held.source = f"{dataset.source} (held out: {fraction:g} of the queries, seed {seed})"
+    return rest, held
 
 
 def _rank_and_world(trainer: pl.Trainer | None) -> tuple[int, int]:

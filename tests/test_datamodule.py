@@ -1,0 +1,135 @@
+"""RankingDataModule's data parts (issue 15): LETOR Fold roots, train/test folders without a
+validation file and the ``val_fraction`` hold-out, and a training run without the loader
+warnings Lightning used to print."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from rankkit.data import load_mq2008, make_synthetic
+from rankkit.data.datamodule import RankingDataModule, hold_out
+from rankkit.neural import LambdaRank
+
+SHARED = "/work/shared/data"
+LIGHTGBM_EXAMPLE = os.path.join(SHARED, "lightgbm-lambdarank")
+
+
+def _letor(qids: list[int], docs: int, fold: int) -> str:
+    """LETOR lines: ``docs`` documents for each qid, label and 3 features telling the fold apart."""
+    lines = []
+    for q in qids:
+        for d in range(docs):
+            lines.append(f"{(q + d) % 3} qid:{q} 1:{fold} 2:{q}.{d} 3:{d} # fold {fold} doc {d}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def letor_root(tmp_path):
+    """Fold1..Fold3, each with train (4 queries), vali (2) and test (2) files of 3 documents."""
+    for fold in (1, 2, 3):
+        d = tmp_path / f"Fold{fold}"
+        d.mkdir()
+        base = 100 * fold
+        (d / "train.txt").write_text(_letor([base + i for i in range(4)], 3, fold))
+        (d / "vali.txt").write_text(_letor([base + 10, base + 11], 3, fold))
+        (d / "test.txt").write_text(_letor([base + 20, base + 21], 3, fold))
+    return tmp_path
+
+
+@pytest.mark.parametrize("fold", [1, 2, 3])
+def test_fold_root_reads_the_chosen_fold(letor_root, fold):
+    dm = RankingDataModule(str(letor_root), fold=fold)
+    dm.setup()
+    for split, qids in ((dm.train_set, range(4)), (dm.val_set, (10, 11)), (dm.test_set, (20, 21))):
+        assert split.qids.tolist() == [100 * fold + q for q in qids]
+        assert torch.all(split.features[:, 0] == fold)
+        assert split.n_docs == 3 * len(qids)
+    assert dm.train_set.source.endswith(os.path.join(f"Fold{fold}", "train.txt"))
+
+
+def test_fold_is_checked_against_the_folds_there(letor_root, tmp_path_factory):
+    with pytest.raises(ValueError, match=r"`fold` has to be one of \[1, 2, 3\] .* got 4"):
+        RankingDataModule(str(letor_root), fold=4).setup()
+    flat = tmp_path_factory.mktemp("flat")
+    (flat / "train.txt").write_text(_letor([1, 2], 3, 1))
+    with pytest.raises(ValueError, match="`fold` has to be 1 for .* got 2"):
+        RankingDataModule(str(flat), fold=2).setup()
+    with pytest.raises(ValueError, match="`fold` has to be an integer >= 1, got 0"):
+        RankingDataModule(str(letor_root), fold=0)
+
+
+def test_val_fraction_is_checked():
+    for bad in (-0.1, 1.0, float("nan"), "0.1"):
+        with pytest.raises(ValueError, match="`val_fraction` has to be a finite number in \\[0, 1\\)"):
+            RankingDataModule("mq2008", val_fraction=bad)
+
+
+def test_a_validation_file_wins_over_val_fraction(letor_root):
+    dm = RankingDataModule(str(letor_root), fold=2, val_fraction=0.5)
+    dm.setup()
+    assert dm.train_set.n_queries == 4 and dm.val_set.qids.tolist() == [210, 211]
+
+
+def test_hold_out_takes_whole_queries_seeded():
+    ds = make_synthetic(50, (1, 9), 3, seed=2)
+    rest, held = hold_out(ds, 0.1, seed=7)
+    assert held.n_queries == 5 and rest.n_queries == 45
+    assert sorted(rest.qids.tolist() + held.qids.tolist()) == list(range(50))
+    # whole queries, in the dataset's order, documents unchanged
+    assert torch.equal(held.sizes, ds.sizes[held.qids]) and held.qids.tolist() == sorted(held.qids.tolist())
+    assert torch.equal(held.features, ds.subset(held.qids).features)
+    assert hold_out(ds, 0.1, seed=7)[1].qids.tolist() == held.qids.tolist()
+    assert hold_out(ds, 0.1, seed=8)[1].qids.tolist() != held.qids.tolist()
+    assert hold_out(ds, 0.001, seed=0)[1].n_queries == 1  # at least one query
+    with pytest.raises(ValueError, match="none would be left"):
+        hold_out(make_synthetic(2, 3, 2), 0.9)
+
+
+@pytest.mark.skipif(not os.path.isdir(LIGHTGBM_EXAMPLE), reason="no shared data on this machine")
+def test_lightgbm_example_has_no_validation_set_unless_val_fraction():
+    dm = RankingDataModule(LIGHTGBM_EXAMPLE)
+    dm.setup()
+    # rank.train / rank.test with .query sidecars (201 and 50 queries), and no vali
+    assert dm.train_set.n_queries == 201 and dm.test_set.n_queries == 50 and dm.val_set is None
+    whole = dm.train_set
+    with pytest.raises(ValueError, match="no such split"):
+        dm.val_dataloader()
+
+    dm = RankingDataModule(LIGHTGBM_EXAMPLE, val_fraction=0.1, seed=3)
+    dm.setup()
+    assert dm.val_set.n_queries == round(0.1 * 201) and dm.train_set.n_queries == 201 - 20
+    assert dm.train_set.n_docs + dm.val_set.n_docs == whole.n_docs
+    assert "held out" in dm.val_set.source
+    # the held-out queries are the first training queries' whole documents, not a mix
+    expected_train, expected_val = hold_out(whole, 0.1, seed=3)
+    assert torch.equal(dm.val_set.features, expected_val.features)
+    assert torch.equal(dm.train_set.labels, expected_train.labels)
+    assert sum(int(b.mask.sum()) for b in dm.val_dataloader()) == dm.val_set.n_docs
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED, "MQ2008")), reason="no shared data on this machine")
+def test_letor_mq2008_fold_root_matches_the_bundled_fold():
+    dm = RankingDataModule(os.path.join(SHARED, "MQ2008"), fold=1)
+    dm.setup()
+    train, _, test = load_mq2008(1)
+    for ours, bundled in ((dm.train_set, train), (dm.test_set, test)):
+        assert torch.equal(ours.qids, bundled.qids) and torch.equal(ours.labels, bundled.labels)
+        assert torch.equal(ours.features, bundled.features)
+
+
+def test_training_prints_no_loader_warnings(tmp_path):
+    ds = make_synthetic(30, (2, 12), 4, seed=0)
+    dm = RankingDataModule.from_datasets(ds.subset(range(20)), ds.subset(range(20, 30)), max_docs=48)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         log_every_n_steps=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(LambdaRank(n_features=4, hidden=[4]), datamodule=dm)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "IterableDataset" in m or "__len__" in m], messages
+    assert not [m for m in messages if "log_every_n_steps" in m], messages
