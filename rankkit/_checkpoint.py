@@ -32,12 +32,12 @@ def _import(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-def load_checkpoint(path: str | os.PathLike):
-    """The LightningModule in a rankkit checkpoint, in eval mode on the CPU.
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """The checkpoint's dict, read with ``weights_only=True`` (never unpickling code).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a readable checkpoint, or it does not name a rankkit model.
+        ValueError: the file is not a readable checkpoint (naming the file).
     """
     import torch
 
@@ -45,12 +45,25 @@ def load_checkpoint(path: str | os.PathLike):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such checkpoint: {path}")
     try:
-        # weights_only: a checkpoint is tensors and plain containers; never unpickle code from it.
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the user's mistake here
         raise ValueError(f"{path}: not a readable Lightning checkpoint (truncated or corrupt?): "
                          f"{type(e).__name__}") from None
-    name = ckpt.get(CLASS_KEY) if isinstance(ckpt, dict) else None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise ValueError(f"{path}: not a Lightning checkpoint (no state_dict)")
+    return ckpt
+
+
+def load_checkpoint(path: str | os.PathLike):
+    """The LightningModule in a rankkit checkpoint, in eval mode on the CPU.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a readable checkpoint, or it does not name a rankkit model.
+    """
+    path = os.fspath(path)
+    ckpt = read_checkpoint(path)
+    name = ckpt.get(CLASS_KEY)
     if name not in TRAINABLE:
         raise ValueError(f"{path}: not a rankkit model checkpoint (it names no rankkit model class"
                          f"{'' if name is None else ': ' + repr(name)})")

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from typing import Any
 
 COMMANDS = {
@@ -46,6 +45,11 @@ def run_lightning(argv: list[str] | None) -> int:
             and not any(a in ("-h", "--help") for a in args):
         raise UsageError(f"`rankkit {args[0]}` evaluates a trained model: pass --ckpt_path=PATH/TO/best.ckpt "
                          f"(written by `rankkit fit`)")
+    for a in args:  # a checkpoint to resume or evaluate: checked here, so a bad one is one line
+        if a.startswith("--ckpt_path="):
+            from rankkit._checkpoint import read_checkpoint
+
+            read_checkpoint(a.split("=", 1)[1])
     lightning_cli(args)
     return 0
 

@@ -471,6 +471,242 @@ ENSEMBLE = [
 CASES = READER + DATASET + SCORER + ENSEMBLE
 
 
+# -- the estimator, the kernel, the metrics, the modules, the CLI ------------------------------------
+def _xy(n=12, f=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, f, generator=g), torch.randint(0, 3, (n,), generator=g).float()
+
+
+def lmart(**params):
+    from rankkit.boosting import LambdaMART
+
+    return LambdaMART(**{"n_estimators": 2, "depth": 2, "min_data_in_leaf": 1, **params})
+
+
+def fit(x=None, y=None, params=None, **kw):
+    """LambdaMART(...).fit(x, y, **kw) on a small valid set, with the given pieces replaced."""
+    def call(tmp_path):
+        x0, y0 = _xy()
+        xx = x0 if x is None else (x(x0.clone()) if callable(x) else x)
+        yy = y0 if y is None else (y(y0.clone()) if callable(y) else y)
+        kw.setdefault("group", [6, 6]) if "qid" not in kw else None
+        return lmart(**(params or {})).fit(xx, yy, **kw)
+    return call
+
+
+def put(index, value):
+    def edit(t):
+        t[index] = value
+        return t
+    return edit
+
+
+def predict_with(x):
+    def call(tmp_path):
+        x0, y0 = _xy()
+        return lmart().fit(x0, y0, group=[6, 6]).predict(x(x0.clone()) if callable(x) else x)
+    return call
+
+
+def kernel(**kw):
+    def call(tmp_path):
+        from rankkit.lambdas import lambda_gradients
+
+        args = {"scores": torch.zeros(2, 3), "labels": torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 0.0]])}
+        args.update({k: v for k, v in kw.items() if k in args})
+        return lambda_gradients(args["scores"], args["labels"], **{k: v for k, v in kw.items() if k not in args})
+    return call
+
+
+def metric(name, **kw):
+    def call(tmp_path):
+        from rankkit import metrics
+
+        args = {"scores": torch.tensor([[0.3, 0.1, 0.2]]), "labels": torch.tensor([[1.0, 0.0, 2.0]])}
+        args.update({k: v for k, v in kw.items() if k in args})
+        return getattr(metrics, name)(args["scores"], args["labels"], **{k: v for k, v in kw.items() if k not in args})
+    return call
+
+
+def module(cls_name, **kw):
+    def call(tmp_path):
+        if cls_name == "LambdaMARTModule":
+            from rankkit.boosting import LambdaMARTModule as cls
+        else:
+            from rankkit import neural
+            cls = getattr(neural, cls_name)
+        return cls(**kw)
+    return call
+
+
+def cli(*argv, files=None):
+    """``rankkit ARGV`` must return 2 with one line on stderr (never a traceback): raises
+    ValueError carrying that line so the table can match it."""
+    def call(tmp_path):
+        import contextlib
+
+        from rankkit.cli import main
+
+        for name, data in (files or {}).items():
+            (tmp_path / name).write_bytes(data)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main([a.replace("TMP", str(tmp_path)) for a in argv])
+        text = err.getvalue().strip()
+        assert code == 2 and len(text.splitlines()) == 1 and "Traceback" not in text, (code, text)
+        raise ValueError(text)
+    return call
+
+
+_TRUNC_GZ = gzip.compress(b"1 qid:1 1:0.5\n0 qid:1 1:0.2\n")[:20]
+
+ESTIMATOR = [
+    Case("est-label-nan", fit(y=put(3, NAN)), ValueError, r"`y` has to be finite and non-negative, got nan at \[3\]"),
+    Case("est-label-inf", fit(y=put(0, INF)), ValueError, r"`y` has to be finite and non-negative, got inf at \[0\]"),
+    Case("est-label-negative", fit(y=put(5, -1.0)), ValueError, r"`y` has to be finite and non-negative, got -1.0 at \[5\]"),
+    Case("est-weight-nan", fit(sample_weight=[1.0] * 11 + [NAN]), ValueError, r"`sample_weight` .* nan at \[11\]"),
+    Case("est-weight-inf", fit(sample_weight=[INF] + [1.0] * 11), ValueError, r"`sample_weight` .* inf at \[0\]"),
+    Case("est-weight-negative", fit(sample_weight=[1.0, -2.0] + [1.0] * 10), ValueError, r"`sample_weight` .* at \[1\]"),
+    Case("est-init-score-nan", fit(init_score=[0.0] * 4 + [NAN] + [0.0] * 7), ValueError, r"`init_score` has to be finite, got nan at \[4\]"),
+    Case("est-feature-inf", fit(x=put((2, 1), INF)), ValueError, r"`X` has to be finite or NaN \(missing\), got inf at \[2, 1\]"),
+    Case("est-feature-minus-inf", fit(x=put((0, 0), -INF)), ValueError, r"`X` .* got -inf at \[0, 0\]"),
+    Case("est-feature-nan-is-missing", fit(x=put((0, 0), NAN)), None, check=lambda m: m.n_features_in_ == 3 or pytest.fail("nan")),
+    Case("est-zero-rows", fit(x=torch.zeros(0, 3), y=torch.zeros(0), group=None, qid=[]), ValueError, r"`X` has 0 sample\(s\)"),
+    Case("est-zero-features", fit(x=torch.zeros(12, 0)), ValueError, r"`X` has 0 feature\(s\)"),
+    Case("est-one-row", fit(x=torch.ones(1, 3), y=torch.ones(1), group=[1]), None,
+         check=lambda m: m.predict(torch.ones(2, 3)).tolist() == [0.0, 0.0] or pytest.fail("one row: a constant model")),
+    Case("est-constant-features", fit(x=torch.ones(12, 3)), None,
+         check=lambda m: (m.ensemble_.leaf_values == 0).all() or pytest.fail("constant features: zero trees")),
+    Case("est-equal-labels", fit(y=torch.ones(12)), None,
+         check=lambda m: (m.ensemble_.leaf_values == 0).all() or pytest.fail("equal labels: zero lambdas")),
+    Case("est-no-queries", fit(group=None), ValueError, r"`qid` or `group` is required"),
+    Case("est-qid-and-group", fit(qid=[1] * 12, group=[12]), ValueError, r"either `qid` or `group`"),
+    Case("est-qid-not-contiguous", fit(qid=[1, 2] * 6), ValueError, r"`qid`: .* contiguous"),
+    Case("est-group-wrong-sum", fit(group=[5, 5]), ValueError, r"`group` has to sum to the number of documents N=12"),
+    Case("est-group-zero", fit(group=[12, 0]), ValueError, r"`group` has to be positive, got 0 at \[1\]"),
+    Case("est-y-wrong-length", fit(y=torch.ones(5)), ValueError, r"`y` has to have shape \[12\]"),
+    Case("est-x-1d", fit(x=torch.ones(12)), ValueError, r"`X` has to be a \[N, F\] matrix"),
+    Case("est-x-strings", fit(x=[["a", "b", "c"]] * 12), ValueError, r"`X` has to be a numeric"),
+    Case("est-x-complex", fit(x=np.ones((12, 3)) * 1j), ValueError, r"`X` has to be real-valued"),
+    Case("est-empty-eval-set", fit(eval_set=[(torch.zeros(0, 3), torch.zeros(0))], eval_group=[[]]), ValueError,
+         r"`eval_set\[0\]` has 0 sample\(s\)"),
+    Case("est-eval-set-no-queries", fit(eval_set=[(torch.zeros(4, 3), torch.zeros(4))]), ValueError,
+         r"`eval_qid\[0\]` or `eval_group\[0\]` is required"),
+    Case("est-eval-set-features", fit(eval_set=[(torch.zeros(4, 2), torch.zeros(4))], eval_group=[[4]]), ValueError,
+         r"`eval_set\[0\]` has 2 features, the training data 3"),
+    Case("est-param-k-fraction", fit(params={"k": 2.5}), ValueError, r"`k` has to be a positive integer or None, got 2.5"),
+    Case("est-param-depth", fit(params={"depth": 0}), ValueError, r"`depth` has to be an integer in 1..12"),
+    Case("est-param-learning-rate", fit(params={"learning_rate": NAN}), ValueError, r"`learning_rate` has to be a finite"),
+    Case("est-param-objective", fit(params={"objective": "mse"}), ValueError, r"`objective` has to be one of"),
+    Case("est-param-gain", fit(params={"gain": "log"}), ValueError, r"`gain` has to be one of"),
+    Case("est-device-cuda-without-cuda", fit(params={"device": "cuda"}), ValueError, r"`device` is 'cuda', but CUDA is not available"),
+    Case("est-device-nonsense", fit(params={"device": "gpu0"}), ValueError, r"`device` has to be a torch device"),
+    Case("est-predict-features", predict_with(torch.zeros(3, 4)), ValueError, r"X has 4 features, but LambdaMART is expecting 3"),
+    Case("est-predict-inf", predict_with(put((1, 1), INF)), ValueError, r"`X` .* got inf at \[1, 1\]"),
+    Case("est-load-missing", lambda tmp: __import__("rankkit").LambdaMART.load(tmp / "none.safetensors"),
+         FileNotFoundError, r"none.safetensors"),
+    Case("est-load-garbage", lambda tmp: (tmp.joinpath("m.safetensors").write_bytes(b"\x08" + b"\0" * 7 + b"{}"),
+                                          __import__("rankkit").LambdaMART.load(tmp / "m.safetensors")),
+         ValueError, r"m.safetensors: not a valid rankkit LambdaMART model file"),
+]
+
+
+def _edited_model(edit):
+    def call(tmp_path):
+        from safetensors.torch import load_file, save_file
+        from safetensors import safe_open
+
+        x0, y0 = _xy()
+        path = tmp_path / "m.safetensors"
+        lmart().fit(x0, y0, group=[6, 6]).save(path)
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata()
+        tensors = load_file(str(path))
+        edit(tensors)
+        save_file(tensors, str(path), metadata=meta)
+        from rankkit.boosting import LambdaMART
+
+        return LambdaMART.load(path)
+    return call
+
+
+ESTIMATOR += [
+    Case("est-load-edited-feature-index", _edited_model(lambda t: t["features"].fill_(7)), ValueError,
+         r"m.safetensors: .*`features`"),
+    Case("est-load-nan-leaf", _edited_model(lambda t: t["leaf_values"].view(-1).__setitem__(0, NAN)), ValueError,
+         r"m.safetensors: .*`leaf_values` has to be finite"),
+]
+
+KERNEL = [
+    Case("lambdas-score-nan", kernel(scores=torch.tensor([[0.0, NAN, 0.0], [0.0, 0.0, 0.0]])), ValueError,
+         r"`scores` has to be finite on real documents, got nan at \[0, 1\]"),
+    Case("lambdas-score-inf", kernel(scores=torch.tensor([[0.0, 0.0, 0.0], [INF, 0.0, 0.0]])), ValueError,
+         r"`scores` .* inf at \[1, 0\]"),
+    Case("lambdas-label-nan", kernel(labels=torch.tensor([[1.0, NAN, 2.0], [0.0, 1.0, 0.0]])), ValueError,
+         r"`labels` has to be finite and non-negative on real documents, got nan at \[0, 1\]"),
+    Case("lambdas-label-negative", kernel(labels=torch.tensor([[1.0, 0.0, 2.0], [0.0, -1.0, 0.0]])), ValueError,
+         r"`labels` .* -1.0 at \[1, 1\]"),
+    Case("lambdas-weight-nan", kernel(weights=torch.tensor([[1.0, 1.0, NAN], [1.0, 1.0, 1.0]])), ValueError,
+         r"`weights` .* nan at \[0, 2\]"),
+    Case("lambdas-k-fraction", kernel(k=2.5), ValueError, r"`k` has to be a positive integer or None, got 2.5"),
+    Case("lambdas-sigma-zero", kernel(sigma=0.0), ValueError, r"`sigma`"),
+    Case("lambdas-weighting", kernel(weighting="dcg"), ValueError, r"`weighting`"),
+    Case("lambdas-mask-shape", kernel(mask=torch.ones(2, 2, dtype=torch.bool)), ValueError, r"`mask` has to be"),
+    Case("lambdas-grade-1000", kernel(labels=torch.tensor([[1000.0, 0.0, 500.0], [0.0, 1.0, 0.0]]), weighting="ndcg"), None,
+         check=lambda r: torch.isfinite(r[0]).all() or pytest.fail("grade 1000: finite lambdas")),
+    Case("lambdas-padding-nan-ignored", kernel(scores=torch.tensor([[0.0, 0.0, NAN], [0.0, 0.0, 0.0]]),
+                                                mask=torch.tensor([[True, True, False], [True] * 3])), None,
+         check=lambda r: torch.isfinite(r[0]).all() or pytest.fail("NaN under padding is ignored")),
+]
+
+METRICS = [
+    Case("ndcg-label-128", metric("ndcg", labels=torch.tensor([[128.0, 0.0, 1.0]])), None,
+         check=lambda v: (torch.isfinite(v).all() and 0 < float(v) <= 1) or pytest.fail(str(v))),
+    Case("ndcg-k-fraction", metric("ndcg", k=2.5), ValueError, r"`k` has to be a positive integer or None, got 2.5"),
+    Case("ndcg-gain", metric("ndcg", gain="log2"), ValueError, r"`gain` has to be one of"),
+    Case("ndcg-score-nan", metric("ndcg", scores=torch.tensor([[NAN, 0.0, 0.0]])), ValueError, r"`scores` .* nan at \[0, 0\]"),
+    Case("map-label-negative", metric("average_precision", labels=torch.tensor([[1.0, -1.0, 0.0]])), ValueError,
+         r"`labels` .* at \[0, 1\]"),
+    Case("err-label-inf", metric("err", labels=torch.tensor([[1.0, INF, 0.0]])), ValueError, r"`labels` .* inf at \[0, 1\]"),
+    Case("ndcg-all-equal-labels", metric("ndcg", labels=torch.tensor([[1.0, 1.0, 1.0]])), None,
+         check=lambda v: float(v) == 1.0 or pytest.fail(str(v))),
+    Case("ndcg-nothing-relevant-is-1", metric("ndcg", labels=torch.zeros(1, 3)), None,
+         check=lambda v: float(v) == 1.0 or pytest.fail(str(v))),
+]
+
+MODULES = [
+    Case("module-hidden-negative", module("RankNet", n_features=3, hidden=[-3]), ValueError, r"`hidden`"),
+    Case("module-no-features", module("LambdaRank"), ValueError, r"`n_features`.*`scorer`"),
+    Case("module-k-fraction", module("LambdaRank", n_features=3, k=2.5), ValueError, r"`k` has to be a positive integer"),
+    Case("module-lr-zero", module("RankNet", n_features=3, lr=0.0), ValueError, r"`lr`"),
+    Case("module-ema-one", module("RankNet", n_features=3, ema_decay=1.0), ValueError, r"`ema_decay`"),
+    Case("module-weighting", module("RankNet", n_features=3, weighting="ndcg"), ValueError, r"`weighting`"),
+    Case("module-loss", module("LambdaRank", n_features=3, loss="nosuch"), ValueError, r"`loss`"),
+    Case("module-scorer-not-a-module", module("LambdaRank", scorer="mlp"), ValueError, r"`scorer` has to be an nn.Module"),
+    Case("lambdamart-module-depth", module("LambdaMARTModule", depth=13), ValueError, r"`depth`"),
+    Case("lambdamart-module-subsample", module("LambdaMARTModule", subsample=1.5), ValueError, r"`subsample`"),
+]
+
+CLI = [
+    Case("cli-truncated-data-file", cli("info", "TMP/t.txt.gz", files={"t.txt.gz": _TRUNC_GZ}), ValueError,
+         r"rankkit info: error: .*t.txt.gz: cannot read the file"),
+    Case("cli-bad-models-yaml", cli("compare", "--models", "TMP/bad.yaml", files={"bad.yaml": b"models: [ranknet\n"}),
+         ValueError, r"rankkit compare: error: .*bad.yaml: not a readable YAML model config"),
+    Case("cli-corrupt-ckpt-path", cli("fit", "--config", "lambdarank", "--ckpt_path=TMP/bad.ckpt",
+                                      files={"bad.ckpt": b"garbage"}), ValueError,
+         r"rankkit fit: error: .*bad.ckpt: not a readable Lightning checkpoint"),
+    Case("cli-corrupt-ckpt-export", cli("export", "TMP/bad.ckpt", files={"bad.ckpt": b"garbage"}), ValueError,
+         r"rankkit export: error: .*bad.ckpt: not a readable Lightning checkpoint"),
+    Case("cli-test-without-ckpt", cli("test", "--config", "lambdarank"), ValueError,
+         r"rankkit test: error: .*pass --ckpt_path"),
+    Case("cli-predict-without-model", cli("predict", "TMP/none.ckpt", "--input", "TMP/x.txt"), ValueError,
+         r"rankkit predict: error: .*none.ckpt: no such model file"),
+    Case("cli-unknown-config", cli("fit", "--config", "nosuch"), ValueError, r"no packaged config 'nosuch'"),
+]
+
+CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path):
     if case.exc is None:

@@ -281,7 +281,12 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     configs = {}
     for m in models:
         path = resolve_config(m)
-        cfg = yaml.safe_load(path.read_text()) or {}
+        try:
+            cfg = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+            raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
         configs[model_label(cfg)] = (path, cfg)
     rounds, patience = DEFAULT_ROUNDS, DEFAULT_PATIENCE
     for _, cfg in configs.values():

@@ -112,8 +112,12 @@ class MLPScorer(nn.Module):
                  activation: str = "relu", dropout: float = 0.0, norm: str = "none",
                  log1p: bool = True, standardize: bool = True):
         super().__init__()
-        if n_features < 1:
-            raise ValueError(f"`n_features` has to be a positive integer, got {n_features}")
+        from rankkit import _checks
+
+        _checks.check_int(n_features, "n_features", low=1)
+        for i, h in enumerate(hidden):
+            if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+                raise ValueError(f"`hidden` has to hold positive layer sizes, got {h!r} at [{i}]")
         if activation not in ACTIVATIONS:
             raise ValueError(f"`activation` has to be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         if norm not in NORMS:
