@@ -26,10 +26,11 @@ Two click models decide what is examined (r is the 0-based displayed rank):
   ρ(y); after a click she stops with probability ``stop`` (``stop=1``: the classic cascade, at
   most one click). So P(click at r) = ρ(y_r) Π_{r' < r} (1 − stop · ρ(y_r')).
 
-The output is a :class:`ClickLog`, a :class:`RankingDataset` whose "queries" are sessions
+The output is a :class:`ClickLog`: a :class:`RankingDataset` whose "queries" are sessions
 (features of the shown documents in displayed order, labels = clicks 0/1, ``position`` each
-row's displayed rank, so that its padded batches carry it to the unbiased rankers), the session → query map and the shown document's index in the source
-dataset. A session is a query for every rankkit model, for LightGBM (``group`` = session
+row's displayed rank, so that its padded batches carry it to the unbiased rankers), plus the
+session → query map and the shown document's index in the source dataset.
+A session is a query for every rankkit model, for LightGBM (``group`` = session
 sizes, ``position`` = the positions) and for :class:`rankkit.unbiased.PropensityEstimator`.
 :meth:`ClickLog.aggregate` gives the compact alternative: counts per (document, position).
 """

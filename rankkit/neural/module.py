@@ -20,6 +20,11 @@ from rankkit.metrics import ranking_metrics
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
 from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer
 
+# Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
+# pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
+# of about ten batches), so that one small batch cannot swing them.
+BIAS_COST_DECAY = 0.9
+
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULERS = ("none", "cosine", "plateau")
 
@@ -54,6 +59,17 @@ class NeuralRanker(pl.LightningModule):
             ``AveragedModel`` with ``get_ema_multi_avg_fn``), in ``averaged``; validation,
             test, predict, ``forward`` and export then use the average. 0 (the default) turns
             it off.
+        unbiased: learn from clicks (Unbiased LambdaRank / RankNet, the pairwise debiasing of
+            Hu, Wang, Peng, Li, WWW 2019, as ``LambdaMART(unbiased=True)``): the labels are 0/1
+            clicks and every training batch carries the documents' displayed ``position``
+            (a dataset with ``position``, e.g. ``ClickLog.sessions``). Each training batch first
+            updates the click/unclick biases t⁺, t⁻ (:class:`rankkit.unbiased.PropensityEstimator`)
+            from its detached scores (one closed-form step on the decayed sum of the recent
+            batches' pair costs, ``BIAS_COST_DECAY``), then weighs each pair (clicked i, unclicked j) by
+            1 / (t⁺(pos_i) t⁻(pos_j)) through the kernel's ``pair_weights``. Needs a pairwise
+            objective. The learned biases are :attr:`propensities` and are checkpointed.
+        bias_p: p ≥ 0, the biases' regularisation norm (the update's exponent is 1/(p + 1)).
+        n_positions: positions with their own bias; deeper positions share the last.
 
     A checkpoint of a module with a scorer of your own loads with
     ``LambdaRank.load_from_checkpoint(path, scorer=MyNet(...))``.
@@ -67,7 +83,8 @@ class NeuralRanker(pl.LightningModule):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None):
+                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
+                 bias_p: float = 1.0, n_positions: int = 10):
         super().__init__()
         _checks.check_choice(weighting, self.weighting_choices, "weighting")
         if loss is not None:
@@ -82,6 +99,8 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_number(lr, "lr", low=0, low_open=True)
         _checks.check_number(weight_decay, "weight_decay", low=0)
         _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
+        self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
+        self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
         if scorer is None:
             if n_features is None:
                 raise ValueError("pass `n_features` (for the default MLP scorer) or `scorer` (an nn.Module)")
@@ -98,6 +117,30 @@ class NeuralRanker(pl.LightningModule):
             self.averaged.requires_grad_(False)
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
+
+    @staticmethod
+    def _propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k):
+        """The click-bias estimator of ``unbiased`` (None without it)."""
+        from rankkit.losses import LISTWISE
+        from rankkit.unbiased import PropensityEstimator
+
+        if not _checks.check_bool(unbiased, "unbiased"):
+            return None
+        _checks.check_number(bias_p, "bias_p", low=0)
+        _checks.check_int(n_positions, "n_positions")
+        name = loss if loss is not None else weighting
+        if name in LISTWISE:
+            raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got loss={name!r}")
+        return PropensityEstimator(n_positions, p=bias_p, sigma=sigma, k=k,
+                                   weighting="ranknet" if name == "ranknet" else "ndcg")
+
+    @property
+    def propensities(self) -> dict[str, torch.Tensor] | None:
+        """With ``unbiased``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
+        (float64, position 0 = 1), the learned position biases; None otherwise."""
+        if self.propensity is None:
+            return None
+        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone()}
 
     def serving_scorer(self) -> nn.Module:
         """The scorer that evaluates and exports: the weight average when ``ema_decay`` > 0."""
@@ -143,6 +186,8 @@ class NeuralRanker(pl.LightningModule):
         state = {"torch_rng": torch.get_rng_state(), "scorer_class": class_path(self.scorer)}
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        if self.propensity is not None:
+            state["propensities"] = {**self.propensities, "costs": self._bias_costs.clone()}
         checkpoint["rankkit"] = state
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -151,6 +196,10 @@ class NeuralRanker(pl.LightningModule):
             torch.set_rng_state(state["torch_rng"])
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if "propensities" in state and self.propensity is not None:
+            self.propensity.t_plus = state["propensities"]["clicked"].clone()
+            self.propensity.t_minus = state["propensities"]["unclicked"].clone()
+            self._bias_costs = state["propensities"]["costs"].clone()
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -158,25 +207,42 @@ class NeuralRanker(pl.LightningModule):
         return self.serving_scorer()(features)
 
     def objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
-        """The training loss of a batch: ``loss`` when given, else the ``weighting``'s lambda loss."""
+        """The training loss of a batch: ``loss`` when given, else the ``weighting``'s lambda loss;
+        with ``unbiased``, its pairs weighed by the click biases updated on this batch."""
         h = self.hparams
+        debias = {} if self.propensity is None else {"pair_weights": self._pair_weights(scores, batch)}
         if h.get("loss") is not None:
             from rankkit.losses import LISTWISE
 
             pairwise = {} if h.loss in LISTWISE else dict(sigma=h.sigma, k=h.k, normalize=h.normalize)
             return lambda_loss(scores, batch.labels, mask=batch.mask, loss=h.loss, reduction=h.reduction,
-                               **pairwise)
+                               **pairwise, **debias)
         return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=h.weighting, sigma=h.sigma,
-                           k=h.k, normalize=h.normalize, reduction=h.reduction)
+                           k=h.k, normalize=h.normalize, reduction=h.reduction, **debias)
+
+    def _pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""
+        if batch.position is None:
+            raise ValueError("`unbiased=True` needs the documents' displayed positions: the training batch "
+                             "has no `position` (train on a dataset with `position=`, e.g. ClickLog.sessions)")
+        est = self.propensity
+        est.accumulate(scores.detach(), batch.labels, batch.position, batch.mask)
+        self._bias_costs = BIAS_COST_DECAY * self._bias_costs + est.costs
+        est.costs = self._bias_costs.clone()
+        est.step()
+        return self.propensity.pair_factors(batch.position, batch.mask, dtype=scores.dtype)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
         loss = self.objective(self.scorer(batch.features), batch)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels))
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels),
+                 sync_dist=True)
         return loss
 
     def _evaluate(self, batch: PaddedBatch, metrics) -> None:
         metrics.update(self(batch.features), batch.labels, batch.mask)
-        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=False, batch_size=len(batch.labels))
+        for name, metric in metrics.items():  # NDCG@10, the selection metric, on the progress bar
+            self.log(name, metric, on_step=False, on_epoch=True, prog_bar=name.endswith("/ndcg@10"),
+                     batch_size=len(batch.labels))
 
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -211,10 +277,11 @@ class RankNet(NeuralRanker):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None):
+                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
+                 bias_p: float = 1.0, n_positions: int = 10):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer, loss)
+                         scorer, loss, unbiased, bias_p, n_positions)
 
 
 class LambdaRank(NeuralRanker):
@@ -228,7 +295,8 @@ class LambdaRank(NeuralRanker):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None):
+                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
+                 bias_p: float = 1.0, n_positions: int = 10):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer, loss)
+                         scorer, loss, unbiased, bias_p, n_positions)
