@@ -131,7 +131,9 @@ class LambdaMARTModule(pl.LightningModule):
 
     def _evaluate(self, batch: PaddedBatch, metrics) -> None:
         metrics.update(self(batch.features), batch.labels, batch.mask)
-        self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=len(batch.labels))
+        for name, metric in metrics.items():  # NDCG@10, the selection metric, on the progress bar
+            self.log(name, metric, on_step=False, on_epoch=True, prog_bar=name.endswith("/ndcg@10"),
+                     batch_size=len(batch.labels))
 
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
         if self.scorer is not None:
