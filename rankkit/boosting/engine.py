@@ -66,6 +66,9 @@ class BoosterConfig:
     eval_metric: str = "ndcg@10"
     early_stopping_rounds: int | None = None
     seed: int = 0
+    unbiased: bool = False
+    bias_p: float = 1.0
+    n_positions: int = 10
 
     @classmethod
     def from_params(cls, params: dict) -> "BoosterConfig":
@@ -102,6 +105,11 @@ class BoosterConfig:
         make_metric(self.eval_metric)  # raises for a bad name
         c.check_int(self.early_stopping_rounds, "early_stopping_rounds", low=1, none=True)
         c.check_int(self.seed, "seed", low=0)
+        c.check_bool(self.unbiased, "unbiased")
+        c.check_number(self.bias_p, "bias_p", low=0)
+        c.check_int(self.n_positions, "n_positions", low=1)
+        if self.unbiased and self.objective in ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg"):
+            raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {self.objective!r}")
         make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
                        gain=self.gain, normalize=self.normalize)
 
@@ -139,6 +147,8 @@ class BoostingEngine:
         start_round: the number of trees already in the model (a resumed run); it seeds the
             round's random draws, so that round m draws the same whatever run it is in.
         init_scores: [N] the scores of the trees already grown (a resumed run), or None.
+        positions: [N] long, the 0-based position each document was displayed at (click
+            data); required with ``config.unbiased`` (Unbiased LambdaMART).
         reduce: the reduction point of every document sum (histograms, leaf sums); None is the
             identity (one process).
 
@@ -154,12 +164,24 @@ class BoostingEngine:
                  config: BoosterConfig, *, weights: torch.Tensor | None = None,
                  init_score: torch.Tensor | None = None, device: torch.device | str = "cpu",
                  start_round: int = 0, init_scores: torch.Tensor | None = None,
-                 reduce: Reduce | None = None):
+                 reduce: Reduce | None = None, positions: torch.Tensor | None = None):
         self.config = config
         self.device = torch.device(device)
         self.reduce: Reduce = reduce or identity_reduce
+        self.propensity = None
+        if config.unbiased:
+            from rankkit.unbiased import PropensityEstimator
+
+            if positions is None:
+                raise ValueError("`unbiased=True` needs the documents' displayed positions (`position=`)")
+            name = config.weighting if config.objective == "lambdarank" else config.objective
+            self.propensity = PropensityEstimator(config.n_positions, p=config.bias_p, sigma=config.sigma,
+                                                  k=config.k, weighting="ranknet" if name == "ranknet" else "ndcg")
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
-                                        sigma=config.sigma, gain=config.gain, normalize=config.normalize)
+                                        sigma=config.sigma, gain=config.gain, normalize=config.normalize,
+                                        seed=config.seed,
+                                        propensity=None if self.propensity is None else
+                                        (self.propensity, positions.to(self.device).long()))
         self.metric = make_metric(config.eval_metric)
         matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
         self.n_features = matrix.n_features
