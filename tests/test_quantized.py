@@ -184,3 +184,20 @@ def test_torch_path_runs_under_deterministic_algorithms(quantized):
         torch.use_deterministic_algorithms(was)
     for x, y, z in zip(free, strict, device):
         assert torch.equal(x, y) and torch.equal(x, from_sim(z))
+
+
+@needs_kernel
+@pytest.mark.parametrize("max_bins", [5, 40, 255])
+def test_compiled_binning_equals_searchsorted(max_bins, monkeypatch):
+    # Not quantization, but the same issue's other compiled pass (binning speed, issue 18): the
+    # branchless binary search against torch.searchsorted, with NaN, ±inf and a 4-value feature.
+    from rankkit.boosting.binning import QuantileBinner
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5000, 6, generator=g)
+    x[::7, 2], x[::11, 3], x[::13, 4] = float("nan"), -float("inf"), float("inf")
+    x[:, 5] = torch.randint(0, 4, (5000,), generator=g).float()
+    binner = QuantileBinner(max_bins=max_bins).fit(x)
+    fast = binner.transform(x)
+    monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
+    assert torch.equal(fast, binner.transform(x))

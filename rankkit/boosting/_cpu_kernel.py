@@ -249,6 +249,28 @@ void rankkit_split_scores(const double *restrict hist, int64_t n_feat, int64_t n
     }
 }
 
+/* Quantile codes of raw features, one pass: x [n, n_feat] float32 row-major, borders
+   [n_feat, 256] float32 ascending, padded with +inf, out [n, n_feat] uint8: 0 for NaN and -inf,
+   else 1 + #{j : borders[f, j] < x}, as binning.QuantileBinner.transform. The count is a
+   branchless binary search of 8 fixed steps over the 256 padded borders (no mispredicted
+   branches; the searches of a row's features are independent, so they overlap), and the rows
+   are shared out between the threads. */
+void rankkit_bin(const float *restrict x, int64_t n, int64_t n_feat, const float *restrict borders,
+                 uint8_t *restrict out, int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float *row = x + i * n_feat;
+        uint8_t *code = out + i * n_feat;
+        for (int64_t f = 0; f < n_feat; ++f) {
+            const float v = row[f];
+            const float *b = borders + f * 256;
+            int lo = 0;  /* #{j < lo : b[j] < v} = lo, kept while halving the step */
+            for (int step = 128; step > 0; step >>= 1) lo += (b[lo + step - 1] < v) ? step : 0;
+            code[f] = (isnan(v) || v == -INFINITY) ? 0 : (uint8_t) (1 + lo);
+        }
+    }
+}
+
 /* node[i] += sum_k [codes[rows[i], feats[k]] > cuts[k]] * weights[k] for i < n (rows NULL: row
    i): one level's split (depth 1, weight 2^level) or a whole tree's leaves. */
 void rankkit_route(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,
@@ -299,6 +321,8 @@ def _build() -> ctypes.CDLL:
     dll.rankkit_histograms_q.restype = cint
     dll.rankkit_route.argtypes = [p, i64, p, i64, p, p, p, i64, p, cint]
     dll.rankkit_route.restype = None
+    dll.rankkit_bin.argtypes = [p, i64, i64, p, p, cint]
+    dll.rankkit_bin.restype = None
     dbl = ctypes.c_double
     dll.rankkit_split_scores.argtypes = [p, i64, i64, p, dbl, dbl, dbl, dbl, dbl, p, cint]
     dll.rankkit_split_scores.restype = None
@@ -474,4 +498,18 @@ def cpu_split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, l2: float, m
     _dll().rankkit_split_scores(
         hist.data_ptr(), n_feat, n_nodes, valid.data_ptr(), float(l2), float(min_data), float(min_hess),
         float(parent_score), float(tiny), out.data_ptr(), max(1, torch.get_num_threads()))
+    return out
+
+
+def cpu_bin(x: torch.Tensor, borders: torch.Tensor) -> torch.Tensor:
+    """[N, F] uint8 codes of x [N, F] (float32, CPU) under the borders [F, M] (ascending, padded
+    with +inf, M <= 255; see :class:`rankkit.boosting.binning.QuantileBinner`), in one
+    compiled pass."""
+    n, n_feat = x.shape
+    assert borders.shape[0] == n_feat and borders.shape[1] <= 255
+    x = x.to(torch.float32).contiguous()
+    padded = torch.full((n_feat, 256), torch.inf, dtype=torch.float32)
+    padded[:, : borders.shape[1]] = borders
+    out = torch.empty(n, n_feat, dtype=torch.uint8)
+    _dll().rankkit_bin(x.data_ptr(), n, n_feat, padded.data_ptr(), out.data_ptr(), max(1, torch.get_num_threads()))
     return out

@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rankkit.boosting import _cpu_kernel
+
 MAX_BINS = 255
 
 
@@ -105,10 +107,14 @@ class QuantileBinner:
     def transform(self, features: torch.Tensor, *, chunk_rows: int = 1 << 16) -> torch.Tensor:
         """Codes [N, F] uint8 of raw features [N, F] (any device; the borders follow it).
 
-        Rows are coded in chunks of ``chunk_rows`` so the int64 search result never holds more
-        than ``F * chunk_rows`` entries (the codes themselves are one byte each).
+        On the CPU one compiled pass (a binary search per value, rows shared out between the
+        threads) when the kernel is available. Otherwise rows are coded by ``searchsorted`` in
+        chunks of ``chunk_rows``, so the int64 search result never holds more than
+        ``F * chunk_rows`` entries (the codes themselves are one byte each).
         """
         x = features if features.dtype == torch.float32 else features.to(torch.float32)
+        if x.device.type == "cpu" and _cpu_kernel.available():
+            return _cpu_kernel.cpu_bin(x, self.borders_)
         borders = self.borders_.to(x.device)
         n = x.shape[0]
         out = torch.empty(x.shape[1], n, dtype=torch.uint8, device=x.device)  # [F, N]
