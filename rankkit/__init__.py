@@ -18,8 +18,9 @@ _EXPORTS = {
     "fetch_mslr_web10k": "rankkit.data.fetch",
     "fetch_mslr_web30k": "rankkit.data.fetch",
     "RankingDataModule": "rankkit.data.datamodule",
-    # the lambda kernel and the metrics
+    # the lambda kernel, the losses and the metrics
     "lambda_gradients": "rankkit.lambdas",
+    "objective_gradients": "rankkit.losses",
     "dcg": "rankkit.metrics",
     "ndcg": "rankkit.metrics",
     "average_precision": "rankkit.metrics",
@@ -44,7 +45,13 @@ _EXPORTS = {
     # export
     "export_torchscript": "rankkit.export",
     "export_program": "rankkit.export",
+    "export_onnx": "rankkit.export",
     "load_scorer": "rankkit.export",
+    # serving files, clicks
+    "load_model": "rankkit.serving",
+    "predict_file": "rankkit.serving",
+    "PropensityEstimator": "rankkit.unbiased",
+    "simulate_clicks": "rankkit.data.clicks",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

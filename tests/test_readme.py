@@ -1,0 +1,71 @@
+"""Every command the README shows runs: its `rankkit ...` lines (with a 1-epoch cap and tiny
+data where they train) and its Python examples (with fewer rounds/epochs)."""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from rankkit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+def commands() -> list[list[str]]:
+    out = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("rankkit "):
+                out.append(shlex.split(line)[1:])
+    return out
+
+
+def test_the_readme_starts_with_the_two_commands():
+    first = blocks("bash")[0].split("\n")
+    assert first[0].startswith("make demo") and first[1].startswith("make test")
+    assert README.index("make demo") < README.index("## The main job")
+
+
+@pytest.mark.slow
+def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
+    from tests.test_cli import write_letor
+
+    monkeypatch.chdir(tmp_path)
+    for seed, name in enumerate(("train.txt", "vali.txt", "test.txt")):
+        write_letor(tmp_path / name, seed)
+    seen = set()
+    ckpt = None
+    for argv in commands():
+        command = argv[0]
+        seen.add(command)
+        quick = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"]
+        if command == "fit":
+            argv = argv + quick + ["--trainer.max_epochs=1"]
+        elif command in ("test", "validate"):
+            argv = [a if not a.startswith("--ckpt_path") else f"--ckpt_path={ckpt}" for a in argv] + quick
+        elif command in ("predict", "export"):
+            argv = [str(ckpt) if a == "PATH/TO/best.ckpt" else a for a in argv]
+        elif command == "compare":
+            argv = ["compare", "--data", str(tmp_path), "--max_epochs", "1", "--out", str(tmp_path / "cmp"),
+                    *[a for a in argv[1:] if a == "--baselines"]]
+        assert main(argv) == 0, argv
+        if command == "fit":
+            ckpt = sorted(tmp_path.rglob("*.ckpt"))[-1]
+    assert {"fit", "test", "predict", "export", "compare"} <= seen
+    assert (tmp_path / "scores.tsv").read_text().count("\n") == 24 * 12
+
+
+@pytest.mark.slow
+def test_every_python_example_in_the_readme_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for code in blocks("python"):
+        code = code.replace("max_epochs=30", "max_epochs=1").replace("n_estimators=300", "n_estimators=5")
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
