@@ -7,10 +7,14 @@ queries x 120 documents x 136 features = 1.2M rows. Each library runs in its own
 
     python experiments/bench_boosting.py --write
     python experiments/bench_boosting.py --queries 1000 --rounds 3     # a quick look
+    python experiments/bench_boosting.py --mode fit --rounds 30 --write # whole fit, binning included
+    python experiments/bench_boosting.py --mode scaling --write         # ms per round by rows, threads
+    python experiments/bench_boosting.py --mode mq2008 --write          # MQ2008 5-fold training time
 
 rankkit's round is split into the lambda kernel (``rankkit.lambdas.lambda_gradients``, not
 part of this package) and the tree (histograms, split search, leaf values, score update).
-``--write`` replaces the ``bench_boosting`` section of docs/benchmarks.md.
+``--write`` replaces the ``bench_boosting`` section of docs/benchmarks.md (``--mode fit``,
+``scaling``, ``mq2008``: the ``bench_boosting_fit``, ``_scaling`` and ``_mq2008`` sections).
 """
 from __future__ import annotations
 
@@ -77,7 +81,7 @@ def bench_rankkit(args) -> dict:
     import torch
 
     from rankkit.boosting.binning import QuantileBinner
-    from rankkit.boosting.booster import _valid_codes
+    from rankkit.boosting.engine import valid_codes as _valid_codes
     from rankkit.boosting.objectives import QueryLayout, make_objective
     from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
 
@@ -181,6 +185,76 @@ def bench_catboost(args) -> dict:
             "setup_s": times[1], "peak_mib": _peak_mib()}
 
 
+def fit_rankkit(args) -> dict:
+    """The whole ``LambdaMART.fit`` (binning included) of ``--rounds`` rounds."""
+    import torch
+
+    from rankkit.boosting import LambdaMART
+
+    torch.set_num_threads(args.threads)
+    data = _data(args)
+    t0 = time.perf_counter()
+    LambdaMART(n_estimators=args.rounds, depth=args.depth, k=args.k, quantized_grad=args.quantized).fit(data)
+    return {"fit_s": time.perf_counter() - t0, "peak_mib": _peak_mib()}
+
+
+def fit_lightgbm(args) -> dict:
+    """``lgb.Dataset`` construction (LightGBM's binning) and ``lgb.train`` of ``--rounds`` rounds."""
+    import lightgbm as lgb
+
+    data = _data(args)
+    x, y = data.features.numpy(), data.labels.numpy()
+    params = {"objective": "lambdarank", "max_depth": args.depth, "num_leaves": 2 ** args.depth,
+              "learning_rate": 0.1, "num_threads": args.threads, "max_bin": 255, "min_data_in_leaf": 20,
+              "verbosity": -1, "lambdarank_truncation_level": args.k or 10_000, "deterministic": True}
+    t0 = time.perf_counter()
+    ds = lgb.Dataset(x, y, group=data.sizes.numpy(), params={"max_bin": 255, "num_threads": args.threads})
+    lgb.train(params, ds, num_boost_round=args.rounds)
+    return {"fit_s": time.perf_counter() - t0, "peak_mib": _peak_mib()}
+
+
+def mq2008_rankkit(args) -> dict:
+    """Per-fold fit seconds of experiments/mq2008_lambdamart.py's protocol (its tuned settings)."""
+    import torch
+
+    from mq2008_lambdamart import SETTINGS
+
+    from rankkit.boosting import LambdaMART
+    from rankkit.data.bundled import load_mq2008
+
+    torch.set_num_threads(args.threads)
+    out = {}
+    for fold in range(1, 6):
+        train, vali, _ = load_mq2008(fold)
+        t0 = time.perf_counter()
+        model = LambdaMART(n_estimators=2000, early_stopping_rounds=50, eval_metric="ndcg@10",
+                           **SETTINGS).fit(train, eval_set=[vali])
+        out[fold] = (time.perf_counter() - t0, len(model.evals_result_["valid_0"]["ndcg@10"]))
+    return out
+
+
+def mq2008_lightgbm(args) -> dict:
+    """The same protocol in LightGBM: lambdarank, NDCG@10 truncation, early stopping 50 on vali."""
+    import lightgbm as lgb
+
+    from rankkit.data.bundled import load_mq2008
+
+    params = {"objective": "lambdarank", "max_depth": 6, "num_leaves": 64, "learning_rate": 0.1,
+              "lambda_l2": 1.0, "min_data_in_leaf": 20, "lambdarank_truncation_level": 10,
+              "metric": "ndcg", "eval_at": [10], "num_threads": args.threads, "verbosity": -1,
+              "deterministic": True}
+    out = {}
+    for fold in range(1, 6):
+        train, vali, _ = load_mq2008(fold)
+        t0 = time.perf_counter()
+        ds = lgb.Dataset(train.features.numpy(), train.labels.numpy(), group=train.sizes.numpy())
+        dv = lgb.Dataset(vali.features.numpy(), vali.labels.numpy(), group=vali.sizes.numpy(), reference=ds)
+        booster = lgb.train(params, ds, num_boost_round=2000, valid_sets=[dv],
+                            callbacks=[lgb.early_stopping(50, verbose=False)])
+        out[fold] = (time.perf_counter() - t0, booster.current_iteration())
+    return out
+
+
 def run_one(name: str, argv: list[str]) -> dict | None:
     """Run one library's benchmark in a fresh interpreter; None if it is not installed."""
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--only", name, *argv],
@@ -208,13 +282,24 @@ def main(argv=None) -> None:
     ap.add_argument("--libraries", default=",".join(LIBRARIES))
     ap.add_argument("--exact-newton", action="store_true",
                     help="rankkit also runs exact_newton's extra lambda-kernel pass (timed separately)")
+    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008"),
+                    help="round: ms per round (default); fit: whole fit incl. binning; scaling: ms per "
+                         "round by rows and threads; mq2008: MQ2008 5-fold training time")
+    ap.add_argument("--rows", default="100000,300000,1200000,3800000",
+                    help="--mode scaling: the row counts (queries of --docs documents)")
+    ap.add_argument("--thread-list", default="1,2", help="--mode scaling: the thread counts")
+    ap.add_argument("--quantized", action="store_true", help="rankkit with quantized_grad")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true", help="write the docs/benchmarks.md section")
     args = ap.parse_args(argv)
     if args.only:
-        print(json.dumps(globals()[f"bench_{args.only}"](args)))
+        prefix = {"round": "bench", "scaling": "bench"}.get(args.mode, args.mode)
+        print(json.dumps(globals()[f"{prefix}_{args.only}"](args)))
         return
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--write"]
+    if args.mode != "round":
+        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008}[args.mode](args, passthrough)
+        return
     results = {}
     for name in args.libraries.split(","):
         r = run_one(name, passthrough)
@@ -248,6 +333,101 @@ def main(argv=None) -> None:
         from _report import write_section
 
         write_section("bench_boosting", body)
+
+
+
+def _libraries(args) -> list[str]:
+    return [name for name in args.libraries.split(",") if name in ("rankkit", "lightgbm")]
+
+
+def _machine(args) -> str:
+    return (f"2026-11-24, {platform.machine()}, {os.cpu_count()} CPU cores shared with other jobs (load "
+            f"average {LOAD_AT_START:.1f} at the start)")
+
+
+def _write(args, marker: str, body: str) -> None:
+    print(body)
+    if args.write:
+        from _report import write_section
+
+        write_section(marker, body)
+
+
+def main_fit(args, passthrough) -> None:
+    """Whole fit, binning included, rankkit against LightGBM, each in its own process."""
+    results = {}
+    for name in _libraries(args):
+        results[name] = run_one(name, passthrough)
+        print(f"{name}: {results[name]}", flush=True)
+    lgb_s = results.get("lightgbm", {}).get("fit_s")
+    lines = ["| library | fit incl. binning (s) | vs LightGBM | peak memory over the data (MiB) |",
+             "|---|---:|---:|---:|"]
+    for name, r in results.items():
+        ratio = f"{r['fit_s'] / lgb_s:.2f}x" if lgb_s else "-"
+        lines.append(f"| {name} | {r['fit_s']:.1f} | {ratio} | {r['peak_mib']:.0f} |")
+    n = args.queries * args.docs
+    cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    body = (f"## Boosting: whole fit including binning\n\n{_machine(args)}, {args.threads} threads per "
+            f"library. Command: `{cmd}`.\n\nSynthetic MSLR-shaped set, {args.queries} queries x {args.docs} "
+            f"docs x {args.features} features = {n:,} rows; {args.rounds} rounds of depth {args.depth}, "
+            f"lambdarank NDCG, truncation {args.k or 'none'}; each library in its own process, one after the "
+            f"other (ratios from the same run). Target: rankkit <= 0.5x LightGBM.\n\n" + "\n".join(lines) + "\n")
+    _write(args, "bench_boosting_fit", body)
+
+
+def main_scaling(args, passthrough) -> None:
+    """ms per round (median of --rounds) and peak memory by rows and threads."""
+    rows = [int(r) for r in args.rows.split(",")]
+    threads = [int(t) for t in args.thread_list.split(",")]
+    lines = ["| rows | threads | rankkit ms/round (lambda + tree) | LightGBM ms/round | rankkit / LightGBM | "
+             "rankkit peak MiB | LightGBM peak MiB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    base, skip = [], False  # the passed options without the ones set per cell
+    for a in passthrough:
+        if skip or a.split("=")[0] in ("--rows", "--thread-list", "--queries", "--threads"):
+            skip = not skip and "=" not in a
+            continue
+        base.append(a)
+    for n in rows:
+        for t in threads:
+            argv = [*base, "--queries", str(max(1, n // args.docs)), "--threads", str(t)]
+            r = {name: run_one(name, argv) for name in _libraries(args)}
+            print(n, t, r, flush=True)
+            rk, lg = r.get("rankkit"), r.get("lightgbm")
+            cell = f"{rk['ms_per_round']:.0f} ({rk['lambda_ms']:.0f} + {rk['tree_ms']:.0f})" if rk else "-"
+            ratio = f"{rk['ms_per_round'] / lg['ms_per_round']:.2f}x" if rk and lg else "-"
+            lines.append(f"| {n:,} | {t} | {cell} | {lg['ms_per_round']:.0f} | {ratio} | "
+                         f"{rk['peak_mib']:.0f} | {lg['peak_mib']:.0f} |" if lg else f"| {n:,} | {t} | {cell} | - | - | - | - |")
+    cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    body = (f"## Boosting: ms per round by rows and threads, depth {args.depth}\n\n{_machine(args)}. Command: "
+            f"`{cmd}`.\n\nSynthetic MSLR-shaped sets ({args.docs} docs per query, {args.features} features); "
+            f"median of {args.rounds} rounds after the first; each library and size in its own process; peak "
+            f"resident memory above the level once the data was made. Rows are the queries x {args.docs}.\n\n"
+            + "\n".join(lines) + "\n")
+    _write(args, "bench_boosting_scaling", body)
+
+
+def main_mq2008(args, passthrough) -> None:
+    """MQ2008 5-fold protocol (early stopping 50 on vali NDCG@10): training seconds per fold."""
+    results = {}
+    for name in _libraries(args):
+        raw = run_one(name, passthrough)
+        results[name] = {int(k): v for k, v in raw.items()}
+        print(f"{name}: {results[name]}", flush=True)
+    lines = ["| fold | rankkit fit (s) | rankkit rounds | LightGBM fit (s) | LightGBM rounds | rankkit ms/round | "
+             "LightGBM ms/round |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    rk, lg = results.get("rankkit", {}), results.get("lightgbm", {})
+    for fold in range(1, 6):
+        a, b = rk.get(fold, (float("nan"), 0)), lg.get(fold, (float("nan"), 0))
+        lines.append(f"| {fold} | {a[0]:.2f} | {a[1]} | {b[0]:.2f} | {b[1]} | {1e3 * a[0] / max(a[1], 1):.1f} | "
+                     f"{1e3 * b[0] / max(b[1], 1):.1f} |")
+    cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    body = (f"## Boosting: MQ2008 5-fold training time\n\n{_machine(args)}, {args.threads} thread(s). Command: "
+            f"`{cmd}`.\n\nEach fold's fit with early stopping (patience 50 on vali NDCG@10, up to 2000 rounds): "
+            f"rankkit with experiments/mq2008_lambdamart.py's settings, LightGBM lambdarank with the same depth, "
+            f"learning rate, L2, min_data_in_leaf and truncation (64 leaves). The fits stop at different rounds, "
+            f"so ms per round is the fairer column. Target: rankkit's time <= LightGBM's.\n\n"
+            + "\n".join(lines) + "\n")
+    _write(args, "bench_boosting_mq2008", body)
 
 
 if __name__ == "__main__":
