@@ -282,6 +282,23 @@ def test_padded_batch_without_positions():
     assert torch.equal(batch.features, features)
 
 
+def test_position_sidecar(tmp_path):
+    from rankkit.data import read_svmlight
+
+    data = tmp_path / "log.txt"
+    data.write_text("1 qid:1 1:0.5\n0 qid:1 1:0.1\n0 qid:2 1:0.3\n")
+    (tmp_path / "log.position").write_text("0\n1\n0\n")
+    log = read_svmlight(data, position_file=tmp_path / "log.position")
+    assert log.position.tolist() == [0, 1, 0]
+    assert read_svmlight(data).position is None  # never looked up implicitly
+    (tmp_path / "bad.position").write_text("0\n-1\n0\n")
+    with pytest.raises(ValueError, match=r"bad.position:2: position must be non-negative, got -1"):
+        read_svmlight(data, position_file=tmp_path / "bad.position")
+    (tmp_path / "short.position").write_text("0\n1\n")
+    with pytest.raises(ValueError, match=r"short.position: 2 positions, but .* holds 3 documents"):
+        read_svmlight(data, position_file=tmp_path / "short.position")
+
+
 def test_bad_positions():
     args = (torch.zeros(3, 1), torch.zeros(3), [0, 3], [0])
     with pytest.raises(ValueError, match=r"`position` has to be a non-negative integer, got -2 at \[1\]"):

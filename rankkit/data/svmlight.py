@@ -137,9 +137,28 @@ def read_query_file(path: str) -> np.ndarray:
     return np.asarray(sizes, dtype=np.int64)
 
 
+def read_position_file(path: str) -> np.ndarray:
+    """Displayed positions from a sidecar file: one non-negative integer (0-based rank) per line,
+    one line per document of the data file (LightGBM's ``.position`` file, 0-based)."""
+    positions = []
+    with open(path, "rt") as f:
+        for i, line in enumerate(f, 1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                r = int(text)
+            except ValueError:
+                raise ValueError(f"{path}:{i}: expected a position (a non-negative integer), got {text!r}") from None
+            if r < 0:
+                raise ValueError(f"{path}:{i}: position must be non-negative, got {r}")
+            positions.append(r)
+    return np.asarray(positions, dtype=np.int64)
+
+
 def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | None = None,
                   n_features: int | None = None, zero_based: bool = False,
-                  with_comments: bool = False) -> RankingDataset:
+                  with_comments: bool = False, position_file: str | os.PathLike | None = None) -> RankingDataset:
     """Read a LETOR/SVMlight ranking file.
 
     Args:
@@ -154,6 +173,9 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
             wider files.
         zero_based: whether feature indices start at 0 (SVMlight and LETOR start at 1).
         with_comments: keep the text after ``#`` of each line (e.g. LETOR's docid).
+        position_file: a click log's displayed positions, one 0-based integer per line and one
+            line per document (:func:`read_position_file`); they become the dataset's
+            ``position``, which the unbiased rankers read. Never looked up implicitly.
     Returns:
         A :class:`RankingDataset` with features [N, F] float32. See the module docstring for
         the bad-input policy: every refusal is a ``ValueError`` naming the file (and the line
@@ -166,7 +188,15 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
     check_bool(zero_based, "zero_based")
     check_bool(with_comments, "with_comments")
     try:
-        return _read(path, query_file, n_features, zero_based, with_comments)
+        data = _read(path, query_file, n_features, zero_based, with_comments)
+        if position_file is not None:
+            position_file = os.fspath(position_file)
+            position = read_position_file(position_file)
+            if len(position) != data.n_docs:
+                raise ValueError(f"{position_file}: {len(position)} positions, "
+                                 f"but {path} holds {data.n_docs} documents")
+            data.position = torch.from_numpy(position)
+        return data
     except (EOFError, OSError, zlib.error) as e:
         if isinstance(e, FileNotFoundError):
             raise
