@@ -111,8 +111,24 @@ def test_leaves_take_the_full_precision_sums():
     codes, grad, hess, valid = _problem(seed=6)
     params = TreeParams(depth=3, min_data_in_leaf=10, quantized_grad=True)
     tree = ObliviousTreeGrower(codes, valid, params).grow(grad, hess, generator=torch.Generator().manual_seed(1))
+    # Full precision: the float64 sums, to the fixed-point rounding of exact_leaf_sums.
     want = newton_leaf_values(leaf_sums(tree.leaf_index, grad, hess, 8), params)
-    assert torch.equal(tree.leaf_values, want)
+    torch.testing.assert_close(tree.leaf_values, want, rtol=1e-11, atol=1e-14)
+
+
+def test_exact_leaf_sums_do_not_depend_on_the_order_of_the_documents():
+    from rankkit.boosting.tree import exact_leaf_sums
+
+    g = torch.Generator().manual_seed(2)
+    grad = torch.randn(5000, generator=g, dtype=torch.float64) * torch.logspace(-6, 3, 5000, dtype=torch.float64)
+    hess = torch.rand(5000, generator=g, dtype=torch.float64)
+    node = torch.randint(0, 8, (5000,), generator=g)
+    perm = torch.randperm(5000, generator=g)
+    a = exact_leaf_sums(node, grad, hess, 8)
+    assert torch.equal(a, exact_leaf_sums(node[perm], grad[perm], hess[perm], 8))  # bit for bit
+    halves = exact_leaf_sums(node[:2500], grad[:2500], hess[:2500], 8)
+    torch.testing.assert_close(a, leaf_sums(node, grad, hess, 8), rtol=1e-12, atol=1e-12)
+    assert not torch.equal(halves, a)  # the check can fail
 
 
 def _fit(device="cpu", **options):

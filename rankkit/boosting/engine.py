@@ -36,8 +36,8 @@ from rankkit.boosting._inputs import FeatureMatrix
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, identity_reduce,
-                                   leaf_of, leaf_sums, newton_leaf_values)
+from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, exact_leaf_sums,
+                                   identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,10 @@ class BoostingEngine:
             data); required with ``config.unbiased`` (Unbiased LambdaMART).
         reduce: the reduction point of every document sum (histograms, leaf sums); None is the
             identity (one process).
+        distributed: data-parallel training across the ranks of the default process group
+            (see :mod:`rankkit.boosting.distributed`): this process holds a shard of whole
+            queries, and ``reduce`` becomes an all-reduce. None: when a process group of more
+            than one rank is initialised.
 
     >>> from rankkit.data import make_synthetic
     >>> d = make_synthetic(20, 10, 5, seed=0)
@@ -164,10 +168,21 @@ class BoostingEngine:
                  config: BoosterConfig, *, weights: torch.Tensor | None = None,
                  init_score: torch.Tensor | None = None, device: torch.device | str = "cpu",
                  start_round: int = 0, init_scores: torch.Tensor | None = None,
-                 reduce: Reduce | None = None, positions: torch.Tensor | None = None):
+                 reduce: Reduce | None = None, positions: torch.Tensor | None = None,
+                 distributed: bool | None = None):
+        from rankkit.boosting import distributed as dp
+
         self.config = config
         self.device = torch.device(device)
         self.reduce: Reduce = reduce or identity_reduce
+        self.parallel = None
+        if distributed or (distributed is None and reduce is None and dp.world()[1] > 1):
+            bad = [name for name, on in (("subsample", config.subsample < 1), ("bagging_temperature",
+                   config.bagging_temperature > 0), ("random_strength", config.random_strength > 0)) if on]
+            if bad:
+                raise ValueError(f"`{bad[0]}` is not data-parallel yet: train on several processes without it")
+            self.parallel = dp.AllReduce(len(labels))
+            self.reduce = self.parallel
         self.propensity = None
         if config.unbiased:
             from rankkit.unbiased import PropensityEstimator
@@ -179,21 +194,26 @@ class BoostingEngine:
                                                   k=config.k, weighting="ranknet" if name == "ranknet" else "ndcg")
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
                                         sigma=config.sigma, gain=config.gain, normalize=config.normalize,
-                                        seed=config.seed,
+                                        seed=config.seed, exact=config.quantized_grad,
                                         propensity=None if self.propensity is None else
                                         (self.propensity, positions.to(self.device).long()))
-        self.metric = make_metric(config.eval_metric)
+        self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
         matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
         self.n_features = matrix.n_features
-        self.binner = fit_binner(matrix, config.max_bins, config.seed)
+        if self.parallel is None:
+            self.binner = fit_binner(matrix, config.max_bins, config.seed)
+        else:  # the borders one process would fit on all the data, on every rank
+            binner = QuantileBinner(config.max_bins, seed=config.seed)
+            self.binner = binner.fit(dp.gather_sample(matrix.rows, self.parallel, matrix.n_features,
+                                                      binner.sample, config.seed))
         self.used = self.binner.used_features_
         self._thresholds = self.binner.thresholds()
         codes = transform(self.binner, matrix)[:, self.used].to(self.device)
         self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
-                                          reduce=self.reduce)
+                                          reduce=self.reduce, shard=self.parallel)
         self.sizes = sizes.cpu()
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
-        self.bias = self.objective.init_score(labels, weights)
+        self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
         self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
         if init_score is not None:
             self.scores += init_score.to(self.device, torch.float64)
@@ -407,7 +427,10 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
     leaf, g = tree.leaf_index, grad
     if rows is not None:
         leaf, g, h = leaf.index_select(0, rows), g.index_select(0, rows), h.index_select(0, rows)
-    sums = leaf_sums(leaf, g, h, len(tree.leaf_values), reduce=grower.reduce)
+    if grower.params.quantized_grad:
+        sums = exact_leaf_sums(leaf, g, h, len(tree.leaf_values), reduce=grower.reduce, shard=grower.shard)
+    else:
+        sums = leaf_sums(leaf, g, h, len(tree.leaf_values), reduce=grower.reduce)
     return tree._replace(leaf_values=newton_leaf_values(sums, grower.params))
 
 

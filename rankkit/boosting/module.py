@@ -85,6 +85,19 @@ class LambdaMARTModule(pl.LightningModule):
         return self.scorer
 
     # -- one round per epoch ---------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        from pytorch_lightning.strategies import DDPStrategy
+
+        strategy = self.trainer.strategy if self._trainer is not None else None
+        if stage == "fit" and isinstance(strategy, DDPStrategy):
+            # Data-parallel boosting (strategy="ddp"): every rank gets its shard of whole queries
+            # from the datamodule and the engine all-reduces its histograms and leaf sums
+            # (rankkit.boosting.distributed). There are no gradients for DistributedDataParallel
+            # to average, and it refuses a module without any, so the strategy leaves the module
+            # unwrapped.
+            strategy._setup_model = lambda model: model
+            strategy._register_ddp_hooks = lambda: None
+
     def on_fit_start(self) -> None:
         self._engine = self._engine_data = None
 

@@ -68,6 +68,10 @@ class RankingObjective:
             kernel ("ranknet", "ndcg", "map", "err", the LambdaLoss family) or a listwise loss.
         k, sigma, gain, normalize: the kernel's options (pairwise objectives only).
         seed: seeds the listwise losses that draw random numbers (XE-NDCG's γ), once per fit.
+        exact: compute in float64 and round the (grad, hess) to float32 values, so that a
+            document's gradients do not depend on which other queries share the kernel call (the
+            kernel's float32 sums follow its block plan): what makes data-parallel trees equal
+            to one process's (``quantized_grad``).
         propensity: an :class:`rankkit.unbiased.PropensityEstimator` and the documents'
             displayed positions [N] (long), for Unbiased LambdaMART: every round first updates
             the propensities at the current scores, then weighs each pair (clicked i,
@@ -75,7 +79,7 @@ class RankingObjective:
     """
 
     def __init__(self, name: str, *, k: int | None = None, sigma: float = 1.0, gain: str = "exp",
-                 normalize: bool = False, seed: int = 0, propensity=None):
+                 normalize: bool = False, seed: int = 0, propensity=None, exact: bool = False):
         from rankkit.losses import LISTWISE
 
         self.name = name
@@ -84,8 +88,9 @@ class RankingObjective:
         if name == "xendcg":
             self.options["generator"] = torch.Generator().manual_seed(seed)
         self.propensity = propensity
+        self.exact = exact
 
-    def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None) -> float:
+    def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None, reduce=None) -> float:
         return 0.0  # a constant shift changes no ranking
 
     def gradients(self, scores: torch.Tensor, layout: QueryLayout,
@@ -94,7 +99,7 @@ class RankingObjective:
         leave out the pairs inside a group (see ``lambda_gradients``)."""
         from rankkit.losses import objective_gradients
 
-        padded = layout.pad(scores.to(torch.float32))
+        padded = layout.pad(scores.to(torch.float64 if self.exact else torch.float32))
         options = dict(self.options)
         if groups is not None:
             options["groups"] = layout.pad(groups)
@@ -106,6 +111,8 @@ class RankingObjective:
             options["pair_weights"] = estimator.pair_factors(pos, layout.mask)
         grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
                                             weights=layout.weights, **options)
+        if self.exact:
+            grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()
 
 
@@ -113,9 +120,13 @@ class RankingObjective:
 class SquaredError:
     """Pointwise regression on the labels (plain MART)."""
 
-    def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None) -> float:
+    def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None, reduce=None) -> float:
+        """The weighted label mean (over every rank's documents, through ``reduce``)."""
         w = torch.ones_like(labels, dtype=torch.float64) if weights is None else weights.double()
-        return float((w * labels.double()).sum() / w.sum().clamp_min(1e-300))
+        sums = torch.stack([(w * labels.double()).sum(), w.sum()])
+        if reduce is not None:
+            sums = reduce(sums)
+        return float(sums[0] / sums[1].clamp_min(1e-300))
 
     def gradients(self, scores: torch.Tensor, layout: QueryLayout) -> tuple[torch.Tensor, torch.Tensor]:
         y = layout.flat(layout.labels).double()
@@ -131,7 +142,7 @@ def objective_names() -> tuple[str, ...]:
     return ("lambdarank", "pointwise", *LOSSES)
 
 
-def make_objective(name: str, *, weighting: str = "ndcg", propensity=None, seed: int = 0,
+def make_objective(name: str, *, weighting: str = "ndcg", propensity=None, seed: int = 0, exact: bool = False,
                    **options) -> RankingObjective | SquaredError:
     """The one place where objective names become behaviour.
 
@@ -150,14 +161,15 @@ def make_objective(name: str, *, weighting: str = "ndcg", propensity=None, seed:
             raise ValueError(f"`weighting` has to be one of {tuple(LOSSES)}, got {weighting!r}")
     if name not in LOSSES:
         raise ValueError(f"`objective` has to be one of {objective_names()}, got {name!r}")
-    return RankingObjective(name, propensity=propensity, seed=seed, **options)
+    return RankingObjective(name, propensity=propensity, seed=seed, exact=exact, **options)
 
 
-def make_metric(name: str) -> Callable[[torch.Tensor, QueryLayout], float]:
+def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayout], float]:
     """``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` as ``(scores [N], layout) -> mean``.
 
     NDCG uses the exp gain; queries with nothing to find count as 1 (``empty=1.0``, as
-    LightGBM and the MQ2008 anchors).
+    LightGBM and the MQ2008 anchors). ``reduce`` (data-parallel): the mean over every rank's
+    queries, from all-reduced sums.
     """
     from rankkit.metrics import average_precision, ndcg
 
@@ -169,7 +181,11 @@ def make_metric(name: str) -> Callable[[torch.Tensor, QueryLayout], float]:
 
     def metric(scores: torch.Tensor, layout: QueryLayout) -> float:
         values = fn(layout.pad(scores.to(torch.float32)), layout.labels, mask=layout.mask, k=k, empty=1.0)
-        return float(values.double().mean())
+        if reduce is None:
+            return float(values.double().mean())
+        sums = reduce(torch.stack([values.double().sum(), torch.tensor(float(len(values)), dtype=torch.float64,
+                                                                         device=values.device)]))
+        return float(sums[0] / sums[1])
 
     return metric
 

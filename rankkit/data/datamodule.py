@@ -270,10 +270,18 @@ class RankingDataModule(pl.LightningDataModule):
         module = self.trainer.lightning_module if self.trainer is not None else None
         if getattr(module, "train_batching", "padded") == "dataset":
             # A booster's round needs every training document at once: one item per epoch, the
-            # dataset itself (nothing padded).
+            # dataset itself (nothing padded); under DDP this rank's shard of whole queries, in
+            # order (the data-parallel booster all-reduces its sums, see
+            # rankkit.boosting.distributed).
             if self.train_set is None:
                 raise ValueError("this datamodule has no training set")
-            return DataLoader(_WholeDataset(self.train_set), batch_size=None)
+            rank, world_size = _rank_and_world(self.trainer)
+            part = self.train_set
+            if world_size > 1:
+                per, extra = divmod(part.n_queries, world_size)
+                start = rank * per + min(rank, extra)
+                part = part.subset(list(range(start, start + per + (rank < extra))))
+            return DataLoader(_WholeDataset(part), batch_size=None)
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> DataLoader:
