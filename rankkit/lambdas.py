@@ -31,6 +31,8 @@ temporaries exist at once. With a truncation ``k`` only the rows a < k are visit
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 
 import torch
 
@@ -156,6 +158,12 @@ def lambda_gradients(
     scores, labels, mask, weights, groups, pair_weights, fn = _check(
         scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
         workspace_bytes, groups, pair_weights)
+    if _triton_route(scores, labels, fn, tie_term, normalize, groups, pair_weights, return_loss):
+        from rankkit._triton.lambdas import lambda_gradients_triton
+
+        name = next(n for n, w in WEIGHTINGS.items() if w is fn)
+        return lambda_gradients_triton(scores, labels, mask=mask, weighting=name, sigma=sigma, k=k,
+                                       gain=gain, weights=weights)
     n_queries, n_docs = scores.shape
     device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
@@ -289,6 +297,27 @@ def lambda_gradients(
         out.append(loss.to(scores.dtype) if qperm is None else
                    torch.empty_like(loss).index_copy_(0, qperm, loss).to(scores.dtype))
     return tuple(out)
+
+
+# Grades the fused Triton kernel takes: it forms 2^y in the scores' dtype (float32 overflows at 128).
+_TRITON_MAX_GRADE = 64
+
+
+def _triton_route(scores, labels, fn, tie_term, normalize, groups, pair_weights, return_loss) -> bool:
+    """Whether this call runs the fused Triton kernel (:mod:`rankkit._triton.lambdas`): the
+    default on a CUDA device with Triton installed, for the RankNet and NDCG weightings without
+    the options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``, the loss)
+    and grades below 64; everything else runs the torch path (the reference and the fallback).
+    ``RANKKIT_TRITON=0`` turns the kernel off; ``RANKKIT_TRITON=force`` also runs it on CPU
+    tensors (under ``TRITON_INTERPRET=1``, for tests)."""
+    mode = os.environ.get("RANKKIT_TRITON", "auto")
+    if mode == "0" or not (scores.is_cuda or mode == "force"):
+        return False
+    if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize or return_loss:
+        return False
+    if groups is not None or pair_weights is not None or importlib.util.find_spec("triton") is None:
+        return False
+    return not labels.numel() or bool(labels.max() < _TRITON_MAX_GRADE)  # one more sync, on this path only
 
 
 def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,

@@ -118,6 +118,18 @@ hq, _ = quantize(torch.rand(n, generator=g, dtype=torch.float64))
 hist = level_histogram_triton(codes, node, gq, hq, n_nodes, block_n=128)
 out["histogram"] = {"codes": codes.tolist(), "node": node.tolist(), "g": gq.tolist(),
                     "h": hq.tolist(), "hist": hist.tolist()}
+# rankkit.lambdas.lambda_gradients routes to the fused kernel (forced here on CPU tensors).
+import rankkit._triton.lambdas as fused
+calls = []
+kernel = fused.lambda_gradients_triton
+fused.lambda_gradients_triton = lambda *a, **k: (calls.append(1), kernel(*a, **k))[1]
+os.environ["RANKKIT_TRITON"] = "force"
+from rankkit.lambdas import lambda_gradients
+grad, hess = lambda_gradients(scores.double(), labels, mask=mask, weighting="ndcg", k=5)
+out["dispatch"] = {"calls": len(calls), "grad": grad.tolist(), "hess": hess.tolist()}
+lambda_gradients(scores.double(), labels, mask=mask, weighting="ndcg", k=5, normalize=True)
+lambda_gradients(scores.double(), labels, mask=mask, weighting="map")
+out["dispatch"]["after_fallbacks"] = len(calls)
 with open(sys.argv[2], "w") as f:
     json.dump(out, f)
 """
@@ -212,3 +224,17 @@ def test_triton_kernel_compiles_for_sm90_without_spills(compiled, name):
     assert info["spill_stores"] == 0 and info["spill_loads"] == 0
     assert info["local_bytes"] == 0 and info["stack_bytes"] == 0
     assert info["shared_bytes"] <= 48 * 1024
+
+
+def test_triton_is_the_default_route_of_lambda_gradients_where_it_applies(interpreted):
+    # With Triton present the kernel is the default (on CUDA; forced here on CPU under the
+    # interpreter) for RankNet/NDCG without the options it lacks; normalize and MAP fall back to
+    # the torch path, which is also the reference the routed result equals.
+    from rankkit.lambdas import lambda_gradients
+
+    scores, labels, mask, _ = _batch()
+    routed = interpreted["dispatch"]
+    assert routed["calls"] == 1 and routed["after_fallbacks"] == 1
+    grad, hess = lambda_gradients(scores.double(), labels, mask=mask, weighting="ndcg", k=5)
+    torch.testing.assert_close(torch.tensor(routed["grad"], dtype=torch.float64), grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.tensor(routed["hess"], dtype=torch.float64), hess, rtol=1e-12, atol=1e-12)
