@@ -53,7 +53,7 @@ GRID = dict(depth=[4, 6], learning_rate=[0.03, 0.1], k=[10, None], l2=[1.0, 10.0
 
 
 def test_ndcg(model: LambdaMART, data, k: int) -> float:
-    scores, mask = pad(model.predict(data), data.sizes)
+    scores, mask = pad(torch.from_numpy(model.predict(data)), data.sizes)
     labels, _ = pad(data.labels, data.sizes)
     return float(ndcg(scores, labels, mask=mask, k=k, gain="exp", empty=1.0).double().mean())
 

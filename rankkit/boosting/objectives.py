@@ -67,7 +67,8 @@ class RankingObjective:
         name: a key of :data:`rankkit.losses.OBJECTIVES`: a pairwise weighting of the lambda
             kernel ("ranknet", "ndcg", "map", "err", the LambdaLoss family) or a listwise loss.
         k, sigma, gain, normalize: the kernel's options (pairwise objectives only).
-        seed: seeds the listwise losses that draw random numbers (XE-NDCG's γ), once per fit.
+        seed: seeds the listwise losses that draw random numbers (XE-NDCG's γ, ListMLE's order
+            among equal labels: without it ListMLE learns the documents' file order), once per fit.
         exact: compute in float64 and round the (grad, hess) to float32 values, so that a
             document's gradients do not depend on which other queries share the kernel call (the
             kernel's float32 sums follow its block plan): what makes data-parallel trees equal
@@ -85,7 +86,7 @@ class RankingObjective:
         self.name = name
         self.pairwise = name not in LISTWISE
         self.options = dict(k=k, sigma=sigma, gain=gain, normalize=normalize) if self.pairwise else {}
-        if name == "xendcg":
+        if name in ("xendcg", "listmle"):  # XE-NDCG's γ; ListMLE's random order among equal labels
             self.options["generator"] = torch.Generator().manual_seed(seed)
         self.propensity = propensity
         self.exact = exact

@@ -214,9 +214,13 @@ class NeuralRanker(pl.LightningModule):
         if h.get("loss") is not None:
             from rankkit.losses import LISTWISE
 
-            pairwise = {} if h.loss in LISTWISE else dict(sigma=h.sigma, k=h.k, normalize=h.normalize)
+            options = {} if h.loss in LISTWISE else dict(sigma=h.sigma, k=h.k, normalize=h.normalize)
+            if h.loss in ("xendcg", "listmle"):  # XE-NDCG's γ, ListMLE's order among equal labels
+                if getattr(self, "_loss_generator", None) is None:  # seeded by seed_everything
+                    self._loss_generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
+                options["generator"] = self._loss_generator
             return lambda_loss(scores, batch.labels, mask=batch.mask, loss=h.loss, reduction=h.reduction,
-                               **pairwise, **debias)
+                               **options, **debias)
         return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=h.weighting, sigma=h.sigma,
                            k=h.k, normalize=h.normalize, reduction=h.reduction, **debias)
 
