@@ -1,6 +1,6 @@
 """Shrinkage study: LambdaMART with learning rates 1.0, 0.5, 0.1 and 0.01 on MQ2008.
 
-As in the "LambdaMART Demystified" slides (Tunys, papers/000): train and vali NDCG@10 against
+As in the "LambdaMART Demystified" slides (Tunys, "LambdaMART Demystified", 2015): train and vali NDCG@10 against
 the number of trees for each shrinkage η -- a large η fits the training set fastest and peaks
 early on vali, a small one needs many more trees -- plus how the lambdas |λ_i| evolve over the
 rounds for each relevance label: the booster's scores after m trees go through
