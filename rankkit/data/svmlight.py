@@ -2,7 +2,8 @@
 
 Parsing is scikit-learn's ``load_svmlight_file`` (qid, comments, sparse lines, .gz/.bz2).
 This module adds what a ranking user needs on top: query grouping (``qid:`` or a LightGBM
-``.query`` sidecar), per-line error messages, and a policy for every kind of bad input.
+``.query`` sidecar), displayed positions for click logs (a ``position_file`` sidecar, one 0-based
+integer per line), per-line error messages, and a policy for every kind of bad input.
 
 Bad-input policy (each case has a test):
 
