@@ -48,7 +48,7 @@ line = st.builds(
 GOOD = "2 qid:1 1:0.5 2:1.0\n0 qid:1 1:0.1 2:0.2\n1 qid:2 1:0.3 3:0.7\n0 qid:2 2:0.9\n"
 
 
-def read_or_refuse(path: Path) -> None:
+def assert_read_or_refused(path: Path) -> None:
     try:
         ds = read_svmlight(path)
     except ValueError:
@@ -65,7 +65,7 @@ def read_or_refuse(path: Path) -> None:
 def test_reader_on_generated_lines(folder, lines, ending):
     path = folder / "lines.txt"
     path.write_text(ending.join(lines))
-    read_or_refuse(path)
+    assert_read_or_refused(path)
 
 
 @FUZZ
@@ -73,7 +73,7 @@ def test_reader_on_generated_lines(folder, lines, ending):
 def test_reader_on_mutated_text(folder, cut, insert, drop):
     path = folder / "mutated.txt"
     path.write_bytes((GOOD[:cut] + insert + GOOD[cut + drop:]).encode("utf-8", "surrogatepass"))
-    read_or_refuse(path)
+    assert_read_or_refused(path)
 
 
 @FUZZ
@@ -81,7 +81,7 @@ def test_reader_on_mutated_text(folder, cut, insert, drop):
 def test_reader_on_random_bytes(folder, data, ext):
     path = folder / f"random{ext}"
     path.write_bytes(data)
-    read_or_refuse(path)
+    assert_read_or_refused(path)
 
 
 @FUZZ
@@ -93,7 +93,7 @@ def test_reader_on_damaged_compressed_files(folder, cut, flip, ext):
         data[flip % len(data)] ^= 0x55
     path = folder / f"damaged.txt{ext}"
     path.write_bytes(bytes(data))
-    read_or_refuse(path)
+    assert_read_or_refused(path)
 
 
 # -- the model loaders ---------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def mutate(data: bytes, mutations) -> bytes:
     return bytes(out)
 
 
-def scores_or_refuses(path: Path) -> None:
+def assert_scores_or_refuses(path: Path) -> None:
     try:
         scorer = load_scorer(path)
     except ValueError:
@@ -151,7 +151,7 @@ def scores_or_refuses(path: Path) -> None:
 def test_load_scorer_on_mutated_torchscript(folder, mutations):
     path = folder / "m.pt"
     path.write_bytes(mutate(artefacts()[".pt"], mutations))
-    scores_or_refuses(path)
+    assert_scores_or_refuses(path)
 
 
 @FUZZ
@@ -159,7 +159,7 @@ def test_load_scorer_on_mutated_torchscript(folder, mutations):
 def test_load_scorer_on_mutated_program(folder, mutations):
     path = folder / "m.pt2"
     path.write_bytes(mutate(artefacts()[".pt2"], mutations))
-    scores_or_refuses(path)
+    assert_scores_or_refuses(path)
 
 
 @FUZZ
@@ -193,4 +193,4 @@ def test_load_scorer_on_program_with_mutated_members(folder, member, mutations):
             z.writestr(name, mutate(data, mutations) if name.endswith("/" + member) else data)
     path = folder / "members.pt2"
     path.write_bytes(out.getvalue())
-    scores_or_refuses(path)
+    assert_scores_or_refuses(path)

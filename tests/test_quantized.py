@@ -138,7 +138,7 @@ def _fit(device="cpu", **options):
     return model.fit(data).ensemble_.state_dict()
 
 
-def _same(a, b):
+def assert_same_model(a, b):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(from_sim(a[key]), from_sim(b[key])), key
@@ -156,7 +156,7 @@ def test_quantized_trees_do_not_depend_on_the_thread_count(path, monkeypatch):
         two = _fit(subsample=0.8)
     finally:
         torch.set_num_threads(threads)
-    _same(one, two)
+    assert_same_model(one, two)
 
 
 @pytest.mark.parametrize("options", [{}, {"subsample": 0.7, "colsample": 0.6, "bagging_temperature": 1.0,
@@ -165,7 +165,7 @@ def test_quantized_trees_equal_on_cpu_and_the_simulated_cuda_device(options):
     cpu = _fit(**options)
     with simcuda():
         gpu = _fit("cuda", **options)
-    _same(gpu, cpu)
+    assert_same_model(gpu, cpu)
 
 
 def test_quantized_changes_the_trees_and_is_seeded():

@@ -66,6 +66,11 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_every_python_example_in_the_readme_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for code in blocks("python"):
+    examples = blocks("python")
+    assert len(examples) >= 2
+    for code in examples:
         code = code.replace("max_epochs=30", "max_epochs=1").replace("n_estimators=300", "n_estimators=5")
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        names = {"__name__": "readme"}
+        exec(compile(code, "README.md", "exec"), names)
+        assert "model" in names  # each example trains a model
+    assert (tmp_path / "scorer.pt").stat().st_size > 0  # the first session's export
