@@ -170,11 +170,12 @@ def finite_condition(values: torch.Tensor, mask: torch.Tensor | None, name: str)
             "finite" + (" on real documents" if mask is not None else ""))
 
 
-def check_batch(scores, labels, mask=None, *, weights=None, scores_name: str = "scores",
+def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_name: str = "scores",
                 finite_scores: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """A padded batch: ``scores`` [Q, L] float; ``labels``, ``mask`` (bool) and ``weights`` of
     the same shape, moved to the scores' device; labels and weights finite and non-negative on
-    real documents, and scores finite there (one host synchronisation for all of it).
+    real documents, scores finite there, and the conditions ``extra(labels, mask)`` returns (a
+    list of ``(name, values, bad, what)``): one host synchronisation for all of it.
 
     Returns (scores, labels, mask, weights), ``mask`` all True when None was given.
     """
@@ -191,29 +192,8 @@ def check_batch(scores, labels, mask=None, *, weights=None, scores_name: str = "
     if weights is not None:
         weights = to_device(check_tensor(weights, "weights", shape=scores.shape), device)
         conditions.append(weights_condition(weights, mask))
-    check_tensors(*conditions)
-    return scores, labels, mask, weights
-
-
-def check_batch_with(scores, labels, mask=None, *, weights=None, extra=None,
-                     scores_name: str = "scores"):
-    """:func:`check_batch`, plus the conditions ``extra(labels, mask)`` returns (a list of
-    ``(name, values, bad, what)``, built from the labels and mask on the scores' device),
-    checked in the same single host synchronisation. Returns (scores, labels, mask, weights).
-    """
-    check_tensor(scores, scores_name, ndim=2, kind="float")
-    device = scores.device
-    labels = to_device(check_tensor(labels, "labels", shape=scores.shape), device)
-    if mask is None:
-        mask = torch.ones(scores.shape, dtype=torch.bool, device=device)
-    else:
-        mask = to_device(check_tensor(mask, "mask", shape=scores.shape, kind="bool"), device)
-    conditions = [finite_condition(scores.detach(), mask, scores_name),
-                  labels_condition(labels, mask)]
-    if weights is not None:
-        weights = to_device(check_tensor(weights, "weights", shape=scores.shape), device)
-        conditions.append(weights_condition(weights, mask))
     if extra is not None:
         conditions.extend(extra(labels, mask))
     check_tensors(*conditions)
     return scores, labels, mask, weights
+

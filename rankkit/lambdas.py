@@ -451,7 +451,7 @@ def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_lab
                                f"at most `max_err_label` ({max_err_label:g}) on real documents"))
         return conditions
 
-    scores, labels, mask, weights = _checks.check_batch_with(scores, labels, mask,
+    scores, labels, mask, weights = _checks.check_batch(scores, labels, mask,
                                                              weights=weights, extra=extra)
     return (scores, labels, mask, weights, _checks.to_device(groups, scores.device),
             tuple(moved) or None, fn)

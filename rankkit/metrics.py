@@ -33,7 +33,7 @@ import torch
 # torchmetrics is needed only by the logging wrappers at the bottom of this module.
 from torchmetrics import Metric, MetricCollection
 
-from rankkit._checks import check_batch_with, check_gain, check_k, check_number
+from rankkit._checks import check_batch, check_gain, check_k, check_number
 from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg, rank_order
 
 __all__ = [
@@ -76,7 +76,7 @@ def _check_max_label(max_label) -> float:
 
 
 def _check_batch(scores, labels, mask, *, max_label: float | None = None):
-    """Validate a padded batch (:func:`rankkit._checks.check_batch_with`, one host
+    """Validate a padded batch (:func:`rankkit._checks.check_batch`, one host
     synchronisation); return (scores, labels, mask) on the scores' device, padding zeroed.
 
     Both come back as float64 when ``scores`` are float64 and as float32 otherwise: every metric
@@ -88,7 +88,7 @@ def _check_batch(scores, labels, mask, *, max_label: float | None = None):
         return [("labels", labels, (labels > max_label) & mask,
                  f"at most `max_label`={max_label:g} on real documents")]
 
-    scores, labels, mask, _ = check_batch_with(scores, labels, mask, extra=at_most)
+    scores, labels, mask, _ = check_batch(scores, labels, mask, extra=at_most)
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     scores = scores.detach().to(dtype)
     labels = labels.detach().to(dtype)
