@@ -72,7 +72,7 @@ def lambda_pass(data, device, repeats, k):
 
 def boosting_round(data, device, repeats, depth):
     from rankkit.boosting.binning import QuantileBinner
-    from rankkit.boosting.booster import _valid_codes
+    from rankkit.boosting.engine import valid_codes as _valid_codes
     from rankkit.boosting.objectives import QueryLayout, make_objective
     from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
 
@@ -143,7 +143,7 @@ def main(argv=None):
     print(rows[-1], flush=True)
 
     body = "\n".join([
-        f"## GPU: MSLR-WEB30K-sized passes",
+        "## GPU: MSLR-WEB30K-sized passes",
         "",
         f"{datetime.date.today()}, {torch.cuda.get_device_name()}, torch {torch.__version__}; CPU "
         f"column on the same machine's CPU ({os.cpu_count()} cores, torch on {args.cpu_threads} "

@@ -6,7 +6,6 @@ import gzip
 import hashlib
 import http.server
 import io
-import os
 import threading
 import zipfile
 from pathlib import Path
