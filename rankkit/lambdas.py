@@ -311,7 +311,9 @@ def _triton_route(scores, labels, fn, tie_term, normalize, groups, pair_weights,
     ``RANKKIT_TRITON=0`` turns the kernel off; ``RANKKIT_TRITON=force`` also runs it on CPU
     tensors (under ``TRITON_INTERPRET=1``, for tests)."""
     mode = os.environ.get("RANKKIT_TRITON", "auto")
-    if mode == "0" or not (scores.is_cuda or mode == "force"):
+    # A real CUDA build of torch: a tensor that only reports cuda (the tests' simulated device on
+    # a CPU build) runs the torch path.
+    if mode == "0" or not ((scores.is_cuda and torch.version.cuda is not None) or mode == "force"):
         return False
     if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize or return_loss:
         return False
