@@ -434,7 +434,6 @@ def table(run_out: dict) -> str:
 
 
 def section(run_out: dict, command: str) -> str:
-    trap = run_out["results"].get("trap", {})
     pairs = run_out["n_items"] * (run_out["n_items"] - 1) // 2
     bound = min(run_out["bound_m"]["btl"]) if run_out["bound_m"].get("btl") else math.inf
     lm_last = run_out["results"]["btl"]["lambdamart"]["disagreement"].mean(0)[-1] if "btl" in run_out["results"] else math.nan

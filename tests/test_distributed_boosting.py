@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rankkit.boosting import LambdaMART
-from rankkit.boosting.distributed import shard_queries
+from rankkit.data.dataset import shard_queries
 from rankkit.data import make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]

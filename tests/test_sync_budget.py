@@ -9,7 +9,6 @@ only per-query and per-feature vectors).
 from __future__ import annotations
 
 import pytest
-import torch
 from simcuda import simcuda
 
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine

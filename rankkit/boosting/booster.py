@@ -290,13 +290,16 @@ class LambdaMART(BaseEstimator):
         """Scores [N] (numpy float32) of features [N, F] (any form :meth:`fit` takes) or a
         :class:`RankingDataset`."""
         check_is_fitted(self, "ensemble_")
-        matrix = FeatureMatrix(X.features if isinstance(X, RankingDataset) else X, "X")
-        self._check_features(matrix)
-        with torch.no_grad():
-            out = torch.cat([self.ensemble_(chunk) for chunk in matrix.chunks()])
+        out = self._scores(FeatureMatrix(X.features if isinstance(X, RankingDataset) else X, "X"))
         if init_score is not None:
             out = out + vector(init_score, len(out), "init_score")
         return out.numpy()
+
+    def _scores(self, matrix: FeatureMatrix) -> torch.Tensor:
+        """Scores [N] float32 of checked features, one chunk at a time."""
+        self._check_features(matrix)
+        with torch.no_grad():
+            return torch.cat([self.ensemble_(chunk) for chunk in matrix.chunks()])
 
     def serving_scorer(self) -> ObliviousEnsemble:
         """The fitted ensemble (raw features [N, F] -> scores [N]): what the exporters write."""
@@ -309,9 +312,9 @@ class LambdaMART(BaseEstimator):
         from rankkit.data.dataset import pad
         from rankkit.metrics import ndcg
 
+        check_is_fitted(self, "ensemble_")
         matrix, labels, sizes = _as_ranking_data(X, y, qid, group, "X")
-        scores = torch.from_numpy(self.predict(X.features if isinstance(X, RankingDataset) else X))
-        s, mask = pad(scores, sizes)
+        s, mask = pad(self._scores(matrix), sizes)
         return float(ndcg(s, pad(labels, sizes)[0], mask=mask, k=10).double().mean())
 
     def _check_features(self, matrix: FeatureMatrix) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from rankkit.data.dataset import RankingDataset
+from rankkit.data.dataset import RankingDataset, shard_queries
 
 
 def world() -> tuple[int, int]:
@@ -38,17 +38,6 @@ def world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def shard_queries(n_queries: int, rank: int, world_size: int) -> range:
-    """The queries of ``rank``: contiguous, in order, sizes differing by at most one.
-
-    >>> [list(shard_queries(5, r, 2)) for r in range(2)]
-    [[0, 1, 2], [3, 4]]
-    """
-    per, extra = divmod(n_queries, world_size)
-    start = rank * per + min(rank, extra)
-    return range(start, start + per + (rank < extra))
 
 
 def shard(dataset: RankingDataset, rank: int | None = None, world_size: int | None = None) -> RankingDataset:

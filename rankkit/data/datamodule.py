@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from rankkit._checks import check_int, check_number
-from rankkit.data.dataset import PaddedBatch, RankingDataset
+from rankkit.data.dataset import PaddedBatch, RankingDataset, shard_queries
 from rankkit.data.svmlight import read_svmlight
 
 
@@ -278,9 +278,7 @@ class RankingDataModule(pl.LightningDataModule):
             rank, world_size = _rank_and_world(self.trainer)
             part = self.train_set
             if world_size > 1:
-                per, extra = divmod(part.n_queries, world_size)
-                start = rank * per + min(rank, extra)
-                part = part.subset(list(range(start, start + per + (rank < extra))))
+                part = part.subset(list(shard_queries(part.n_queries, rank, world_size)))
             return DataLoader(_WholeDataset(part), batch_size=None)
         return self._loader(self.train_set, train=True)
 

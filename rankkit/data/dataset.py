@@ -362,3 +362,15 @@ def concat(datasets: Sequence[RankingDataset], source: str | None = None) -> Ran
                           _offsets(sizes),
                           torch.cat([d.qids for d in datasets]), comments,
                           source or "+".join(d.source for d in datasets), position)
+
+
+def shard_queries(n_queries: int, rank: int, world_size: int) -> range:
+    """The queries of ``rank`` among ``world_size`` ranks: contiguous, in order, their counts
+    differing by at most one (rank 0 holds the first queries).
+
+    >>> [list(shard_queries(5, r, 2)) for r in range(2)]
+    [[0, 1, 2], [3, 4]]
+    """
+    per, extra = divmod(n_queries, world_size)
+    start = rank * per + min(rank, extra)
+    return range(start, start + per + (rank < extra))
