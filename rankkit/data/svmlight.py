@@ -120,41 +120,33 @@ def _read_comments(path: str) -> list[str]:
     return out
 
 
-def read_query_file(path: str) -> np.ndarray:
-    """Group sizes from a LightGBM ``.query`` file (one positive integer per line)."""
-    sizes = []
+def _read_integers(path: str, what: str, rule: str, low: int) -> np.ndarray:
+    """One integer >= ``low`` per non-blank line of a sidecar file, naming the line of a bad one."""
+    values = []
     with open(path, "rt") as f:
         for i, line in enumerate(f, 1):
             text = line.strip()
             if not text:
                 continue
             try:
-                n = int(text)
+                v = int(text)
             except ValueError:
-                raise ValueError(f"{path}:{i}: expected a group size, got {text!r}") from None
-            if n <= 0:
-                raise ValueError(f"{path}:{i}: group size must be positive, got {n}")
-            sizes.append(n)
-    return np.asarray(sizes, dtype=np.int64)
+                raise ValueError(f"{path}:{i}: expected {what}, got {text!r}") from None
+            if v < low:
+                raise ValueError(f"{path}:{i}: {rule}, got {v}")
+            values.append(v)
+    return np.asarray(values, dtype=np.int64)
+
+
+def read_query_file(path: str) -> np.ndarray:
+    """Group sizes from a LightGBM ``.query`` file (one positive integer per line)."""
+    return _read_integers(path, "a group size", "group size must be positive", 1)
 
 
 def read_position_file(path: str) -> np.ndarray:
     """Displayed positions from a sidecar file: one non-negative integer (0-based rank) per line,
     one line per document of the data file (LightGBM's ``.position`` file, 0-based)."""
-    positions = []
-    with open(path, "rt") as f:
-        for i, line in enumerate(f, 1):
-            text = line.strip()
-            if not text:
-                continue
-            try:
-                r = int(text)
-            except ValueError:
-                raise ValueError(f"{path}:{i}: expected a position (a non-negative integer), got {text!r}") from None
-            if r < 0:
-                raise ValueError(f"{path}:{i}: position must be non-negative, got {r}")
-            positions.append(r)
-    return np.asarray(positions, dtype=np.int64)
+    return _read_integers(path, "a position (a non-negative integer)", "position must be non-negative", 0)
 
 
 def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | None = None,
