@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 demo: venv
 	$(VENV)/bin/rankkit info mq2008
-	$(VENV)/bin/rankkit compare --config configs/compare.yaml
+	$(VENV)/bin/rankkit compare --config compare
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
