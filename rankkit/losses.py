@@ -65,6 +65,14 @@ def _log_softmax(s: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(s.masked_fill(~mask, -math.inf), dim=1).nan_to_num(nan=-math.inf)
 
 
+def _distribution(raw: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[Q, L] non-negative target weights normalised to sum 1 per query (0 on padding; an
+    all-zero query stays zero)."""
+    raw = raw.masked_fill(~mask, 0.0)
+    total = raw.sum(1, keepdim=True)
+    return torch.where(total > 0, raw / total.clamp(min=torch.finfo(raw.dtype).tiny), 0.0)
+
+
 def _cross_entropy(s, mask, target) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """C = −Σ t log p with p = softmax(s) and targets t summing to 1 (or 0): grad = p Σt − t,
     exact diagonal hess = Σt p (1 − p) ≥ 0."""
@@ -106,10 +114,7 @@ def softmax_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
     _checks.check_choice(target, ("label", "gain"), "target")
     out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
     raw = y if target == "label" else gain_values(y, "exp", shift=gain_shift(y, mask))
-    raw = raw.masked_fill(~mask, 0.0)
-    total = raw.sum(1, keepdim=True)
-    t = torch.where(total > 0, raw / total.clamp(min=torch.finfo(s.dtype).tiny), 0.0)
-    return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, t))
+    return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, _distribution(raw, mask)))
 
 
 def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
@@ -134,10 +139,8 @@ def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
     out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
     gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=s.device)
     top = gain_shift(y, mask)[:, None]
-    raw = (torch.exp2(y - top) - gamma * torch.exp2(-top)).masked_fill(~mask, 0.0)
-    total = raw.sum(1, keepdim=True)
-    phi = torch.where(total > 0, raw / total.clamp(min=torch.finfo(s.dtype).tiny), 0.0)
-    return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, phi))
+    raw = torch.exp2(y - top) - gamma * torch.exp2(-top)
+    return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, _distribution(raw, mask)))
 
 
 def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
