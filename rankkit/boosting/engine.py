@@ -36,8 +36,8 @@ from rankkit.boosting._inputs import FeatureMatrix
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, exact_leaf_sums,
-                                   identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
+from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, check_leaf_values,
+                                   exact_leaf_sums, identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
 
 
 @dataclass(frozen=True)
@@ -259,9 +259,11 @@ class BoostingEngine:
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
+        host = _tree_on_host(tree)
+        check_leaf_values(host.leaf_values, self.n_rounds)  # before any score takes the tree
         self.scores += tree.leaf_values[tree.leaf_index]
         self.trees.append(tree)
-        self._record(_tree_on_host(tree))
+        self._record(host)
         for e in self.eval_sets:
             if len(self.used):
                 e.scores += tree.leaf_values[leaf_of(e.codes_t, tree.features, tree.codes)]
