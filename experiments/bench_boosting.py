@@ -67,10 +67,29 @@ def _data(args):
 
     from rankkit.data import make_synthetic
 
-    data = make_synthetic(args.queries, args.docs, args.features, seed=0)
+    if args.shape == "heavy":
+        data = heavy_tailed(args.queries * args.docs, args.features)
+    else:
+        data = make_synthetic(args.queries, args.docs, args.features, seed=0)
     gc.collect()
     _MEMORY = _Memory()
     return data
+
+
+def heavy_tailed(n_rows: int, n_features: int):
+    """About ``n_rows`` documents in queries of log-uniform length 5..1000 (a long tail of long
+    queries, mean ~190), every second feature made heavy-tailed (sign(z)·(e^{2|z|} − 1), z standardised)."""
+    import dataclasses
+
+    import torch
+
+    from rankkit.data import make_synthetic
+
+    data = make_synthetic(max(1, round(n_rows / 188)), (5, 1000), n_features, seed=0)
+    x = data.features.clone()
+    z = (x[:, ::2] - x[:, ::2].mean(0)) / x[:, ::2].std(0).clamp_min(1e-6)
+    x[:, ::2] = torch.sign(z) * torch.expm1(2 * z.abs().clamp(max=20))  # at most ~2e17: finite in float32
+    return dataclasses.replace(data, features=x)
 
 
 def _peak_mib() -> float:
@@ -289,6 +308,8 @@ def main(argv=None) -> None:
                     help="--mode scaling: the row counts (queries of --docs documents)")
     ap.add_argument("--thread-list", default="1,2", help="--mode scaling: the thread counts")
     ap.add_argument("--quantized", action="store_true", help="rankkit with quantized_grad")
+    ap.add_argument("--shape", default="uniform", choices=("uniform", "heavy"),
+                    help="heavy: ~queries x docs rows in log-uniform 5..1000-document queries, heavy-tailed features")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true", help="write the docs/benchmarks.md section")
     args = ap.parse_args(argv)
@@ -367,6 +388,16 @@ def main_fit(args, passthrough) -> None:
         lines.append(f"| {name} | {r['fit_s']:.1f} | {ratio} | {r['peak_mib']:.0f} |")
     n = args.queries * args.docs
     cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    if args.shape == "heavy":
+        body = (f"## Boosting: whole fit including binning, long-tailed queries and heavy-tailed features\n\n"
+                f"{_machine(args)}, {args.threads} threads per library. Command: `{cmd}`.\n\n"
+                f"About {n:,} rows x {args.features} features: queries of log-uniform length 5..1000 "
+                f"(experiments/bench_boosting.py's heavy_tailed), every second feature sign(z)(e^(2|z|) - 1) of its standardised value z; "
+                f"{args.rounds} rounds of depth {args.depth}, lambdarank NDCG, truncation {args.k or 'none'}; each "
+                f"library in its own process, one after the other (ratios from the same run). Target (issue 24): "
+                f"rankkit <= 0.5x LightGBM.\n\n" + "\n".join(lines) + "\n")
+        _write(args, "bench_boosting_fit_heavy", body)
+        return
     body = (f"## Boosting: whole fit including binning\n\n{_machine(args)}, {args.threads} threads per "
             f"library. Command: `{cmd}`.\n\nSynthetic MSLR-shaped set, {args.queries} queries x {args.docs} "
             f"docs x {args.features} features = {n:,} rows; {args.rounds} rounds of depth {args.depth}, "
