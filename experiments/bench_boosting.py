@@ -274,6 +274,49 @@ def mq2008_lightgbm(args) -> dict:
     return out
 
 
+def main_trees(args, passthrough) -> None:
+    """One depth-D tree on MQ2008 Fold1 (the first round's lambdas) by each tree backend: the
+    fused compiled CPU kernels, the unfused ones (a data-parallel run's path) and the torch
+    reference; median wall and process CPU ms of --rounds trees after a warm-up tree."""
+    import torch
+
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+    from rankkit.boosting.tree import ObliviousTreeGrower
+    from rankkit.data.bundled import load_mq2008
+    from rankkit.kernels import cpu
+
+    torch.set_num_threads(args.threads)
+    train, _, _ = load_mq2008(1)
+    engine = BoostingEngine(train.features, train.labels, train.sizes,
+                            BoosterConfig(depth=args.depth, k=10, normalize=True))
+    grad, hess = engine.objective.gradients(engine.scores, engine.layout)
+    codes = engine.grower.codes if engine.grower.kernel else engine.grower.codes_t.t().contiguous()
+    valid = engine.grower.valid_codes
+    variants = [("torch reference", dict(use_kernel=False))]
+    if cpu.available():
+        variants = [("compiled, fused (D + 2 calls)", {}), ("compiled, unfused", dict(reduce=lambda t: t)),
+                    *variants]
+    lines = ["| backend | wall ms per tree | CPU ms per tree |", "|---|---:|---:|"]
+    for name, kw in variants:
+        grower = ObliviousTreeGrower(codes, valid, engine.config.tree, **kw)
+        grower.grow(grad, hess)
+        wall, cpu_t = [], []
+        for _ in range(args.rounds):
+            t0, c0 = time.perf_counter(), time.process_time()
+            grower.grow(grad, hess)
+            wall.append(time.perf_counter() - t0)
+            cpu_t.append(time.process_time() - c0)
+        lines.append(f"| {name} | {1e3 * statistics.median(wall):.2f} | {1e3 * statistics.median(cpu_t):.2f} |")
+        print(lines[-1], flush=True)
+    cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    body = (f"## Boosting: one tree by backend (MQ2008 Fold1)\n\n{_machine(args)}, {args.threads} thread(s). "
+            f"Command: `{cmd}`.\n\n9,630 documents x 40 binned features, depth {args.depth}, the first round's "
+            f"lambdas; median of {args.rounds} trees after a warm-up. The three grow the same trees "
+            f"(tests/test_kernels.py). CPU ms is the process's CPU time (all threads): on a loaded machine "
+            f"it moves less than the wall time.\n\n" + "\n".join(lines) + "\n")
+    _write(args, "bench_boosting_trees", body)
+
+
 def run_one(name: str, argv: list[str]) -> dict | None:
     """Run one library's benchmark in a fresh interpreter; None if it is not installed."""
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--only", name, *argv],
@@ -301,7 +344,7 @@ def main(argv=None) -> None:
     ap.add_argument("--libraries", default=",".join(LIBRARIES))
     ap.add_argument("--exact-newton", action="store_true",
                     help="rankkit also runs exact_newton's extra lambda-kernel pass (timed separately)")
-    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008"),
+    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008", "trees"),
                     help="round: ms per round (default); fit: whole fit incl. binning; scaling: ms per "
                          "round by rows and threads; mq2008: MQ2008 5-fold training time")
     ap.add_argument("--rows", default="100000,300000,1200000,3800000",
@@ -319,7 +362,7 @@ def main(argv=None) -> None:
         return
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--write"]
     if args.mode != "round":
-        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008}[args.mode](args, passthrough)
+        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008, "trees": main_trees}[args.mode](args, passthrough)
         return
     results = {}
     for name in args.libraries.split(","):
