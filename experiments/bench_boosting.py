@@ -268,9 +268,10 @@ def mq2008_lightgbm(args) -> dict:
         t0 = time.perf_counter()
         ds = lgb.Dataset(train.features.numpy(), train.labels.numpy(), group=train.sizes.numpy())
         dv = lgb.Dataset(vali.features.numpy(), vali.labels.numpy(), group=vali.sizes.numpy(), reference=ds)
-        booster = lgb.train(params, ds, num_boost_round=2000, valid_sets=[dv],
-                            callbacks=[lgb.early_stopping(50, verbose=False)])
-        out[fold] = (time.perf_counter() - t0, booster.current_iteration())
+        rounds = []  # every round trained (current_iteration() is the best one after early stopping)
+        lgb.train(params, ds, num_boost_round=2000, valid_sets=[dv],
+                  callbacks=[lgb.early_stopping(50, verbose=False), lambda env, r=rounds: r.append(env.iteration)])
+        out[fold] = (time.perf_counter() - t0, len(rounds))
     return out
 
 
@@ -405,7 +406,7 @@ def _libraries(args) -> list[str]:
 
 
 def _machine(args) -> str:
-    return (f"2026-11-24, {platform.machine()}, {os.cpu_count()} CPU cores shared with other jobs (load "
+    return (f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPU cores shared with other jobs (load "
             f"average {LOAD_AT_START:.1f} at the start)")
 
 
