@@ -332,7 +332,9 @@ class _SimFunctionMode(TorchFunctionMode):
                 raise TypeError("can't convert cuda:0 device type tensor to numpy. Use "
                                 "Tensor.cpu() to copy the tensor to host memory first.")
         if "device" in kwargs and _on_sim_device(kwargs["device"]):
+            _check_generator(kwargs, True)
             return _factory(func, args, kwargs)
+        _check_generator(kwargs, isinstance(self_, SimTensor))
         return func(*args, **kwargs)
 
 
@@ -414,13 +416,30 @@ class _ToSim(torch.autograd.Function):
 
 
 class _SimGenerator(torch.Generator):
-    """``torch.Generator(device="cuda")`` under the simulation: a CPU generator."""
+    """``torch.Generator(device="cuda")`` under the simulation: a CPU generator that remembers
+    the device it was asked for (``sim_cuda``), so that using it for the other device's
+    tensors raises, as on a GPU."""
 
     def __new__(cls, device="cpu"):
         return super().__new__(cls, "cpu")
 
     def __init__(self, device="cpu"):
-        pass  # torch.Generator is set up in __new__
+        self.sim_cuda = _on_sim_device(device)  # torch.Generator itself is set up in __new__
+
+    @property
+    def device(self) -> torch.device:
+        return CUDA if self.sim_cuda else CPU
+
+
+def _check_generator(kwargs, on_cuda: bool) -> None:
+    """CUDA's rule: a random factory's generator lives on the device it fills."""
+    gen = kwargs.get("generator")
+    if gen is None:
+        return
+    gen_cuda = bool(getattr(gen, "sim_cuda", False))
+    if gen_cuda != on_cuda:
+        raise RuntimeError(f"Expected a '{'cuda' if on_cuda else 'cpu'}' device type for generator "
+                           f"but found '{'cuda' if gen_cuda else 'cpu'}'")
 
 
 @contextlib.contextmanager
