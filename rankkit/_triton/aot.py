@@ -54,7 +54,7 @@ def _configs() -> dict:
         for name, weighting, loss in (("lambda_ndcg", 1, False), ("lambda_ndcg_loss", 1, True),
                                       ("lambda_ranknet", 0, False)):
             ce = {"WEIGHTING": weighting, "GAIN": 0, "HAS_WEIGHTS": False, "WITH_LOSS": loss,
-                  "BLOCK_R": 16, "BLOCK_C": 32}
+                  "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
             out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
     for cell, values in (("i32", "*i32"), ("i64", "*i32"), ("fp32", "*fp32"), ("fp64", "*fp64")):
         types = {"codes_ptr": "*u8", "node_ptr": "*i64", "g_ptr": values, "h_ptr": values,
