@@ -153,7 +153,7 @@ def test_triton_boosting_run_grows_the_reference_trees(interpreted):
     assert interpreted["backends"] == {"0": False, "force": True}
     calls = interpreted["calls"]
     for kernel in ("_topk_kernel", "_lambda_kernel", "_histogram_kernel", "_split_kernel",
-                   "_pick_kernel", "_route_kernel", "_siblings_kernel"):
+                   "_pick_kernel", "_route_kernel", "_siblings_kernel", "_score_update_kernel"):
         assert calls.get(kernel, 0) >= 6, (kernel, calls)
     exact = interpreted["fit/True"]
     assert exact["force"] == exact["0"]  # quantized: bit for bit, eval history included
