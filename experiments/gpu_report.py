@@ -225,8 +225,11 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "They run when the tensors are on a CUDA device of a CUDA build of torch and Triton is "
         "importable (`RANKKIT_TRITON=0` turns them off; `RANKKIT_TRITON=force` runs them on CPU "
         "tensors under `TRITON_INTERPRET=1`, which is how the tests prove them). "
-        "`rankkit.lambdas.lambda_gradients` routes RankNet / NDCG to the Triton lambdas (the "
-        "loss included). Tests: `tests/test_triton.py` (lambdas, histogram, sm_90 compiles), "
+        "`rankkit.kernels.tree_backend` picks `\"triton\"` for such tensors, so "
+        "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels` and updates the "
+        "training and eval scores with `score_update`; `rankkit.lambdas` routes RankNet / NDCG "
+        "lambdas (the loss included) to the Triton kernels, for the booster and the neural "
+        "loss alike. Tests: `tests/test_triton.py` (lambdas, histogram, sm_90 compiles), "
         "`tests/test_triton_tree.py` (the fused levels grow the torch path's levels; a boosting "
         "run on the Triton lambdas and levels grows the reference trees, bit for bit with "
         "`quantized_grad`), `tests/test_triton_first_contact.py` (device generators).",
@@ -245,7 +248,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "",
         "## Counted on the simulated device (torch path)",
         "",
-        "Second round of a run (steady state); launches = dispatched aten ops on device tensors; "
+        "The simulated device runs on a CPU build of torch, where the Triton route is never "
+        "taken: these are the torch reference backend's counts. Second round of a run (steady "
+        "state); launches = dispatched aten ops on device tensors; "
         "syncs = `.item()`, D2H copies, data-dependent shapes and blocking H2D copies as the "
         "simulator counts them.",
         "",
@@ -265,8 +270,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         + ", ".join(f"`{k}` × {v}" for k, v in sorted(launches["tree"].items()))
         + ". One lambda pass with the loss: "
         + ", ".join(f"`{k}` × {v}" for k, v in sorted(launches["lambdas"].items()))
-        + " (and one reduction of the per-tile loss partials). A whole round adds the leaf "
-        "sums, the score updates and the eval metric (torch ops today).",
+        + " (and one reduction of the per-tile loss partials). A whole round adds one "
+        "score-update launch per data set, and the leaf sums, the quantization and the eval "
+        "metric (torch ops today).",
         "",
         "## Compiled for sm_90 (H100), every configuration the trainers launch",
         "",
@@ -337,10 +343,11 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "for k > 32 or no k (that kernel counts in O(n²)); each pair evaluated once (both sides "
         "today, no atomics).",
         "* The round captured in a CUDA graph with preallocated buffers (the histogram takes an "
-        "`out=` buffer; nothing captures yet), and the booster's tree path calling "
-        "`backend.grow_levels` on CUDA (the interface of rankkit.kernels was not merged when this "
-        "was written: the tests plug it in place of the torch levels).",
-        "* The eval metric and the leaf sums in Triton.",
+        "`out=` buffer; nothing captures yet).",
+        "* The eval metric, the leaf sums and the gradient quantization in Triton; the lambda "
+        "kernel taking the plan's ideal DCG instead of recomputing it.",
+        "* The neural step's syncs: the public `lambda_gradients` validates its arguments and "
+        "builds a plan (host syncs) before it routes to the Triton kernels (the row above).",
     ]
     return "\n".join(lines) + "\n"
 
