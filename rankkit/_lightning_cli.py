@@ -37,7 +37,11 @@ def resolve_config_arg(value: str) -> str:
 
 
 def resolve_config_args(argv: list[str]) -> list[str]:
-    """``argv`` with every ``--config NAME`` turned into the packaged file's path."""
+    """``argv`` with every ``--config NAME`` turned into the packaged file's path (and every YAML
+    that jsonargparse will load limited in size and aliases: :mod:`rankkit._yaml`)."""
+    from rankkit import _yaml
+
+    _yaml.install()
     out, i = [], 0
     while i < len(argv):
         a = argv[i]
@@ -116,6 +120,9 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
     if run:
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
+    from rankkit import _yaml
+
+    _yaml.install()
     if args is not None:
         args = resolve_config_args(list(args))
     with warnings.catch_warnings():

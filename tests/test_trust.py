@@ -235,3 +235,41 @@ def test_load_checkpoint_every_module_option(tmp_path, options):
     path = _checkpoint(tmp_path, module)
     x = torch.rand(6, 5)
     torch.testing.assert_close(load_checkpoint(path)(x), module.eval()(x))
+
+
+# -- YAML: limited in size and in nodes with aliases expanded -------------------------------------
+def _bomb(levels: int = 10, width: int = 9) -> str:
+    """A "billion laughs" YAML: ``width ** levels`` scalars in about 40 bytes per level."""
+    names = [f"l{i}" for i in range(levels)]
+    text = f"{names[0]}: &{names[0]} [{', '.join(['x'] * width)}]\n"
+    for prev, name in zip(names, names[1:]):
+        text += f"{name}: &{name} [{', '.join([f'*{prev}'] * width)}]\n"
+    return text + f"model: *{names[-1]}\n"
+
+
+@pytest.mark.parametrize("argv", [["fit", "--config", "{bomb}"], ["compare", "--config", "{bomb}"],
+                                  ["compare", "--models", "lambdamart,{bomb}"]])
+def test_yaml_alias_bomb_is_refused_by_every_command(tmp_path, argv, capsys):
+    """A 476-byte alias bomb given to ``fit --config``, ``compare --config`` or ``compare
+    --models`` grew to 3-4 GB and hung."""
+    from rankkit.cli import main
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_bomb())
+    assert len(bomb.read_bytes()) < 600
+    assert main([a.format(bomb=bomb) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "more than 100000 YAML nodes with aliases expanded" in err
+
+
+def test_yaml_limits():
+    from rankkit import _yaml
+
+    _yaml.check_yaml(_bomb(levels=5, width=6))  # about 2 x 6^5 = 15552 scalars: within the limit
+    with pytest.raises(_yaml.YAMLLimitError, match=r"s.yaml: more than 100000 YAML nodes"):
+        _yaml.check_yaml(_bomb(levels=6, width=9), "s.yaml")
+    with pytest.raises(ValueError, match=r"big.yaml: 1048577 characters of YAML, more than"):
+        _yaml.safe_load("#" * (_yaml.MAX_BYTES + 1), "big.yaml")
+    with pytest.raises(_yaml.YAMLLimitError, match="more than 100000"):  # a cycle: bounded too
+        _yaml.check_yaml("a: &a [*a, *a]\n")
+    assert _yaml.safe_load("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}
