@@ -37,7 +37,11 @@ def resolve_config_arg(value: str) -> str:
 
 
 def resolve_config_args(argv: list[str]) -> list[str]:
-    """``argv`` with every ``--config NAME`` turned into the packaged file's path."""
+    """``argv`` with every ``--config NAME`` turned into the packaged file's path (and every YAML
+    that jsonargparse will load limited in size and aliases: :mod:`rankkit._yaml`)."""
+    from rankkit import _yaml
+
+    _yaml.install()
     out, i = [], 0
     while i < len(argv):
         a = argv[i]
@@ -72,6 +76,20 @@ def resolve_model_class(class_path: str) -> type:
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
 
+def check_run_config(config) -> None:
+    """The parsed config of ``rankkit fit|validate|test`` (``--ckpt_path X``, ``--ckpt_path=X``
+    and ``ckpt_path:`` in a YAML file all arrive here): a checkpoint to resume or evaluate has to
+    be a local, readable Lightning checkpoint, and Lightning reads it with ``weights_only=True``
+    whatever the config says (so nothing in it is unpickled)."""
+    from rankkit._checkpoint import check_checkpoint
+
+    ckpt_path = config.get("ckpt_path")
+    if ckpt_path is not None:  # refuses URLs, unreadable files, classes, sizes: now, in one line
+        check_checkpoint(ckpt_path, need_scorer=False)
+    if "weights_only" in config:
+        config["weights_only"] = True
+
+
 def lightning_cli(args: list[str] | None, *, run: bool = True):
     """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
     when ``run``); ``args`` None reads ``sys.argv``."""
@@ -87,6 +105,13 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("data.n_features", "model.init_args.n_features", apply_on="instantiate")
 
+        def _parse_ckpt_path(self) -> None:
+            # LightningCLI reads `ckpt_path`'s hyper-parameters (and `_class_path`) into the
+            # model's config: checked first, as `load_checkpoint` checks them.
+            if self.config.get("subcommand"):
+                check_run_config(self.config[self.config.subcommand])
+            super()._parse_ckpt_path()
+
         @staticmethod
         def subcommands() -> dict[str, set[str]]:
             # `rankkit predict` is rankkit's own command (any artefact, any input file).
@@ -95,6 +120,9 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
     if run:
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
+    from rankkit import _yaml
+
+    _yaml.install()
     if args is not None:
         args = resolve_config_args(list(args))
     with warnings.catch_warnings():

@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 import yaml
 
+from rankkit import _yaml
 from rankkit.compare import baselines as third_party
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.metrics import average_precision, err, ndcg
@@ -157,7 +158,7 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     from rankkit._lightning_cli import lightning_cli
     from rankkit.export import export_torchscript, load_scorer
 
-    config = yaml.safe_load(config_path.read_text())
+    config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
             f"--data.seed={seed}", f"--seed_everything={seed}", "--trainer.logger=false",
             "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
@@ -282,7 +283,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     for m in models:
         path = resolve_config(m)
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
+            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
         if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
