@@ -502,6 +502,13 @@ def _read_errors(path: str):
     return _Errors()
 
 
+def _capacity(wanted: int, needed: int, width: int) -> int:
+    """Rows to allocate: ``wanted`` (at least 1 MiB of rows), never beyond ``MAX_VALUES`` values,
+    never fewer than ``needed``."""
+    width = max(width, 1)
+    return max(needed, min(max(wanted, 2**18 // width), MAX_VALUES // width))
+
+
 def _check_values(path: str, n: int, width: int) -> None:
     if n * width > MAX_VALUES:
         raise ValueError(f"{path}: {n} documents x {width} features would need "
@@ -586,13 +593,13 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
             if n_features is None and block.width() > width:
                 width = block.width()
                 _check_values(path, end, width)
-                wider = np.empty((max(len(features), end, 1024), width), dtype=np.float32)
+                wider = np.empty((_capacity(len(features), end, width), width), dtype=np.float32)
                 wider[:n, :features.shape[1]] = features[:n]
                 wider[:n, features.shape[1]:] = 0
                 features = wider
             _check_values(path, end, width)
             if end > len(features):
-                features.resize((max(end, len(features) * 3 // 2, 1024), width), refcheck=False)
+                features.resize((_capacity(len(features) * 3 // 2, end, width), width), refcheck=False)
             if end > len(labels):
                 labels.resize(len(features), refcheck=False)
             features[n:end] = 0
