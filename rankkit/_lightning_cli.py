@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,13 @@ def resolve_config_args(argv: list[str]) -> list[str]:
     return out
 
 
+def config_paths(argv: list[str]) -> list[str]:
+    """The config files named by ``--config FILE`` / ``--config=FILE`` in ``argv``."""
+    out = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    out += [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    return out
+
+
 def resolve_model_class(class_path: str) -> type:
     """A config's ``model.class_path`` (a class name of rankkit's, or an import path) -> the
     LightningModule class (the config is the user's: naming code there is running it)."""
@@ -76,16 +84,50 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
     when ``run``); ``args`` None reads ``sys.argv``."""
     import pytorch_lightning as pl
-    from pytorch_lightning.cli import LightningCLI
+    from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
+    from rankkit._io import atomic_write, check_outputs
     from rankkit.data.datamodule import RankingDataModule
 
     for path in MODEL_CLASSES.values():  # imported so `--model=LambdaRank` resolves
         resolve_model_class(path)
+    if args is not None:
+        args = resolve_config_args(list(args))
+    config_files = config_paths(sys.argv[1:] if args is None else args)
+
+    class SaveConfig(SaveConfigCallback):
+        """Lightning's copy of the run's config into the log folder, refused (before training)
+        when it would land on one of the configs it was read from, and written atomically."""
+
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            if self.already_saved or not self.save_to_log_dir:
+                return super().setup(trainer, pl_module, stage)
+            target = os.path.join(trainer.log_dir, self.config_filename)
+            if trainer.is_global_zero:
+                check_outputs({"--trainer.default_root_dir": target},
+                              {"--config": config_files}, with_sidecars=False)
+                atomic_write(target, lambda tmp: self.parser.save(self.config, tmp, skip_none=False,
+                                                                  overwrite=True, multifile=self.multifile),
+                             suffix=".yaml")
+                self.save_config(trainer, pl_module, stage)
+                self.already_saved = True
+            self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     class RankkitCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("data.n_features", "model.init_args.n_features", apply_on="instantiate")
+
+        def instantiate_trainer(self, **kwargs):
+            # A bad trainer option (accelerator=gpu without a GPU, max_epochs=-5, devices=x) is the
+            # user's mistake: one ValueError naming the trainer, not Lightning's traceback.
+            try:
+                return super().instantiate_trainer(**kwargs)
+            except (ValueError, TypeError, RuntimeError) as e:
+                raise ValueError(f"`--trainer` options: {e}") from None
+            except Exception as e:
+                if type(e).__name__ != "MisconfigurationException":
+                    raise
+                raise ValueError(f"`--trainer` options: {e}") from None
 
         @staticmethod
         def subcommands() -> dict[str, set[str]]:
@@ -95,10 +137,9 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
     if run:
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
-    if args is not None:
-        args = resolve_config_args(list(args))
     with warnings.catch_warnings():
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args, run=run,
-                          save_config_kwargs={"overwrite": True}, parser_kwargs=parser_kwargs)
+                          save_config_callback=SaveConfig, save_config_kwargs={"overwrite": True},
+                          parser_kwargs=parser_kwargs)

@@ -302,6 +302,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             else:
                 chosen.append(name)
     out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    _check_outputs(out_dir, list(configs), fold_list, seeds,
+                   inputs={"--data": _data_files(data), "--models": [str(p) for p, _ in configs.values()]})
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
 
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
@@ -352,6 +354,29 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     result["plots"] = [str(p) for p in plots]
     result["out"] = str(out_dir)
     return result
+
+
+def _data_files(data: str) -> list[str]:
+    """The files of a data folder (and of its Fold subfolders): what compare must never write over."""
+    if data == "mq2008" or not os.path.isdir(data):
+        return []
+    out = []
+    for root, dirs, names in os.walk(data):
+        if os.path.relpath(root, data).count(os.sep) >= 1:
+            dirs[:] = []
+        out += [os.path.join(root, n) for n in names]
+    return out
+
+
+def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, *,
+                   inputs: dict[str, list[str]]) -> None:
+    """Refuse, before anything is trained or written, an output file of compare that is an input."""
+    from rankkit._io import check_outputs
+
+    files = [out_dir / n for n in ("metrics.json", "table.md", "val_ndcg10.png", "test_ndcg.png")]
+    files += [out_dir / "scorers" / f"{label.lower()}-fold{f}-seed{s}.pt"
+              for label in labels for f in folds for s in range(seeds)]
+    check_outputs({"--out": [str(p) for p in files]}, inputs, with_sidecars=False)
 
 
 def _write_text(path: Path, text: str) -> None:
