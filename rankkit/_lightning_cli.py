@@ -6,7 +6,9 @@ still works. ``n_features`` flows from the datamodule into the model by ``link_a
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import sys
 import warnings
@@ -80,9 +82,48 @@ def resolve_model_class(class_path: str) -> type:
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
 
-def lightning_cli(args: list[str] | None, *, run: bool = True):
+def without_validation(trainer, datamodule) -> bool:
+    """When ``datamodule`` has no validation set (a folder with train and test files only and no
+    ``val_fraction``), set ``trainer`` up to train without one, as the README promises: no
+    validation loop, no EarlyStopping on a validation metric (training runs ``max_epochs``),
+    and ModelCheckpoint keeps the last epoch. Says so on stderr; returns whether it did."""
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+    from rankkit.data.datamodule import RankingDataModule
+
+    if not isinstance(datamodule, RankingDataModule):
+        return False
+    datamodule.setup("fit")
+    if datamodule.val_set is not None:
+        return False
+    trainer.limit_val_batches = 0
+    trainer.num_sanity_val_steps = 0
+    stopped = [cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping) and cb.monitor.startswith("val")]
+    trainer.callbacks = [cb for cb in trainer.callbacks if cb not in stopped]
+    for cb in trainer.callbacks:
+        if isinstance(cb, ModelCheckpoint) and (cb.monitor or "").startswith("val"):
+            cb.monitor = None  # keeps the last epoch (save_top_k=1)
+    print(f"rankkit: {datamodule.hparams.data} has no validation file: training {trainer.max_epochs} epochs "
+          f"without {'early stopping and ' if stopped else ''}model selection (the last epoch is kept); "
+          f"--data.val_fraction=0.1 holds out training queries instead", file=sys.stderr)
+    return True
+
+
+# Where the noise a user did not ask for comes from: Lightning's tips and banners (INFO logs),
+# its internal deprecations and hints (warnings), torch's deprecations (warnings).
+QUIET_LOGGERS = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+QUIET_WARNINGS = r"(pytorch_lightning|lightning_fabric|lightning|torch|jsonargparse)(\.|$)"
+
+
+def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True):
     """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
-    when ``run``); ``args`` None reads ``sys.argv``."""
+    when ``run``); ``args`` None reads ``sys.argv``.
+
+    ``verbose=False`` (``rankkit fit`` without ``--verbose``) is quiet: no progress bar, no
+    model summary, no Lightning tips, banners or info lines, no warnings raised inside
+    Lightning or torch (rankkit's own warnings still show); ``fit`` ends with one line naming
+    the checkpoint it kept. Options given in the config or on the command line
+    (``--trainer.enable_progress_bar=true``) still win."""
     import pytorch_lightning as pl
     from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
@@ -117,6 +158,18 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("data.n_features", "model.init_args.n_features", apply_on="instantiate")
 
+        def before_fit(self) -> None:
+            without_validation(self.trainer, self.datamodule)
+
+        def after_fit(self) -> None:
+            if verbose or not self.trainer.is_global_zero:
+                return
+            cb = self.trainer.checkpoint_callback
+            path = getattr(cb, "best_model_path", "") or "none (no ModelCheckpoint)"
+            score = getattr(cb, "best_model_score", None)
+            metric = f", {cb.monitor} {float(score):.4f}" if score is not None and cb.monitor else ""
+            print(f"rankkit fit: {self.trainer.current_epoch} epochs; checkpoint {path}{metric}")
+
         def instantiate_trainer(self, **kwargs):
             # A bad trainer option (accelerator=gpu without a GPU, max_epochs=-5, devices=x) is the
             # user's mistake: one ValueError naming the trainer, not Lightning's traceback.
@@ -137,9 +190,16 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
     if run:
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
-    with warnings.catch_warnings():
+    trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        if not verbose:
+            warnings.filterwarnings("ignore", module=QUIET_WARNINGS)
+            for name in QUIET_LOGGERS:
+                logger = logging.getLogger(name)
+                stack.callback(logger.setLevel, logger.level)
+                logger.setLevel(logging.WARNING)
         return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args, run=run,
                           save_config_callback=SaveConfig, save_config_kwargs={"overwrite": True},
-                          parser_kwargs=parser_kwargs)
+                          trainer_defaults=trainer_defaults, parser_kwargs=parser_kwargs)

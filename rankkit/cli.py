@@ -21,7 +21,8 @@ import sys
 from typing import Any
 
 COMMANDS = {
-    "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2)",
+    "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2; "
+           "quiet unless --verbose)",
     "validate": "evaluate a checkpoint on the validation set (--config ... --ckpt_path=...)",
     "test": "evaluate a checkpoint on the test set (--config ... --ckpt_path=...)",
 }
@@ -44,6 +45,8 @@ def run_lightning(argv: list[str] | None) -> int:
     from rankkit._lightning_cli import lightning_cli
 
     args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args
+    args = [a for a in args if a != "--verbose"]
     if args and args[0] in ("validate", "test") and not any(a.startswith("--ckpt_path") for a in args) \
             and not any(a in ("-h", "--help") for a in args):
         raise UsageError(f"`rankkit {args[0]}` evaluates a trained model: pass --ckpt_path=PATH/TO/best.ckpt "
@@ -53,7 +56,7 @@ def run_lightning(argv: list[str] | None) -> int:
             from rankkit._checkpoint import read_checkpoint
 
             read_checkpoint(a.split("=", 1)[1])
-    lightning_cli(args)
+    lightning_cli(args, verbose=verbose)
     return 0
 
 
@@ -69,8 +72,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
                          query_file=args.query_file)
     except Exception as e:
         if type(e).__module__.startswith("onnxruntime"):  # e.g. a file of another width
-            raise ValueError(f"`--input` {args.input} does not fit the ONNX model {args.model}: "
-                             f"{_one_line(e)}") from None
+            import re
+
+            m = re.search(r"index: 1 Got: (\d+) Expected: (\d+)", str(e))
+            why = f"it has {m.group(1)} features, the model takes {m.group(2)}" if m else _one_line(e)
+            raise ValueError(f"`--input` {args.input} does not fit the ONNX model {args.model}: {why}") from None
         raise
     if args.output not in (None, "-"):
         print(f"wrote {n} scores (qid, doc, score; input order) to {args.output}", file=sys.stderr)
