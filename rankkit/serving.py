@@ -42,7 +42,10 @@ def load_model(path: str | os.PathLike):
     if path.endswith(SCORER_SUFFIXES):
         from rankkit.export import load_scorer
 
-        return load_scorer(path)
+        scorer = load_scorer(path)
+        if isinstance(scorer, torch.fx.GraphModule):  # a .pt2: its width is its input's static shape
+            scorer.n_features = _program_width(scorer)
+        return scorer
     with open(path, "rb") as f:
         head = f.read(8)
     if len(head) == 8 and int.from_bytes(head, "little") < os.path.getsize(path):  # a safetensors header
@@ -53,6 +56,16 @@ def load_model(path: str | os.PathLike):
                      f".pt/.pt2/.onnx scorer)")
 
 
+def _program_width(program: torch.fx.GraphModule) -> int | None:
+    """F of a ``torch.export`` program's one [N, F] input, when static (else None)."""
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            shape = getattr(node.meta.get("val"), "shape", None)
+            if shape is not None and len(shape) == 2 and isinstance(shape[1], int):
+                return int(shape[1])
+    return None
+
+
 def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """A callable features [N, F] -> scores [N] float32 for any object :func:`load_model` returns
     (or any trained model: a LightningModule, a fitted LambdaMART, an ``nn.Module``)."""
@@ -60,6 +73,16 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
 
     from rankkit.export import HasScorer, unwrap
 
+    if isinstance(model, torch.fx.GraphModule):
+        # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the
+        # graph when it was exported (in eval mode), and it refuses `.train()`/`.eval()`.
+        program = model
+
+        def score_program(x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                return program(x).reshape(-1).float()
+
+        return score_program
     if isinstance(model, (HasScorer, nn.Module)):
         module = unwrap(model).to("cpu").eval()
 
