@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from rankkit._io import atomic_write as _atomic_write
+from rankkit._io import via_memory
 
 
 class ServingScorer(nn.Module):
@@ -91,7 +92,7 @@ def export_torchscript(model: nn.Module, path: str | os.PathLike, *, n_features:
     except Exception:  # noqa: BLE001 - fall back to tracing what the compiler rejects
         example = torch.zeros(2, module.n_features)
         compiled = torch.jit.trace(module, example, check_trace=False)
-    return _atomic_write(path, lambda tmp: torch.jit.save(compiled, tmp))
+    return _atomic_write(path, via_memory(lambda f: torch.jit.save(compiled, f)))  # via memory: no C++ abort on ENOSPC
 
 
 def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int | None = None) -> str:
@@ -101,11 +102,7 @@ def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int
     batch = torch.export.Dim("batch", min=1)
     program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
 
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:  # a file object: torch.export.save wants a .pt2 name otherwise
-            torch.export.save(program, f)
-
-    return _atomic_write(path, write)
+    return _atomic_write(path, via_memory(lambda f: torch.export.save(program, f)))  # no C++ abort on ENOSPC
 
 
 def export_onnx(model, path: str | os.PathLike, *, n_features: int | None = None) -> str:
