@@ -161,6 +161,7 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
 
     from rankkit._lightning_cli import lightning_cli
     from rankkit.export import export_torchscript, load_scorer
+    from rankkit.serving import as_scorer, score_queries
 
     config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
@@ -187,12 +188,11 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) \
         if best_path else cli.model
     model = model.to("cpu").eval()
-    features = test_eval.dataset.features
-    with torch.no_grad():
-        eager = model(features).reshape(-1)
+    features, sizes = test_eval.dataset.features, test_eval.dataset.sizes
+    eager = score_queries(as_scorer(model), features, sizes)  # either kind of scorer, query by query
     export_torchscript(model, scorer_path)
     with torch.no_grad():
-        exported = load_scorer(scorer_path)(features)
+        exported = score_queries(as_scorer(load_scorer(scorer_path)), features, sizes)
     diff = float((exported - eager).abs().max())
     if not diff <= 1e-4 * (1.0 + float(eager.abs().max())):
         raise RuntimeError(f"the exported scorer {scorer_path} differs from the eager model by {diff:.3g}")
