@@ -15,12 +15,11 @@ al., SIGIR 2018; Hu et al., WWW 2019):
 3. test NDCG@10 on the test queries' TRUE labels (gain 2^y − 1, log2 discount, a query whose
    labels are all 0 counts 1 as in LightGBM).
 
-Model selection without true labels (the click-log validation split): regression-EM (Wang et
-al., WSDM 2018, :class:`rankkit.unbiased.RegressionEM`) fitted on the validation log alone gives
-the propensities θ̂; :func:`rankkit.unbiased.ips_relevance` turns the validation clicks into
-inverse-propensity relevance estimates (1/θ̂ clipped at ``--clip``), and a candidate's score is
-its counterfactual NDCG@10 (linear gain) on the validation documents
-(:func:`rankkit.unbiased.counterfactual_ndcg`). It chooses:
+Model selection without true labels (the click-log validation split,
+:class:`rankkit.unbiased.ClickLogMetric`): regression-EM (Wang et al., WSDM 2018) fitted on the
+validation log alone gives the propensities θ̂, the validation clicks become inverse-propensity
+relevance estimates (1/θ̂ clipped at ``--clip``), and a candidate's score is its counterfactual
+NDCG@10 (linear gain) on the validation documents. It chooses:
 
 * LambdaMART debiased: the bias norm p of Unbiased LambdaMART (Hu et al. 2019, ``unbiased=True``)
   among ``--p-grid``, or no debiasing at all (p = ∞, the exponent 1/(p + 1) → 0 makes every bias
@@ -60,7 +59,7 @@ from rankkit.data.clicks import (
 )
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank
-from rankkit.unbiased import RegressionEM, counterfactual_ndcg, ips_relevance
+from rankkit.unbiased import ClickLogMetric, RegressionEM
 
 K_SHOWN = 10
 DATE = "2026-11-26"
@@ -87,27 +86,6 @@ def test_ndcg(scores, data) -> float:
     s, mask = pad(torch.as_tensor(np.asarray(scores), dtype=torch.float32), data.sizes)
     y, _ = pad(data.labels, data.sizes)
     return float(ndcg(s, y, mask=mask, k=10).mean())
-
-
-class ClickVali:
-    """The click-log validation metric: counterfactual NDCG@10 on the validation log's documents."""
-
-    def __init__(self, vali, log, args):
-        counts = log.aggregate()
-        self.features = vali.features[counts.doc_index]
-        em = RegressionEM(K_SHOWN, hidden=(16,), iterations=args.em_iterations, lr=1e-2, seed=args.seed)
-        em.fit(self.features, counts.clicks, counts.position, impressions=counts.impressions)
-        self.propensities = em.propensities_
-        docs, self.relevance = ips_relevance(counts.doc_index, counts.clicks, counts.impressions, counts.position,
-                                             self.propensities, clip=args.clip)
-        self.doc_features = vali.features[docs]
-        self.query = vali.doc_query_index()[docs]
-
-    def __call__(self, scores_of) -> float:
-        """Score a model given as a function features [D, F] -> scores [D]."""
-        with torch.no_grad():
-            s = torch.as_tensor(np.asarray(scores_of(self.doc_features)), dtype=torch.float64)
-        return counterfactual_ndcg(s, self.query, self.relevance)
 
 
 # -- the rankers -----------------------------------------------------------------------------------
@@ -226,7 +204,8 @@ def run(name: str, fold: int, seed: int, args, done: set):
                               seed=seed, drop_unclicked=True)
         vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
                                seed=seed + 1000, drop_unclicked=True)
-        metric = ClickVali(vali, vlog, args)
+        metric = ClickLogMetric(vlog.aggregate(), vali.features, n_positions=K_SHOWN, clip=args.clip,
+                                em={"hidden": (16,), "iterations": args.em_iterations, "lr": 1e-2, "seed": seed})
         test_rows, vali_rows, chosen, biases = {"production": production, "LambdaMART oracle": oracle_mart}, {}, {}, {}
         # LambdaMART: naive = p ∞, debiased at each p, the best on the click-log vali
         naive = booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes)
@@ -243,7 +222,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
         chosen["LambdaMART"] = best
         # neural: LambdaRank naive / unbiased at each p, regression-EM; oracle tuned the same way
         neural = {}
-        for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.p_grid]:
+        for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.neural_p_grid]:
             f, score, module = train_lambdarank(log.sessions, metric, args, unbiased=unbiased, p=p,
                                                 epochs=args.log_epochs)
             neural[f"LambdaRank {key}"] = (f, score)
@@ -279,11 +258,11 @@ def run(name: str, fold: int, seed: int, args, done: set):
 
 
 # -- report ----------------------------------------------------------------------------------------
-def rows_of(p_grid) -> list[str]:
+def rows_of(p_grid, neural_p_grid) -> list[str]:
     ps = [f"p={p:g}" for p in p_grid]
     return (["LambdaMART naive"] + [f"LambdaMART {p}" for p in ps] + ["LambdaMART debiased (selected)",
                                                                       "LambdaMART oracle"]
-            + ["LambdaRank naive"] + [f"LambdaRank {p}" for p in ps]
+            + ["LambdaRank naive"] + [f"LambdaRank p={p:g}" for p in neural_p_grid]
             + ["regression-EM", "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
 
 
@@ -311,14 +290,14 @@ def click_order(clicks) -> list[str]:
     return sorted(clicks, key=lambda c: (c == "cascade", float(c.split("=")[1]) if "=" in c else 0.0))
 
 
-def table(summary: dict, p_grid) -> str:
+def table(summary: dict, p_grid, neural_p_grid) -> str:
     out = []
     for name, by_click in summary.items():
         clicks = click_order(by_click)
         out.append(f"**{name}** (test NDCG@10 on true labels, mean ± standard error over runs; runs: "
                    + ", ".join(f"{c} {by_click[c]['n']}" for c in clicks) + ")\n")
         out.append("| method | " + " | ".join(clicks) + " |\n|---|" + "---:|" * len(clicks))
-        for method in rows_of(p_grid):
+        for method in rows_of(p_grid, neural_p_grid):
             cells = []
             for c in clicks:
                 mean, se = by_click[c].get(method, (math.nan, math.nan))
@@ -421,14 +400,14 @@ shown {args.sessions} times per query; clicks from a position-based model (exami
 propensities from regression-EM on that log alone, inverse-propensity relevance (1/θ̂ clipped at {args.clip:g}),
 counterfactual NDCG@10 of each candidate (linear gain). LambdaMART debiased = the best of naive (p = ∞) and
 Unbiased LambdaMART at p ∈ {{{", ".join(f"{p:g}" for p in args.p_grid)}}}; neural debiased = the best of
-LambdaRank naive, unbiased LambdaRank at those p and regression-EM (Wang et al. 2018) — each neural candidate and
-the LambdaRank oracle keep their best epoch by the same click metric. Boosters (rankkit, LightGBM, XGBoost):
+LambdaRank naive, unbiased LambdaRank at p ∈ {{{", ".join(f"{p:g}" for p in args.neural_p_grid)}}} and regression-EM
+(Wang et al. 2018) — each neural candidate and the LambdaRank oracle keep their best epoch by the same click metric. Boosters (rankkit, LightGBM, XGBoost):
 {args.rounds} rounds, depth {args.depth}, learning rate 0.1; LambdaRank MLP [32], Adam 1e-3, {args.log_epochs}
 epochs over a click log, {args.epochs} over true labels; regression-EM MLP [32], {args.em_iterations} iterations.
 Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold.
 Runs present: {len(grid)} (data, fold, seed) triples: {", ".join(f"{d}/f{f}/s{s}" for d, f, s in grid)}.
 
-{table(summary, args.p_grid)}
+{table(summary, args.p_grid, args.neural_p_grid)}
 
 Targets (issue 28; "selected" against the same family's naive and oracle):
 
@@ -458,6 +437,7 @@ def main(argv=None) -> int:
     p.add_argument("--log-epochs", type=int, default=3, help="LambdaRank epochs over a click log")
     p.add_argument("--em-iterations", type=int, default=15)
     p.add_argument("--p-grid", default="0,1", help="Unbiased LambdaMART / LambdaRank bias norms to choose from")
+    p.add_argument("--neural-p-grid", default="0", help="the same for unbiased LambdaRank")
     p.add_argument("--clip", type=float, default=50.0, help="the validation metric's clip of 1/θ̂")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--minutes", type=float, default=math.inf, help="start no new run after this many minutes")
@@ -468,6 +448,7 @@ def main(argv=None) -> int:
     command = "python experiments/unbiased.py " + " ".join(argv if argv is not None else sys.argv[1:])
     args.etas = [float(v) for v in args.etas.split(",")]
     args.p_grid = [float(v) for v in args.p_grid.split(",")]
+    args.neural_p_grid = [float(v) for v in args.neural_p_grid.split(",")]
     lo, _, hi = args.folds.partition("-")
     folds = list(range(int(lo), int(hi or lo) + 1))
     seeds = [int(v) for v in args.seeds.split(",")]
@@ -488,7 +469,7 @@ def main(argv=None) -> int:
                             f.write(json.dumps(record) + "\n")
     records = [r for r in records if r["data"] in args.data.split(",")]
     summary = summarise(records)
-    print(table(summary, args.p_grid))
+    print(table(summary, args.p_grid, args.neural_p_grid))
     print("\n".join(targets(summary)))
     if args.write:
         write(records, args, command)
