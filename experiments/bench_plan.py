@@ -6,8 +6,9 @@ plan).
     python experiments/bench_plan.py --mode time --rounds 100 --threads 1
 
 ``--mode ops`` runs the second round of a depth-6 run with one eval set on the simulated device
-(tests/simcuda.py) and splits its counts into the tree (``BoostingEngine._grow``) and the rest
-of the round (the lambda pass, the score updates, the eval metric and the round's bookkeeping).
+(tests/simcuda.py) and splits its counts into the tree (``BoostingEngine._grow``), the lambda
+pass (``objective.gradients``), the eval metric (``engine.metric``) and the rest of the round
+(all but the tree: the lambda pass, the score updates, the eval metric and the bookkeeping).
 ``--mode time`` times ``BoostingEngine.update`` on MQ2008 Fold1 (train, vali as the eval set)
 and the lambda pass inside it (``objective.gradients``); the median round is reported.
 """
@@ -60,12 +61,18 @@ def ops(args) -> list[dict]:
             engine.add_eval_set(valid.features, valid.labels, valid.sizes)
             engine.update()
             tree: dict = {}
+            lam: dict = {}
+            metric: dict = {}
             _wrap(engine, "_grow", tree, counts)
+            _wrap(engine.objective, "gradients", lam, counts)
+            _wrap(engine, "metric", metric, counts)
             counts.reset()
             engine.update()
             snap, sites = counts.snapshot(), dict(counts.sync_sites)
         rows.append({"docs": data.n_docs, "round_launches": snap["launches"], "round_syncs": snap["syncs"],
                      "tree_launches": tree["launches"], "tree_syncs": tree["syncs"],
+                     "lambda_launches": lam["launches"], "lambda_syncs": lam["syncs"],
+                     "metric_launches": metric["launches"], "metric_syncs": metric["syncs"],
                      "rest_launches": snap["launches"] - tree["launches"],
                      "rest_syncs": snap["syncs"] - tree["syncs"], "sync_sites": sites})
     return rows
