@@ -105,7 +105,7 @@ def test_fused_levels_write_the_reference_partition_and_histograms():
     # children's histograms are the reference's (the smaller summed, the larger by subtraction).
     codes, valid, grad, hess = _problem(n=3000, n_feat=5)
     params = TreeParams(depth=3, min_data_in_leaf=5)
-    kernels = cpu.TreeKernels(codes.contiguous(), params.depth)
+    kernels = cpu.TreeKernels(codes.contiguous(), params.depth, valid)
     node, feats, cuts, gains, root = kernels.grow_levels(grad, hess, None, valid, None, None, None, params)
     codes_t = codes.t().contiguous()
     torch.testing.assert_close(root, torch_ref.build_histograms(codes_t, torch.zeros(3000, dtype=torch.long),

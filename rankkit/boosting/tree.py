@@ -151,7 +151,7 @@ class ObliviousTreeGrower:
         if self.kernel:
             assert on_cpu, "the compiled kernels read CPU codes"
             self.codes = codes.contiguous()
-            self._fused = _cpu.TreeKernels(self.codes, params.depth)
+            self._fused = _cpu.TreeKernels(self.codes, params.depth, valid_codes)
         else:
             self.codes_t = codes.t().contiguous()
         self.valid_codes = valid_codes.to(codes.device)
