@@ -372,3 +372,26 @@ def test_fetch_refuses_a_cache_from_another_source(tmp_path, toy_remote):
         (root / "toy" / "fold1_train.npz").unlink()
         (root / "toy" / "toy.zip").unlink()
         fetch_letor_zip("toy", 1, root=root, sha256="2" * 64)  # another archive's digest
+
+
+# -- model files: declared sizes within a stated limit ----------------------------------------------
+def test_model_file_declaring_10_12_features(tmp_path, lambdamart, capsys):
+    """``n_features_in = 10**12`` in a LambdaMART file: export asked for 256 TB (a traceback)."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from rankkit.cli import main
+
+    lambdamart.save(tmp_path / "m.safetensors")
+    with safe_open(tmp_path / "m.safetensors", framework="pt") as f:
+        meta, tensors = json.loads(f.metadata()["rankkit"]), {k: f.get_tensor(k) for k in f.keys()}
+    meta["n_features_in"] = 10**12
+    save_file(tensors, tmp_path / "big.safetensors", metadata={"rankkit": json.dumps(meta)})
+    (tmp_path / "t.txt").write_text("1 qid:1 1:0.5\n")
+    for argv in (["export", str(tmp_path / "big.safetensors"), "-o", str(tmp_path / "big.pt")],
+                 ["predict", str(tmp_path / "big.safetensors"), "--input", str(tmp_path / "t.txt")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "n_features_in = 1000000000000, beyond the limit 1..1000000" in err
