@@ -306,3 +306,53 @@ def test_reading_memory_stays_near_the_arrays(tmp_path):
     np.testing.assert_array_equal(ds.features.numpy(), values.astype(np.float32))
     assert peak < 2 * arrays + 4 * 2**20, (peak, arrays)
     os.unlink(p)
+
+
+# -- predict streams ---------------------------------------------------------------------------------
+def score_sum(x: torch.Tensor) -> torch.Tensor:
+    return torch.nan_to_num(x).sum(1)
+
+
+def test_predict_file_streams_the_same_scores(tmp_path):
+    from rankkit.serving import predict_file
+
+    rng = random.Random(11)
+    text = letor_text(rng, 60, 9, dense=False, comments=True)
+    p = write(tmp_path, text)
+    whole = read_svmlight(p)
+    scores = score_sum(whole.features)
+    qid = torch.repeat_interleave(whole.qids, whole.sizes).tolist()
+    doc = (torch.arange(whole.n_docs) - torch.repeat_interleave(whole.offsets[:-1], whole.sizes)).tolist()
+    expected = "".join(f"{q}\t{d}\t{s:.9g}\n" for q, d, s in zip(qid, doc, scores.tolist()))
+    assert predict_file(score_sum, p, tmp_path / "a.tsv") == whole.n_docs
+    with mock.patch.object(svmlight, "_BLOCK_BYTES", 200):
+        predict_file(score_sum, p, tmp_path / "b.tsv")
+    assert (tmp_path / "a.tsv").read_text() == expected == (tmp_path / "b.tsv").read_text()
+
+
+def test_predict_file_writes_nothing_when_the_file_fails_at_the_end(tmp_path):
+    from rankkit.serving import predict_file
+
+    p = write(tmp_path, "".join(f"1 qid:{r // 3} 1:{r}\n" for r in range(600)) + "1 qid:1 1:1\n")
+    out = tmp_path / "scores.tsv"
+    out.write_text("old")
+    with mock.patch.object(svmlight, "_BLOCK_BYTES", 300):
+        with pytest.raises(ValueError, match=r"f\.txt:601: qid 1 appears again"):
+            predict_file(score_sum, p, out)
+    assert out.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["f.txt", "scores.tsv"]
+
+
+def test_predict_file_memory_does_not_grow_with_the_file(tmp_path):
+    from rankkit.serving import predict_file
+
+    line = "1 qid:{} " + " ".join(f"{j}:0.{j}5" for j in range(1, 47)) + "\n"
+    peaks = []
+    for n in (2000, 16000):
+        p = tmp_path / f"f{n}.txt"
+        p.write_text("".join(line.format(r // 20) for r in range(n)))
+        with mock.patch.object(svmlight, "_BLOCK_BYTES", 1 << 16):
+            tracemalloc.start()
+            predict_file(score_sum, p, tmp_path / "out.tsv")
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+    assert peaks[1] < peaks[0] + 2**19 and peaks[1] < 16000 * 46 * 4, peaks  # below the file's arrays
