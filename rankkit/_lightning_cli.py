@@ -82,6 +82,20 @@ def resolve_model_class(class_path: str) -> type:
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
 
+def check_run_config(config) -> None:
+    """The parsed config of ``rankkit fit|validate|test`` (``--ckpt_path X``, ``--ckpt_path=X``
+    and ``ckpt_path:`` in a YAML file all arrive here): a checkpoint to resume or evaluate has to
+    be a local, readable Lightning checkpoint, and Lightning reads it with ``weights_only=True``
+    whatever the config says (so nothing in it is unpickled)."""
+    from rankkit._checkpoint import check_checkpoint
+
+    ckpt_path = config.get("ckpt_path")
+    if ckpt_path is not None:  # refuses URLs, unreadable files, classes, sizes: now, in one line
+        check_checkpoint(ckpt_path, need_scorer=False)
+    if "weights_only" in config:
+        config["weights_only"] = True
+
+
 def without_validation(trainer, datamodule) -> bool:
     """When ``datamodule`` has no validation set (a folder with train and test files only and no
     ``val_fraction``), set ``trainer`` up to train without one, as the README promises: no
@@ -132,6 +146,9 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
 
     for path in MODEL_CLASSES.values():  # imported so `--model=LambdaRank` resolves
         resolve_model_class(path)
+    from rankkit import _yaml
+
+    _yaml.install()
     if args is not None:
         args = resolve_config_args(list(args))
     config_files = config_paths(sys.argv[1:] if args is None else args)
@@ -157,6 +174,13 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
     class RankkitCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("data.n_features", "model.init_args.n_features", apply_on="instantiate")
+
+        def _parse_ckpt_path(self) -> None:
+            # LightningCLI reads `ckpt_path`'s hyper-parameters (and `_class_path`) into the
+            # model's config: checked first, as `load_checkpoint` checks them.
+            if self.config.get("subcommand"):
+                check_run_config(self.config[self.config.subcommand])
+            super()._parse_ckpt_path()
 
         def before_fit(self) -> None:
             without_validation(self.trainer, self.datamodule)

@@ -36,6 +36,8 @@ LAMBDA_CASES = {
     "ranknet_weights": dict(weighting="ranknet", weights=True),
     "ndcg": dict(weighting="ndcg"),
     "ndcg_k5": dict(weighting="ndcg", k=5),
+    "ndcg_k1": dict(weighting="ndcg", k=1),
+    "ndcg_k33": dict(weighting="ndcg", k=33),  # above TOPK_MAX: every rank, by counting
     "ndcg_linear_k3_weights": dict(weighting="ndcg", gain="linear", k=3, weights=True),
 }
 
@@ -114,7 +116,8 @@ for name, case in LAMBDA_CASES.items():
         if "weights" in kw:
             kw["weights"] = kw["weights"].to(dtype)
         grad, hess, loss = lambda_gradients_triton(scores.to(dtype), labels, mask=mask,
-                                                   return_loss=True, block_r=8, block_c=16, **kw)
+                                                   return_loss=True, block_r=8, block_c=16,
+                                                   topk_block=16, **kw)
         out[f"lambda/{name}/{dtype}"] = [grad.double().tolist(), hess.double().tolist(),
                                          loss.double().tolist()]
 g = torch.Generator().manual_seed(1)
@@ -159,7 +162,7 @@ json.dump([compile_kernel(name) for name in sys.argv[2:]], open(sys.argv[1], "w"
 
 # The configurations whose first compile on a GPU failed or misbehaved (issue 25): float64
 # scores in the rank and lambda kernels, the histogram's atomics.
-FIRST_CONTACT = ["rank_fp64", "lambda_ndcg_loss_fp64", "histogram_i32", "histogram_fp64"]
+FIRST_CONTACT = ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64", "histogram_i32", "histogram_fp64"]
 
 
 def _run(code, *args, interpret):
@@ -258,7 +261,7 @@ def test_triton_histogram_rejects_float_gradients_in_integer_cells():
                                torch.zeros(4), 1, out=torch.zeros(3, 2, 2, 256))
 
 
-@pytest.mark.parametrize("name", ["rank_fp64", "lambda_ndcg_loss_fp64"])
+@pytest.mark.parametrize("name", ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64"])
 def test_triton_float64_scores_compile_for_sm90(first_contact, name):
     # quantized_grad and the booster pass float64 scores; before the fix _rank_kernel did not
     # compile ("loop-carried variable idcg has initial type fp32 but is re-assigned to fp64").

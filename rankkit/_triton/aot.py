@@ -18,7 +18,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from rankkit._triton.histogram import _histogram_kernel
-from rankkit._triton.lambdas import _lambda_kernel, _rank_kernel
+from rankkit._triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
 from rankkit._triton.tree import (_pick_kernel, _route_kernel, _score_update_kernel, _siblings_kernel,
                                   _split_kernel)
 
@@ -45,6 +45,9 @@ def _configs() -> dict:
                       "inv_idcg_ptr": ptr, "L": "i32", "k": "i32"}
         ce = {"GAIN": 0, "BLOCK_R": 32, "BLOCK_C": 64}
         out[f"rank_{short}"] = (_rank_kernel, _signature(_rank_kernel, rank_types, ce), ce)
+        topk_types = {a: t for a, t in rank_types.items() if a != "rank_ptr"}
+        ce = {"GAIN": 0, "BLOCK": 256}
+        out[f"topk_{short}"] = (_topk_kernel, _signature(_topk_kernel, topk_types, ce), ce)
         lam_types = {"s_ptr": ptr, "y_ptr": ptr, "order_ptr": "*i32", "n_ptr": "*i32",
                      "inv_idcg_ptr": ptr, "w_ptr": ptr, "grad_ptr": ptr, "hess_ptr": ptr,
                      "loss_ptr": ptr, "L": "i32", "k": "i32", "sigma": "fp32", "n_tiles": "i32"}

@@ -40,6 +40,9 @@ import triton
 import triton.language as tl
 
 WEIGHTING_CODES = {"ranknet": 0, "ndcg": 1}
+# Cutoffs up to this take the top-k selection (k passes over the query) instead of ranking every
+# document by counting (n passes' worth of comparisons).
+TOPK_MAX = 32
 GAIN_CODES = {"exp": 0, "linear": 1}
 
 
@@ -88,6 +91,91 @@ def _rank_kernel(s_ptr, y_ptr, m_ptr, bound_ptr, rank_ptr, order_ptr, n_ptr, inv
     total = tl.sum(idcg, axis=0)
     tl.store(inv_idcg_ptr + q, tl.where(total > 0.0, 1.0 / total, 0.0))
     tl.store(n_ptr + q, tl.sum(n_real, axis=0))
+
+
+@triton.jit
+def _first_after(s_ptr, y_ptr, m_ptr, base, bound, s_p, y_p, i_p, first, BY_LABEL: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """The document that ranks first among those ranking after (s_p, y_p, i_p) -- every real
+    document when ``first`` -- as (s, y, index, found). Ranking: higher score first, then lower
+    label, then lower index (``BY_LABEL``: higher label first, then lower index)."""
+    best_s = s_p * 0.0 - float("inf")  # in the scores' dtype (a loop-carried fp32 would not compile)
+    best_y = s_p * 0.0 + float("inf")
+    best_i = bound
+    for c0 in range(0, bound, BLOCK):
+        j = c0 + tl.arange(0, BLOCK)
+        in_j = j < bound
+        m_j = (tl.load(m_ptr + base + j, mask=in_j, other=0) != 0) & in_j
+        y_j = tl.load(y_ptr + base + j, mask=in_j, other=0.0)
+        if BY_LABEL:
+            s_j = y_j
+            y_j = tl.zeros_like(y_j)
+        else:
+            s_j = tl.load(s_ptr + base + j, mask=in_j, other=0.0)
+        after = (s_j < s_p) | ((s_j == s_p) & ((y_j > y_p) | ((y_j == y_p) & (j > i_p))))
+        cand = m_j & (first | after)
+        top_s = tl.max(tl.where(cand, s_j, -float("inf")), 0)
+        cand = cand & (s_j == top_s)
+        top_y = tl.min(tl.where(cand, y_j, float("inf")), 0)
+        cand = cand & (y_j == top_y)
+        top_i = tl.min(tl.where(cand, j, bound), 0)
+        better = (top_i < bound) & ((top_s > best_s) | ((top_s == best_s) & (
+            (top_y < best_y) | ((top_y == best_y) & (top_i < best_i)))))
+        best_s = tl.where(better, top_s, best_s)
+        best_y = tl.where(better, top_y, best_y)
+        best_i = tl.where(better, top_i, best_i)
+    return best_s, best_y, best_i
+
+
+@triton.jit
+def _topk_kernel(s_ptr, y_ptr, m_ptr, bound_ptr, order_ptr, n_ptr, inv_idcg_ptr, L, k,
+                 GAIN: tl.constexpr, BLOCK: tl.constexpr):
+    """The truncated ranking of one query per program, in O(k·n): order [Q, L] holds the top
+    min(k, n) documents in rank order, then the other real documents in index order (their
+    order does not matter: a pair with both below the top k takes no part, and a document
+    below k has discount 0); n [Q] and 1 / IDCG@k [Q]. The top k come from k selection passes
+    (each the first document ranking after the previous one), the ideal DCG@k likewise by label."""
+    q = tl.program_id(0)
+    base = q.to(tl.int64) * L
+    bound = tl.load(bound_ptr + q)
+    count = tl.zeros([BLOCK], dtype=tl.int32)
+    for c0 in range(0, bound, BLOCK):
+        j = c0 + tl.arange(0, BLOCK)
+        count += ((tl.load(m_ptr + base + j, mask=j < bound, other=0) != 0) & (j < bound)).to(tl.int32)
+    n = tl.sum(count, 0)
+    kk = tl.minimum(k, n)
+    zero = tl.load(s_ptr + base) * 0.0  # the scores' dtype
+    s_p, y_p, i_p = zero, zero, bound * 0
+    idcg = zero
+    for t in range(0, kk):
+        s_p, y_p, i_p = _first_after(s_ptr, y_ptr, m_ptr, base, bound, s_p, y_p, i_p, t == 0,
+                                     False, BLOCK)
+        tl.store(order_ptr + base + t, i_p)
+    # The other real documents, in index order, after the top k.
+    placed = kk
+    for c0 in range(0, bound, BLOCK):
+        j = c0 + tl.arange(0, BLOCK)
+        in_j = j < bound
+        m_j = (tl.load(m_ptr + base + j, mask=in_j, other=0) != 0) & in_j
+        s_j = tl.load(s_ptr + base + j, mask=in_j, other=0.0)
+        y_j = tl.load(y_ptr + base + j, mask=in_j, other=0.0)
+        after = (s_j < s_p) | ((s_j == s_p) & ((y_j > y_p) | ((y_j == y_p) & (j > i_p))))
+        rest = m_j & after  # (no real document: nothing to place)
+        at = placed + tl.cumsum(rest.to(tl.int32), 0) - 1
+        tl.store(order_ptr + base + at, j, mask=rest)
+        placed += tl.sum(rest.to(tl.int32), 0)
+    # Ideal DCG@k: the k largest labels.
+    l_p, i_p = zero, bound * 0
+    for t in range(0, kk):
+        l_p, _, i_p = _first_after(s_ptr, y_ptr, m_ptr, base, bound, l_p, zero, i_p, t == 0,
+                                   True, BLOCK)
+        if GAIN == 0:
+            g = tl.exp2(l_p) - 1.0
+        else:
+            g = l_p
+        idcg += g / tl.log2(zero + (t + 2))
+    tl.store(inv_idcg_ptr + q, tl.where(idcg > 0.0, 1.0 / idcg, 0.0))
+    tl.store(n_ptr + q, n)
 
 
 @triton.jit
@@ -164,7 +252,7 @@ def lambda_gradients_triton(scores: torch.Tensor, labels: torch.Tensor, *,
                             mask: torch.Tensor | None = None, weighting: str = "ranknet",
                             sigma: float = 1.0, k: int | None = None, gain: str = "exp",
                             weights: torch.Tensor | None = None, return_loss: bool = False,
-                            block_r: int = 16, block_c: int = 32):
+                            block_r: int = 16, block_c: int = 32, topk_block: int = 256):
     """The fused kernel's (grad, hess[, loss]); the same values as
     :func:`rankkit.lambdas.lambda_gradients` for ``weighting`` "ranknet" or "ndcg" (no
     ``normalize``, ``tie_term``, ``groups``, ``pair_weights``).
@@ -182,6 +270,7 @@ def lambda_gradients_triton(scores: torch.Tensor, labels: torch.Tensor, *,
         block_r, block_c: the row and column tile sizes (powers of two). 16 × 32 with 4
             warps keeps the float64 kernel with the loss at 126 registers and no spills on
             sm_90 (32 × 64 spills in float64; see docs/gpu.md).
+        topk_block: the documents per step of the top-k selection (``k`` ≤ 32).
     Returns:
         (grad, hess), each [Q, L] in the dtype of ``scores``, zero on padding; with
         ``return_loss`` also loss [Q]. No host synchronisation: 2 launches (3 with the loss,
@@ -213,12 +302,16 @@ def lambda_gradients_triton(scores: torch.Tensor, labels: torch.Tensor, *,
     loss_part = torch.zeros(n_queries, max(n_tiles, 1), dtype=s.dtype, device=device)
     if n_queries == 0 or n_docs == 0:
         return (grad, hess, loss_part.sum(1)) if return_loss else (grad, hess)
-    rank = torch.empty(n_queries, n_docs, dtype=torch.int32, device=device)
     order = torch.empty(n_queries, n_docs, dtype=torch.int32, device=device)
     n_real = torch.empty(n_queries, dtype=torch.int32, device=device)
     inv_idcg = torch.empty(n_queries, dtype=s.dtype, device=device)
-    _rank_kernel[(n_queries,)](s, y, m, bound, rank, order, n_real, inv_idcg, n_docs, cutoff,
-                               GAIN=GAIN_CODES[gain], BLOCK_R=block_r, BLOCK_C=block_c)
+    if cutoff <= TOPK_MAX and cutoff < n_docs:  # k selection passes: O(k·n) per query
+        _topk_kernel[(n_queries,)](s, y, m, bound, order, n_real, inv_idcg, n_docs, cutoff,
+                                   GAIN=GAIN_CODES[gain], BLOCK=topk_block)
+    else:  # every rank, by counting: O(n²) per query
+        rank = torch.empty(n_queries, n_docs, dtype=torch.int32, device=device)
+        _rank_kernel[(n_queries,)](s, y, m, bound, rank, order, n_real, inv_idcg, n_docs, cutoff,
+                                   GAIN=GAIN_CODES[gain], BLOCK_R=32, BLOCK_C=64)
     _lambda_kernel[(n_queries, n_tiles)](
         s, y, order, n_real, inv_idcg, w, grad, hess, loss_part, n_docs, cutoff, float(sigma),
         n_tiles, WEIGHTING=WEIGHTING_CODES[weighting], GAIN=GAIN_CODES[gain],

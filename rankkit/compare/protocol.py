@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 import yaml
 
+from rankkit import _yaml
 from rankkit.compare import baselines as third_party
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.metrics import average_precision, err, ndcg
@@ -160,8 +161,9 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
 
     from rankkit._lightning_cli import lightning_cli
     from rankkit.export import export_torchscript, load_scorer
+    from rankkit.serving import as_scorer, score_queries
 
-    config = yaml.safe_load(config_path.read_text())
+    config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
             f"--data.seed={seed}", f"--seed_everything={seed}", "--trainer.logger=false",
             "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
@@ -186,12 +188,11 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) \
         if best_path else cli.model
     model = model.to("cpu").eval()
-    features = test_eval.dataset.features
-    with torch.no_grad():
-        eager = model(features).reshape(-1)
+    features, sizes = test_eval.dataset.features, test_eval.dataset.sizes
+    eager = score_queries(as_scorer(model), features, sizes)  # either kind of scorer, query by query
     export_torchscript(model, scorer_path)
     with torch.no_grad():
-        exported = load_scorer(scorer_path)(features)
+        exported = score_queries(as_scorer(load_scorer(scorer_path)), features, sizes)
     diff = float((exported - eager).abs().max())
     if not diff <= 1e-4 * (1.0 + float(eager.abs().max())):
         raise RuntimeError(f"the exported scorer {scorer_path} differs from the eager model by {diff:.3g}")
@@ -305,7 +306,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     for m in models:
         path = resolve_config(m)
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
+            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
         if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
