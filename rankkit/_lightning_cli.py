@@ -224,6 +224,13 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
                 logger = logging.getLogger(name)
                 stack.callback(logger.setLevel, logger.level)
                 logger.setLevel(logging.WARNING)
-        return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args, run=run,
-                          save_config_callback=SaveConfig, save_config_kwargs={"overwrite": True},
-                          trainer_defaults=trainer_defaults, parser_kwargs=parser_kwargs)
+        try:
+            return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args,
+                              run=run, save_config_callback=SaveConfig, save_config_kwargs={"overwrite": True},
+                              trainer_defaults=trainer_defaults, parser_kwargs=parser_kwargs)
+        except OSError as e:
+            if e.filename is not None or e.errno is None or type(e) is not OSError:
+                raise
+            # Lightning's checkpoint and log writers (fsspec) drop the path from ENOSPC / EFBIG.
+            raise OSError(e.errno, f"{e.strerror or os.strerror(e.errno)} (while writing the run's checkpoints "
+                                   f"or logs; --trainer.default_root_dir chooses where)") from e

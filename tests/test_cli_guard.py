@@ -265,3 +265,39 @@ def test_a_running_writer_s_temp_is_left_alone(tmp_path):
     time.sleep(0.01)
     atomic_write(target, lambda tmp: Path(tmp).write_text("x"))
     assert mine.exists()
+
+
+@pytest.mark.slow
+def test_fit_past_a_file_size_limit_is_one_line(work, tmp_path):
+    # 5000 bytes: the config copy (about 2.5 KB) fits, the LambdaMART checkpoint does not.
+    r = _limited(["fit", "--config", "lambdamart", f"--data.data={work}", "--trainer.max_epochs=2",
+                  f"--trainer.default_root_dir={tmp_path / 'run'}", "--model.init_args.min_data_in_leaf=5",
+                  "--data.val_fraction=0.25"], work, limit=5000)
+    err = r.stderr.strip()
+    assert r.returncode == 2, err[-2000:]
+    assert len(err.splitlines()) == 1 and "File too large" in err and "default_root_dir" in err, err
+    assert not list((tmp_path / "run").rglob("*.ckpt")) and not list((tmp_path / "run").rglob(".*tmp"))
+
+
+def test_memory_error_is_one_line(work, capsys, monkeypatch):
+    import rankkit.serving
+
+    def huge(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(rankkit.serving, "predict_file", huge)
+    code, err = run(["predict", work / "m.safetensors", "--input", work / "test.txt"], capsys)
+    assert_one_line(code, err, "out of memory")
+
+
+def test_fit_still_copies_its_config_atomically_with_normal_permissions(work, tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        assert main(["fit", "--config", "lambdamart", f"--data.data={work}", "--trainer.max_epochs=1",
+                     f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+                     "--model.init_args.min_data_in_leaf=5", "--data.val_fraction=0.25"]) == 0
+    finally:
+        os.umask(old)
+    copy = tmp_path / "config.yaml"
+    assert "LambdaMARTModule" in copy.read_text() and (copy.stat().st_mode & 0o777) == 0o644
+    assert temps(tmp_path) == []

@@ -95,10 +95,12 @@ def test_compare_runs_a_letor_root_s_folds(data, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", "--data", str(data / "root"), "--folds", "1,2", "--models", "lambdamart",
                  "--max_epochs", "2", "--out", str(out)]) == 0
-    assert "± " in capsys.readouterr().out  # mean ± std over the two folds
+    printed = capsys.readouterr().out
+    assert "± " in printed and "| model | fold 1 | fold 2 | all |" in printed  # per fold, mean ± std
     result = json.loads((out / "metrics.json").read_text())
     assert result["folds"] == [1, 2] and [r["fold"] for r in result["runs"]] == [1, 2]
     assert result["summary"]["LambdaMART"]["ndcg@10"]["n"] == 2
+    assert "| model | fold 1 | fold 2 | all |" in (out / "table.md").read_text()
     # Each fold trained on its own files: different data, different scores.
     assert result["runs"][0]["ndcg@10"] != result["runs"][1]["ndcg@10"]
     assert sorted(p.name for p in (out / "scorers").iterdir()) == ["lambdamart-fold1-seed0.pt",
@@ -198,3 +200,12 @@ def test_fit_is_quiet_unless_verbose(data, tmp_path):
     assert loud.returncode == 0, loud.stderr[-2000:]
     text = loud.stdout + loud.stderr
     assert "Epoch 0" in text and "LeafSpec" in text and "logging interval" in text
+
+
+def test_compare_tables_each_fold(data, tmp_path, capsys):
+    from rankkit.compare.protocol import fold_table
+
+    runs = [{"model": "A", "fold": f, "seed": s, "ndcg@10": 0.1 * f + 0.01 * s} for f in (1, 2) for s in (0, 1)]
+    lines = fold_table(runs).splitlines()
+    assert lines[2] == "| model | fold 1 | fold 2 | all |"
+    assert lines[4] == "| A | 0.1050 ± 0.0071 | 0.2050 ± 0.0071 | 0.1550 ± 0.0580 |"

@@ -243,6 +243,21 @@ def markdown_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fold_table(runs: list[dict], metric: str = "ndcg@10") -> str:
+    """Test ``metric`` per model and fold (mean over seeds), and the mean ± std over the folds'
+    runs: how much of the spread is the data split."""
+    folds = list(dict.fromkeys(r["fold"] for r in runs))
+    head = ["model", *(f"fold {f}" for f in folds), "all"]
+    lines = [f"Test {metric.upper()} per fold:", "", "| " + " | ".join(head) + " |",
+             "|---|" + "---:|" * (len(head) - 1)]
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == model]
+        cells = [_mean_std([r[metric] for r in mine if r["fold"] == f]) if any(r["fold"] == f for r in mine)
+                 else "–" for f in folds]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {_mean_std([r[metric] for r in mine])} |")
+    return "\n".join(lines)
+
+
 # -- the run --------------------------------------------------------------------------------------
 def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, RankingDataset]:
     from rankkit.data.datamodule import RankingDataModule
@@ -348,6 +363,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
     table = markdown_table(runs)
+    if len(fold_list) > 1:
+        table += "\n\n" + fold_table(runs)
     command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
     result = {
         "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs,
