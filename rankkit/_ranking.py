@@ -74,7 +74,8 @@ def discounts(n: int, *, dtype: torch.dtype = torch.float32, device=None) -> tor
     return 1.0 / torch.log2(torch.arange(n, dtype=dtype, device=device) + 2.0)
 
 
-def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *,
+               sync: bool = True) -> torch.Tensor:
     """Indices that sort each query by descending score (worst-case ties, padding last).
 
     The contract, for every dtype: real documents first, by descending score; among equal
@@ -92,6 +93,8 @@ def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -
         scores: [Q, L] scores.
         labels: [Q, L] labels (used only to break ties in score, lowest label first).
         mask: [Q, L] bool, True on real documents.
+        sync: False: never ask the host whether the one-sort path decided every tie (a sync on
+            a GPU); scores that the packed key cannot take go straight to the three sorts.
     Returns:
         [Q, L] long ``order`` such that ``labels.gather(1, order)`` is the ranked list.
 
@@ -101,7 +104,7 @@ def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -
     if scores.dtype in _PACKED_SCORES and (labels.dtype in _PACKED_SCORES
                                            or not labels.is_floating_point()):
         return _packed_order(scores, labels, mask)
-    if scores.is_floating_point():
+    if scores.is_floating_point() and sync:
         return _sorted_order(scores, labels, mask)
     return _reference_rank_order(scores, labels, mask)
 

@@ -234,6 +234,9 @@ class LambdaMART(BaseEstimator):
             positions = positions.long()
         evals = [_eval_item(item, i, eval_qid, eval_group, matrix.n_features)
                  for i, item in enumerate(eval_set or [])]
+        if config.early_stopping_rounds is not None and not evals:  # as LightGBM and XGBoost
+            raise ValueError(f"`early_stopping_rounds={config.early_stopping_rounds}` needs an `eval_set` "
+                             f"to watch; pass eval_set=[...] or early_stopping_rounds=None")
 
         engine = BoostingEngine(matrix, labels, sizes, config, weights=weights, init_score=init,
                                 device=device, positions=positions)
@@ -277,7 +280,12 @@ class LambdaMART(BaseEstimator):
         params = self.get_params()
         _checks.check_int(params.pop("n_estimators"), "n_estimators", low=1)
         _checks.check_int(params.pop("verbose"), "verbose", low=0)
-        return BoosterConfig.from_params(params)
+        config = BoosterConfig.from_params(params)
+        if config.objective != "lambdarank" and config.weighting != BoosterConfig.weighting:
+            # Only "lambdarank" reads `weighting`; any other objective would drop it silently.
+            raise ValueError(f"`weighting` applies to objective='lambdarank' only; objective="
+                             f"{config.objective!r} has its own weighting, got weighting={config.weighting!r}")
+        return config
 
     def _set_importance(self, gain: np.ndarray, split: np.ndarray) -> None:
         self.feature_importance_gain_ = gain
