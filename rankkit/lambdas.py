@@ -195,7 +195,7 @@ def planned_lambda_gradients(
 
         name = next(n for n, w in WEIGHTINGS.items() if w is fn)
         return lambda_gradients_triton(scores, plan.labels, mask=plan.mask, weighting=name, sigma=sigma,
-                                       k=k, gain=gain, weights=plan.weights)
+                                       k=k, gain=gain, weights=plan.weights, return_loss=return_loss)
     n_queries, n_docs = scores.shape
     device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
@@ -353,7 +353,8 @@ _TRITON_MAX_GRADE = 64
 def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, return_loss) -> bool:
     """Whether this call runs the fused Triton kernel (:mod:`rankkit._triton.lambdas`): the
     default on a CUDA device with Triton installed, for the RankNet and NDCG weightings without
-    the options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``, the loss)
+    the options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``; the loss
+    is one of its outputs)
     and grades below 64; everything else runs the torch path (the reference and the fallback).
     ``RANKKIT_TRITON=0`` turns the kernel off; ``RANKKIT_TRITON=force`` also runs it on CPU
     tensors (under ``TRITON_INTERPRET=1``, for tests)."""
@@ -362,7 +363,7 @@ def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, r
     # a CPU build) runs the torch path.
     if mode == "0" or not ((scores.is_cuda and torch.version.cuda is not None) or mode == "force"):
         return False
-    if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize or return_loss:
+    if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize:
         return False
     if groups is not None or pair_weights is not None or importlib.util.find_spec("triton") is None:
         return False

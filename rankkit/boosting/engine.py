@@ -259,11 +259,20 @@ class BoostingEngine:
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
-        self.scores += tree.leaf_values[tree.leaf_index]
+        fused = getattr(self.grower, "triton", False)  # the Triton backend: one launch per update
+        if fused:
+            from rankkit._triton import backend as triton_backend
+
+            triton_backend.score_update(self.scores, tree.leaf_values, leaf=tree.leaf_index)
+        else:
+            self.scores += tree.leaf_values[tree.leaf_index]
         self.trees.append(tree)
         values = []
         for e in self.eval_sets:
-            if len(self.used):
+            if len(self.used) and fused:
+                triton_backend.score_update(e.scores, tree.leaf_values, codes_t=e.codes_t,
+                                            features=tree.features, cuts=tree.codes)
+            elif len(self.used):
                 e.scores += tree.leaf_values[leaf_of(e.codes_t, tree.features, tree.codes)]
             values.append(self.metric(e.scores, e.layout))
         # The round's one host synchronisation: the tree and the eval metrics in one copy.
