@@ -132,12 +132,16 @@ def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
 
     Args:
         scores, labels, mask, weights: as :func:`softmax_loss`.
-        generator: the source of γ (on the scores' device), or None for torch's default.
+        generator: the source of γ, or None for torch's default. A generator on another
+            device than the scores (the booster's host generator with CUDA scores) draws on
+            its own device and γ is copied (a GPU raises for a CPU generator asked to fill a
+            CUDA tensor).
     Returns:
         (grad, hess, loss): [Q, L], [Q, L], [Q].
     """
     out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
-    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=s.device)
+    where = s.device if generator is None else generator.device
+    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=where).to(s.device)
     top = gain_shift(y, mask)[:, None]
     raw = torch.exp2(y - top) - gamma * torch.exp2(-top)
     return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, _distribution(raw, mask)))
