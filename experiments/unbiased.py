@@ -15,12 +15,11 @@ al., SIGIR 2018; Hu et al., WWW 2019):
 3. test NDCG@10 on the test queries' TRUE labels (gain 2^y − 1, log2 discount, a query whose
    labels are all 0 counts 1 as in LightGBM).
 
-Model selection without true labels (the click-log validation split): regression-EM (Wang et
-al., WSDM 2018, :class:`rankkit.unbiased.RegressionEM`) fitted on the validation log alone gives
-the propensities θ̂; :func:`rankkit.unbiased.ips_relevance` turns the validation clicks into
-inverse-propensity relevance estimates (1/θ̂ clipped at ``--clip``), and a candidate's score is
-its counterfactual NDCG@10 (linear gain) on the validation documents
-(:func:`rankkit.unbiased.counterfactual_ndcg`). It chooses:
+Model selection without true labels (the click-log validation split,
+:class:`rankkit.unbiased.ClickLogMetric`): regression-EM (Wang et al., WSDM 2018) fitted on the
+validation log alone gives the propensities θ̂, the validation clicks become inverse-propensity
+relevance estimates (1/θ̂ clipped at ``--clip``), and a candidate's score is its counterfactual
+NDCG@10 (linear gain) on the validation documents. It chooses:
 
 * LambdaMART debiased: the bias norm p of Unbiased LambdaMART (Hu et al. 2019, ``unbiased=True``)
   among ``--p-grid``, or no debiasing at all (p = ∞, the exponent 1/(p + 1) → 0 makes every bias
@@ -60,7 +59,7 @@ from rankkit.data.clicks import (
 )
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank
-from rankkit.unbiased import RegressionEM, counterfactual_ndcg, ips_relevance
+from rankkit.unbiased import ClickLogMetric, RegressionEM
 
 K_SHOWN = 10
 DATE = "2026-11-26"
@@ -87,27 +86,6 @@ def test_ndcg(scores, data) -> float:
     s, mask = pad(torch.as_tensor(np.asarray(scores), dtype=torch.float32), data.sizes)
     y, _ = pad(data.labels, data.sizes)
     return float(ndcg(s, y, mask=mask, k=10).mean())
-
-
-class ClickVali:
-    """The click-log validation metric: counterfactual NDCG@10 on the validation log's documents."""
-
-    def __init__(self, vali, log, args):
-        counts = log.aggregate()
-        self.features = vali.features[counts.doc_index]
-        em = RegressionEM(K_SHOWN, hidden=(16,), iterations=args.em_iterations, lr=1e-2, seed=args.seed)
-        em.fit(self.features, counts.clicks, counts.position, impressions=counts.impressions)
-        self.propensities = em.propensities_
-        docs, self.relevance = ips_relevance(counts.doc_index, counts.clicks, counts.impressions, counts.position,
-                                             self.propensities, clip=args.clip)
-        self.doc_features = vali.features[docs]
-        self.query = vali.doc_query_index()[docs]
-
-    def __call__(self, scores_of) -> float:
-        """Score a model given as a function features [D, F] -> scores [D]."""
-        with torch.no_grad():
-            s = torch.as_tensor(np.asarray(scores_of(self.doc_features)), dtype=torch.float64)
-        return counterfactual_ndcg(s, self.query, self.relevance)
 
 
 # -- the rankers -----------------------------------------------------------------------------------
@@ -144,6 +122,32 @@ def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: i
     module.best_propensities = best_state[1]
     module.eval()
     return (lambda x: module(x).detach()), best, module
+
+
+def train_oracle(train, test, metrics: dict, args, *, epochs: int) -> dict:
+    """LambdaRank on the true labels; per click metric, the test NDCG@10 of the epoch it prefers."""
+    torch.manual_seed(args.seed)
+    module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
+                        k=10, reduction="sum")
+    module.fit_preprocessor(train.features)
+    opt = module.configure_optimizers()
+    generator = torch.Generator().manual_seed(args.seed)
+    best = {label: (-math.inf, math.nan) for label in metrics}
+    for _ in range(epochs):
+        module.train()
+        for batch in train.iter_batches(512, shuffle=True, generator=generator):
+            loss = module.objective(module.scorer(batch.features), batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        module.eval()
+        with torch.no_grad():
+            on_test = test_ndcg(module(test.features), test)
+        for label, metric in metrics.items():
+            score = metric(lambda x: module(x))
+            if score > best[label][0]:
+                best[label] = (score, on_test)
+    return {label: b[1] for label, b in best.items()}
 
 
 def train_regression_em(train, log, metric, args):
@@ -218,15 +222,24 @@ def run(name: str, fold: int, seed: int, args, done: set):
     oracle_mart = test_ndcg(booster(args).fit(train).predict(test), test)
     production = test_ndcg(prod.predict(test), test)
     x_test = test.features.numpy()
+    logs = {}
     for label, model in click_models(args, top):
         if (name, fold, seed, label) in done:
             continue
-        t0 = time.perf_counter()
         log = simulate_clicks(train, prod_train, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
                               seed=seed, drop_unclicked=True)
         vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
                                seed=seed + 1000, drop_unclicked=True)
-        metric = ClickVali(vali, vlog, args)
+        metric = ClickLogMetric(vlog.aggregate(), vali.features, n_positions=K_SHOWN, clip=args.clip,
+                                em={"hidden": (16,), "iterations": args.em_iterations, "lr": 1e-2, "seed": seed})
+        logs[label] = (model, log, metric)
+    # the neural oracle: as many documents seen as a click-log fit, its epoch chosen by each click metric
+    epochs = math.ceil(args.log_epochs * np.mean([log.sessions.n_docs for _, log, _ in logs.values()]) / train.n_docs)
+    oracle_neural = train_oracle(train, test, {label: m for label, (_, _, m) in logs.items()}, args, epochs=epochs)
+    print(f"{name} fold {fold} seed {seed}: oracles in {time.perf_counter() - t0:.0f}s ({epochs} neural epochs)",
+          file=sys.stderr, flush=True)
+    for label, (model, log, metric) in logs.items():
+        t0 = time.perf_counter()
         test_rows, vali_rows, chosen, biases = {"production": production, "LambdaMART oracle": oracle_mart}, {}, {}, {}
         # LambdaMART: naive = p ∞, debiased at each p, the best on the click-log vali
         naive = booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes)
@@ -243,7 +256,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
         chosen["LambdaMART"] = best
         # neural: LambdaRank naive / unbiased at each p, regression-EM; oracle tuned the same way
         neural = {}
-        for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.p_grid]:
+        for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.neural_p_grid]:
             f, score, module = train_lambdarank(log.sessions, metric, args, unbiased=unbiased, p=p,
                                                 epochs=args.log_epochs)
             neural[f"LambdaRank {key}"] = (f, score)
@@ -259,8 +272,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
         best = max(neural, key=lambda key: neural[key][1])
         test_rows["neural debiased (selected)"] = test_rows[best]
         chosen["neural"] = best
-        f, score, _ = train_lambdarank(train, metric, args, unbiased=False, p=0.0, epochs=args.epochs)
-        test_rows["LambdaRank oracle"] = test_ndcg(f(test.features), test)
+        test_rows["LambdaRank oracle"] = oracle_neural[label]
         # LightGBM / XGBoost, fixed settings
         for position in (False, True):
             test_rows[f"LightGBM {'position' if position else 'naive'}"] = test_ndcg(
@@ -279,11 +291,11 @@ def run(name: str, fold: int, seed: int, args, done: set):
 
 
 # -- report ----------------------------------------------------------------------------------------
-def rows_of(p_grid) -> list[str]:
+def rows_of(p_grid, neural_p_grid) -> list[str]:
     ps = [f"p={p:g}" for p in p_grid]
     return (["LambdaMART naive"] + [f"LambdaMART {p}" for p in ps] + ["LambdaMART debiased (selected)",
                                                                       "LambdaMART oracle"]
-            + ["LambdaRank naive"] + [f"LambdaRank {p}" for p in ps]
+            + ["LambdaRank naive"] + [f"LambdaRank p={p:g}" for p in neural_p_grid]
             + ["regression-EM", "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
 
 
@@ -311,14 +323,14 @@ def click_order(clicks) -> list[str]:
     return sorted(clicks, key=lambda c: (c == "cascade", float(c.split("=")[1]) if "=" in c else 0.0))
 
 
-def table(summary: dict, p_grid) -> str:
+def table(summary: dict, p_grid, neural_p_grid) -> str:
     out = []
     for name, by_click in summary.items():
         clicks = click_order(by_click)
         out.append(f"**{name}** (test NDCG@10 on true labels, mean ± standard error over runs; runs: "
                    + ", ".join(f"{c} {by_click[c]['n']}" for c in clicks) + ")\n")
         out.append("| method | " + " | ".join(clicks) + " |\n|---|" + "---:|" * len(clicks))
-        for method in rows_of(p_grid):
+        for method in rows_of(p_grid, neural_p_grid):
             cells = []
             for c in clicks:
                 mean, se = by_click[c].get(method, (math.nan, math.nan))
@@ -408,7 +420,7 @@ def write(records: list[dict], args, command: str) -> None:
     image = publish_image(png, "unbiased.png")
     seconds = sum(r["seconds"] for r in records)
     grid = sorted({(r["data"], r["fold"], r["seed"]) for r in records})
-    body = f"""## Learning from clicks (issues 20, 28)
+    body = f"""## Learning from clicks
 
 {DATE}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
 (results in `{args.out}`, one JSON line per run; `--report-only --write` rebuilds this section from it).
@@ -421,14 +433,14 @@ shown {args.sessions} times per query; clicks from a position-based model (exami
 propensities from regression-EM on that log alone, inverse-propensity relevance (1/θ̂ clipped at {args.clip:g}),
 counterfactual NDCG@10 of each candidate (linear gain). LambdaMART debiased = the best of naive (p = ∞) and
 Unbiased LambdaMART at p ∈ {{{", ".join(f"{p:g}" for p in args.p_grid)}}}; neural debiased = the best of
-LambdaRank naive, unbiased LambdaRank at those p and regression-EM (Wang et al. 2018) — each neural candidate and
-the LambdaRank oracle keep their best epoch by the same click metric. Boosters (rankkit, LightGBM, XGBoost):
+LambdaRank naive, unbiased LambdaRank at p ∈ {{{", ".join(f"{p:g}" for p in args.neural_p_grid)}}} and regression-EM
+(Wang et al. 2018) — each neural candidate and the LambdaRank oracle keep their best epoch by the same click metric. Boosters (rankkit, LightGBM, XGBoost):
 {args.rounds} rounds, depth {args.depth}, learning rate 0.1; LambdaRank MLP [32], Adam 1e-3, {args.log_epochs}
-epochs over a click log, {args.epochs} over true labels; regression-EM MLP [32], {args.em_iterations} iterations.
+epochs over a click log, and over the true labels as many epochs as see the same number of documents; regression-EM MLP [32], {args.em_iterations} iterations.
 Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold.
 Runs present: {len(grid)} (data, fold, seed) triples: {", ".join(f"{d}/f{f}/s{s}" for d, f, s in grid)}.
 
-{table(summary, args.p_grid)}
+{table(summary, args.p_grid, args.neural_p_grid)}
 
 Targets (issue 28; "selected" against the same family's naive and oracle):
 
@@ -454,10 +466,10 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=40, help="sessions per query")
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=10, help="LambdaRank oracle epochs on true labels")
     p.add_argument("--log-epochs", type=int, default=3, help="LambdaRank epochs over a click log")
     p.add_argument("--em-iterations", type=int, default=15)
     p.add_argument("--p-grid", default="0,1", help="Unbiased LambdaMART / LambdaRank bias norms to choose from")
+    p.add_argument("--neural-p-grid", default="0", help="the same for unbiased LambdaRank")
     p.add_argument("--clip", type=float, default=50.0, help="the validation metric's clip of 1/θ̂")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--minutes", type=float, default=math.inf, help="start no new run after this many minutes")
@@ -468,6 +480,7 @@ def main(argv=None) -> int:
     command = "python experiments/unbiased.py " + " ".join(argv if argv is not None else sys.argv[1:])
     args.etas = [float(v) for v in args.etas.split(",")]
     args.p_grid = [float(v) for v in args.p_grid.split(",")]
+    args.neural_p_grid = [float(v) for v in args.neural_p_grid.split(",")]
     lo, _, hi = args.folds.partition("-")
     folds = list(range(int(lo), int(hi or lo) + 1))
     seeds = [int(v) for v in args.seeds.split(",")]
@@ -488,7 +501,7 @@ def main(argv=None) -> int:
                             f.write(json.dumps(record) + "\n")
     records = [r for r in records if r["data"] in args.data.split(",")]
     summary = summarise(records)
-    print(table(summary, args.p_grid))
+    print(table(summary, args.p_grid, args.neural_p_grid))
     print("\n".join(targets(summary)))
     if args.write:
         write(records, args, command)

@@ -173,6 +173,9 @@ def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
     tensor([0.6931])
     """
     out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    # Float64 inside: 2 s and the differences of the c_r overflow float32 for |s| near its
+    # largest value (3.4e38), where the Hessian would become inf - inf = NaN.
+    s = s.double()
     key = y.masked_fill(~mask, -math.inf)
     if generator is not None:
         shuffle = torch.argsort(torch.rand(s.shape, generator=generator), dim=1).to(s.device)

@@ -58,9 +58,9 @@ from rankkit._checks import (
 )
 from rankkit._ranking import discounts, ideal_dcg, ranks
 
-__all__ = ["PAIR_WEIGHTINGS", "PropensityEstimator", "RegressionEM", "click_log_likelihood", "counterfactual_ndcg",
-           "debiased_pair_loss", "em_posteriors", "em_step", "ips_relevance", "pair_costs", "position_pair_costs",
-           "propensity_step"]
+__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "PropensityEstimator", "RegressionEM", "click_log_likelihood",
+           "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step", "ips_relevance", "pair_costs",
+           "position_pair_costs", "propensity_step"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
 
@@ -243,6 +243,10 @@ class PropensityEstimator:
             0 the unregularised estimate.
         sigma, weighting, k: the pair cost's σ, |ΔZ| ("ndcg" as the paper, or "ranknet") and
             NDCG cutoff.
+        clip: bound on each inverse bias 1/t⁺, 1/t⁻ in :meth:`pair_factors` (≥ 1; None: no
+            bound), so a pair weighs at most clip²: the propensity clipping of Joachims,
+            Swaminathan, Schnabel (WSDM 2017), against the variance of deep, rarely clicked
+            positions. The biases themselves are not clipped.
 
     Attributes:
         t_plus: [P] float64 click biases, t_plus[0] == 1 (the learned propensity ratios).
@@ -256,8 +260,9 @@ class PropensityEstimator:
     """
 
     def __init__(self, n_positions: int = 10, *, p: float = 1.0, sigma: float = 1.0,
-                 weighting: str = "ndcg", k: int | None = None):
+                 weighting: str = "ndcg", k: int | None = None, clip: float | None = None):
         self.n_positions = check_int(n_positions, "n_positions")
+        self.clip = None if clip is None else check_number(clip, "clip", low=1.0)
         self.p = check_number(p, "p", low=0.0)
         self.sigma = check_number(sigma, "sigma", low=0.0, low_open=True)
         self.weighting = check_choice(weighting, PAIR_WEIGHTINGS, "weighting")
@@ -310,7 +315,7 @@ class PropensityEstimator:
             mask: [Q, L] bool, True on real documents; None means all True.
         Returns:
             (upper, lower), each [Q, L] in ``dtype`` on the positions' device: 1 / t⁺ and
-            1 / t⁻ of each document's position bucket, zero on padding. The pair (i, j) with
+            1 / t⁻ of each document's position bucket (at most ``clip``), zero on padding. The pair (i, j) with
             i clicked and j not weighs upper_i · lower_j.
         """
         check_tensor(positions, "positions", ndim=2, kind="int")
@@ -320,8 +325,10 @@ class PropensityEstimator:
             mask = to_device(check_tensor(mask, "mask", shape=positions.shape, kind="bool"), positions.device)
         check_tensors(("positions", positions, (positions < 0) & mask, "non-negative on real documents"))
         bucket = positions.clamp(0, self.n_positions - 1).long()
-        inv_plus = (1.0 / self.t_plus).to(positions.device, dtype)
-        inv_minus = (1.0 / self.t_minus).to(positions.device, dtype)
+        inv_plus, inv_minus = 1.0 / self.t_plus, 1.0 / self.t_minus
+        if self.clip is not None:
+            inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
+        inv_plus, inv_minus = inv_plus.to(positions.device, dtype), inv_minus.to(positions.device, dtype)
         return inv_plus[bucket].masked_fill(~mask, 0.0), inv_minus[bucket].masked_fill(~mask, 0.0)
 
 
@@ -601,3 +608,70 @@ def counterfactual_ndcg(scores, query_index, relevance, *, k: int | None = 10) -
     s, mask = pad(scores[order].double(), sizes)
     y, _ = pad(relevance[order].double(), sizes)
     return float(ndcg(s, y, mask=mask, k=k, gain="linear").mean())
+
+
+class ClickLogMetric:
+    """A validation metric from a click log alone: counterfactual NDCG@k of any ranker.
+
+    For model selection where true labels are unavailable (the choice of Unbiased LambdaMART's
+    ``bias_p``, of naive against debiased training, of a neural epoch): the propensities θ̂ of
+    the validation log come from :class:`RegressionEM` fitted on that log (or are given), the
+    clicks become inverse-propensity relevance estimates (:func:`ips_relevance`, 1/θ̂ clipped at
+    ``clip``), and a ranker scores its counterfactual NDCG@k over the logged documents
+    (:func:`counterfactual_ndcg`). Use a log of queries the rankers were not trained on.
+
+    Args:
+        counts: the validation log aggregated per (document, position)
+            (:meth:`rankkit.data.clicks.ClickLog.aggregate`).
+        features: [N, F] features of the source dataset the counts' ``doc_index`` points into.
+        propensities: [P] θ by position, or None to estimate them by regression-EM.
+        n_positions, clip, k: position buckets, the clip of 1/θ̂ (None: no clip), NDCG cutoff.
+        em: keyword arguments of the :class:`RegressionEM` that estimates θ̂.
+
+    Attributes:
+        propensities: [P] float64 θ̂ / θ̂_0 used; relevance: [D] the estimates of the D logged
+            documents; features: [D, F] their features; query: [D] their query ids.
+
+    >>> from rankkit.data import make_synthetic
+    >>> from rankkit.data.clicks import simulate_clicks
+    >>> data = make_synthetic(20, 8, 3, seed=0)
+    >>> log = simulate_clicks(data, torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0)),
+    ...                       sessions_per_query=20, k=5)
+    >>> metric = ClickLogMetric(log.aggregate(), data.features, propensities=1 / torch.arange(1., 6.))
+    >>> 0.0 <= metric(lambda x: x[:, 0]) <= 1.0
+    True
+    """
+
+    def __init__(self, counts, features, *, propensities=None, n_positions: int = 10, clip: float | None = None,
+                 k: int | None = 10, em: dict | None = None):
+        features = torch.as_tensor(features)
+        check_tensor(features, "features", ndim=2, kind="float")
+        doc_index = check_tensor(torch.as_tensor(counts.doc_index), "counts.doc_index", ndim=1, kind="int")
+        check_tensors(("counts.doc_index", doc_index, (doc_index < 0) | (doc_index >= features.shape[0]),
+                       f"in 0..{features.shape[0] - 1} (rows of `features`)"))
+        self.k = check_k(k)
+        if propensities is None:
+            model = RegressionEM(n_positions, **(em or {}))
+            model.fit(features[doc_index], counts.clicks, counts.position, impressions=counts.impressions)
+            propensities = model.propensities_
+        propensities = torch.as_tensor(propensities).double()
+        self.propensities = propensities / propensities[0]
+        docs, self.relevance = ips_relevance(doc_index, counts.clicks, counts.impressions, counts.position,
+                                             self.propensities, clip=clip)
+        first = torch.zeros(len(docs), dtype=torch.long)
+        first[torch.unique(doc_index, return_inverse=True)[1]] = torch.as_tensor(counts.query_index).long()
+        self.query = first
+        self.features = features[docs]
+
+    def __repr__(self) -> str:
+        return (f"ClickLogMetric({len(self.relevance)} documents, "
+                f"propensities={[round(v, 3) for v in self.propensities.tolist()]})")
+
+    def __call__(self, ranker) -> float:
+        """Counterfactual NDCG@k of ``ranker``: a callable features [D, F] -> scores [D], or an
+        object with such a ``predict``."""
+        predict = getattr(ranker, "predict", ranker)
+        with torch.no_grad():
+            scores = predict(self.features)
+        scores = torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
+        return counterfactual_ndcg(scores, self.query, self.relevance, k=self.k)
