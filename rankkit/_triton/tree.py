@@ -264,7 +264,9 @@ def split_scan_triton(hist: torch.Tensor, valid: torch.Tensor, *, l2: float, min
     if n_feat == 0:
         return best, code
     dummy = best
-    _split_kernel[(n_feat,)](hist.contiguous(), valid.to(torch.uint8).contiguous(),
+    if valid.dtype != torch.uint8:  # (grow_levels_triton converts once per tree)
+        valid = valid.to(torch.uint8)
+    _split_kernel[(n_feat,)](hist.contiguous(), valid.contiguous(),
                              dummy if scale is None else scale.to(torch.float64).contiguous(),
                              dummy if noise is None else noise.to(torch.float64).contiguous(),
                              best, code, n_feat, n_nodes, float(l2), float(min_data_in_leaf),
@@ -333,6 +335,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     gains = torch.zeros(depth, dtype=torch.float64, device=device)
     stopped = torch.zeros(1, dtype=torch.int8, device=device)
     small = torch.zeros(max(1, 1 << (depth - 1)), dtype=torch.int8, device=device)
+    valid = valid.to(torch.uint8).contiguous()
+    if noise is not None:
+        noise = noise.to(torch.float64).contiguous()
     hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n)
     block_f = max(16, triton.next_power_of_2(max(n_feat, 1)))
     for level in range(depth):
