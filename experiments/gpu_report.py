@@ -357,7 +357,7 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         f"| (the counting rank kernel, used for k > 32 or no k: {lam['rank_cmp']:,} comparisons) | {ms(lam['t_rank'])} |",
         f"| lambda pass memory traffic | {ms(lam['t_mem'])} |",
         f"| **lambda pass (modelled)**, grad and hess, target ≤ 0.3 ms | **{ms(lam['total'])}** |",
-        f"| lambda pass with the loss as well (the neural loss; the booster asks for it until issue 24's plan lands) | {ms(lam_loss['total'])} |",
+        f"| lambda pass with the loss as well (the neural loss; the booster no longer asks for it) | {ms(lam_loss['total'])} |",
         f"| histogram traffic, depth 6 × 136 features | {rnd['hist_bytes'] / 1e9:.2f} GB → {ms(rnd['t_hist_mem'])} |",
         f"| histogram atomics (root + smaller children) | {rnd['atomics'] / 1e9:.2f} G → {ms(rnd['t_atomics'])} |",
         f"| launches per round | {rnd['launches']} |",
