@@ -115,8 +115,16 @@ def ptxas_path() -> str:
         return _tool("ptxas")
 
 
-def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> dict:
+def int_args(name: str) -> list[str]:
+    """The integer arguments of a shipped kernel: at run time Triton compiles a variant with
+    each one that equals 1 made a constant, so each must compile that way too."""
+    return [a for a, t in KERNELS[name][1].items() if t in ("i32", "i64")]
+
+
+def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4, ones: tuple = ()) -> dict:
     """Compile one shipped kernel for ``target``; return its resource use.
+
+    ``ones``: integer arguments compiled as the constant 1.
 
     Returns:
         {"name", "registers", "spill_stores", "spill_loads" (bytes, from ``ptxas -v`` on the
@@ -125,6 +133,9 @@ def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> d
         allocation, ``metadata.shared``), "num_warps"}.
     """
     fn, signature, constexprs = KERNELS[name]
+    if ones:  # the arguments equal to 1, specialised as constants (as the launcher does)
+        signature = {a: ("constexpr" if a in ones else t) for a, t in signature.items()}
+        constexprs = dict(constexprs, **{a: 1 for a in ones})
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                               target=target, options={"num_warps": num_warps})
     arch = f"sm_{target.arch}a" if target.arch >= 90 else f"sm_{target.arch}"

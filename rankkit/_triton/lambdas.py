@@ -99,8 +99,9 @@ def _first_after(s_ptr, y_ptr, m_ptr, base, bound, s_p, y_p, i_p, first, BY_LABE
     """The document that ranks first among those ranking after (s_p, y_p, i_p) -- every real
     document when ``first`` -- as (s, y, index, found). Ranking: higher score first, then lower
     label, then lower index (``BY_LABEL``: higher label first, then lower index)."""
-    best_s = s_p * 0.0 - float("inf")  # in the scores' dtype (a loop-carried fp32 would not compile)
-    best_y = s_p * 0.0 + float("inf")
+    # In the scores' dtype (a loop-carried fp32 scalar would not compile for float64 scores).
+    best_s = tl.full([], float("-inf"), s_p.dtype)
+    best_y = tl.full([], float("inf"), s_p.dtype)
     best_i = bound
     for c0 in range(0, bound, BLOCK):
         j = c0 + tl.arange(0, BLOCK)
@@ -144,7 +145,7 @@ def _topk_kernel(s_ptr, y_ptr, m_ptr, bound_ptr, order_ptr, n_ptr, inv_idcg_ptr,
         count += ((tl.load(m_ptr + base + j, mask=j < bound, other=0) != 0) & (j < bound)).to(tl.int32)
     n = tl.sum(count, 0)
     kk = tl.minimum(k, n)
-    zero = tl.load(s_ptr + base) * 0.0  # the scores' dtype
+    zero = tl.full([], 0.0, s_ptr.dtype.element_ty)
     s_p, y_p, i_p = zero, zero, bound * 0
     idcg = zero
     for t in range(0, kk):

@@ -130,6 +130,19 @@ def quantize_gradients(grad: torch.Tensor, hess: torch.Tensor, n_bins: int,
     return g_q, h_q, scale
 
 
+def check_leaf_values(values: torch.Tensor, round_index: int) -> None:
+    """Raise ValueError naming the round and the first bad leaf when a leaf value [2^D] (host
+    tensor) is NaN, infinite, or beyond float32's range (the model stores float32): such a
+    tree would turn every score it touches into inf or NaN without a word."""
+    top = torch.finfo(torch.float32).max
+    bad = ~(values.abs() <= top)  # NaN compares False
+    if bool(bad.any()):
+        leaf = int(torch.nonzero(bad)[0])
+        raise ValueError(f"boosting round {round_index + 1}: leaf {leaf} of the new tree is {float(values[leaf])} "
+                         f"(not a finite float32): the gradients, hessians or learning_rate overflowed; check "
+                         f"the labels, weights, init_score and learning_rate")
+
+
 class ObliviousTreeGrower:
     """Grows oblivious trees on a fixed binned training set.
 

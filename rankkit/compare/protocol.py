@@ -271,7 +271,7 @@ def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, Ran
 
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
-            max_epochs: int | None = None, log: Callable[[str], None] = print) -> dict:
+            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
@@ -284,6 +284,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             installed.
         out: the output folder (default ``results/compare-<time>``).
         max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
+        verbose: let Lightning's info lines and warnings through (quiet by default).
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
@@ -343,7 +344,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
     started = time.perf_counter()
     runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as work, _quiet():
+    with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if verbose else _quiet()):
         for fold in fold_list:
             train, vali, test = load_fold(data, fold)
             max_label = max(1.0, float(train.labels.max()))

@@ -6,6 +6,7 @@ Each query's documents are contiguous; ``offsets[q]:offsets[q + 1]`` is query q.
 from __future__ import annotations
 
 import os
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Sequence
@@ -356,11 +357,15 @@ def check_npz(path: str) -> None:
                 raise ValueError(f"{where} claims {info.file_size} bytes in {info.compress_size} "
                                  f"(an archive of {size} bytes)")
             with z.open(info) as f:
-                version = npy.read_magic(f)
-                if version not in ((1, 0), (2, 0)):
-                    raise ValueError(f"{where}: .npy format version {version} (rankkit writes 1.0)")
-                read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-                shape, _, dtype = read(f, max_header_size=10_000)
+                try:
+                    version = npy.read_magic(f)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f".npy format version {version} (rankkit writes 1.0)")
+                    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                    shape, _, dtype = read(f, max_header_size=10_000)
+                except (ValueError, SyntaxError, tokenize.TokenError, TypeError, OverflowError) as e:
+                    raise ValueError(f"{where}: not a .npy header ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())[:120]})") from None
                 if dtype.hasobject:
                     raise ValueError(f"{where} holds Python objects (rankkit never unpickles)")
                 declared = int(np.prod(shape, dtype=object)) * dtype.itemsize

@@ -477,7 +477,8 @@ int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict
     int64_t bad = -1;
     for (int64_t j = 0; j < n_leaves; ++j) {
         const double d = sums[n_leaves + j] + l2;
-        values[j] = d >= floor_ ? -lr * sums[j] / (d > 1e-300 ? d : 1e-300) : 0.0;
+        /* a NaN sum gives a NaN value (as the reference), which the engine reports */
+        values[j] = d < floor_ ? 0.0 : -lr * sums[j] / ((d > 1e-300 || isnan(d)) ? d : 1e-300);
         if (bad < 0 && !isfinite(values[j])) bad = j;
     }
     return bad;
