@@ -223,11 +223,17 @@ def identity(train, valid, args, device) -> dict:
                 for a, b in zip(trees_of(got), trees_of(ref)))
     out["device_vs_cpu"] = {"same_splits": same_splits, "max_rel_leaf_diff": worst}
     runs = {}
-    for route in ("0", "auto"):
-        os.environ["RANKKIT_TRITON"] = route
-        _, runs[route], _ = time_rounds(small_train, small_valid, _config(args, quantized_grad=True),
-                                        device, args.check_rounds)
-    os.environ.pop("RANKKIT_TRITON", None)
+    before = os.environ.get("RANKKIT_TRITON")
+    try:
+        for route in ("0", "auto"):
+            os.environ["RANKKIT_TRITON"] = route
+            _, runs[route], _ = time_rounds(small_train, small_valid, _config(args, quantized_grad=True),
+                                            device, args.check_rounds)
+    finally:
+        if before is None:
+            os.environ.pop("RANKKIT_TRITON", None)
+        else:
+            os.environ["RANKKIT_TRITON"] = before
     out["quantized_triton_vs_torch_bitwise"] = all(
         all(torch.equal(x, y) for x, y in zip(a, b)) for a, b in zip(trees_of(runs["auto"]), trees_of(runs["0"])))
     return out

@@ -21,6 +21,7 @@ Three sources, each labelled on the page:
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import math
@@ -86,29 +87,55 @@ def simulated_counts() -> list[dict]:
 # -- 2. Triton launches under the interpreter ---------------------------------------------
 _LAUNCHES = r"""
 import json, os, sys, collections
+os.environ["RANKKIT_TRITON"] = "force"      # the route a CUDA device takes ...
+os.environ["RANKKIT_CPU_KERNEL"] = "0"      # ... here on CPU tensors, under the interpreter
+import warnings
+warnings.simplefilter("ignore")
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 import triton.runtime.interpreter as interp
+
 counts = collections.Counter()
+inside = [0]
 run = interp.InterpretedFunction.run
 def counted(self, *a, **k):
-    counts[self.fn.__name__] += 1
-    return run(self, *a, **k)
+    counts["triton:" + self.fn.__name__] += 1
+    inside[0] += 1
+    try:
+        return run(self, *a, **k)
+    finally:
+        inside[0] -= 1
 interp.InterpretedFunction.run = counted
-from rankkit._triton import backend
-from rankkit.boosting.tree import TreeParams, quantize_gradients
-g = torch.Generator().manual_seed(0)
-n, F = 512, 8
-codes_t = torch.randint(0, 16, (F, n), generator=g, dtype=torch.uint8)
-valid = torch.zeros(F, 256, dtype=torch.bool); valid[:, 1:16] = True
-grad, hess = torch.randn(n, generator=g, dtype=torch.float64), torch.rand(n, generator=g, dtype=torch.float64)
-gq, hq, scale = quantize_gradients(grad, hess, 4, g)
-backend.grow_levels(codes_t, gq, hq, scale, valid, TreeParams(depth=6, min_data_in_leaf=2),
-                    torch.randn(6, F, 256, generator=g, dtype=torch.float64))
-tree = dict(counts); counts.clear()
-scores = torch.randn(16, 40, generator=g, dtype=torch.float64)
-labels = torch.randint(0, 5, (16, 40), generator=g).double()
-backend.lambdas(scores, labels, weighting="ndcg", k=10, return_loss=True)
-json.dump({"tree": tree, "lambdas": dict(counts)}, open(sys.argv[1], "w"))
+FREE = ("view", "_unsafe_view", "alias", "as_strided", "expand", "t", "transpose", "permute",
+        "unsqueeze", "squeeze", "select", "slice", "detach", "empty", "empty_strided",
+        "lift_fresh", "_reshape_alias", "reshape", "unbind", "split", "split_with_sizes")
+SYNCS = ("_local_scalar_dense", "_to_copy_host", "nonzero")
+class Ops(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not inside[0]:
+            if name in ("_local_scalar_dense", "nonzero"):
+                counts["sync:" + name] += 1
+            elif name not in FREE:
+                counts["torch:" + name] += 1
+        return func(*args, **(kwargs or {}))
+
+from rankkit.boosting.engine import BoostingEngine, BoosterConfig
+from rankkit.data import make_synthetic
+out = {}
+for label, quant in (("default", False), ("quantized", True)):
+    data = make_synthetic(30, (2, 40), 8, seed=0)
+    valid = make_synthetic(8, (2, 40), 8, seed=1)
+    engine = BoostingEngine(data.features, data.labels, data.sizes,
+                            BoosterConfig(depth=6, min_data_in_leaf=2, k=10, quantized_grad=quant))
+    engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+    assert engine.grower.triton
+    engine.update()
+    counts.clear()
+    with Ops():
+        engine.update()
+    out[label] = dict(counts)
+json.dump(out, open(sys.argv[1], "w"))
 """
 
 
@@ -242,6 +269,10 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "of writing it into the next feature's cells (out of bounds for the last feature).",
         "* Every histogram atomic is relaxed: `red.global.gpu.relaxed.add`, no fence (the "
         "default acq_rel semantics fenced each one).",
+        "* Triton compiles an integer argument equal to 1 as a constant (one feature, one "
+        "document, the root's single node): the histogram, split and pick kernels then failed "
+        "to compile (`n_feat.to(...)` on a Python int); every kernel is now compiled with each "
+        "integer argument equal to 1 (`aot.compile_kernel(ones=...)`).",
         "* A random draw with a generator of the other device raises on the simulated device as "
         "on CUDA; XE-NDCG drew γ with the booster's host generator into CUDA scores (a GPU "
         "raises) and now draws where its generator lives.",
@@ -260,20 +291,25 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
     for row in sim:
         lines.append(f"| {row['what']} | {row['docs']:,} | {row['launches']} | {row['syncs']} | "
                      f"{row['h2d']} | {row['d2h']} |")
-    tree_total = sum(launches["tree"].values())
+    lines += ["", "## Counted under Triton's interpreter (the Triton backend's round)", "",
+              "A second round of `BoostingEngine.update` (depth 6, k = 10, one eval set) on the "
+              "route a CUDA device takes (`RANKKIT_TRITON=force`, CPU tensors under "
+              "`TRITON_INTERPRET=1`): Triton launches counted by kernel, the other device work "
+              "as the aten ops dispatched outside the kernels (each one launch on a GPU), and "
+              "`.item()`-like ops (on CPU tensors these include the two reads of the round's "
+              "packed host copy, which on a GPU are host-side after the one sync).", "",
+              "| round | Triton launches | torch ops | syncs | Triton kernels |",
+              "|---|---:|---:|---:|---|"]
+    for label, counts in launches.items():
+        tri = {k[7:]: v for k, v in counts.items() if k.startswith("triton:")}
+        ops = sum(v for k, v in counts.items() if k.startswith("torch:"))
+        syncs = sum(v for k, v in counts.items() if k.startswith("sync:"))
+        lines.append(f"| {label} | {sum(tri.values())} | {ops} | {syncs} | "
+                     + ", ".join(f"`{k}` × {v}" for k, v in sorted(tri.items())) + " |")
+    top_ops = collections.Counter({k[6:]: v for k, v in launches["default"].items() if k.startswith("torch:")})
+    lines += ["", "The torch ops of the default round, most frequent first: "
+              + ", ".join(f"`{k}` × {v}" for k, v in top_ops.most_common(12)) + ".", ""]
     lines += [
-        "",
-        "## Counted under Triton's interpreter (Triton backend)",
-        "",
-        f"One depth-6 tree on `backend.grow_levels` (quantized, with split noise): **{tree_total} "
-        "Triton launches**, no host sync (every decision stays a device tensor): "
-        + ", ".join(f"`{k}` × {v}" for k, v in sorted(launches["tree"].items()))
-        + ". One lambda pass with the loss: "
-        + ", ".join(f"`{k}` × {v}" for k, v in sorted(launches["lambdas"].items()))
-        + " (and one reduction of the per-tile loss partials). A whole round adds one "
-        "score-update launch per data set, and the leaf sums, the quantization and the eval "
-        "metric (torch ops today).",
-        "",
         "## Compiled for sm_90 (H100), every configuration the trainers launch",
         "",
         "`triton.compile(ASTSource(...), target=GPUTarget(\"cuda\", 90, 32))`, then `ptxas -v` on "
@@ -344,8 +380,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "today, no atomics).",
         "* The round captured in a CUDA graph with preallocated buffers (the histogram takes an "
         "`out=` buffer; nothing captures yet).",
-        "* The eval metric, the leaf sums and the gradient quantization in Triton; the lambda "
-        "kernel taking the plan's ideal DCG instead of recomputing it.",
+        "* The eval metric, the float (non-quantized) leaf sums and the gradient quantization in "
+        "Triton (torch ops, counted above); the lambda kernel taking the plan's ideal DCG "
+        "instead of recomputing it; reusing the per-level buffers (`zeros`, dtype copies).",
         "* The neural step's syncs: the public `lambda_gradients` validates its arguments and "
         "builds a plan (host syncs) before it routes to the Triton kernels (the row above).",
     ]

@@ -8,6 +8,7 @@ tensors, in one subprocess per module so that the variable is set before triton 
   quantized gradients, int32 and int64 cells, with and without split noise, and a level that
   stops;
 * the score update (leaf given, or routed from the codes) equals ``scores + leaf_values[leaf_of]``;
+* the fixed-point leaf sums equal the reference's bit for bit (rounding half to even);
 * a boosting run with an eval set on the Triton backend (``RANKKIT_TRITON=force``: the route a
   CUDA device takes, here on CPU tensors under the interpreter) runs the Triton lambdas,
   histograms, split scan, pick, routing and siblings, and grows the torch reference run's
@@ -74,6 +75,20 @@ leaf = leaf_of(codes_t, feats, cuts)
 given = backend.score_update(start.clone().float(), values, leaf=leaf)
 out["update"] = {"routed": routed.tolist(), "given": given.tolist(),
                  "ref": (start + values[leaf]).tolist()}
+
+# Fixed-point leaf sums, with values that land exactly on .5 after scaling (half to even).
+import math
+from rankkit._triton.tree import exact_leaf_sums_triton
+from rankkit.kernels.torch_ref import exact_leaf_sums
+leaf8 = torch.randint(0, 8, (n,), generator=gen)
+shift = math.floor(62 - math.log2(n) - math.log2(4.0))
+ties = (torch.randint(-50, 50, (n,), generator=gen).double() + 0.5) * 2.0 ** -shift
+ties[0] = 4.0
+out["leaf_sums"] = {
+    "random": [exact_leaf_sums_triton(leaf8, grad.float().double(), hess, 8).tolist(),
+               exact_leaf_sums(leaf8, grad.float().double(), hess, 8).tolist()],
+    "ties": [exact_leaf_sums_triton(leaf8, ties, hess, 8).tolist(),
+             exact_leaf_sums(leaf8, ties, hess, 8).tolist()]}
 
 # A boosting run on the Triton kernels (the real route: RANKKIT_TRITON=force, the compiled CPU
 # kernels off) against the torch reference run (RANKKIT_TRITON=0).
@@ -148,6 +163,11 @@ def test_triton_score_update_interpreted_equals_leaf_of(interpreted):
     torch.testing.assert_close(torch.tensor(update["given"]), ref.float())
 
 
+def test_triton_exact_leaf_sums_interpreted_equal_the_reference_bit_for_bit(interpreted):
+    for name, (got, ref) in interpreted["leaf_sums"].items():
+        assert got == ref, name
+
+
 def test_triton_boosting_run_grows_the_reference_trees(interpreted):
     # The round's kernels ran on Triton: lambdas, histograms, split scan, pick, routing.
     assert interpreted["backends"] == {"0": False, "force": True}
@@ -155,6 +175,7 @@ def test_triton_boosting_run_grows_the_reference_trees(interpreted):
     for kernel in ("_topk_kernel", "_lambda_kernel", "_histogram_kernel", "_split_kernel",
                    "_pick_kernel", "_route_kernel", "_siblings_kernel", "_score_update_kernel"):
         assert calls.get(kernel, 0) >= 6, (kernel, calls)
+    assert calls.get("_exact_leaf_sums_kernel", 0) == 3  # the quantized run's trees
     exact = interpreted["fit/True"]
     assert exact["force"] == exact["0"]  # quantized: bit for bit, eval history included
     assert exact["force/history"] == exact["0/history"]

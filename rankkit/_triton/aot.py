@@ -19,8 +19,8 @@ from triton.compiler import ASTSource
 
 from rankkit._triton.histogram import _histogram_kernel
 from rankkit._triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
-from rankkit._triton.tree import (_pick_kernel, _route_kernel, _score_update_kernel, _siblings_kernel,
-                                  _split_kernel)
+from rankkit._triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
+                                  _siblings_kernel, _split_kernel)
 
 H100 = GPUTarget("cuda", 90, 32)
 FLOATS = {"fp32": "*fp32", "fp64": "*fp64"}
@@ -84,6 +84,10 @@ def _configs() -> dict:
              "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}
     ce = {"WITH_SLOT": True, "BLOCK_N": 256}
     out["route"] = (_route_kernel, _signature(_route_kernel, types, ce), ce)
+    types = {"node_ptr": "*i64", "g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64",
+             "out_ptr": "*i64", "N": "i32"}
+    ce = {"N_LEAVES": 64, "BLOCK_N": 64}
+    out["exact_leaf_sums"] = (_exact_leaf_sums_kernel, _signature(_exact_leaf_sums_kernel, types, ce), ce)
     for short, ptr in FLOATS.items():
         types = {"scores_ptr": ptr, "leaf_values_ptr": "*fp64", "leaf_ptr": "*i64",
                  "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64", "N": "i32"}

@@ -20,7 +20,8 @@ import os
 
 import torch
 
-KERNELS = ("lambdas", "level_histogram", "split_scan", "route", "grow_levels", "score_update")
+KERNELS = ("lambdas", "level_histogram", "split_scan", "route", "grow_levels", "exact_leaf_sums",
+           "score_update")
 
 
 def mode() -> str:
@@ -113,6 +114,13 @@ def grow_levels(codes_t, g, h, scale, valid, params, noise, *, hist_dtype=None):
                               min_data_in_leaf=params.min_data_in_leaf,
                               min_sum_hessian=params.min_sum_hessian, noise=noise,
                               hist_dtype=hist_dtype)
+
+
+def exact_leaf_sums(node, grad, hess, n_leaves):
+    """[2, n_leaves] fixed-point leaf sums, bit for bit the torch reference's (one process)."""
+    from rankkit._triton.tree import exact_leaf_sums_triton
+
+    return exact_leaf_sums_triton(node, grad, hess, n_leaves)
 
 
 def score_update(scores, leaf_values, *, leaf=None, codes_t=None, features=None, cuts=None):

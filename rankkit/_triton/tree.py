@@ -185,6 +185,59 @@ def _score_update_kernel(scores_ptr, leaf_values_ptr, leaf_ptr, codes_ptr, feats
     tl.store(scores_ptr + n, score + value.to(score.dtype), mask=inside)
 
 
+@triton.jit
+def _exact_leaf_sums_kernel(node_ptr, g_ptr, h_ptr, factor_ptr, out_ptr, N,
+                            N_LEAVES: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out [2, N_LEAVES] int64 += Σ round(g · f_g), Σ round(h · f_h) per leaf over one tile:
+    the tile is reduced per leaf in registers, then one relaxed atomic per (channel, leaf).
+    Rounding is half to even, as ``torch.round``."""
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = n < N
+    leaf = tl.load(node_ptr + n, mask=inside, other=-1)
+    leaves = tl.arange(0, N_LEAVES)
+    onehot = leaf[:, None] == leaves[None, :]
+    for c in tl.static_range(2):
+        if c == 0:
+            x = tl.load(g_ptr + n, mask=inside, other=0.0).to(tl.float64) * tl.load(factor_ptr)
+        else:
+            x = tl.load(h_ptr + n, mask=inside, other=0.0).to(tl.float64) * tl.load(factor_ptr + 1)
+        r = tl.floor(x)
+        d = x - r
+        odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+        fixed = (r + tl.where((d > 0.5) | ((d == 0.5) & odd), 1.0, 0.0)).to(tl.int64)
+        sums = tl.sum(tl.where(onehot, fixed[:, None], 0), axis=0)
+        tl.atomic_add(out_ptr + c * N_LEAVES + leaves, sums, sem="relaxed")
+
+
+# Leaves up to this count take the one-hot tile reduction (a [BLOCK_N, leaves] tile of 4,096
+# cells); deeper trees keep the reference's index_add.
+MAX_FUSED_LEAVES = 256
+
+
+def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor,
+                           n_leaves: int, *, block_n: int | None = None) -> torch.Tensor:
+    """[2, n_leaves] float64 ΣG and ΣH per leaf as fixed-point integers: bit for bit
+    :func:`rankkit.kernels.torch_ref.exact_leaf_sums` (one process), in one launch after the
+    scale (the same torch ops as the reference, so the same factor). ``n_leaves`` at most
+    :data:`MAX_FUSED_LEAVES`, a power of two."""
+    if n_leaves > MAX_FUSED_LEAVES or n_leaves & (n_leaves - 1):
+        raise ValueError(f"`n_leaves` must be a power of two <= {MAX_FUSED_LEAVES}, got {n_leaves}")
+    block_n = block_n or max(16, 4096 // n_leaves)
+    import math
+
+    n = node.shape[0]
+    top = torch.stack([grad.abs().max(), hess.abs().max()]).double() if n else \
+        torch.zeros(2, dtype=torch.float64, device=grad.device)
+    shift = torch.floor(62.0 - math.log2(max(n, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
+    factor = torch.exp2(shift)
+    out = torch.zeros(2, n_leaves, dtype=torch.int64, device=grad.device)
+    if n:
+        _exact_leaf_sums_kernel[(triton.cdiv(n, block_n),)](
+            node.contiguous(), grad.contiguous(), hess.contiguous(), factor, out, n,
+            N_LEAVES=n_leaves, BLOCK_N=block_n)
+    return out.double() / factor[:, None]
+
+
 def split_scan_triton(hist: torch.Tensor, valid: torch.Tensor, *, l2: float, min_data_in_leaf: int,
                       min_sum_hessian: float, scale: torch.Tensor | None = None,
                       noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,7 +264,9 @@ def split_scan_triton(hist: torch.Tensor, valid: torch.Tensor, *, l2: float, min
     if n_feat == 0:
         return best, code
     dummy = best
-    _split_kernel[(n_feat,)](hist.contiguous(), valid.to(torch.uint8).contiguous(),
+    if valid.dtype != torch.uint8:  # (grow_levels_triton converts once per tree)
+        valid = valid.to(torch.uint8)
+    _split_kernel[(n_feat,)](hist.contiguous(), valid.contiguous(),
                              dummy if scale is None else scale.to(torch.float64).contiguous(),
                              dummy if noise is None else noise.to(torch.float64).contiguous(),
                              best, code, n_feat, n_nodes, float(l2), float(min_data_in_leaf),
@@ -280,6 +335,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     gains = torch.zeros(depth, dtype=torch.float64, device=device)
     stopped = torch.zeros(1, dtype=torch.int8, device=device)
     small = torch.zeros(max(1, 1 << (depth - 1)), dtype=torch.int8, device=device)
+    valid = valid.to(torch.uint8).contiguous()
+    if noise is not None:
+        noise = noise.to(torch.float64).contiguous()
     hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n)
     block_f = max(16, triton.next_power_of_2(max(n_feat, 1)))
     for level in range(depth):

@@ -224,7 +224,11 @@ class ObliviousTreeGrower:
         else:
             grow_levels = self._levels_kernel if self.kernel else self._levels_torch
             node, feats, cuts, gains = grow_levels(hg, hh, scale, valid, rows, features, noise)
-        if p.quantized_grad:  # integer sums throughout: exact, the same in any order or process
+        if p.quantized_grad and self.triton and self.reduce is identity_reduce and n_leaves <= 256:
+            from rankkit._triton import backend as triton_backend
+
+            values = newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
+        elif p.quantized_grad:  # integer sums throughout: exact, the same in any order or process
             values = newton_leaf_values(exact_leaf_sums(node, g, h, n_leaves, reduce=self.reduce, shard=self.shard), p)
         elif fused:
             values = _cpu.tree_leaves(node, g, h, n_leaves, p)[0]
