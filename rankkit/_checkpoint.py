@@ -142,6 +142,9 @@ def _check_shapes(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
             probe.on_load_checkpoint(ckpt)
         except ValueError as e:  # a hyper-parameter out of its range, said by the class
             raise ValueError(f"{path}: {e}") from None
+        except (KeyError, RuntimeError, TypeError, AttributeError, IndexError, NotImplementedError) as e:
+            raise ValueError(f"{path}: the checkpoint does not match {cls.__name__}: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}") from None
     expected = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
     for key in sorted(expected.keys() | got.keys()):

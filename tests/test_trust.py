@@ -148,6 +148,8 @@ def test_checkpoint_instantiator_is_never_imported(tmp_path, ranknet, capsys):
     ({"hyper_parameters": {"_class_path": "os.system"}}, r"`_class_path` 'os.system' is not its rankkit class"),
     ({"rankkit": {"scorer_class": "my.Scorer"}}, r"trained with the scorer 'my.Scorer'.*pass scorer="),
     ({"state_dict": {"scorer.net.0.weight": torch.zeros(8, 6)}}, r"tensor 'scorer.net.0.weight' is \(8, 6\)"),
+    ({"rankkit": {"torch_rng": torch.zeros(3)}}, r"does not match RankNet: (RuntimeError|TypeError)"),
+    ({"rankkit": {"torch_rng": "x"}}, r"does not match RankNet: (RuntimeError|TypeError)"),
 ])
 def test_checkpoint_cannot_choose_code_or_sizes(tmp_path, ranknet, edit, match):
     """A 40 GB ``torch.nn.Linear`` or a 3.9 GB ``hidden`` was built from the file before."""
