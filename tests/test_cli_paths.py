@@ -209,3 +209,13 @@ def test_compare_tables_each_fold(data, tmp_path, capsys):
     lines = fold_table(runs).splitlines()
     assert lines[2] == "| model | fold 1 | fold 2 | all |"
     assert lines[4] == "| A | 0.1050 ± 0.0071 | 0.2050 ± 0.0071 | 0.1550 ± 0.0580 |"
+
+
+def test_compare_twice_into_an_output_folder_inside_the_data_folder(data, tmp_path, capsys):
+    folder = tmp_path / "letor"
+    folder.mkdir()
+    for p in (data / "letor").iterdir():
+        (folder / p.name).write_bytes(p.read_bytes())
+    for _ in range(2):  # the second run overwrites the first run's outputs, never the data
+        assert main(["compare", "--data", str(folder), "--models", "lambdamart", "--max_epochs", "1",
+                     "--out", str(folder / "cmp")]) == 0, capsys.readouterr().err
