@@ -6,10 +6,13 @@ plan).
     python experiments/bench_plan.py --mode time --rounds 100 --threads 1
 
 ``--mode ops`` runs the second round of a depth-6 run with one eval set on the simulated device
-(tests/simcuda.py) and splits its counts into the tree (``BoostingEngine._grow``) and the rest
-of the round (the lambda pass, the score updates, the eval metric and the round's bookkeeping).
+(tests/simcuda.py) and splits its counts into the tree (``BoostingEngine._grow``), the lambda
+pass (``objective.gradients``), the eval metric (``engine.metric``) and the rest of the round
+(all but the tree: the lambda pass, the score updates, the eval metric and the bookkeeping).
 ``--mode time`` times ``BoostingEngine.update`` on MQ2008 Fold1 (train, vali as the eval set)
-and the lambda pass inside it (``objective.gradients``); the median round is reported.
+and the lambda pass inside it (``objective.gradients``); the median round is reported, as wall
+time and as the thread's CPU time (``time.thread_time``, which a shared, loaded machine inflates
+much less; with ``--threads 1`` all of torch's work runs on the calling thread).
 """
 from __future__ import annotations
 
@@ -36,9 +39,9 @@ def _wrap(owner, name, bucket, counts=None):
             for key in ("launches", "syncs"):
                 bucket[key] = bucket.get(key, 0) + after[key] - before[key]
             return out
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         out = inner(*args, **kwargs)
-        bucket.append(time.perf_counter() - t0)
+        bucket.append(time.thread_time() - t0)
         return out
 
     setattr(owner, name, wrapped)
@@ -60,12 +63,18 @@ def ops(args) -> list[dict]:
             engine.add_eval_set(valid.features, valid.labels, valid.sizes)
             engine.update()
             tree: dict = {}
+            lam: dict = {}
+            metric: dict = {}
             _wrap(engine, "_grow", tree, counts)
+            _wrap(engine.objective, "gradients", lam, counts)
+            _wrap(engine, "metric", metric, counts)
             counts.reset()
             engine.update()
             snap, sites = counts.snapshot(), dict(counts.sync_sites)
         rows.append({"docs": data.n_docs, "round_launches": snap["launches"], "round_syncs": snap["syncs"],
                      "tree_launches": tree["launches"], "tree_syncs": tree["syncs"],
+                     "lambda_launches": lam["launches"], "lambda_syncs": lam["syncs"],
+                     "metric_launches": metric["launches"], "metric_syncs": metric["syncs"],
                      "rest_launches": snap["launches"] - tree["launches"],
                      "rest_syncs": snap["syncs"] - tree["syncs"], "sync_sites": sites})
     return rows
@@ -87,12 +96,14 @@ def timing(args) -> dict:
     for _ in range(5):
         engine.update()
     lam.clear()
-    rounds = []
+    rounds, cpu = [], []
     for _ in range(args.rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         engine.update()
         rounds.append(time.perf_counter() - t0)
-    return {"ms_per_round": 1e3 * statistics.median(rounds), "lambda_ms": 1e3 * statistics.median(lam),
+        cpu.append(time.thread_time() - c0)
+    return {"ms_per_round": 1e3 * statistics.median(rounds), "cpu_ms_per_round": 1e3 * statistics.median(cpu),
+            "lambda_cpu_ms": 1e3 * statistics.median(lam),
             "rounds": args.rounds, "threads": args.threads,
             "final_vali": engine.history["valid_0"]["ndcg@10"][-1]}
 

@@ -154,14 +154,16 @@ def mslr_lengths(seed: int = 0) -> np.ndarray:
     return n
 
 
-def lambda_model(n: np.ndarray, k: int = 10, block_r: int = 16, block_c: int = 32) -> dict:
+def lambda_model(n: np.ndarray, k: int = 10, block_r: int = 16, block_c: int = 32,
+                 loss: bool = False) -> dict:
     """Pair evaluations and modelled time of the Triton lambda pass (ranks + lambdas)."""
+    block_k = min(block_c, max(16, 1 << (k - 1).bit_length()))
     tiles = -(-n // block_r)
     evals = 0
     for length, t in zip(n.tolist(), tiles.tolist()):
         top_tiles = min(t, -(-k // block_r))  # tiles holding a rank < k visit every column
         evals += block_r * (top_tiles * (-(-length // block_c) * block_c)
-                            + (t - top_tiles) * (-(-min(k, length) // block_c) * block_c))
+                            + (t - top_tiles) * (-(-min(k, length) // block_k) * block_k))
     rank_cmp = int(((-(-n // 32) * 32) * (-(-n // 64) * 64)).sum())  # the counting kernel (k > 32)
     padded_old = MSLR_QUERIES * int(n.max()) ** 2  # the old kernel: every pair of the padded max length
     # The top-k kernel (k <= 32): 2 min(k, n) selection passes (ranking, ideal DCG) and 2 more
@@ -169,11 +171,12 @@ def lambda_model(n: np.ndarray, k: int = 10, block_r: int = 16, block_c: int = 3
     steps = -(-n // 256)
     passes = 2 * np.minimum(k, n) + 2
     topk_elems = int((passes * steps * 256).sum())
-    # Per pair evaluation: ~32 fp32 instructions and 3 MUFU (exp, rcp, log for the loss); per
+    # Per pair evaluation: ~32 fp32 instructions and 2 MUFU (exp, rcp; a third, log, with the loss); per
     # selection element ~15 instructions; per rank comparison ~10 integer ones (modelled, from
     # the kernels' source). A selection step is latency-bound: ~600 cycles (a load and three
     # block reductions), with 16 programs (4 warps each) resident per SM at 40 registers.
-    t_lambda = max(evals * 32 / (SMS * CLOCK * FP32_LANES), evals * 3 / (SMS * CLOCK * SFU_LANES))
+    mufu = 3 if loss else 2
+    t_lambda = max(evals * 32 / (SMS * CLOCK * FP32_LANES), evals * mufu / (SMS * CLOCK * SFU_LANES))
     t_topk = max(topk_elems * 15 / (SMS * CLOCK * FP32_LANES),
                  float((passes * steps).sum()) * 600 / (SMS * 16) / CLOCK)
     t_rank = rank_cmp * 10 / (SMS * CLOCK * INT_LANES)
@@ -201,7 +204,7 @@ def round_model(lam: dict, depth: int = 6, n: int = MSLR_DOCS, f: int = MSLR_FEA
 
 # -- the page ------------------------------------------------------------------------------
 def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd: dict,
-           lengths: np.ndarray) -> str:
+           lengths: np.ndarray, lam_loss: dict) -> str:
     import triton
 
     ms = lambda s: f"{s * 1e3:.3f} ms"
@@ -222,8 +225,11 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "They run when the tensors are on a CUDA device of a CUDA build of torch and Triton is "
         "importable (`RANKKIT_TRITON=0` turns them off; `RANKKIT_TRITON=force` runs them on CPU "
         "tensors under `TRITON_INTERPRET=1`, which is how the tests prove them). "
-        "`rankkit.lambdas.lambda_gradients` routes RankNet / NDCG to the Triton lambdas (the "
-        "loss included). Tests: `tests/test_triton.py` (lambdas, histogram, sm_90 compiles), "
+        "`rankkit.kernels.tree_backend` picks `\"triton\"` for such tensors, so "
+        "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels` and updates the "
+        "training and eval scores with `score_update`; `rankkit.lambdas` routes RankNet / NDCG "
+        "lambdas (the loss included) to the Triton kernels, for the booster and the neural "
+        "loss alike. Tests: `tests/test_triton.py` (lambdas, histogram, sm_90 compiles), "
         "`tests/test_triton_tree.py` (the fused levels grow the torch path's levels; a boosting "
         "run on the Triton lambdas and levels grows the reference trees, bit for bit with "
         "`quantized_grad`), `tests/test_triton_first_contact.py` (device generators).",
@@ -242,7 +248,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "",
         "## Counted on the simulated device (torch path)",
         "",
-        "Second round of a run (steady state); launches = dispatched aten ops on device tensors; "
+        "The simulated device runs on a CPU build of torch, where the Triton route is never "
+        "taken: these are the torch reference backend's counts. Second round of a run (steady "
+        "state); launches = dispatched aten ops on device tensors; "
         "syncs = `.item()`, D2H copies, data-dependent shapes and blocking H2D copies as the "
         "simulator counts them.",
         "",
@@ -262,8 +270,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         + ", ".join(f"`{k}` × {v}" for k, v in sorted(launches["tree"].items()))
         + ". One lambda pass with the loss: "
         + ", ".join(f"`{k}` × {v}" for k, v in sorted(launches["lambdas"].items()))
-        + " (and one reduction of the per-tile loss partials). A whole round adds the leaf "
-        "sums, the score updates and the eval metric (torch ops today).",
+        + " (and one reduction of the per-tile loss partials). A whole round adds one "
+        "score-update launch per data set, and the leaf sums, the quantization and the eval "
+        "metric (torch ops today).",
         "",
         "## Compiled for sm_90 (H100), every configuration the trainers launch",
         "",
@@ -292,7 +301,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         f"{INT_LANES} integer and {SFU_LANES} special-function lanes; HBM {HBM / 1e12:.2f} TB/s; "
         f"{ATOMICS:.0e} relaxed global reductions/s (assumed: the least certain number); "
         f"{LAUNCH * 1e6:.0f} µs per eager launch, ~1 µs in a CUDA graph; {SYNC * 1e6:.0f} µs per "
-        "sync. Per pair evaluation ~32 fp32 instructions and 3 special-function ones; per rank "
+        "sync. Per pair evaluation ~32 fp32 instructions and 2 special-function ones (3 with the "
+        "loss); per top-k selection element ~15 instructions, a selection step ~600 cycles of "
+        "latency with 16 programs resident per SM; per rank "
         "comparison ~10 integer ones (counted from the kernels' source, not from SASS).",
         "",
         f"Lengths: a modelled MSLR-like distribution ({len(lengths):,} queries, "
@@ -302,14 +313,15 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "",
         "| quantity | value |",
         "|---|---:|",
-        f"| pair evaluations, Triton lambda kernel (rank order, truncation skips work, length-aware) | {lam['evals']:,} |",
+        f"| pair evaluations, Triton lambda kernel (rank order, truncation skips work, length-aware; rows below k take 16-column tiles) | {lam['evals']:,} |",
         f"| pair evaluations of the old kernel (every pair of the padded maximum length, both sides) | {lam['old_evals']:,} |",
         f"| top-k selection elements (k = 10: 2k + 2 passes per query) | {lam['topk_elems']:,} |",
         f"| lambda kernel | {ms(lam['t_lambda'])} |",
         f"| top-k kernel (ranks and ideal DCG@10) | {ms(lam['t_topk'])} |",
         f"| (the counting rank kernel, used for k > 32 or no k: {lam['rank_cmp']:,} comparisons) | {ms(lam['t_rank'])} |",
         f"| lambda pass memory traffic | {ms(lam['t_mem'])} |",
-        f"| **lambda pass (modelled)**, target ≤ 0.3 ms | **{ms(lam['total'])}** |",
+        f"| **lambda pass (modelled)**, grad and hess, target ≤ 0.3 ms | **{ms(lam['total'])}** |",
+        f"| lambda pass with the loss as well (the neural loss; the booster asks for it until issue 24's plan lands) | {ms(lam_loss['total'])} |",
         f"| histogram traffic, depth 6 × 136 features | {rnd['hist_bytes'] / 1e9:.2f} GB → {ms(rnd['t_hist_mem'])} |",
         f"| histogram atomics (root + smaller children) | {rnd['atomics'] / 1e9:.2f} G → {ms(rnd['t_atomics'])} |",
         f"| launches per round | {rnd['launches']} |",
@@ -331,10 +343,11 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "for k > 32 or no k (that kernel counts in O(n²)); each pair evaluated once (both sides "
         "today, no atomics).",
         "* The round captured in a CUDA graph with preallocated buffers (the histogram takes an "
-        "`out=` buffer; nothing captures yet), and the booster's tree path calling "
-        "`backend.grow_levels` on CUDA (the interface of rankkit.kernels was not merged when this "
-        "was written: the tests plug it in place of the torch levels).",
-        "* The eval metric and the leaf sums in Triton.",
+        "`out=` buffer; nothing captures yet).",
+        "* The eval metric, the leaf sums and the gradient quantization in Triton; the lambda "
+        "kernel taking the plan's ideal DCG instead of recomputing it.",
+        "* The neural step's syncs: the public `lambda_gradients` validates its arguments and "
+        "builds a plan (host syncs) before it routes to the Triton kernels (the row above).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -353,7 +366,8 @@ def main(argv=None):
     compiled = compile_report()
     lengths = mslr_lengths()
     lam = lambda_model(lengths)
-    page = render(sim, launches, compiled, lam, round_model(lam), lengths)
+    page = render(sim, launches, compiled, lam, round_model(lam), lengths,
+                  lambda_model(lengths, loss=True))
     print(page)
     if args.write:
         def write(tmp):

@@ -420,7 +420,7 @@ def write(records: list[dict], args, command: str) -> None:
     image = publish_image(png, "unbiased.png")
     seconds = sum(r["seconds"] for r in records)
     grid = sorted({(r["data"], r["fold"], r["seed"]) for r in records})
-    body = f"""## Learning from clicks (issues 20, 28)
+    body = f"""## Learning from clicks
 
 {DATE}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
 (results in `{args.out}`, one JSON line per run; `--report-only --write` rebuilds this section from it).

@@ -21,7 +21,7 @@ import torch
 
 from rankkit import _checks
 from rankkit._blocks import plan_blocks
-from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg
+from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg, label_key
 
 __all__ = ["QueryPlan"]
 
@@ -121,6 +121,14 @@ class QueryPlan:
             lengths = self.lengths.to(self.device) if plan_order else self.mask.sum(1)
             return torch.arange(n, device=self.device)[None, :] < lengths[:, None]
         return self.cached(("ranked_mask", plan_order), make)
+
+    def label_key(self, plan_order: bool) -> torch.Tensor:
+        """:func:`rankkit._ranking.label_key` of the labels (zero on padding), queries in plan
+        order or in the caller's: the labels' half of the packed sort key of ``rank_order``."""
+        def make():
+            labels = self.labels.detach().float().masked_fill(~self.mask, 0.0)
+            return label_key(self.to_plan_order(labels) if plan_order else labels)
+        return self.cached(("label_key", plan_order), make)
 
     def blocks(self, cutoff: int, cap: int, cpu: bool) -> list:
         """The kernel's blocks (:func:`rankkit._blocks.plan_blocks`) for this cutoff and cap."""

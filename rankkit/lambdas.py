@@ -211,7 +211,8 @@ def planned_lambda_gradients(
     if not full:
         s = s.masked_fill(~m, 0.0)
     # On the CPU the fastest tie-breaking sort; elsewhere one that never syncs (same order).
-    order = rank_order(s, y, m) if device.type == "cpu" else rank_order(s, y, m, sync=False)
+    order = rank_order(s, y, m, sync=device.type == "cpu",
+                       label_key=plan.label_key(plan_order=True) if dtype == torch.float32 else None)
     s, y, m = s.gather(1, order), y.gather(1, order), plan.ranked_mask(plan_order=True)
     if sigma != 1.0:
         s = s * sigma

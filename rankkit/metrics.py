@@ -218,7 +218,8 @@ def planned_ndcg(scores: torch.Tensor, plan: QueryPlan, *, k: int | None = None,
     if not plan.full:
         s = s.masked_fill(~mask, 0.0)
     # DCG and ideal DCG over the query's top gain: exact for any grade, no overflow.
-    order = rank_order(s, labels, mask, sync=s.device.type == "cpu")
+    order = rank_order(s, labels, mask, sync=s.device.type == "cpu",
+                       label_key=plan.label_key(plan_order=False) if dtype == torch.float32 else None)
     g = gains.gather(1, order)
     if not plan.full:
         g = g.masked_fill(~plan.ranked_mask(plan_order=False), 0.0)
@@ -274,7 +275,8 @@ def planned_average_precision(scores: torch.Tensor, plan: QueryPlan, *, k: int |
     s = scores.detach().to(dtype)
     if not plan.full:
         s = s.masked_fill(~mask, 0.0)
-    order = rank_order(s, labels, mask, sync=s.device.type == "cpu")
+    order = rank_order(s, labels, mask, sync=s.device.type == "cpu",
+                       label_key=plan.label_key(plan_order=False) if dtype == torch.float32 else None)
     rel = relevant.gather(1, order).to(dtype)
     rel_at_k = rel * _in_top_k(rel.shape[1], k, rel.device)
     positions = torch.arange(1, rel.shape[1] + 1, dtype=rel.dtype, device=rel.device)

@@ -243,6 +243,10 @@ class PropensityEstimator:
             0 the unregularised estimate.
         sigma, weighting, k: the pair cost's σ, |ΔZ| ("ndcg" as the paper, or "ranknet") and
             NDCG cutoff.
+        clip: bound on each inverse bias 1/t⁺, 1/t⁻ in :meth:`pair_factors` (≥ 1; None: no
+            bound), so a pair weighs at most clip²: the propensity clipping of Joachims,
+            Swaminathan, Schnabel (WSDM 2017), against the variance of deep, rarely clicked
+            positions. The biases themselves are not clipped.
 
     Attributes:
         t_plus: [P] float64 click biases, t_plus[0] == 1 (the learned propensity ratios).
@@ -256,8 +260,9 @@ class PropensityEstimator:
     """
 
     def __init__(self, n_positions: int = 10, *, p: float = 1.0, sigma: float = 1.0,
-                 weighting: str = "ndcg", k: int | None = None):
+                 weighting: str = "ndcg", k: int | None = None, clip: float | None = None):
         self.n_positions = check_int(n_positions, "n_positions")
+        self.clip = None if clip is None else check_number(clip, "clip", low=1.0)
         self.p = check_number(p, "p", low=0.0)
         self.sigma = check_number(sigma, "sigma", low=0.0, low_open=True)
         self.weighting = check_choice(weighting, PAIR_WEIGHTINGS, "weighting")
@@ -310,7 +315,7 @@ class PropensityEstimator:
             mask: [Q, L] bool, True on real documents; None means all True.
         Returns:
             (upper, lower), each [Q, L] in ``dtype`` on the positions' device: 1 / t⁺ and
-            1 / t⁻ of each document's position bucket, zero on padding. The pair (i, j) with
+            1 / t⁻ of each document's position bucket (at most ``clip``), zero on padding. The pair (i, j) with
             i clicked and j not weighs upper_i · lower_j.
         """
         check_tensor(positions, "positions", ndim=2, kind="int")
@@ -320,8 +325,10 @@ class PropensityEstimator:
             mask = to_device(check_tensor(mask, "mask", shape=positions.shape, kind="bool"), positions.device)
         check_tensors(("positions", positions, (positions < 0) & mask, "non-negative on real documents"))
         bucket = positions.clamp(0, self.n_positions - 1).long()
-        inv_plus = (1.0 / self.t_plus).to(positions.device, dtype)
-        inv_minus = (1.0 / self.t_minus).to(positions.device, dtype)
+        inv_plus, inv_minus = 1.0 / self.t_plus, 1.0 / self.t_minus
+        if self.clip is not None:
+            inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
+        inv_plus, inv_minus = inv_plus.to(positions.device, dtype), inv_minus.to(positions.device, dtype)
         return inv_plus[bucket].masked_fill(~mask, 0.0), inv_minus[bucket].masked_fill(~mask, 0.0)
 
 

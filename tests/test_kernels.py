@@ -105,7 +105,7 @@ def test_fused_levels_write_the_reference_partition_and_histograms():
     # children's histograms are the reference's (the smaller summed, the larger by subtraction).
     codes, valid, grad, hess = _problem(n=3000, n_feat=5)
     params = TreeParams(depth=3, min_data_in_leaf=5)
-    kernels = cpu.TreeKernels(codes.contiguous(), params.depth)
+    kernels = cpu.TreeKernels(codes.contiguous(), params.depth, valid)
     node, feats, cuts, gains, root = kernels.grow_levels(grad, hess, None, valid, None, None, None, params)
     codes_t = codes.t().contiguous()
     torch.testing.assert_close(root, torch_ref.build_histograms(codes_t, torch.zeros(3000, dtype=torch.long),
@@ -146,3 +146,28 @@ def test_the_compiled_kernels_are_an_installed_extension_not_a_runtime_build():
     assert "subprocess" not in source and ".cache" not in source
     spec = importlib.util.find_spec("rankkit.kernels._cpu")
     assert (spec is not None) == (cpu._DLL is not None)
+
+
+def test_non_finite_leaves_raise_naming_the_round():
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+
+    train = make_synthetic(20, 10, 5, seed=0)
+    with pytest.raises(ValueError, match=r"boosting round 1: leaf \d+ of the new tree is .*not a finite float32"):
+        LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=5, learning_rate=1e300).fit(train)
+    engine = BoostingEngine(train.features, train.labels, train.sizes, BoosterConfig(depth=2, min_data_in_leaf=5))
+    engine.update()
+    engine.update()
+    gradients = engine.objective.gradients
+
+    def nan_gradients(*args, **kwargs):
+        grad, hess = gradients(*args, **kwargs)[:2]
+        return grad * float("nan"), hess
+
+    engine.objective.gradients = nan_gradients
+    before = engine.scores.clone()
+    with pytest.raises(ValueError, match="boosting round 3: leaf 0 of the new tree is nan"):
+        engine.update()
+    assert torch.equal(engine.scores, before) and len(engine.trees) == 2  # nothing was written
+    engine.objective.gradients = lambda *a, **k: tuple(t * float("nan") for t in gradients(*a, **k)[:2])
+    with pytest.raises(ValueError, match="boosting round 3: leaf 0 of the new tree is nan"):
+        engine.update()  # a NaN hessian too: not the min-hessian guard's silent 0

@@ -143,7 +143,7 @@ def test_sidecar_grouping_and_gzip_equal_the_reference(tmp_path):
 
 
 @needs_shared
-@pytest.mark.parametrize("name", ["MQ2008/Fold1/train.txt.gz", "MQ2008/Fold2/vali.txt.gz",
+@pytest.mark.parametrize("name", ["MQ2008/Fold1/test.txt.gz", "MQ2008/Fold2/vali.txt.gz",
                                   "lightgbm-lambdarank/rank.train", "lightgbm-lambdarank/rank.test"])
 def test_real_files_equal_the_reference_and_scikit_learn(name):
     path = SHARED / name
@@ -174,7 +174,7 @@ lines = st.lists(st.lists(st.sampled_from(TOKENS), min_size=0, max_size=6).map("
                  max_size=8).map(lambda ls: "\n".join(ls) + "\n")
 
 
-@settings(deadline=None, derandomize=True, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, derandomize=True, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(text=lines, zero_based=st.booleans())
 def test_fast_parser_agrees_with_the_line_parser(text, zero_based):
     block = text.encode("utf-8")
@@ -246,8 +246,8 @@ def test_huge_feature_index_refused_before_allocating(tmp_path):
         with pytest.raises(ValueError, match=r"f\.txt:4: feature index 999999999 gives 999999999 features, "
                                              r"more than MAX_FEATURES=1000000; pass n_features="):
             read_svmlight(p)
-        with pytest.raises(ValueError, match=r"f\.txt: 4 documents x 999999999 features would need .*MAX_VALUES"):
-            read_svmlight(p, n_features=999_999_999)
+        with pytest.raises(ValueError, match=r"f\.txt: 4 documents x 2000000000 features would need .*MAX_VALUES"):
+            read_svmlight(p, n_features=2_000_000_000)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -270,13 +270,13 @@ def test_iter_svmlight_chunks_rebuild_the_file(tmp_path):
     with mock.patch.object(svmlight, "_BLOCK_BYTES", 500):
         chunks = list(iter_svmlight(p, n_features=15))
     assert len(chunks) > 3
-    assert torch.equal(torch.cat([c.features for c in chunks]), whole.features)
+    np.testing.assert_array_equal(torch.cat([c.features for c in chunks]).numpy(), whole.features.numpy())
     assert torch.equal(torch.cat([c.labels for c in chunks]), whole.labels)
     doc_q = torch.repeat_interleave(whole.qids, whole.sizes)
     doc_i = torch.arange(whole.n_docs) - torch.repeat_interleave(whole.offsets[:-1], whole.sizes)
     assert torch.equal(torch.cat([c.qids for c in chunks]), doc_q)
     assert torch.equal(torch.cat([c.docs for c in chunks]), doc_i)
-    assert svmlight_width(p) == whole.features[:, :12].shape[1] or svmlight_width(p) <= 12
+    assert svmlight_width(p) == reference(text)[0].shape[1]
 
 
 def test_iter_svmlight_checks_the_whole_file_at_the_end(tmp_path):
@@ -290,18 +290,69 @@ def test_iter_svmlight_checks_the_whole_file_at_the_end(tmp_path):
 def test_reading_memory_stays_near_the_arrays(tmp_path):
     """Peak traced memory while reading is the returned arrays plus a bounded block buffer."""
     rng = np.random.default_rng(0)
-    n, f = 20000, 46
+    n, f = 6000, 46
     values = rng.random((n, f)).round(6)
     p = tmp_path / "big.txt"
     with open(p, "w") as out:
         for r in range(n):
             out.write(f"{r % 3} qid:{r // 50} " + " ".join(f"{j + 1}:{values[r, j]}" for j in range(f)) + "\n")
     tracemalloc.start()
-    ds = read_svmlight(p)
+    with mock.patch.object(svmlight, "_BLOCK_BYTES", 1 << 16):
+        ds = read_svmlight(p)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     arrays = ds.features.numel() * 4 + ds.labels.numel() * 4
     assert ds.n_docs == n and ds.n_features == f
     np.testing.assert_array_equal(ds.features.numpy(), values.astype(np.float32))
-    assert peak < 2 * arrays + 48 * 2**20, (peak, arrays)
+    assert peak < 2 * arrays + 4 * 2**20, (peak, arrays)
     os.unlink(p)
+
+
+# -- predict streams ---------------------------------------------------------------------------------
+def score_sum(x: torch.Tensor) -> torch.Tensor:
+    return torch.nan_to_num(x).sum(1)
+
+
+def test_predict_file_streams_the_same_scores(tmp_path):
+    from rankkit.serving import predict_file
+
+    rng = random.Random(11)
+    text = letor_text(rng, 60, 9, dense=False, comments=True)
+    p = write(tmp_path, text)
+    whole = read_svmlight(p)
+    scores = score_sum(whole.features)
+    qid = torch.repeat_interleave(whole.qids, whole.sizes).tolist()
+    doc = (torch.arange(whole.n_docs) - torch.repeat_interleave(whole.offsets[:-1], whole.sizes)).tolist()
+    expected = "".join(f"{q}\t{d}\t{s:.9g}\n" for q, d, s in zip(qid, doc, scores.tolist()))
+    assert predict_file(score_sum, p, tmp_path / "a.tsv") == whole.n_docs
+    with mock.patch.object(svmlight, "_BLOCK_BYTES", 200):
+        predict_file(score_sum, p, tmp_path / "b.tsv")
+    assert (tmp_path / "a.tsv").read_text() == expected == (tmp_path / "b.tsv").read_text()
+
+
+def test_predict_file_writes_nothing_when_the_file_fails_at_the_end(tmp_path):
+    from rankkit.serving import predict_file
+
+    p = write(tmp_path, "".join(f"1 qid:{r // 3} 1:{r}\n" for r in range(600)) + "1 qid:1 1:1\n")
+    out = tmp_path / "scores.tsv"
+    out.write_text("old")
+    with mock.patch.object(svmlight, "_BLOCK_BYTES", 300):
+        with pytest.raises(ValueError, match=r"f\.txt:601: qid 1 appears again"):
+            predict_file(score_sum, p, out)
+    assert out.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["f.txt", "scores.tsv"]
+
+
+def test_predict_file_memory_does_not_grow_with_the_file(tmp_path):
+    from rankkit.serving import predict_file
+
+    line = "1 qid:{} " + " ".join(f"{j}:0.{j}5" for j in range(1, 47)) + "\n"
+    peaks = []
+    for n in (2000, 16000):
+        p = tmp_path / f"f{n}.txt"
+        p.write_text("".join(line.format(r // 20) for r in range(n)))
+        with mock.patch.object(svmlight, "_BLOCK_BYTES", 1 << 16):
+            tracemalloc.start()
+            predict_file(score_sum, p, tmp_path / "out.tsv")
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+    assert peaks[1] < peaks[0] + 2**19 and peaks[1] < 16000 * 46 * 4, peaks  # below the file's arrays

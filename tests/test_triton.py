@@ -160,6 +160,18 @@ from rankkit._triton.aot import compile_kernel
 json.dump([compile_kernel(name) for name in sys.argv[2:]], open(sys.argv[1], "w"))
 """
 
+# Every integer argument of the named kernels compiled as the constant 1, one at a time (Triton
+# specialises an int argument equal to 1: one feature, one document, the root's single node).
+_ONES = r"""
+import json, sys
+from rankkit._triton.aot import compile_kernel, int_args
+out = []
+for name in sys.argv[2:]:
+    for arg in int_args(name):
+        out.append([name, arg, compile_kernel(name, ones=(arg,))["registers"]])
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
 # The configurations whose first compile on a GPU failed or misbehaved (issue 25): float64
 # scores in the rank and lambda kernels, the histogram's atomics.
 FIRST_CONTACT = ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64", "histogram_i32", "histogram_fp64"]
@@ -277,6 +289,29 @@ def test_triton_histogram_atomics_are_relaxed_reductions(first_contact, name):
     info = first_contact[name]
     assert info["atomics"] and all(a.startswith("red.") and ".relaxed." in a for a in info["atomics"])
     assert info["fences"] == 0
+
+
+def _compile_ones(tmp_path_factory, names):
+    path = tmp_path_factory.mktemp("triton") / "ones.json"
+    _run(_ONES, str(path), *names, interpret=False)
+    return json.loads(path.read_text())
+
+
+def test_triton_histogram_compiles_with_one_feature_or_one_document(tmp_path_factory):
+    # Before the fix `n_feat.to(tl.int64)` / `N.to(...)` failed to compile when the launcher
+    # made the argument the constant 1 ("'int' object has no attribute 'to'").
+    done = _compile_ones(tmp_path_factory, ["histogram_i32"])
+    assert {arg for _, arg, _ in done} == {"N", "n_feat", "n_nodes"}
+    assert all(regs for _, _, regs in done)
+
+
+@pytest.mark.slow
+def test_triton_every_kernel_compiles_with_each_int_argument_equal_to_one(tmp_path_factory):
+    from rankkit._triton.aot import KERNELS
+
+    names = [n for n in KERNELS if not n.endswith("_fp64") or n.startswith(("topk", "rank"))]
+    done = _compile_ones(tmp_path_factory, names)
+    assert {name for name, _, _ in done} == set(names)
 
 
 @pytest.mark.slow

@@ -8,9 +8,11 @@ tensors, in one subprocess per module so that the variable is set before triton 
   quantized gradients, int32 and int64 cells, with and without split noise, and a level that
   stops;
 * the score update (leaf given, or routed from the codes) equals ``scores + leaf_values[leaf_of]``;
-* a boosting run whose lambdas and levels are the Triton kernels grows the reference run's
-  trees: bit for bit with ``quantized_grad`` (float64 scores reach the kernels), features,
-  codes and leaves within float32 rounding of the lambdas otherwise.
+* a boosting run with an eval set on the Triton backend (``RANKKIT_TRITON=force``: the route a
+  CUDA device takes, here on CPU tensors under the interpreter) runs the Triton lambdas,
+  histograms, split scan, pick, routing and siblings, and grows the torch reference run's
+  trees: bit for bit with ``quantized_grad`` (int32 histogram cells), features, codes and
+  leaves within float32 rounding of the lambdas otherwise.
 """
 from __future__ import annotations
 
@@ -73,36 +75,36 @@ given = backend.score_update(start.clone().float(), values, leaf=leaf)
 out["update"] = {"routed": routed.tolist(), "given": given.tolist(),
                  "ref": (start + values[leaf]).tolist()}
 
-# A boosting run on the Triton kernels against the torch reference run.
+# A boosting run on the Triton kernels (the real route: RANKKIT_TRITON=force, the compiled CPU
+# kernels off) against the torch reference run (RANKKIT_TRITON=0).
 from rankkit.boosting.engine import BoostingEngine, BoosterConfig
 from rankkit.data import make_synthetic
-import rankkit._triton.lambdas as fused
+import triton.runtime.interpreter as interp
 
-calls = {"lambdas": 0, "levels": 0}
-kernel = fused.lambda_gradients_triton
-def counted(*a, **k):
-    calls["lambdas"] += 1
-    return kernel(*a, **k)
-fused.lambda_gradients_triton = counted
-torch_levels = ObliviousTreeGrower._levels_torch
-def triton_levels(self, g, h, scale, valid, rows, features, noise):
-    calls["levels"] += 1
-    codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
-    codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
-    return backend.grow_levels(codes_t, g, h, scale, valid, self.params, noise)
+calls = {}
+run = interp.InterpretedFunction.run
+def counted(self, *a, **k):
+    calls[self.fn.__name__] = calls.get(self.fn.__name__, 0) + 1
+    return run(self, *a, **k)
+interp.InterpretedFunction.run = counted
 
 data = make_synthetic(12, (2, 25), 5, seed=1)
+valid = make_synthetic(4, (2, 25), 5, seed=2)
+backends = {}
 for quant in (True, False):
     runs = {}
     for route in ("0", "force"):
         os.environ["RANKKIT_TRITON"] = route
-        ObliviousTreeGrower._levels_torch = triton_levels if route == "force" else torch_levels
         config = BoosterConfig(depth=3, min_data_in_leaf=3, k=5, quantized_grad=quant,
                                random_strength=0.5, seed=4)
         engine = BoostingEngine(data.features, data.labels, data.sizes, config)
+        engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+        backends[route] = engine.grower.triton
         trees = [engine.update() for _ in range(3)]
         runs[route] = [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()] for t in trees]
+        runs[route + "/history"] = engine.history
     out[f"fit/{quant}"] = runs
+out["backends"] = backends
 out["calls"] = calls
 with open(sys.argv[1], "w") as f:
     json.dump(out, f)
@@ -147,10 +149,17 @@ def test_triton_score_update_interpreted_equals_leaf_of(interpreted):
 
 
 def test_triton_boosting_run_grows_the_reference_trees(interpreted):
-    assert interpreted["calls"]["lambdas"] >= 6 and interpreted["calls"]["levels"] == 6
+    # The round's kernels ran on Triton: lambdas, histograms, split scan, pick, routing.
+    assert interpreted["backends"] == {"0": False, "force": True}
+    calls = interpreted["calls"]
+    for kernel in ("_topk_kernel", "_lambda_kernel", "_histogram_kernel", "_split_kernel",
+                   "_pick_kernel", "_route_kernel", "_siblings_kernel", "_score_update_kernel"):
+        assert calls.get(kernel, 0) >= 6, (kernel, calls)
     exact = interpreted["fit/True"]
-    assert exact["force"] == exact["0"]  # quantized: bit for bit
+    assert exact["force"] == exact["0"]  # quantized: bit for bit, eval history included
+    assert exact["force/history"] == exact["0/history"]
     runs = interpreted["fit/False"]
+    assert len(runs["force"]) == 3
     for got, ref in zip(runs["force"], runs["0"]):
         assert got[:2] == ref[:2]
         torch.testing.assert_close(torch.tensor(got[2]), torch.tensor(ref[2]), rtol=1e-5, atol=1e-7)

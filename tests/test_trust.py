@@ -273,3 +273,125 @@ def test_yaml_limits():
     with pytest.raises(_yaml.YAMLLimitError, match="more than 100000"):  # a cycle: bounded too
         _yaml.check_yaml("a: &a [*a, *a]\n")
     assert _yaml.safe_load("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}
+
+
+# -- .npz caches: headers checked before numpy allocates --------------------------------------------
+def _npz(path: Path, members: dict[str, bytes], compression=0) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def _npy_header(shape, descr="<f4") -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("members,match", [
+    ({"features.npy": _npy_header((2**40,)) + b"\0" * 16},
+     r"declares 4398046511104 bytes of data, the member holds 16"),
+    ({"features.npy": _npy_header((2**20, 2**20)) + b"\0" * 4}, r"declares 4398046511104 bytes"),
+    ({"features.npy": _npy_header((2,), "|O") + b"\0" * 16}, r"holds Python objects"),
+    ({"evil.pkl": b"cos\nsystem\n"}, r"member 'evil.pkl' is not a .npy array"),
+])
+def test_npz_header_limits(tmp_path, members, match):
+    """A header claiming 4 TiB gave a MemoryError traceback (numpy allocates from the header)."""
+    from rankkit.data import RankingDataset
+
+    path = _npz(tmp_path / "c.npz", members)
+    with pytest.raises(ValueError, match=match):
+        RankingDataset.load(path)
+
+
+def test_npz_compressed_member_claiming_too_much(tmp_path):
+    import zipfile
+
+    from rankkit.data import RankingDataset
+
+    data = _npy_header((2**30,)) + b"\0" * 4096  # deflates to a few bytes; declares 4 GiB
+    path = _npz(tmp_path / "c.npz", {"features.npy": data}, compression=zipfile.ZIP_DEFLATED)
+    with pytest.raises(ValueError, match=r"declares 4294967296 bytes of data, the member holds 4096"):
+        RankingDataset.load(path)
+    ds = make_synthetic(3, 4, 2, seed=0)
+    ds.save(tmp_path / "ok.npz")  # rankkit's own cache passes the checks
+    assert torch.equal(RankingDataset.load(tmp_path / "ok.npz").features, ds.features)
+
+
+# -- fetch: no cache from another source, no user's archive deleted ---------------------------------
+@pytest.fixture
+def toy_remote(tmp_path, monkeypatch):
+    """A LETOR zip served from a file:// URL (no network), registered as remote "toy"."""
+    import hashlib
+    import zipfile
+
+    from rankkit.data import fetch as fetch_mod
+
+    archive = tmp_path / "served.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for split in ("train", "vali", "test"):
+            z.writestr(f"Fold1/{split}.txt", "2 qid:1 1:0.5 2:1\n0 qid:1 1:0.1\n1 qid:2 3:0.7\n0 qid:2 2:0.9\n")
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    monkeypatch.setitem(fetch_mod.REMOTES, "toy", fetch_mod.Remote(archive.as_uri(), "toy.zip", digest, 3))
+    return digest
+
+
+def test_fetch_never_deletes_a_users_archive(tmp_path, toy_remote):
+    """``fetch_letor_zip(..., sha256=<wrong>)`` deleted the user's downloaded archive first."""
+    from rankkit.data import fetch_letor_zip
+
+    root = tmp_path / "cache"
+    (root / "toy").mkdir(parents=True)
+    mine = root / "toy" / "toy.zip"
+    mine.write_bytes(b"the user's own archive")
+    with pytest.raises(ValueError, match=r"toy.zip exists but its sha256 is .* rankkit does not replace it"):
+        fetch_letor_zip("toy", 1, root=root, sha256="1" * 64)
+    assert mine.read_bytes() == b"the user's own archive"
+    with pytest.raises(ValueError, match=r"`sha256` has to be 64 lowercase hex digits"):
+        fetch_letor_zip("toy", 1, root=root, sha256="not-a-digest")
+
+
+def test_fetch_refuses_a_cache_from_another_source(tmp_path, toy_remote):
+    """A cached ``.npz`` of another archive (or put there by hand) was returned without a check."""
+    from rankkit.data import fetch_letor_zip
+
+    root = tmp_path / "cache"
+    train, _, _ = fetch_letor_zip("toy", 1, root=root)
+    again, _, _ = fetch_letor_zip("toy", 1, root=root)  # its own cache: used
+    assert torch.equal(again.features, train.features)
+    other = make_synthetic(2, 3, 3, seed=1)
+    other.save(root / "toy" / "fold1_train.npz")  # another source's data under the cache's name
+    with pytest.raises(ValueError, match=r"fold1_train.npz: this cache holds .* not 'toy/fold1/train sha256="):
+        fetch_letor_zip("toy", 1, root=root)
+    with pytest.raises(ValueError, match=r"holds 'toy/fold1/vali sha256=[0-9a-f]+', not 'toy/fold1/vali sha256=2"):
+        (root / "toy" / "fold1_train.npz").unlink()
+        (root / "toy" / "toy.zip").unlink()
+        fetch_letor_zip("toy", 1, root=root, sha256="2" * 64)  # another archive's digest
+
+
+# -- model files: declared sizes within a stated limit ----------------------------------------------
+def test_model_file_declaring_10_12_features(tmp_path, lambdamart, capsys):
+    """``n_features_in = 10**12`` in a LambdaMART file: export asked for 256 TB (a traceback)."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from rankkit.cli import main
+
+    lambdamart.save(tmp_path / "m.safetensors")
+    with safe_open(tmp_path / "m.safetensors", framework="pt") as f:
+        meta, tensors = json.loads(f.metadata()["rankkit"]), {k: f.get_tensor(k) for k in f.keys()}
+    meta["n_features_in"] = 10**12
+    save_file(tensors, tmp_path / "big.safetensors", metadata={"rankkit": json.dumps(meta)})
+    (tmp_path / "t.txt").write_text("1 qid:1 1:0.5\n")
+    for argv in (["export", str(tmp_path / "big.safetensors"), "-o", str(tmp_path / "big.pt")],
+                 ["predict", str(tmp_path / "big.safetensors"), "--input", str(tmp_path / "t.txt")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "n_features_in = 1000000000000, beyond the limit 1..1000000" in err

@@ -54,31 +54,32 @@ def _configs() -> dict:
         for name, weighting, loss in (("lambda_ndcg", 1, False), ("lambda_ndcg_loss", 1, True),
                                       ("lambda_ranknet", 0, False)):
             ce = {"WEIGHTING": weighting, "GAIN": 0, "HAS_WEIGHTS": False, "WITH_LOSS": loss,
-                  "BLOCK_R": 16, "BLOCK_C": 32}
+                  "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
             out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
     for cell, values in (("i32", "*i32"), ("i64", "*i32"), ("fp32", "*fp32"), ("fp64", "*fp64")):
         types = {"codes_ptr": "*u8", "node_ptr": "*i64", "g_ptr": values, "h_ptr": values,
                  "out_ptr": f"*{cell}", "N": "i32", "n_feat": "i32", "n_nodes": "i32"}
         ce = {"BLOCK_N": 256}
         out[f"histogram_{cell}"] = (_histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
-    for cell in ("i64", "fp64"):
+    for cell in ("i32", "i64", "fp64"):
         types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
                  "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32", "n_feat": "i32",
                  "n_nodes": "i32", "l2": "fp64", "min_data": "fp64", "min_hess": "fp64",
                  "tiny": "fp64"}
         for noise in (False, True):
-            ce = {"QUANT": cell == "i64", "HAS_NOISE": noise}
+            ce = {"QUANT": cell != "fp64", "HAS_NOISE": noise}
             name = f"split_{cell}" + ("_noise" if noise else "")
             out[name] = (_split_kernel, _signature(_split_kernel, types, ce), ce)
         types = {"hist_ptr": f"*{cell}", "small_hist_ptr": f"*{cell}", "small_ptr": "*i8",
                  "out_ptr": f"*{cell}", "total": "i64", "n_nodes": "i32"}
         ce = {"BLOCK": 1024}
         out[f"siblings_{cell}"] = (_siblings_kernel, _signature(_siblings_kernel, types, ce), ce)
-    types = {"best_ptr": "*fp64", "code_ptr": "*i32", "hist_ptr": "*i64", "feats_ptr": "*i64",
-             "cuts_ptr": "*i64", "gains_ptr": "*fp64", "stopped_ptr": "*i8", "small_ptr": "*i8",
-             "level": "i32", "n_feat": "i32", "n_nodes": "i32"}
-    ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False}
-    out["pick"] = (_pick_kernel, _signature(_pick_kernel, types, ce), ce)
+    for cell in ("i32", "i64", "fp64"):
+        types = {"best_ptr": "*fp64", "code_ptr": "*i32", "hist_ptr": f"*{cell}", "feats_ptr": "*i64",
+                 "cuts_ptr": "*i64", "gains_ptr": "*fp64", "stopped_ptr": "*i8", "small_ptr": "*i8",
+                 "level": "i32", "n_feat": "i32", "n_nodes": "i32"}
+        ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False}
+        out[f"pick_{cell}"] = (_pick_kernel, _signature(_pick_kernel, types, ce), ce)
     types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i64", "small_ptr": "*i8",
              "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}
     ce = {"WITH_SLOT": True, "BLOCK_N": 256}
@@ -114,8 +115,16 @@ def ptxas_path() -> str:
         return _tool("ptxas")
 
 
-def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> dict:
+def int_args(name: str) -> list[str]:
+    """The integer arguments of a shipped kernel: at run time Triton compiles a variant with
+    each one that equals 1 made a constant, so each must compile that way too."""
+    return [a for a, t in KERNELS[name][1].items() if t in ("i32", "i64")]
+
+
+def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4, ones: tuple = ()) -> dict:
     """Compile one shipped kernel for ``target``; return its resource use.
+
+    ``ones``: integer arguments compiled as the constant 1.
 
     Returns:
         {"name", "registers", "spill_stores", "spill_loads" (bytes, from ``ptxas -v`` on the
@@ -124,6 +133,9 @@ def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> d
         allocation, ``metadata.shared``), "num_warps"}.
     """
     fn, signature, constexprs = KERNELS[name]
+    if ones:  # the arguments equal to 1, specialised as constants (as the launcher does)
+        signature = {a: ("constexpr" if a in ones else t) for a, t in signature.items()}
+        constexprs = dict(constexprs, **{a: 1 for a in ones})
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                               target=target, options={"num_warps": num_warps})
     arch = f"sm_{target.arch}a" if target.arch >= 90 else f"sm_{target.arch}"

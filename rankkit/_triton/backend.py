@@ -39,6 +39,15 @@ def enabled(tensor: torch.Tensor) -> bool:
     return m == "force" or (tensor.is_cuda and torch.version.cuda is not None)
 
 
+def enabled_on(device: torch.device | str) -> bool:
+    """:func:`enabled` for tensors on ``device``."""
+    device = torch.device(device)
+    m = mode()
+    if m == "0" or importlib.util.find_spec("triton") is None:
+        return False
+    return m == "force" or (device.type == "cuda" and torch.version.cuda is not None)
+
+
 def lambdas(scores, labels, *, mask=None, weighting="ndcg", sigma=1.0, k=None, gain="exp",
             weights=None, return_loss=False):
     """(grad, hess[, loss]) of padded queries: :func:`rankkit._triton.lambdas.lambda_gradients_triton`."""

@@ -43,9 +43,9 @@ def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, N, n_feat, n_n
     g = tl.load(g_ptr + n, mask=keep, other=0).to(cell)
     h = tl.load(h_ptr + n, mask=keep, other=0).to(cell)
     one = tl.full([BLOCK_N], 1, cell)
-    plane = n_feat.to(tl.int64) * n_nodes * 256  # one channel: F · K · 256 cells
+    plane = tl.cast(n_feat, tl.int64) * n_nodes * 256  # one channel: F · K · 256 cells
     for f in range(n_feat):
-        code = tl.load(codes_ptr + f * N.to(tl.int64) + n, mask=keep, other=0).to(tl.int64)
+        code = tl.load(codes_ptr + f * tl.cast(N, tl.int64) + n, mask=keep, other=0).to(tl.int64)
         slot = (f * n_nodes + node) * 256 + code
         tl.atomic_add(out_ptr + slot, g, mask=keep, sem="relaxed")
         tl.atomic_add(out_ptr + plane + slot, h, mask=keep, sem="relaxed")

@@ -99,8 +99,9 @@ def _first_after(s_ptr, y_ptr, m_ptr, base, bound, s_p, y_p, i_p, first, BY_LABE
     """The document that ranks first among those ranking after (s_p, y_p, i_p) -- every real
     document when ``first`` -- as (s, y, index, found). Ranking: higher score first, then lower
     label, then lower index (``BY_LABEL``: higher label first, then lower index)."""
-    best_s = s_p * 0.0 - float("inf")  # in the scores' dtype (a loop-carried fp32 would not compile)
-    best_y = s_p * 0.0 + float("inf")
+    # In the scores' dtype (a loop-carried fp32 scalar would not compile for float64 scores).
+    best_s = tl.full([], float("-inf"), s_p.dtype)
+    best_y = tl.full([], float("inf"), s_p.dtype)
     best_i = bound
     for c0 in range(0, bound, BLOCK):
         j = c0 + tl.arange(0, BLOCK)
@@ -144,7 +145,7 @@ def _topk_kernel(s_ptr, y_ptr, m_ptr, bound_ptr, order_ptr, n_ptr, inv_idcg_ptr,
         count += ((tl.load(m_ptr + base + j, mask=j < bound, other=0) != 0) & (j < bound)).to(tl.int32)
     n = tl.sum(count, 0)
     kk = tl.minimum(k, n)
-    zero = tl.load(s_ptr + base) * 0.0  # the scores' dtype
+    zero = tl.full([], 0.0, s_ptr.dtype.element_ty)
     s_p, y_p, i_p = zero, zero, bound * 0
     idcg = zero
     for t in range(0, kk):
@@ -179,22 +180,63 @@ def _topk_kernel(s_ptr, y_ptr, m_ptr, bound_ptr, order_ptr, n_ptr, inv_idcg_ptr,
 
 
 @triton.jit
+def _pair_tile(s_ptr, y_ptr, w_ptr, order_ptr, base, c0, stop, k, sigma, inv_idcg,
+               a, in_a, s_i, y_i, g_i, d_i, w_i,
+               WEIGHTING: tl.constexpr, GAIN: tl.constexpr, HAS_WEIGHTS: tl.constexpr,
+               WITH_LOSS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The rows' (grad, hess, loss) terms from the columns at rank positions c0 … c0 + BLOCK_C."""
+    b = c0 + tl.arange(0, BLOCK_C)
+    in_b = b < stop
+    j = tl.load(order_ptr + base + b, mask=in_b, other=0)
+    s_j = tl.load(s_ptr + base + j, mask=in_b, other=0.0)
+    y_j = tl.load(y_ptr + base + j, mask=in_b, other=0.0)
+    sgn = tl.where(y_i[:, None] > y_j[None, :], 1.0,
+                   tl.where(y_i[:, None] < y_j[None, :], -1.0, 0.0))
+    top = tl.minimum(a[:, None], b[None, :]) < k
+    live = in_a[:, None] & in_b[None, :] & top & (sgn != 0.0)
+    if WEIGHTING == 0:
+        dz = tl.where(live, 1.0, 0.0)
+    else:
+        if GAIN == 0:
+            g_j = (tl.exp2(y_j) - 1.0) * inv_idcg
+        else:
+            g_j = y_j * inv_idcg
+        d_j = tl.where(b < k, 1.0 / tl.log2(b.to(s_i.dtype) + 2.0), 0.0)
+        dz = tl.where(live, tl.abs(g_i[:, None] - g_j[None, :]) * tl.abs(d_i[:, None] - d_j[None, :]), 0.0)
+    if HAS_WEIGHTS:
+        w_j = tl.load(w_ptr + base + j, mask=in_b, other=0.0)
+        dz = dz * (0.5 * (w_i[:, None] + w_j[None, :]))
+    # ρ = sigmoid(x), x = −σ sgn (s_i − s_j); with t = e^{−|x|} (no overflow):
+    # ρ = 1/(1+t) if x >= 0 else t/(1+t), and ρ(1 − ρ) = t / (1 + t)².
+    x = -sigma * sgn * (s_i[:, None] - s_j[None, :])
+    t = tl.exp(-tl.abs(x))
+    inv = 1.0 / (1.0 + t)
+    rho = tl.where(x >= 0.0, inv, t * inv)
+    grad = tl.sum(-sgn * sigma * dz * rho, axis=1)
+    hess = tl.sum(sigma * sigma * dz * (t * inv * inv), axis=1)
+    if WITH_LOSS:  # softplus(x) = max(x, 0) + log(1 + e^{−|x|}), from the higher label only
+        loss = tl.sum(tl.where(sgn > 0.0, dz * (tl.maximum(x, 0.0) + tl.log(1.0 + t)), 0.0), axis=1)
+    else:
+        loss = tl.zeros_like(grad)
+    return grad, hess, loss
+
+
+@triton.jit
 def _lambda_kernel(s_ptr, y_ptr, order_ptr, n_ptr, inv_idcg_ptr, w_ptr, grad_ptr, hess_ptr,
                    loss_ptr, L, k, sigma, n_tiles,
                    WEIGHTING: tl.constexpr, GAIN: tl.constexpr, HAS_WEIGHTS: tl.constexpr,
-                   WITH_LOSS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+                   WITH_LOSS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
     """grad and hess of the documents at rank positions tile·BLOCK_R … of one query (and the
-    tile's partial loss), looping over the column positions that can pair with them."""
+    tile's partial loss), looping over the column positions that can pair with them: every
+    real one in tiles of BLOCK_C for a tile that reaches into the top k, only the top k in
+    tiles of BLOCK_K (≥ k, so one tile when k ≤ BLOCK_K) for the others."""
     q = tl.program_id(0)
     tile = tl.program_id(1)
     a0 = tile * BLOCK_R
     a = a0 + tl.arange(0, BLOCK_R)
     base = q.to(tl.int64) * L
     n = tl.load(n_ptr + q)
-    # Columns to visit: every real one for a tile that reaches into the top k, else only the
-    # top k; none for a tile past the last real document.
-    stop = tl.where(a0 < k, n, tl.minimum(k, n))
-    stop = tl.where(a0 < n, stop, 0)
     in_a = a < n
     i = tl.load(order_ptr + base + a, mask=in_a, other=0)
     s_i = tl.load(s_ptr + base + i, mask=in_a, other=0.0)
@@ -207,41 +249,29 @@ def _lambda_kernel(s_ptr, y_ptr, order_ptr, n_ptr, inv_idcg_ptr, w_ptr, grad_ptr
     d_i = tl.where(a < k, 1.0 / tl.log2(a.to(s_i.dtype) + 2.0), 0.0)
     if HAS_WEIGHTS:
         w_i = tl.load(w_ptr + base + i, mask=in_a, other=0.0)
+    else:
+        w_i = s_i
     grad = tl.zeros([BLOCK_R], dtype=s_i.dtype)
     hess = tl.zeros([BLOCK_R], dtype=s_i.dtype)
     loss = tl.zeros([BLOCK_R], dtype=s_i.dtype)
-    for c0 in range(0, stop, BLOCK_C):
-        b = c0 + tl.arange(0, BLOCK_C)
-        in_b = b < stop
-        j = tl.load(order_ptr + base + b, mask=in_b, other=0)
-        s_j = tl.load(s_ptr + base + j, mask=in_b, other=0.0)
-        y_j = tl.load(y_ptr + base + j, mask=in_b, other=0.0)
-        sgn = tl.where(y_i[:, None] > y_j[None, :], 1.0,
-                       tl.where(y_i[:, None] < y_j[None, :], -1.0, 0.0))
-        top = tl.minimum(a[:, None], b[None, :]) < k
-        live = in_a[:, None] & in_b[None, :] & top & (sgn != 0.0)
-        if WEIGHTING == 0:
-            dz = tl.where(live, 1.0, 0.0)
+    if a0 < n:  # a tile past the last real document does nothing (length-aware)
+        if a0 < k:
+            for c0 in range(0, n, BLOCK_C):
+                dg, dh, dl = _pair_tile(s_ptr, y_ptr, w_ptr, order_ptr, base, c0, n, k, sigma,
+                                        inv_idcg, a, in_a, s_i, y_i, g_i, d_i, w_i, WEIGHTING, GAIN,
+                                        HAS_WEIGHTS, WITH_LOSS, BLOCK_C)
+                grad += dg
+                hess += dh
+                loss += dl
         else:
-            if GAIN == 0:
-                g_j = (tl.exp2(y_j) - 1.0) * inv_idcg
-            else:
-                g_j = y_j * inv_idcg
-            d_j = tl.where(b < k, 1.0 / tl.log2(b.to(s_i.dtype) + 2.0), 0.0)
-            dz = tl.where(live, tl.abs(g_i[:, None] - g_j[None, :]) * tl.abs(d_i[:, None] - d_j[None, :]), 0.0)
-        if HAS_WEIGHTS:
-            w_j = tl.load(w_ptr + base + j, mask=in_b, other=0.0)
-            dz = dz * (0.5 * (w_i[:, None] + w_j[None, :]))
-        # ρ = sigmoid(x), x = −σ sgn (s_i − s_j); with t = e^{−|x|} (no overflow):
-        # ρ = 1/(1+t) if x >= 0 else t/(1+t), and ρ(1 − ρ) = t / (1 + t)².
-        x = -sigma * sgn * (s_i[:, None] - s_j[None, :])
-        t = tl.exp(-tl.abs(x))
-        inv = 1.0 / (1.0 + t)
-        rho = tl.where(x >= 0.0, inv, t * inv)
-        grad += tl.sum(-sgn * sigma * dz * rho, axis=1)
-        hess += tl.sum(sigma * sigma * dz * (t * inv * inv), axis=1)
-        if WITH_LOSS:  # softplus(x) = max(x, 0) + log(1 + e^{−|x|}), from the higher label only
-            loss += tl.sum(tl.where(sgn > 0.0, dz * (tl.maximum(x, 0.0) + tl.log(1.0 + t)), 0.0), axis=1)
+            top = tl.minimum(k, n)
+            for c0 in range(0, top, BLOCK_K):
+                dg, dh, dl = _pair_tile(s_ptr, y_ptr, w_ptr, order_ptr, base, c0, top, k, sigma,
+                                        inv_idcg, a, in_a, s_i, y_i, g_i, d_i, w_i, WEIGHTING, GAIN,
+                                        HAS_WEIGHTS, WITH_LOSS, BLOCK_K)
+                grad += dg
+                hess += dh
+                loss += dl
     tl.store(grad_ptr + base + i, grad, mask=in_a)
     tl.store(hess_ptr + base + i, hess, mask=in_a)
     if WITH_LOSS:
@@ -316,5 +346,5 @@ def lambda_gradients_triton(scores: torch.Tensor, labels: torch.Tensor, *,
         s, y, order, n_real, inv_idcg, w, grad, hess, loss_part, n_docs, cutoff, float(sigma),
         n_tiles, WEIGHTING=WEIGHTING_CODES[weighting], GAIN=GAIN_CODES[gain],
         HAS_WEIGHTS=weights is not None, WITH_LOSS=bool(return_loss), BLOCK_R=block_r,
-        BLOCK_C=block_c)
+        BLOCK_C=block_c, BLOCK_K=min(block_c, max(16, triton.next_power_of_2(cutoff))))
     return (grad, hess, loss_part.sum(1)) if return_loss else (grad, hess)

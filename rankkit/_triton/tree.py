@@ -48,7 +48,7 @@ def _split_kernel(hist_ptr, valid_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr,
     [2, f] the noise-free score at the noisy best; code_ptr[0, f], [1, f] their codes."""
     f = tl.program_id(0)
     c = tl.arange(0, 256)
-    plane = n_feat.to(tl.int64) * n_nodes * 256
+    plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
     children = tl.zeros([256], dtype=tl.float64)
     parent = tl.zeros([256], dtype=tl.float64)
     bad = tl.zeros([256], dtype=tl.int1)
@@ -120,7 +120,7 @@ def _pick_kernel(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, s
     tl.store(stopped_ptr, stopped.to(tl.int8))
     if not LAST:
         c = tl.arange(0, 256)
-        plane = n_feat.to(tl.int64) * n_nodes * 256
+        plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
         for k in range(n_nodes):
             counts = tl.load(hist_ptr + 2 * plane + (pick.to(tl.int64) * n_nodes + k) * 256 + c)
             left = tl.sum(tl.where(c <= code, counts, 0), 0)

@@ -74,6 +74,11 @@ SKLEARN_EXPECTED_FAILED_CHECKS: dict[str, str] = {name: _NEEDS_QUERIES for name 
 )}
 
 
+#: The most features a model file may declare (the LETOR reader's MAX_FEATURES): scoring pads
+#: every input to this width, so a file cannot make a scorer allocate more.
+MAX_MODEL_FEATURES = 1_000_000
+
+
 class LambdaMART(BaseEstimator):
     """Gradient-boosted oblivious trees for ranking (LambdaMART), CPU or CUDA.
 
@@ -397,6 +402,9 @@ class LambdaMART(BaseEstimator):
             model = cls(**meta["params"])
             model._config()
             model.n_features_in_ = int(meta["n_features_in"])
+            if not 1 <= model.n_features_in_ <= MAX_MODEL_FEATURES:  # before anything N x F exists
+                raise ValueError(f"the model declares n_features_in = {model.n_features_in_}, beyond the "
+                                 f"limit 1..{MAX_MODEL_FEATURES} (rankkit.boosting.booster.MAX_MODEL_FEATURES)")
             model.best_iteration_ = meta["best_iteration"]
             model.best_score_ = meta["best_score"]
             model.evals_result_ = meta["evals_result"]

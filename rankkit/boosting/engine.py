@@ -36,8 +36,8 @@ from rankkit.boosting._inputs import FeatureMatrix
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, exact_leaf_sums,
-                                   identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
+from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, check_leaf_values,
+                                   exact_leaf_sums, identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
 
 
 @dataclass(frozen=True)
@@ -259,15 +259,29 @@ class BoostingEngine:
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
-        self.scores += tree.leaf_values[tree.leaf_index]
-        self.trees.append(tree)
+        # A non-finite leaf is reported after the round's one sync (below); until then the
+        # scores take a zero update in its place, so a failed round leaves them as they were.
+        finite = torch.isfinite(tree.leaf_values).all()
+        update = torch.where(finite, tree.leaf_values, torch.zeros_like(tree.leaf_values))
+        fused = getattr(self.grower, "triton", False)  # the Triton backend: one launch per update
+        if fused:
+            from rankkit._triton import backend as triton_backend
+
+            triton_backend.score_update(self.scores, update, leaf=tree.leaf_index)
+        else:
+            self.scores += update[tree.leaf_index]
         values = []
         for e in self.eval_sets:
-            if len(self.used):
-                e.scores += tree.leaf_values[leaf_of(e.codes_t, tree.features, tree.codes)]
+            if len(self.used) and fused:
+                triton_backend.score_update(e.scores, update, codes_t=e.codes_t,
+                                            features=tree.features, cuts=tree.codes)
+            elif len(self.used):
+                e.scores += update[leaf_of(e.codes_t, tree.features, tree.codes)]
             values.append(self.metric(e.scores, e.layout))
         # The round's one host synchronisation: the tree and the eval metrics in one copy.
         host_tree, values = _tree_on_host(tree, values)
+        check_leaf_values(host_tree.leaf_values, self.n_rounds)
+        self.trees.append(tree)
         self._record(host_tree)
         for e, value in zip(self.eval_sets, values):
             self.history[e.name][c.eval_metric].append(value)

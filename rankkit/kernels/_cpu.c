@@ -262,7 +262,8 @@ static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *re
                 const int64_t *restrict features, int64_t n_feat, const int64_t *restrict order,         \
                 const int64_t *restrict seg, const VAL *restrict g, const VAL *restrict h,               \
                 const int64_t *small, const int64_t *large, int64_t n_small, const OUT *restrict parent, \
-                int64_t n_par, OUT *restrict out, int64_t n_out, int with_count, int n_threads) {        \
+                int64_t n_par, OUT *restrict out, int64_t n_out, const int64_t *nbins, int with_count,   \
+                int n_threads) {                                                                         \
     if (n_threads < 1) n_threads = 1;                                                                    \
     int64_t n_blocks = (n_feat + 35) / 36;                                                               \
     n_blocks = n_threads * ((n_blocks + n_threads - 1) / n_threads);                                     \
@@ -286,19 +287,21 @@ static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *re
             for (int64_t j = 0; j < fb; ++j) col[j] = features ? features[f0 + j] : f0 + j;              \
             for (int64_t s = 0; s < n_small; ++s) {                                                      \
                 const int64_t d = small[s], k0 = seg[2 * d], k1 = k0 + seg[2 * d + 1];                   \
-                memset(acc, 0, sizeof(OUT) * 3 * 256 * (size_t) fb);                                     \
+                for (int64_t j = 0; j < fb; ++j)  /* only the codes that occur: the rest stay 0 */       \
+                    memset(acc + 3 * 256 * j, 0, sizeof(OUT) * 3 * (size_t) (nbins ? nbins[f0 + j] : 256)); \
                 SUMS(codes, n_cols, rows, order, k0, k1, g, h, col, fb, acc, with_count);                \
                 for (int64_t j = 0; j < fb; ++j) {                                                       \
                     const OUT *a = acc + 3 * 256 * j;                                                    \
+                    const int nb = (int) (nbins ? nbins[f0 + j] : 256);                                  \
                     OUT *G = out + ((f0 + j) * n_out + d) * 256, *H = G + plane, *C = H + plane;         \
-                    for (int b = 0; b < 256; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }              \
-                    if (with_count) for (int b = 0; b < 256; ++b) C[b] = a[3 * b + 2];                   \
+                    for (int b = 0; b < nb; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }               \
+                    if (with_count) for (int b = 0; b < nb; ++b) C[b] = a[3 * b + 2];                    \
                     if (parent) {                                                                        \
                         const OUT *PG = parent + ((f0 + j) * n_par + s) * 256, *PH = PG + pplane,        \
                                   *PC = PH + pplane;                                                     \
                         OUT *LG = out + ((f0 + j) * n_out + large[s]) * 256, *LH = LG + plane,           \
                             *LC = LH + plane;                                                            \
-                        for (int b = 0; b < 256; ++b) {                                                  \
+                        for (int b = 0; b < nb; ++b) {                                                   \
                             LG[b] = PG[b] - G[b]; LH[b] = PH[b] - H[b]; LC[b] = PC[b] - C[b];            \
                         }                                                                                \
                     }                                                                                    \
@@ -323,11 +326,11 @@ int rankkit_tree_root(const uint8_t *codes, int64_t n_cols, const int64_t *rows,
     const int64_t zero = 0;
     if (quantized)
         return rk_node_histograms_q(codes, n_cols, rows, features, n_feat, order, seg, (const int32_t *) g,
-                                    (const int32_t *) h, &zero, NULL, 1, NULL, 0, (int64_t *) out, 1,
+                                    (const int32_t *) h, &zero, NULL, 1, NULL, 0, (int64_t *) out, 1, NULL,
                                     with_count, n_threads);
     return rk_node_histograms_d(codes, n_cols, rows, features, n_feat, order, seg, (const double *) g,
-                                (const double *) h, &zero, NULL, 1, NULL, 0, (double *) out, 1, with_count,
-                                n_threads);
+                                (const double *) h, &zero, NULL, 1, NULL, 0, (double *) out, 1, NULL,
+                                with_count, n_threads);
 }
 
 /* The split scan of one level, fused with its argmax: gains[f, c] as tree.split_scores (the
@@ -339,16 +342,18 @@ int rankkit_tree_root(const uint8_t *codes, int64_t n_cols, const int64_t *rows,
    first maximum of gains + noise instead. hist [3, n_feat, K, 256]: double, or int64 when
    quantized, read times scale[0] (G) and scale[1] (H). */
 int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scale, int64_t n_feat,
-                           int64_t n_nodes, const uint8_t *restrict valid, double l2, double min_data,
+                           int64_t n_nodes, const int64_t *nbins, const uint8_t *restrict valid, double l2,
+                           double min_data,
                            double min_hess, double tiny, const double *restrict noise,
                            double *restrict gains, double *best_gain, int64_t *noisy, int n_threads) {
     const int64_t plane = n_feat * n_nodes * 256;
     const double sg = scale ? scale[0] : 1.0, sh = scale ? scale[1] : 1.0;
     /* The nodes' own score, in node order (every feature sees the same node totals). */
     double parent_score = 0.0;
+    const int nb0 = (int) (nbins ? nbins[0] : 256);
     for (int64_t k = 0; k < n_nodes; ++k) {
         double tg = 0.0, th = 0.0;
-        for (int b = 0; b < 256; ++b) {
+        for (int b = 0; b < nb0; ++b) {
             const int64_t at = k * 256 + b;
             tg += quantized ? (double) ((const int64_t *) hist_v)[at] * sg : ((const double *) hist_v)[at];
             th += quantized ? (double) ((const int64_t *) hist_v)[plane + at] * sh
@@ -362,25 +367,26 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
     for (int64_t f = 0; f < n_feat; ++f) {
         double sum[256], gl[256], hl[256], nl[256];
         uint8_t bad[256];
-        for (int b = 0; b < 256; ++b) { sum[b] = 0.0; bad[b] = 0; }
+        const int nb = (int) (nbins ? nbins[f] : 256);  /* codes >= nb are empty: not read */
+        for (int b = 0; b < nb; ++b) { sum[b] = 0.0; bad[b] = 0; }
         for (int64_t k = 0; k < n_nodes; ++k) {
             const int64_t at = (f * n_nodes + k) * 256;
             double tg = 0.0, th = 0.0, tc = 0.0;
             if (quantized) {
                 const int64_t *G = (const int64_t *) hist_v + at, *H = G + plane, *C = H + plane;
-                for (int b = 0; b < 256; ++b) {
+                for (int b = 0; b < nb; ++b) {
                     tg += (double) G[b] * sg; th += (double) H[b] * sh; tc += (double) C[b];
                     gl[b] = tg; hl[b] = th; nl[b] = tc;
                 }
             } else {
                 const double *G = (const double *) hist_v + at, *H = G + plane, *C = H + plane;
-                for (int b = 0; b < 256; ++b) {
+                for (int b = 0; b < nb; ++b) {
                     tg += G[b]; th += H[b]; tc += C[b];
                     gl[b] = tg; hl[b] = th; nl[b] = tc;
                 }
             }
             if (tc == 0.0) continue;  /* an empty node adds 0 to every score and blocks nothing */
-            for (int b = 0; b < 256; ++b) {
+            for (int b = 0; b < nb; ++b) {
                 const double gr = tg - gl[b], hr = th - hl[b], nr = tc - nl[b];
                 double dl = hl[b] + l2, dr = hr + l2;
                 dl = dl < tiny ? tiny : dl;
@@ -392,8 +398,9 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
             }
         }
         double *out = gains + f * 256;
-        for (int b = 0; b < 256; ++b)
+        for (int b = 0; b < nb; ++b)
             out[b] = (valid[f * 256 + b] && !bad[b]) ? sum[b] - parent_score : -INFINITY;
+        for (int b = nb; b < 256; ++b) out[b] = -INFINITY;  /* the caller keeps every valid code < nb */
     }
     int64_t best = 0, best_noisy = 0;
     double top = gains[0], top_noisy = noise ? gains[0] + noise[0] : 0.0;
@@ -419,7 +426,8 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
 int rankkit_tree_split(const uint8_t *codes, int64_t n_cols, const int64_t *rows, const int64_t *features,
                        int64_t n_feat, int64_t f_col, int64_t cut, int64_t n_nodes, const void *g,
                        const void *h, int quantized, int64_t *order, int64_t *tmp, int64_t *seg,
-                       int64_t *node, const void *hist, void *out, int last, int n_threads) {
+                       int64_t *node, const void *hist, void *out, const int64_t *nbins, int last,
+                       int n_threads) {
     #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int64_t p = 0; p < n_nodes; ++p) {
         const int64_t s = seg[2 * p], len = seg[2 * p + 1];
@@ -447,11 +455,11 @@ int rankkit_tree_split(const uint8_t *codes, int64_t n_cols, const int64_t *rows
     if (quantized)
         status = rk_node_histograms_q(codes, n_cols, rows, features, n_feat, order, seg, (const int32_t *) g,
                                       (const int32_t *) h, small, large, n_nodes, (const int64_t *) hist,
-                                      n_nodes, (int64_t *) out, 2 * n_nodes, 1, n_threads);
+                                      n_nodes, (int64_t *) out, 2 * n_nodes, nbins, 1, n_threads);
     else
         status = rk_node_histograms_d(codes, n_cols, rows, features, n_feat, order, seg, (const double *) g,
                                       (const double *) h, small, large, n_nodes, (const double *) hist,
-                                      n_nodes, (double *) out, 2 * n_nodes, 1, n_threads);
+                                      n_nodes, (double *) out, 2 * n_nodes, nbins, 1, n_threads);
     free(small);
     return status;
 }
@@ -469,7 +477,8 @@ int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict
     int64_t bad = -1;
     for (int64_t j = 0; j < n_leaves; ++j) {
         const double d = sums[n_leaves + j] + l2;
-        values[j] = d >= floor_ ? -lr * sums[j] / (d > 1e-300 ? d : 1e-300) : 0.0;
+        /* a NaN sum gives a NaN value (as the reference), which the engine reports */
+        values[j] = d < floor_ ? 0.0 : -lr * sums[j] / ((d > 1e-300 || isnan(d)) ? d : 1e-300);
         if (bad < 0 && !isfinite(values[j])) bad = j;
     }
     return bad;

@@ -58,9 +58,9 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_bin.restype = None
     dll.rankkit_tree_root.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, cint, cint]
     dll.rankkit_tree_root.restype = cint
-    dll.rankkit_split_scan.argtypes = [p, cint, p, i64, i64, p, dbl, dbl, dbl, dbl, p, p, p, p, cint]
+    dll.rankkit_split_scan.argtypes = [p, cint, p, i64, i64, p, p, dbl, dbl, dbl, dbl, p, p, p, p, cint]
     dll.rankkit_split_scan.restype = i64
-    dll.rankkit_tree_split.argtypes = [p, i64, p, p, i64, i64, i64, i64, p, p, cint, p, p, p, p, p, p, cint, cint]
+    dll.rankkit_tree_split.argtypes = [p, i64, p, p, i64, i64, i64, i64, p, p, cint, p, p, p, p, p, p, p, cint, cint]
     dll.rankkit_tree_split.restype = cint
     dll.rankkit_tree_leaves.argtypes = [p, p, p, i64, i64, dbl, dbl, dbl, p, p]
     dll.rankkit_tree_leaves.restype = i64
@@ -238,7 +238,7 @@ def split_scan(hist: torch.Tensor, valid_codes: torch.Tensor, params, scale: tor
     gains = torch.empty(n_feat, 256, dtype=torch.float64)
     top, noisy = torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.int64)
     best = _dll().rankkit_split_scan(
-        hist.data_ptr(), int(quantized), _ptr(scale), n_feat, n_nodes, valid.data_ptr(), float(params.l2),
+        hist.data_ptr(), int(quantized), _ptr(scale), n_feat, n_nodes, None, valid.data_ptr(), float(params.l2),
         float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY, _ptr(noise), gains.data_ptr(),
         top.data_ptr(), noisy.data_ptr(), _threads())
     return gains, int(best), int(noisy[0])
@@ -267,12 +267,18 @@ class TreeKernels:
     Args:
         codes: [N, F] uint8, contiguous, one row per document.
         depth: D, the levels of every tree.
+        valid_codes: [F, 256] bool, the thresholds each feature allows.
     """
 
-    def __init__(self, codes: torch.Tensor, depth: int):
+    def __init__(self, codes: torch.Tensor, depth: int, valid_codes: torch.Tensor):
         _check_codes(codes)
         self.codes, self.depth = codes, depth
         self._buffers: dict[tuple, torch.Tensor] = {}
+        # Per feature, the codes a histogram has to hold: past the largest code that occurs
+        # and past the last allowed threshold (the cells above stay empty and are not read).
+        last_valid = torch.where(valid_codes.cpu(), torch.arange(N_CODES), -1).amax(1)
+        top = codes.amax(0).long() if codes.shape[0] else torch.zeros(codes.shape[1], dtype=torch.long)
+        self.n_bins = torch.maximum(top, last_valid).add_(1).clamp_(1, N_CODES).contiguous()
 
     def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
         key = (name, dtype)
@@ -314,6 +320,7 @@ class TreeKernels:
         big = 3 * plane << max(depth - 1, 0)
         bufs = [self._buffer("hist_a", big, hist_t), self._buffer("hist_b", big, hist_t)]
         valid_u8 = valid.to(torch.uint8).contiguous()
+        nbins = self.n_bins if features is None else self.n_bins.index_select(0, feats_c)
         noise = None if noise is None else noise.double().contiguous()
         scale_c = None if scale is None else scale.double().contiguous()
         gains_buf = torch.empty(n_feat, N_CODES, dtype=torch.float64)
@@ -334,23 +341,22 @@ class TreeKernels:
         feats = torch.zeros(depth, dtype=torch.long)
         cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long)
         gains = torch.zeros(depth, dtype=torch.float64)
+        def scan(hist, n_nodes, level_noise) -> None:  # best_gain, noisy <- the level's split
+            dll.rankkit_split_scan(
+                hist.data_ptr(), int(quantized), _ptr(scale_c), n_feat, n_nodes, nbins.data_ptr(),
+                valid_u8.data_ptr(), float(params.l2), float(params.min_data_in_leaf),
+                float(params.min_sum_hessian), _TINY, _ptr(level_noise), gains_buf.data_ptr(),
+                best_gain.data_ptr(), noisy.data_ptr(), threads)
+
         for level in range(depth):
             n_nodes = 1 << level
             hist, out = bufs[level % 2], bufs[(level + 1) % 2]
-            dll.rankkit_split_scan(
-                hist.data_ptr(), int(quantized), _ptr(scale_c), n_feat, n_nodes, valid_u8.data_ptr(),
-                float(params.l2), float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY,
-                _ptr(None if noise is None else noise[level]), gains_buf.data_ptr(), best_gain.data_ptr(),
-                noisy.data_ptr(), threads)
+            scan(hist, n_nodes, None if noise is None else noise[level])
             if not float(best_gain[0]) > 0.0:
                 # No allowed split: this level and the rest send everything left (code 255). As
                 # in the reference, each records its best feature on the unchanged histograms.
                 for rest in range(level, depth):
-                    dll.rankkit_split_scan(
-                        hist.data_ptr(), int(quantized), _ptr(scale_c), n_feat, n_nodes, valid_u8.data_ptr(),
-                        float(params.l2), float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY,
-                        _ptr(None if noise is None else noise[rest]), gains_buf.data_ptr(), best_gain.data_ptr(),
-                        noisy.data_ptr(), threads)
+                    scan(hist, n_nodes, None if noise is None else noise[rest])
                     feats[rest] = int(noisy[0]) // N_CODES
                 break
             f, c = divmod(int(noisy[0]), N_CODES)
@@ -359,7 +365,7 @@ class TreeKernels:
             status = dll.rankkit_tree_split(
                 codes.data_ptr(), codes.shape[1], _ptr(rows_c), _ptr(feats_c), n_feat, col, c, n_nodes,
                 g.data_ptr(), h.data_ptr(), int(quantized), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(),
-                node.data_ptr(), hist.data_ptr(), out.data_ptr(), int(level + 1 == depth), threads)
+                node.data_ptr(), hist.data_ptr(), out.data_ptr(), nbins.data_ptr(), int(level + 1 == depth), threads)
             if status != 0:
                 raise MemoryError("the CPU tree kernel could not allocate its buffers")
         return node, feats, cuts, gains, root_hist

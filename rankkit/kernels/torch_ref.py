@@ -133,8 +133,8 @@ def leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leav
 def newton_leaf_values(sums: torch.Tensor, params) -> torch.Tensor:
     """γ = −η ΣG / (ΣH + λ) per leaf, 0 where ΣH + λ < min_sum_hessian (Tunys, "LambdaMART Demystified", 2015)."""
     d = sums[1] + params.l2
-    keep = d >= max(params.min_sum_hessian, 1e-300)
-    return torch.where(keep, -params.learning_rate * sums[0] / d.clamp_min(1e-300), 0.0)
+    guard = d < max(params.min_sum_hessian, 1e-300)  # NaN compares False: a NaN sum stays NaN, to be reported
+    return torch.where(guard, 0.0, -params.learning_rate * sums[0] / d.clamp_min(1e-300))
 
 
 def dequantize(hist: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
