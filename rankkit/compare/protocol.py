@@ -393,15 +393,16 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
 
 def _data_files(data: str) -> list[str]:
-    """The files of a data folder (and of its Fold subfolders): what compare must never write over."""
+    """The files of a data folder and of its ``Fold<n>`` subfolders (what compare reads from):
+    what compare must never write over."""
     if data == "mq2008" or not os.path.isdir(data):
         return []
-    out = []
-    for root, dirs, names in os.walk(data):
-        if os.path.relpath(root, data).count(os.sep) >= 1:
-            dirs[:] = []
-        out += [os.path.join(root, n) for n in names]
-    return out
+    from rankkit.data.datamodule import available_folds
+
+    folders = [data] + [os.path.join(data, name) for name in os.listdir(data)
+                        if name.lower().startswith("fold") and name[4:].isdigit()
+                        and int(name[4:]) in available_folds(data)]
+    return [os.path.join(d, n) for d in folders for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))]
 
 
 def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, *,
