@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from rankkit._io import atomic_write as _atomic_write
+from rankkit._io import via_memory
 
 
 class ServingScorer(nn.Module):
@@ -152,7 +153,7 @@ def export_torchscript(model: nn.Module, path: str | os.PathLike, *, n_features:
             raise
         example = torch.zeros(2, module.n_features)
         compiled = torch.jit.trace(module, example, check_trace=False)
-    return _atomic_write(path, lambda tmp: torch.jit.save(compiled, tmp))
+    return _atomic_write(path, via_memory(lambda f: torch.jit.save(compiled, f)))  # via memory: no C++ abort on ENOSPC
 
 
 def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int | None = None) -> str:
@@ -161,11 +162,7 @@ def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int
     example, dynamic = _example(module)
     program = torch.export.export(module, example, dynamic_shapes=dynamic)
 
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:  # a file object: torch.export.save wants a .pt2 name otherwise
-            torch.export.save(program, f)
-
-    return _atomic_write(path, write)
+    return _atomic_write(path, via_memory(lambda f: torch.export.save(program, f)))  # no C++ abort on ENOSPC
 
 
 def export_onnx(model, path: str | os.PathLike, *, n_features: int | None = None) -> str:

@@ -132,12 +132,16 @@ def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
 
     Args:
         scores, labels, mask, weights: as :func:`softmax_loss`.
-        generator: the source of γ (on the scores' device), or None for torch's default.
+        generator: the source of γ, or None for torch's default. A generator on another
+            device than the scores (the booster's host generator with CUDA scores) draws on
+            its own device and γ is copied (a GPU raises for a CPU generator asked to fill a
+            CUDA tensor).
     Returns:
         (grad, hess, loss): [Q, L], [Q, L], [Q].
     """
     out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
-    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=s.device)
+    where = s.device if generator is None else generator.device
+    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=where).to(s.device)
     top = gain_shift(y, mask)[:, None]
     raw = torch.exp2(y - top) - gamma * torch.exp2(-top)
     return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, _distribution(raw, mask)))
@@ -169,6 +173,9 @@ def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
     tensor([0.6931])
     """
     out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    # Float64 inside: 2 s and the differences of the c_r overflow float32 for |s| near its
+    # largest value (3.4e38), where the Hessian would become inf - inf = NaN.
+    s = s.double()
     key = y.masked_fill(~mask, -math.inf)
     if generator is not None:
         shuffle = torch.argsort(torch.rand(s.shape, generator=generator), dim=1).to(s.device)

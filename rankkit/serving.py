@@ -42,7 +42,10 @@ def load_model(path: str | os.PathLike):
     if path.endswith(SCORER_SUFFIXES):
         from rankkit.export import load_scorer
 
-        return load_scorer(path)
+        scorer = load_scorer(path)
+        if isinstance(scorer, torch.fx.GraphModule):  # a .pt2: its width is its input's static shape
+            scorer.n_features = _program_width(scorer)
+        return scorer
     with open(path, "rb") as f:
         head = f.read(8)
     if len(head) == 8 and int.from_bytes(head, "little") < os.path.getsize(path):  # a safetensors header
@@ -51,6 +54,16 @@ def load_model(path: str | os.PathLike):
         return LambdaMART.load(path)
     raise ValueError(f"{path}: not a rankkit model (a .ckpt checkpoint, a LambdaMART model file or a "
                      f".pt/.pt2/.onnx scorer)")
+
+
+def _program_width(program: torch.fx.GraphModule) -> int | None:
+    """F of a ``torch.export`` program's one [N, F] input, when static (else None)."""
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            shape = getattr(node.meta.get("val"), "shape", None)
+            if shape is not None and len(shape) == 2 and isinstance(shape[1], int):
+                return int(shape[1])
+    return None
 
 
 def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -64,6 +77,16 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
 
     from rankkit.export import HasScorer, is_list_aware, unwrap
 
+    if isinstance(model, torch.fx.GraphModule):
+        # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the
+        # graph when it was exported (in eval mode), and it refuses `.train()`/`.eval()`.
+        program = model
+
+        def score_program(x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                return program(x).reshape(-1).float()
+
+        return score_program
     if isinstance(model, (HasScorer, nn.Module)):
         module = unwrap(model).to("cpu").eval()
         if is_list_aware(module):
@@ -121,6 +144,13 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
     """Score every document of the LETOR/SVMlight file ``input`` and write ``qid<TAB>doc<TAB>score``
     lines in input order to ``output`` (atomically), or to stdout when ``output`` is None.
 
+    The file is streamed (:func:`rankkit.data.svmlight.iter_svmlight`): blocks of whole lines
+    are read, scored and written in turn, so memory does not grow with the file. Every rankkit
+    scorer maps features [N, F] to scores [N] document by document, so a query cut across two
+    blocks gets the scores it would get whole. The checks that need the whole file (a qid that
+    comes back, a ``.query`` sidecar that does not fit) raise after the last block; the output
+    file is then never created (stdout has had the earlier lines).
+
     Args:
         model: a path (see :func:`load_model`) or a trained object.
         input: a LETOR/SVMlight file (``.gz``/``.bz2`` too), with ``qid:`` fields or a
@@ -129,28 +159,54 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
     Returns:
         The number of documents scored.
     """
-    from rankkit.data.svmlight import read_svmlight
+    from rankkit.data.svmlight import iter_svmlight, svmlight_width
 
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model)
     scorer = as_scorer(model)
     n_features = _expected_features(model)
-    data = read_svmlight(input, query_file=query_file, n_features=n_features)
-    scores = score_queries(scorer, data.features, data.sizes)
-    qid = torch.repeat_interleave(data.qids, data.sizes).tolist()
-    doc = (torch.arange(data.n_docs) - torch.repeat_interleave(data.offsets[:-1], data.sizes)).tolist()
-    lines = [f"{q}\t{d}\t{s:.9g}\n" for q, d, s in zip(qid, doc, scores.tolist())]  # float32 round-trips
+    if n_features is None:  # as read_svmlight without n_features=: the file's widest index
+        n_features = max(svmlight_width(input), 1)
+
+    def emit(f, features, qids, docs) -> int:
+        if not len(qids):
+            return 0
+        sizes = torch.unique_consecutive(qids, return_counts=True)[1]
+        scores = score_queries(scorer, features, sizes)
+        f.write("".join(f"{q}\t{d}\t{s:.9g}\n"  # float32 round-trips
+                        for q, d, s in zip(qids.tolist(), docs.tolist(), scores.tolist())))
+        return len(scores)
+
+    def write_scores(f) -> int:
+        # Chunks are whole lines, not whole queries: the last query of a chunk waits for the
+        # next one, so a list-aware scorer always sees complete lists.
+        n, pending = 0, None
+        for chunk in iter_svmlight(input, n_features=n_features, query_file=query_file):
+            parts = (chunk.features, chunk.qids, chunk.docs)
+            if pending is not None:
+                parts = tuple(torch.cat([a, b]) for a, b in zip(pending, parts))
+            qids = parts[1]
+            if not len(qids):
+                continue
+            cut = int((qids != qids[-1]).nonzero().max()) + 1 if bool((qids != qids[-1]).any()) else 0
+            pending = tuple(t[cut:] for t in parts)
+            n += emit(f, *(t[:cut] for t in parts))
+        if pending is not None:
+            n += emit(f, *pending)
+        return n
+
     if output is None or os.fspath(output) == "-":
-        sys.stdout.writelines(lines)
-    else:
-        from rankkit._io import atomic_write
+        return write_scores(sys.stdout)
+    from rankkit._io import atomic_write
 
-        def write(tmp: str) -> None:
-            with open(tmp, "w") as f:
-                f.writelines(lines)
+    written = []
 
-        atomic_write(output, write)
-    return len(lines)
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            written.append(write_scores(f))
+
+    atomic_write(output, write)
+    return written[0]
 
 
 def _expected_features(model) -> int | None:

@@ -183,6 +183,32 @@ def test_a_list_aware_scorer_serves_query_by_query(tmp_path):
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_list_aware_scorer_sees_whole_queries_when_predict_streams(tmp_path, monkeypatch):
+    # blocks of a few lines cut queries apart; predict_file must still score whole lists
+    import rankkit.data.svmlight as svmlight
+
+    scorer = transformer()
+    data = make_synthetic(9, (1, 9), F, seed=2)
+    scorer.preprocess.fit(data.features)
+    lines = []
+    for q, (start, size) in enumerate(zip(data.offsets[:-1].tolist(), data.sizes.tolist())):
+        for i in range(size):
+            row = " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(data.features[start + i]))
+            lines.append(f"{int(data.labels[start + i])} qid:{q} {row}\n")
+    (tmp_path / "d.txt").write_text("".join(lines))
+    monkeypatch.setattr(svmlight, "_BLOCK_BYTES", 300)
+    assert sum(1 for _ in svmlight.iter_svmlight(tmp_path / "d.txt", n_features=F)) > data.n_queries
+    padded, mask = pad(data.features, data.sizes)
+    with torch.no_grad():
+        expected = scorer(padded, mask)[mask]
+    assert predict_file(scorer, tmp_path / "d.txt", tmp_path / "s.tsv") == data.n_docs
+    rows = [line.split("\t") for line in (tmp_path / "s.tsv").read_text().splitlines()]
+    got = torch.tensor([float(r[2]) for r in rows])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    doc = (torch.arange(data.n_docs) - torch.repeat_interleave(data.offsets[:-1], data.sizes)).tolist()
+    assert [int(r[1]) for r in rows] == doc
+
+
 def test_a_seed_ensemble_is_the_mean_and_exports(tmp_path):
     members = [transformer(seed=s) for s in range(2)] + [MLPScorer(F, (4,)).eval()]
     ensemble = MeanEnsemble(members).eval()

@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 import yaml
 
+from rankkit import _yaml
 from rankkit.compare import baselines as third_party
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.metrics import average_precision, err, ndcg
@@ -48,8 +49,9 @@ DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-def parse_folds(text: str | int) -> list[int]:
-    """``"1-5"``, ``"1,3"`` or ``2`` -> a list of folds.
+def parse_folds(text: str | int, available: list[int] | range = range(1, 6)) -> list[int]:
+    """``"1-5"``, ``"1,3"`` or ``2`` -> a list of folds, each one of ``available`` (MQ2008's
+    1..5 by default; a LETOR root's Fold numbers).
 
     >>> parse_folds("1-3"), parse_folds("2,4"), parse_folds(5)
     ([1, 2, 3], [2, 4], [5])
@@ -63,8 +65,11 @@ def parse_folds(text: str | int) -> list[int]:
             folds = [int(x) for x in s.split(",")]
     except ValueError:
         raise ValueError(f"`folds` has to look like '1-5', '1,3' or '2', got {text!r}") from None
-    if not folds or any(f not in range(1, 6) for f in folds):
-        raise ValueError(f"`folds` has to name folds in 1..5, got {text!r}")
+    if not folds or any(f not in available for f in folds):
+        names = "1..5" if list(available) == list(range(1, 6)) else f"{list(available)}"
+        raise ValueError(f"`folds` has to name folds in {names}, got {text!r}")
+    if len(set(folds)) != len(folds):
+        raise ValueError(f"`folds` names a fold twice: {text!r}")
     return folds
 
 
@@ -158,7 +163,7 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     from rankkit.export import export_torchscript, load_scorer
     from rankkit.serving import as_scorer, score_queries
 
-    config = yaml.safe_load(config_path.read_text())
+    config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
             f"--data.seed={seed}", f"--seed_everything={seed}", "--trainer.logger=false",
             "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
@@ -238,6 +243,21 @@ def markdown_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fold_table(runs: list[dict], metric: str = "ndcg@10") -> str:
+    """Test ``metric`` per model and fold (mean over seeds), and the mean ± std over the folds'
+    runs: how much of the spread is the data split."""
+    folds = list(dict.fromkeys(r["fold"] for r in runs))
+    head = ["model", *(f"fold {f}" for f in folds), "all"]
+    lines = [f"Test {metric.upper()} per fold:", "", "| " + " | ".join(head) + " |",
+             "|---|" + "---:|" * (len(head) - 1)]
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == model]
+        cells = [_mean_std([r[metric] for r in mine if r["fold"] == f]) if any(r["fold"] == f for r in mine)
+                 else "–" for f in folds]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {_mean_std([r[metric] for r in mine])} |")
+    return "\n".join(lines)
+
+
 # -- the run --------------------------------------------------------------------------------------
 def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, RankingDataset]:
     from rankkit.data.datamodule import RankingDataModule
@@ -251,29 +271,34 @@ def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, Ran
 
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
-            max_epochs: int | None = None, log: Callable[[str], None] = print) -> dict:
+            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
         data: ``"mq2008"`` (bundled) or a folder of train/vali/test LETOR files.
-        folds: MQ2008 folds, ``"1-5"``, ``"1,3"`` or ``2`` (a folder is one fold).
+        folds: ``"1-5"``, ``"1,3"`` or ``2``: MQ2008's folds, or a LETOR root's ``Fold<n>``
+            folders (a plain folder is one fold).
         seeds: seeds 0..seeds-1 per fold.
         models: model names (``ranknet``, ``lambdarank``, ``lambdamart``) or config paths.
         baselines: also train LightGBM, XGBoost and CatBoost (YetiRank and LambdaMart) where
             installed.
         out: the output folder (default ``results/compare-<time>``).
         max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
+        verbose: let Lightning's info lines and warnings through (quiet by default).
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
     if not models and not baselines:
         raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
-    fold_list = parse_folds(folds)
-    if data != "mq2008":
+    if data == "mq2008":
+        fold_list = parse_folds(folds)
+    else:
+        from rankkit.data.datamodule import available_folds
+
         if not os.path.isdir(data):
-            raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {data!r}")
-        if fold_list != [1]:
-            raise ValueError("`folds` applies to the bundled mq2008 only; a folder is a single fold")
+            raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
+                             f"of Fold1..FoldN folders, got {data!r}")
+        fold_list = parse_folds(folds, available_folds(data) or [1])
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
     if max_epochs is not None and max_epochs < 1:
@@ -282,12 +307,21 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     for m in models:
         path = resolve_config(m)
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
+            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
         if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
             raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
-        configs[model_label(cfg)] = (path, cfg)
+        label = model_label(cfg)
+        for other_path, other_cfg in configs.values():
+            if os.path.realpath(other_path) == os.path.realpath(path):
+                raise ValueError(f"`models` names the config {path} twice ({m!r})")
+            if model_label(other_cfg) == label and path.stem == other_path.stem:
+                raise ValueError(f"`models`: {other_path} and {path} both train {label} from a config named "
+                                 f"{path.stem!r}; rename one (the table names a second config of a model by its file)")
+        if label in configs:  # a second config of the same model: its own row, named by its file
+            label = f"{label}-{path.stem}"
+        configs[label] = (path, cfg)
     rounds, patience = DEFAULT_ROUNDS, DEFAULT_PATIENCE
     for _, cfg in configs.values():
         if model_kind(cfg) == "trees":
@@ -302,13 +336,15 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             else:
                 chosen.append(name)
     out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    _check_outputs(out_dir, list(configs), fold_list, seeds,
+                   inputs={"--data": _data_files(data), "--models": [str(p) for p, _ in configs.values()]})
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
 
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
     started = time.perf_counter()
     runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as work, _quiet():
+    with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if verbose else _quiet()):
         for fold in fold_list:
             train, vali, test = load_fold(data, fold)
             max_label = max(1.0, float(train.labels.max()))
@@ -328,6 +364,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
     table = markdown_table(runs)
+    if len(fold_list) > 1:
+        table += "\n\n" + fold_table(runs)
     command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
     result = {
         "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs,
@@ -352,6 +390,29 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     result["plots"] = [str(p) for p in plots]
     result["out"] = str(out_dir)
     return result
+
+
+def _data_files(data: str) -> list[str]:
+    """The files of a data folder (and of its Fold subfolders): what compare must never write over."""
+    if data == "mq2008" or not os.path.isdir(data):
+        return []
+    out = []
+    for root, dirs, names in os.walk(data):
+        if os.path.relpath(root, data).count(os.sep) >= 1:
+            dirs[:] = []
+        out += [os.path.join(root, n) for n in names]
+    return out
+
+
+def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, *,
+                   inputs: dict[str, list[str]]) -> None:
+    """Refuse, before anything is trained or written, an output file of compare that is an input."""
+    from rankkit._io import check_outputs
+
+    files = [out_dir / n for n in ("metrics.json", "table.md", "val_ndcg10.png", "test_ndcg.png")]
+    files += [out_dir / "scorers" / f"{label.lower()}-fold{f}-seed{s}.pt"
+              for label in labels for f in folds for s in range(seeds)]
+    check_outputs({"--out": [str(p) for p in files]}, inputs, with_sidecars=False)
 
 
 def _write_text(path: Path, text: str) -> None:

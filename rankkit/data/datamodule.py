@@ -154,6 +154,16 @@ def _fold_folder(data: str, fold: int) -> str:
     return os.path.join(data, folds[fold])
 
 
+def available_folds(data: str) -> list[int]:
+    """The fold numbers of a LETOR root (``Fold1``..``FoldN`` subfolders); [] for a plain folder.
+
+    >>> available_folds(".")
+    []
+    """
+    return sorted(int(m.group(1)) for name in os.listdir(data)
+                  if (m := re.fullmatch(r"fold(\d+)", name, re.IGNORECASE)) and os.path.isdir(os.path.join(data, name)))
+
+
 def hold_out(dataset: RankingDataset, fraction: float, *, seed: int = 0) -> tuple[RankingDataset, RankingDataset]:
     """Split whole queries at random into ``(rest, held_out)``, ``round(fraction * Q)`` of them
     (at least one) held out; both keep the dataset's query order.
@@ -256,9 +266,12 @@ class RankingDataModule(pl.LightningDataModule):
         self.train_set, self.val_set = train_set, val_set
         self.test_set = read_svmlight(test, n_features=f) if test else None
 
-    def _loader(self, ds: RankingDataset | None, *, train: bool) -> DataLoader:
+    def _loader(self, ds: RankingDataset | None, *, train: bool, split: str = "training") -> DataLoader:
         if ds is None:
-            raise ValueError("this datamodule has no such split")
+            hint = {"validation": " (vali.txt, valid.txt, val.txt or rank.vali); `val_fraction=0.1` holds out "
+                                  "training queries instead",
+                    "test": " (test.txt or rank.test)"}.get(split, "")
+            raise ValueError(f"`data` {self.hparams.data!r}: no {split} file{hint}")
         rank, world = _rank_and_world(self.trainer)
         trainer = self.trainer
         epoch_fn = None if trainer is None else (lambda: trainer.current_epoch)
@@ -283,13 +296,13 @@ class RankingDataModule(pl.LightningDataModule):
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, train=False)
+        return self._loader(self.val_set, train=False, split="validation")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, train=False)
+        return self._loader(self.test_set, train=False, split="test")
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, train=False)
+        return self._loader(self.test_set, train=False, split="test")
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         if isinstance(batch, PaddedBatch):

@@ -6,6 +6,7 @@ ranking (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytorch_lightning as pl
@@ -108,6 +109,10 @@ class NeuralRanker(pl.LightningModule):
             from rankkit.losses import OBJECTIVES
 
             _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
+            default = inspect.signature(type(self).__init__).parameters["weighting"].default
+            if weighting != default:  # `loss` replaces `weighting`: say so rather than drop it
+                raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
+                                 f"weighting); leave weighting at {default!r}, got {weighting!r}")
         _checks.check_choice(optimizer, sorted(OPTIMIZERS), "optimizer")
         _checks.check_choice(scheduler, SCHEDULERS, "scheduler")
         _checks.check_choice(reduction, REDUCTIONS, "reduction")
