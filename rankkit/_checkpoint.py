@@ -31,8 +31,9 @@ CLASS_KEY = "rankkit_class"
 # The classes a checkpoint may name (their import paths; loaded on demand).
 TRAINABLE = ("rankkit.neural.module.RankNet", "rankkit.neural.module.LambdaRank",
              "rankkit.neural.module.NeuralRanker", "rankkit.boosting.module.LambdaMARTModule")
-# The scorer classes a checkpoint may have been trained with and still load without `scorer=`.
-OWN_SCORERS = ("rankkit.neural.scorer.MLPScorer",)
+# The module whose scorers the LightningModules build from their hyper-parameters: a checkpoint
+# recording one of them loads without `scorer=` (the record is compared, never imported).
+OWN_SCORERS = "rankkit.neural.scorer."
 
 #: The largest value of each size hyper-parameter a checkpoint may declare (``hidden``: of each
 #: layer's width). Feature counts share the LETOR reader's limit.
@@ -141,6 +142,9 @@ def _check_shapes(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
             probe.on_load_checkpoint(ckpt)
         except ValueError as e:  # a hyper-parameter out of its range, said by the class
             raise ValueError(f"{path}: {e}") from None
+        except (KeyError, RuntimeError, TypeError, AttributeError, IndexError, NotImplementedError) as e:
+            raise ValueError(f"{path}: the checkpoint does not match {cls.__name__}: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}") from None
     expected = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
     for key in sorted(expected.keys() | got.keys()):
@@ -174,7 +178,7 @@ def check_checkpoint(path: str | os.PathLike, *, scorer=None, need_scorer: bool 
     scorer_class = state.get("scorer_class") if isinstance(state, dict) else None
     if scorer is not None:
         kwargs["scorer"] = scorer
-    elif scorer_class is not None and scorer_class not in OWN_SCORERS:
+    elif scorer_class is not None and not (isinstance(scorer_class, str) and scorer_class.startswith(OWN_SCORERS)):
         if need_scorer:
             raise ValueError(f"{path}: the model was trained with the scorer {scorer_class!r}, which a "
                              f"checkpoint may not build: pass scorer=<a fresh instance> "
@@ -208,3 +212,25 @@ def load_checkpoint(path: str | os.PathLike, *, scorer=None):
         raise ValueError(f"{path}: the checkpoint does not match {cls.__name__}: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
     return model.to("cpu").eval()
+
+
+def guarded_load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
+                                 weights_only=None, **kwargs):
+    """Lightning's ``load_from_checkpoint`` for rankkit's classes, with :func:`load_checkpoint`'s
+    checks first: a local file (a URL would be fetched and unpickled with ``weights_only=False``),
+    read with ``weights_only=True``, its class, hyper-parameters and shapes checked
+    (:func:`check_checkpoint`; ``scorer=`` in ``kwargs`` is the scorer of your own).
+
+    Raises:
+        ValueError: as :func:`check_checkpoint`, or ``weights_only=False`` (rankkit checkpoints
+            need no pickle).
+    """
+    import pytorch_lightning as pl
+
+    if weights_only is False:
+        raise ValueError("`weights_only=False` would unpickle the file: rankkit checkpoints hold only tensors and "
+                         "plain values, load them with weights_only=True")
+    if isinstance(checkpoint_path, (str, os.PathLike)):
+        check_checkpoint(checkpoint_path, scorer=kwargs.get("scorer"), need_scorer=False)
+    return pl.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, map_location, hparams_file,
+                                                            strict, weights_only=True, **kwargs)

@@ -134,6 +134,13 @@ def _load_for_info(data: str, fold: int):
         from rankkit.data.bundled import load_mq2008
 
         return dict(zip(("train", "vali", "test"), load_mq2008(fold)))
+    if os.path.isdir(data):  # a folder of train/vali/test files, or a LETOR root's fold
+        from rankkit.data.datamodule import RankingDataModule
+
+        dm = RankingDataModule(data=data, fold=fold)
+        dm.setup()
+        return {name: ds for name, ds in (("train", dm.train_set), ("vali", dm.val_set), ("test", dm.test_set))
+                if ds is not None}
     from rankkit.data.svmlight import read_svmlight
 
     return {data: read_svmlight(data)}
@@ -155,6 +162,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(summaries, indent=2))
     else:
         title = f"MQ2008 fold {args.fold} (bundled)" if args.data == "mq2008" else args.data
+        if args.data != "mq2008" and os.path.isdir(args.data):
+            from rankkit.data.datamodule import available_folds
+
+            title += f" fold {args.fold}" if available_folds(args.data) else ""
         print(title)
         for name, s in summaries.items():
             print(_format_summary(name, s))
@@ -198,8 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=cmd_compare)
     info = sub.add_parser("info", help="summarise a dataset (queries, documents, features, labels)")
     info.add_argument("data", nargs="?", default="mq2008",
-                      help="'mq2008' (bundled, default) or a LETOR/SVMlight file (.txt, .gz, .bz2)")
-    info.add_argument("--fold", type=int, default=1, choices=range(1, 6), help="MQ2008 fold (default 1)")
+                      help="'mq2008' (bundled, default), a LETOR/SVMlight file (.txt, .gz, .bz2), a folder "
+                           "of train/vali/test files or a LETOR root of Fold1..FoldN folders")
+    info.add_argument("--fold", type=int, default=1,
+                      help="the fold of MQ2008 (1..5) or of a LETOR root (Fold1..FoldN); default 1")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=cmd_info)
     return p
@@ -232,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args = parser.parse_args(argv)
         return args.func(args)
+    except BrokenPipeError:
+        # The reader went away (`rankkit predict ... | head`): stop quietly, as `cat` does.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the closed pipe
     except Exception as e:
         if os.environ.get("RANKKIT_DEBUG") or not _is_user_error(e):
             raise

@@ -57,12 +57,13 @@ def load_model(path: str | os.PathLike):
 
 
 def _program_width(program: torch.fx.GraphModule) -> int | None:
-    """F of a ``torch.export`` program's one [N, F] input, when static (else None)."""
+    """F of a ``torch.export`` program's [N, F] (or list-aware [Q, L, F]) input, when static
+    (else None)."""
     for node in program.graph.nodes:
         if node.op == "placeholder":
             shape = getattr(node.meta.get("val"), "shape", None)
-            if shape is not None and len(shape) == 2 and isinstance(shape[1], int):
-                return int(shape[1])
+            if shape is not None and len(shape) in (2, 3) and isinstance(shape[-1], int):
+                return int(shape[-1])
     return None
 
 
@@ -81,6 +82,13 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
         # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the
         # graph when it was exported (in eval mode), and it refuses `.train()`/`.eval()`.
         program = model
+        if is_list_aware(program):  # (features [Q, L, F], mask [Q, L]) -> [Q, L]
+            def score_program_lists(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+                with torch.no_grad():
+                    return program(x, mask).float().masked_fill(~mask, 0.0)
+
+            score_program_lists.list_aware = True
+            return score_program_lists
 
         def score_program(x: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():

@@ -209,3 +209,36 @@ def test_compare_tables_each_fold(data, tmp_path, capsys):
     lines = fold_table(runs).splitlines()
     assert lines[2] == "| model | fold 1 | fold 2 | all |"
     assert lines[4] == "| A | 0.1050 ± 0.0071 | 0.2050 ± 0.0071 | 0.1550 ± 0.0580 |"
+
+
+def test_compare_twice_into_an_output_folder_inside_the_data_folder(data, tmp_path, capsys):
+    folder = tmp_path / "letor"
+    folder.mkdir()
+    for p in (data / "letor").iterdir():
+        (folder / p.name).write_bytes(p.read_bytes())
+    for _ in range(2):  # the second run overwrites the first run's outputs, never the data
+        assert main(["compare", "--data", str(folder), "--models", "lambdamart", "--max_epochs", "1",
+                     "--out", str(folder / "cmp")]) == 0, capsys.readouterr().err
+
+
+def test_info_on_a_folder_and_a_letor_root(data, capsys):
+    assert main(["info", str(data / "root"), "--fold", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert list(summary) == ["train", "vali", "test"] and summary["train"]["features"] == 5
+    assert main(["info", str(data / "novali")]) == 0
+    assert capsys.readouterr().out.count("queries,") == 2  # train and test
+    code, err = run(["info", data / "root", "--fold", "3"], capsys)
+    assert_one_line(code, err, "`fold` has to be one of [1, 2]")
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_quietly(data, tmp_path):
+    # `rankkit predict ... | head`: the reader goes away; no traceback, no error line.
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    assert main(["fit", "--config", "lambdamart", *quick(data / "letor", tmp_path, "lambdamart", 1)]) == 0
+    ckpt = next(tmp_path.rglob("*.ckpt"))
+    p = subprocess.Popen([sys.executable, "-m", "rankkit.cli", "predict", str(ckpt), "--input",
+                          str(data / "letor" / "test.txt")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.close()  # before the command has written anything
+    err = p.stderr.read().decode()
+    assert p.wait(120) == 141 and err == ""

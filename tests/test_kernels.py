@@ -171,3 +171,35 @@ def test_non_finite_leaves_raise_naming_the_round():
     engine.objective.gradients = lambda *a, **k: tuple(t * float("nan") for t in gradients(*a, **k)[:2])
     with pytest.raises(ValueError, match="boosting round 3: leaf 0 of the new tree is nan"):
         engine.update()  # a NaN hessian too: not the min-hessian guard's silent 0
+
+
+@pytest.mark.parametrize("n_nodes", [1, 5, 32])
+def test_a_cut_that_moves_no_document_gains_exactly_zero(n_nodes):
+    # Codes >= 100 are empty in every node: cutting there leaves every right child empty, so
+    # the gain is exactly 0 (not a rounding residue that could win a level).
+    g = torch.Generator().manual_seed(n_nodes)
+    hist = torch.rand(3, 4, n_nodes, 256, generator=g, dtype=torch.float64)
+    hist[0] -= 0.5
+    hist[2] = (hist[2] * 5).floor() + 1
+    hist[:, :, :, 100:] = 0
+    valid = torch.ones(4, 256, dtype=torch.bool)
+    params = TreeParams(l2=0.3, min_data_in_leaf=0, min_sum_hessian=0.0)
+    want = torch_ref.split_scores(hist, valid, params)
+    assert bool((want[:, 99:] == 0).all()) and bool((want[:, :99] != 0).all())
+    if cpu.available():
+        got = cpu.split_scan(hist, valid, params)[0]
+        assert torch.equal(got, want)  # the same terms in the same order: the same bits
+
+
+@needs_cpu
+def test_cpu_backend_grows_the_reference_trees_on_mq2008(monkeypatch):
+    from rankkit.data.bundled import load_mq2008
+
+    train, vali, _ = load_mq2008(5)
+    kwargs = dict(n_estimators=15, depth=6, learning_rate=0.1, l2=1.0, min_data_in_leaf=20, k=10, normalize=True)
+    fast = LambdaMART(**kwargs).fit(train, eval_set=[vali])
+    monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
+    slow = LambdaMART(**kwargs).fit(train, eval_set=[vali])
+    for name, value in slow.ensemble_.state_dict().items():
+        assert torch.equal(fast.ensemble_.state_dict()[name], value), name
+    assert fast.evals_result_ == slow.evals_result_

@@ -122,3 +122,39 @@ def test_lambda_pass_and_eval_metric_do_not_sync_on_the_device(options):
     want = cpu.objective.gradients(cpu.scores, cpu.layout)
     assert torch.equal(from_sim(grad), want[0]) and torch.equal(from_sim(hess), want[1])
     assert from_sim(value).item() == cpu.metric(cpu.eval_sets[0].scores, cpu.eval_sets[0].layout).item()
+
+
+@pytest.mark.parametrize("options", [{}, {"exact_newton": True, "bagging_temperature": 1.0, "subsample": 0.8},
+                                     {"objective": "softmax"}, {"objective": "listmle"}])
+def test_nothing_is_validated_or_planned_inside_the_boosting_loop(monkeypatch, options):
+    from rankkit import _checks, _plan
+
+    data = make_synthetic(10, 12, 5, seed=2)
+    valid = make_synthetic(5, 12, 5, seed=3)
+    engine = BoostingEngine(data.features, data.labels, data.sizes,
+                            BoosterConfig(depth=3, min_data_in_leaf=3, k=5, **options))
+    engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+    engine.update()
+    calls = []
+    monkeypatch.setattr(_checks, "check_tensors", lambda *a, **k: calls.append("check_tensors"))
+    real_init = _plan.QueryPlan.__init__
+    monkeypatch.setattr(_plan.QueryPlan, "__init__",
+                        lambda self, *a, **k: calls.append("plan") or real_init(self, *a, **k))
+    for _ in range(3):
+        engine.update()
+    assert calls == [] and len(engine.history["valid_0"]["ndcg@10"]) == 4
+
+
+@pytest.mark.parametrize("name", ["softmax", "xendcg", "listmle", "approx_ndcg", "ndcg"])
+def test_every_objective_with_the_plan_equals_it_without(name):
+    from rankkit.losses import objective_gradients
+
+    scores, labels, mask, weights = random_batch(seed=5, n_q=6, dtype=torch.float32)
+    plan = QueryPlan(labels, mask, weights=weights)
+    extra = lambda: {"generator": torch.Generator().manual_seed(0)} if name in ("xendcg", "listmle") else {}
+    for seed in range(2):
+        s = _scores(seed, scores.shape, torch.float32)
+        planned = objective_gradients(name, s, labels, mask=mask, weights=weights, plan=plan, **extra())
+        public = objective_gradients(name, s, labels, mask=mask, weights=weights, **extra())
+        for a, b in zip(planned, public):
+            assert torch.equal(a, b)

@@ -148,6 +148,8 @@ def test_checkpoint_instantiator_is_never_imported(tmp_path, ranknet, capsys):
     ({"hyper_parameters": {"_class_path": "os.system"}}, r"`_class_path` 'os.system' is not its rankkit class"),
     ({"rankkit": {"scorer_class": "my.Scorer"}}, r"trained with the scorer 'my.Scorer'.*pass scorer="),
     ({"state_dict": {"scorer.net.0.weight": torch.zeros(8, 6)}}, r"tensor 'scorer.net.0.weight' is \(8, 6\)"),
+    ({"rankkit": {"torch_rng": torch.zeros(3)}}, r"does not match RankNet: (RuntimeError|TypeError)"),
+    ({"rankkit": {"torch_rng": "x"}}, r"does not match RankNet: (RuntimeError|TypeError)"),
 ])
 def test_checkpoint_cannot_choose_code_or_sizes(tmp_path, ranknet, edit, match):
     """A 40 GB ``torch.nn.Linear`` or a 3.9 GB ``hidden`` was built from the file before."""
@@ -224,7 +226,8 @@ def test_cli_checkpoint_with_a_pickle_is_never_unpickled(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("options", [{"ema_decay": 0.5}, {"unbiased": True, "n_positions": 4},
-                                     {"norm": "layer", "hidden": [6]}])
+                                     {"norm": "layer", "hidden": [6]},
+                                     {"architecture": "transformer", "hidden": [8], "heads": 2, "layers": 1}])
 def test_load_checkpoint_every_module_option(tmp_path, options):
     """The meta-device shape check builds every variant (EMA copy, propensities, layer norm)."""
     from rankkit._checkpoint import load_checkpoint
@@ -395,3 +398,20 @@ def test_model_file_declaring_10_12_features(tmp_path, lambdamart, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "n_features_in = 1000000000000, beyond the limit 1..1000000" in err
+
+
+def test_lightning_api_load_from_checkpoint_is_guarded(tmp_path, ranknet):
+    """``RankNet.load_from_checkpoint(URL)`` went to Lightning's loader (``weights_only=False``
+    for a URL); the Python API route has the same checks as ``load_checkpoint``."""
+    from rankkit.neural import RankNet
+
+    with pytest.raises(ValueError, match="rankkit does not load checkpoints from URLs"):
+        RankNet.load_from_checkpoint("http://127.0.0.1:9/x.ckpt")
+    path = _checkpoint(tmp_path, ranknet)
+    with pytest.raises(ValueError, match="weights_only=False"):
+        RankNet.load_from_checkpoint(path, weights_only=False)
+    x = torch.rand(3, 5)
+    torch.testing.assert_close(RankNet.load_from_checkpoint(path).eval()(x), ranknet.eval()(x))
+    big = _checkpoint(tmp_path, ranknet, "big.ckpt", hyper_parameters={"hidden": [30000, 30000]})
+    with pytest.raises(ValueError, match="does not match the RankNet"):
+        RankNet.load_from_checkpoint(big)

@@ -315,7 +315,8 @@ class BoostingEngine:
         return grow_round(self.grower, grad, hess, rows=rows, features=features, sizes=self.sizes,
                           generator=self.generator, bagging_temperature=c.bagging_temperature,
                           random_strength=c.random_strength, model_length=self.n_rounds * c.learning_rate,
-                          leaf_hessian=leaf_hessian, device_generator=self.device_generator)
+                          leaf_hessian=leaf_hessian, device_generator=self.device_generator,
+                          query_of=self.layout.rows)
 
     def _record(self, tree: Tree) -> None:
         """The tree in raw-feature terms (feature indices, float thresholds), and importances."""
@@ -427,7 +428,8 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
                generator: torch.Generator, bagging_temperature: float, random_strength: float,
                model_length: float,
                leaf_hessian: Callable[[torch.Tensor], torch.Tensor] | None = None,
-               device_generator: torch.Generator | None = None) -> Tree:
+               device_generator: torch.Generator | None = None,
+               query_of: torch.Tensor | None = None) -> Tree:
     """One round's tree, with CatBoost's two randomisations when they are on: the Bayesian
     bootstrap of the queries (``bagging_temperature``) and split-score noise
     (``random_strength``, faded by ``model_length`` = trees so far × η).
@@ -437,12 +439,15 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
     keeps ``hess``).
 
     ``generator`` (CPU) draws the per-query weights; ``device_generator`` (on grad's device;
-    None: ``generator``) the split noise and the quantization's rounding.
+    None: ``generator``) the split noise and the quantization's rounding. ``query_of`` [N] long
+    on grad's device, the query of each document (kept by the data set's layout), or None to
+    expand the per-query weights by ``sizes``.
     """
     w = None
     if bagging_temperature > 0:
-        w = _query_weights(bayesian_bootstrap_weights(sizes, bagging_temperature, generator, per_query=True),
-                           sizes, grad.device)
+        w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator, per_query=True)
+        w = _query_weights(w, sizes, grad.device) if query_of is None else \
+            to_device(grad.device, w)[0][query_of]
         grad, hess = grad * w, hess * w
     noise_sd = _noise_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
     tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd,

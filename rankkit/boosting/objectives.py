@@ -121,7 +121,7 @@ class RankingObjective:
             grad, hess = planned_lambda_gradients(padded, layout.plan, weighting=self.weighting, **options)
         else:
             grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
-                                                weights=layout.weights, **options)
+                                                weights=layout.weights, plan=layout.plan, **options)
         if self.exact:
             grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()

@@ -28,6 +28,8 @@ def build_parser():
     p.add_argument("--max_epochs", "--max-epochs", type=int | None, default=None,
                    help="cap every model's epochs / trees and the baselines' rounds (quick runs)")
     p.add_argument("--verbose", action="store_true", help="show Lightning's info lines and warnings")
+    p.add_argument("--ensemble", action="store_true",
+                   help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")
     return p
 
 

@@ -155,13 +155,12 @@ def _quiet():
 
 
 def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: str, scorer_path: Path,
-                test_eval: Evaluator, max_epochs: int | None = None) -> dict:
-    """Train one config on one fold and seed; test its best checkpoint; export and verify it."""
+                test_eval: Evaluator, max_epochs: int | None = None, keep: list | None = None) -> dict:
+    """Train one config on one fold and seed; test its best checkpoint; export and verify it.
+    ``keep``: a list to append the best model's serving scorer to (for a seed ensemble)."""
     import pytorch_lightning as pl
 
     from rankkit._lightning_cli import lightning_cli
-    from rankkit.export import export_torchscript, load_scorer
-    from rankkit.serving import as_scorer, score_queries
 
     config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
@@ -188,18 +187,47 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) \
         if best_path else cli.model
     model = model.to("cpu").eval()
+    eager, diff = _export_verified(model, scorer_path, test_eval)  # either kind of scorer, query by query
+    if best_path:
+        os.unlink(best_path)
+    if keep is not None:
+        from rankkit.export import unwrap
+
+        keep.append(unwrap(model))
+    best_epoch = max(range(len(curve)), key=curve.__getitem__) + 1 if curve else 0  # first best, as ModelCheckpoint
+    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
+            "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
+            "export_max_abs_diff": diff, **test_eval.metrics(eager)}
+
+
+def _export_verified(model, scorer_path: Path, test_eval: Evaluator) -> tuple[torch.Tensor, float]:
+    """Eager test scores [N] of ``model`` (either kind of scorer), after exporting it as
+    TorchScript to ``scorer_path`` and checking the reloaded file gives the same scores."""
+    from rankkit.export import export_torchscript, load_scorer
+    from rankkit.serving import as_scorer, score_queries
+
     features, sizes = test_eval.dataset.features, test_eval.dataset.sizes
-    eager = score_queries(as_scorer(model), features, sizes)  # either kind of scorer, query by query
+    eager = score_queries(as_scorer(model), features, sizes)
     export_torchscript(model, scorer_path)
     with torch.no_grad():
         exported = score_queries(as_scorer(load_scorer(scorer_path)), features, sizes)
     diff = float((exported - eager).abs().max())
     if not diff <= 1e-4 * (1.0 + float(eager.abs().max())):
         raise RuntimeError(f"the exported scorer {scorer_path} differs from the eager model by {diff:.3g}")
-    if best_path:
-        os.unlink(best_path)
-    best_epoch = max(range(len(curve)), key=curve.__getitem__) + 1 if curve else 0  # first best, as ModelCheckpoint
-    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
+    return eager, diff
+
+
+def ensemble_model(members: list, runs: list[dict], *, scorer_path: Path, test_eval: Evaluator) -> dict:
+    """The seed ensemble of one model on one fold: the mean score of its seeds' best scorers
+    (:class:`rankkit.neural.MeanEnsemble`), tested, exported as one TorchScript scorer and
+    verified. ``runs`` are the members' rows (for the time and epoch columns)."""
+    from rankkit.neural import MeanEnsemble
+
+    ensemble = MeanEnsemble(members).eval()
+    eager, diff = _export_verified(ensemble, scorer_path, test_eval)
+    return {"train_seconds": sum(r["train_seconds"] for r in runs),
+            "epochs": statistics.mean(r["epochs"] for r in runs),
+            "best_epoch": statistics.mean(r["best_epoch"] for r in runs), "val_curve": [],
             "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
             "export_max_abs_diff": diff, **test_eval.metrics(eager)}
 
@@ -271,7 +299,8 @@ def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, Ran
 
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
-            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False) -> dict:
+            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False,
+            ensemble: bool = False) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
@@ -285,6 +314,11 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         out: the output folder (default ``results/compare-<time>``).
         max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
         verbose: let Lightning's info lines and warnings through (quiet by default).
+        ensemble: with ``seeds`` > 1, also average each rankkit model's seeds on every fold into
+            one scorer (:class:`rankkit.neural.MeanEnsemble`, the mean of the seeds' scores; the
+            seed ensembling of Qin et al.'s DASALC, ICLR 2021): a row ``<model> ×<seeds>`` per
+            fold, tested with the same metric code and exported as one verified TorchScript
+            scorer ``scorers/<model>-fold<f>-ensemble.pt``. Its time column is the members' sum.
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
@@ -301,6 +335,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         fold_list = parse_folds(folds, available_folds(data) or [1])
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
+    if ensemble and seeds < 2:
+        raise ValueError(f"`ensemble` averages several seeds' scorers: it needs `seeds` >= 2, got {seeds!r}")
     if max_epochs is not None and max_epochs < 1:
         raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
     configs = {}
@@ -336,7 +372,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             else:
                 chosen.append(name)
     out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    _check_outputs(out_dir, list(configs), fold_list, seeds,
+    _check_outputs(out_dir, list(configs), fold_list, seeds, ensemble,
                    inputs={"--data": _data_files(data), "--models": [str(p) for p, _ in configs.values()]})
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
 
@@ -349,11 +385,13 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             train, vali, test = load_fold(data, fold)
             max_label = max(1.0, float(train.labels.max()))
             test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
+            members: dict[str, list] = {label: [] for label in configs}
             for seed in range(seeds):
                 for label, (path, cfg) in configs.items():
                     r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
                                     scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
-                                    test_eval=test_eval, max_epochs=max_epochs)
+                                    test_eval=test_eval, max_epochs=max_epochs,
+                                    keep=members[label] if ensemble else None)
                     runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
@@ -363,6 +401,13 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
                     runs.append({"model": third_party.BASELINE_LABELS[name], "kind": "trees", "config": None,
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
+            for label, (path, cfg) in configs.items() if ensemble else ():
+                mine = [r for r in runs if r["model"] == label and r["fold"] == fold]
+                r = ensemble_model(members[label], mine, test_eval=test_eval,
+                                   scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-ensemble.pt")
+                runs.append({"model": f"{label} ×{seeds}", "kind": model_kind(cfg), "config": str(path),
+                             "fold": fold, "seed": "ensemble", **r})
+                log(_progress(runs[-1]))
     table = markdown_table(runs)
     if len(fold_list) > 1:
         table += "\n\n" + fold_table(runs)
@@ -393,25 +438,26 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
 
 def _data_files(data: str) -> list[str]:
-    """The files of a data folder (and of its Fold subfolders): what compare must never write over."""
+    """The files of a data folder and of its ``Fold<n>`` subfolders (what compare reads from):
+    what compare must never write over."""
     if data == "mq2008" or not os.path.isdir(data):
         return []
-    out = []
-    for root, dirs, names in os.walk(data):
-        if os.path.relpath(root, data).count(os.sep) >= 1:
-            dirs[:] = []
-        out += [os.path.join(root, n) for n in names]
-    return out
+    from rankkit.data.datamodule import available_folds
+
+    folders = [data] + [os.path.join(data, name) for name in os.listdir(data)
+                        if name.lower().startswith("fold") and name[4:].isdigit()
+                        and int(name[4:]) in available_folds(data)]
+    return [os.path.join(d, n) for d in folders for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))]
 
 
-def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, *,
+def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, ensemble: bool = False, *,
                    inputs: dict[str, list[str]]) -> None:
     """Refuse, before anything is trained or written, an output file of compare that is an input."""
     from rankkit._io import check_outputs
 
     files = [out_dir / n for n in ("metrics.json", "table.md", "val_ndcg10.png", "test_ndcg.png")]
-    files += [out_dir / "scorers" / f"{label.lower()}-fold{f}-seed{s}.pt"
-              for label in labels for f in folds for s in range(seeds)]
+    files += [out_dir / "scorers" / f"{label.lower()}-fold{f}-{tag}.pt" for label in labels for f in folds
+              for tag in [f"seed{s}" for s in range(seeds)] + (["ensemble"] if ensemble else [])]
     check_outputs({"--out": [str(p) for p in files]}, inputs, with_sidecars=False)
 
 

@@ -333,8 +333,9 @@ int rankkit_tree_root(const uint8_t *codes, int64_t n_cols, const int64_t *rows,
                                 with_count, n_threads);
 }
 
-/* The split scan of one level, fused with its argmax: gains[f, c] as tree.split_scores (the
-   children's score summed over the K nodes in node order, minus the nodes' own score; -inf
+/* The split scan of one level, fused with its argmax: gains[f, c] as torch_ref.split_scores
+   (per node GL^2/(HL+l2) + GR^2/(HR+l2) - G^2/(H+l2), the node's totals from the same prefix
+   sums, so a cut that moves nobody gains exactly 0; summed over the K nodes in node order; -inf
    where c is not valid[f, c] or a non-empty child of some node has fewer than min_data
    documents, or a hessian sum below min_hess when min_hess > 0). Returns the flat index of
    the first maximum of gains (a NaN counts as the maximum, as in torch.argmax), and in
@@ -348,21 +349,6 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
                            double *restrict gains, double *best_gain, int64_t *noisy, int n_threads) {
     const int64_t plane = n_feat * n_nodes * 256;
     const double sg = scale ? scale[0] : 1.0, sh = scale ? scale[1] : 1.0;
-    /* The nodes' own score, in node order (every feature sees the same node totals). */
-    double parent_score = 0.0;
-    const int nb0 = (int) (nbins ? nbins[0] : 256);
-    for (int64_t k = 0; k < n_nodes; ++k) {
-        double tg = 0.0, th = 0.0;
-        for (int b = 0; b < nb0; ++b) {
-            const int64_t at = k * 256 + b;
-            tg += quantized ? (double) ((const int64_t *) hist_v)[at] * sg : ((const double *) hist_v)[at];
-            th += quantized ? (double) ((const int64_t *) hist_v)[plane + at] * sh
-                            : ((const double *) hist_v)[plane + at];
-        }
-        double d = th + l2;
-        d = d < tiny ? tiny : d;
-        parent_score += tg * tg / d;
-    }
     #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t f = 0; f < n_feat; ++f) {
         double sum[256], gl[256], hl[256], nl[256];
@@ -386,12 +372,15 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
                 }
             }
             if (tc == 0.0) continue;  /* an empty node adds 0 to every score and blocks nothing */
+            double dn = th + l2;
+            dn = dn < tiny ? tiny : dn;
+            const double own = tg * tg / dn;  /* the node's own score, from this feature's totals */
             for (int b = 0; b < nb; ++b) {
                 const double gr = tg - gl[b], hr = th - hl[b], nr = tc - nl[b];
                 double dl = hl[b] + l2, dr = hr + l2;
                 dl = dl < tiny ? tiny : dl;
                 dr = dr < tiny ? tiny : dr;
-                sum[b] += gl[b] * gl[b] / dl + gr * gr / dr;
+                sum[b] += (gl[b] * gl[b] / dl + gr * gr / dr) - own;
                 const int few = (nl[b] > 0 && nl[b] < min_data) | (nr > 0 && nr < min_data);
                 const int light = min_hess > 0 && ((nl[b] > 0 && hl[b] < min_hess) | (nr > 0 && hr < min_hess));
                 bad[b] |= (uint8_t) (few | light);
@@ -399,7 +388,7 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
         }
         double *out = gains + f * 256;
         for (int b = 0; b < nb; ++b)
-            out[b] = (valid[f * 256 + b] && !bad[b]) ? sum[b] - parent_score : -INFINITY;
+            out[b] = (valid[f * 256 + b] && !bad[b]) ? sum[b] : -INFINITY;
         for (int b = nb; b < 256; ++b) out[b] = -INFINITY;  /* the caller keeps every valid code < nb */
     }
     int64_t best = 0, best_noisy = 0;

@@ -77,13 +77,19 @@ def build_histograms(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tens
 def split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params) -> torch.Tensor:
     """The gain of every (feature, threshold) candidate at one level.
 
+    Per node k the gain of the cut is G_L² / (H_L + λ) + G_R² / (H_R + λ) − G² / (H + λ), with
+    the node's totals G, H taken from the same prefix sums as G_L, H_L (so a cut that moves no
+    document gains exactly 0 and is never taken, instead of a rounding residue); the gains are
+    summed over the K nodes in node order (a cumulative sum: one fixed order, which the
+    compiled backend follows).
+
     Args:
         hist: [3, F, K, 256] (G, H, count) histograms of the level's nodes.
         valid_codes: [F, 256] bool, thresholds c that can separate values of the feature.
         params: λ, min_data_in_leaf, min_sum_hessian.
     Returns:
-        [F, 256] float64, Σ_nodes children score − Σ_nodes node score; −inf where the split
-        is not allowed (a non-empty child too small, or an invalid threshold).
+        [F, 256] float64; −inf where the split is not allowed (a non-empty child too small,
+        or an invalid threshold).
     """
     lam = params.l2
     left = hist.cumsum(-1)                    # codes <= c go left
@@ -91,10 +97,9 @@ def split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params) -> torch
     gl, hl, nl = left.unbind(0)
     gr, hr, nr = right.unbind(0)
     # G² / (H + λ); an empty child has G = H = 0 and scores 0 even when λ = 0.
-    children = (gl.square() / (hl + lam).clamp_(min=_TINY)).add_(
-        gr.square() / (hr + lam).clamp_(min=_TINY)).sum(1)
-    g, h = left[0, 0, :, -1], left[1, 0, :, -1]  # every feature sees the same node totals
-    gain = children - (g.square() / (h + lam).clamp(min=_TINY)).sum()
+    node = (gl[..., -1:].square() / (hl[..., -1:] + lam).clamp_(min=_TINY))
+    gain = (gl.square() / (hl + lam).clamp_(min=_TINY)).add_(gr.square() / (hr + lam).clamp_(min=_TINY)).sub_(node)
+    gain = gain.cumsum(1)[:, -1]
     bad = ((nl > 0) & (nl < params.min_data_in_leaf)) | ((nr > 0) & (nr < params.min_data_in_leaf))
     if params.min_sum_hessian > 0:
         bad |= ((nl > 0) & (hl < params.min_sum_hessian)) | ((nr > 0) & (hr < params.min_sum_hessian))

@@ -15,7 +15,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from rankkit import _checks
-from rankkit._checkpoint import class_path, record_class
+from rankkit._checkpoint import class_path, guarded_load_from_checkpoint, record_class
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
@@ -93,6 +93,8 @@ class NeuralRanker(pl.LightningModule):
     """
 
     weighting_choices: tuple[str, ...] = ("ranknet", "ndcg", "map", "err")
+    #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
+    load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
     def __init__(self, n_features: int | None = None, hidden: list[int] = [128, 64],  # noqa: B006
                  activation: str = "relu", dropout: float = 0.1, norm: str = "none",
