@@ -24,7 +24,10 @@ The score is that of the reference (Tunys, "LambdaMART Demystified", 2015; the o
 trees of CatBoost, Prokhorenkova et al., "CatBoost: unbiased boosting with categorical
 features", NeurIPS 2018)::
 
-    score(f, c) = Σ_nodes [ G_L² / (H_L + λ) + G_R² / (H_R + λ) ] − Σ_nodes G² / (H + λ)
+    score(f, c) = Σ_nodes [ G_L² / (H_L + λ) + G_R² / (H_R + λ) − G² / (H + λ) ]
+
+with each node's G, H taken from the same prefix sums as G_L, H_L (a cut that moves no
+document gains exactly 0) and the nodes summed in node order, as the reference.
 
 Notation: N documents, F features, K nodes of the level, D depth, 256 codes.
 """
@@ -49,8 +52,7 @@ def _split_kernel(hist_ptr, valid_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr,
     f = tl.program_id(0)
     c = tl.arange(0, 256)
     plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
-    children = tl.zeros([256], dtype=tl.float64)
-    parent = tl.zeros([256], dtype=tl.float64)
+    gain = tl.zeros([256], dtype=tl.float64)
     bad = tl.zeros([256], dtype=tl.int1)
     last = c == 255
     if QUANT:
@@ -58,30 +60,25 @@ def _split_kernel(hist_ptr, valid_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr,
         sh = tl.load(scale_ptr + 1)
     for k in range(n_nodes):
         row = (f.to(tl.int64) * n_nodes + k) * 256 + c
-        row0 = k * 256 + c  # feature 0: the node totals, the same for every f
         if QUANT:  # integer scans are exact; scaled once
             gl = tl.cumsum(tl.load(hist_ptr + row), 0).to(tl.float64) * sg
             hl = tl.cumsum(tl.load(hist_ptr + plane + row), 0).to(tl.float64) * sh
-            g0 = tl.cumsum(tl.load(hist_ptr + row0), 0).to(tl.float64) * sg
-            h0 = tl.cumsum(tl.load(hist_ptr + plane + row0), 0).to(tl.float64) * sh
         else:
             gl = tl.cumsum(tl.load(hist_ptr + row).to(tl.float64), 0)
             hl = tl.cumsum(tl.load(hist_ptr + plane + row).to(tl.float64), 0)
-            g0 = tl.cumsum(tl.load(hist_ptr + row0).to(tl.float64), 0)
-            h0 = tl.cumsum(tl.load(hist_ptr + plane + row0).to(tl.float64), 0)
         nl = tl.cumsum(tl.load(hist_ptr + 2 * plane + row).to(tl.float64), 0)
+        # The node's totals from the same prefix sums: a cut that moves no document gains 0.
         gt = tl.sum(tl.where(last, gl, 0.0), 0)
         ht = tl.sum(tl.where(last, hl, 0.0), 0)
         nt = tl.sum(tl.where(last, nl, 0.0), 0)
-        g0t = tl.sum(tl.where(last, g0, 0.0), 0)
-        h0t = tl.sum(tl.where(last, h0, 0.0), 0)
         gr, hr, nr = gt - gl, ht - hl, nt - nl
-        children += gl * gl / tl.maximum(hl + l2, tiny) + gr * gr / tl.maximum(hr + l2, tiny)
-        parent += g0t * g0t / tl.maximum(h0t + l2, tiny)
+        node = gt * gt / tl.maximum(ht + l2, tiny)
+        # Summed over the nodes in node order (the reference's fixed order).
+        gain += gl * gl / tl.maximum(hl + l2, tiny) + gr * gr / tl.maximum(hr + l2, tiny) - node
         bad |= ((nl > 0) & (nl < min_data)) | ((nr > 0) & (nr < min_data))
         bad |= ((nl > 0) & (hl < min_hess)) | ((nr > 0) & (hr < min_hess))
     valid = tl.load(valid_ptr + f.to(tl.int64) * 256 + c) != 0
-    score = tl.where(valid & ~bad, children - parent, -float("inf"))
+    score = tl.where(valid & ~bad, gain, -float("inf"))
     best = tl.argmax(score, 0, tie_break_left=True)
     tl.store(best_ptr + f, tl.max(score, 0))
     tl.store(code_ptr + f, best.to(tl.int32))
