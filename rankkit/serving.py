@@ -168,6 +168,7 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
         The number of documents scored.
     """
     from rankkit.data.svmlight import iter_svmlight, svmlight_width
+    from rankkit.export import is_list_aware
 
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model)
@@ -189,6 +190,7 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
         # Chunks are whole lines, not whole queries: the last query of a chunk waits for the
         # next one, so a list-aware scorer always sees complete lists.
         n, pending = 0, None
+        list_aware = is_list_aware(scorer)
         for chunk in iter_svmlight(input, n_features=n_features, query_file=query_file):
             parts = (chunk.features, chunk.qids, chunk.docs)
             if pending is not None:
@@ -196,7 +198,9 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
             qids = parts[1]
             if not len(qids):
                 continue
-            cut = int((qids != qids[-1]).nonzero().max()) + 1 if bool((qids != qids[-1]).any()) else 0
+            cut = len(qids)  # a pointwise scorer takes the block as it is
+            if list_aware:
+                cut = int((qids != qids[-1]).nonzero().max()) + 1 if bool((qids != qids[-1]).any()) else 0
             pending = tuple(t[cut:] for t in parts)
             n += emit(f, *(t[:cut] for t in parts))
         if pending is not None:
