@@ -242,3 +242,25 @@ def test_a_closed_pipe_ends_quietly(data, tmp_path):
     p.stdout.close()  # before the command has written anything
     err = p.stderr.read().decode()
     assert p.wait(120) == 141 and err == ""
+
+
+def test_compare_on_a_folder_without_vali(data, tmp_path, capsys):
+    code, err = run(["compare", "--data", data / "novali", "--models", "lambdamart", "--out", tmp_path / "x"], capsys)
+    assert_one_line(code, err, "validation file", "val_fraction")
+    out = tmp_path / "out"
+    assert main(["compare", "--data", str(data / "novali"), "--models", "ranknet,lambdamart", "--seeds", "2",
+                 "--val_fraction", "0.25", "--max_epochs", "2", "--out", str(out)]) == 0, capsys.readouterr().err
+    result = json.loads((out / "metrics.json").read_text())
+    assert len(result["runs"]) == 4 and all(len(r["val_curve"]) == 2 for r in result["runs"])
+
+
+def test_val_seed_fixes_the_held_out_queries(data):
+    from rankkit.data.datamodule import RankingDataModule
+
+    def held(**kw):
+        dm = RankingDataModule(data=str(data / "novali"), val_fraction=0.25, **kw)
+        dm.setup()
+        return sorted(dm.val_set.qids.tolist())
+
+    assert held(seed=0) != held(seed=1)  # the split follows `seed` ...
+    assert held(seed=0, val_seed=0) == held(seed=1, val_seed=0)  # ... unless val_seed fixes it

@@ -27,6 +27,9 @@ def build_parser():
     p.add_argument("--out", type=str | None, default=None, help="output folder (default results/compare-<time>)")
     p.add_argument("--max_epochs", "--max-epochs", type=int | None, default=None,
                    help="cap every model's epochs / trees and the baselines' rounds (quick runs)")
+    p.add_argument("--val_fraction", "--val-fraction", type=float, default=0.0,
+                   help="data without a vali file: hold out this fraction of the training queries (the same "
+                        "for every model and seed) for model selection")
     p.add_argument("--verbose", action="store_true", help="show Lightning's info lines and warnings")
     p.add_argument("--ensemble", action="store_true",
                    help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")

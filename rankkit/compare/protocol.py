@@ -155,7 +155,8 @@ def _quiet():
 
 
 def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: str, scorer_path: Path,
-                test_eval: Evaluator, max_epochs: int | None = None, keep: list | None = None) -> dict:
+                val_fraction: float = 0.0, test_eval: Evaluator, max_epochs: int | None = None,
+                keep: list | None = None) -> dict:
     """Train one config on one fold and seed; test its best checkpoint; export and verify it.
     ``keep``: a list to append the best model's serving scorer to (for a seed ensemble)."""
     import pytorch_lightning as pl
@@ -164,7 +165,8 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
 
     config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
-            f"--data.seed={seed}", f"--seed_everything={seed}", "--trainer.logger=false",
+            f"--data.seed={seed}", f"--data.val_fraction={val_fraction}", "--data.val_seed=0",
+            f"--seed_everything={seed}", "--trainer.logger=false",
             "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
             f"--trainer.default_root_dir={workdir}"]
     if "seed" in (config.get("model", {}).get("init_args") or {}):
@@ -287,20 +289,24 @@ def fold_table(runs: list[dict], metric: str = "ndcg@10") -> str:
 
 
 # -- the run --------------------------------------------------------------------------------------
-def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, RankingDataset]:
+def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingDataset, RankingDataset,
+                                                                      RankingDataset]:
     from rankkit.data.datamodule import RankingDataModule
 
-    dm = RankingDataModule(data=data, fold=fold)
+    dm = RankingDataModule(data=data, fold=fold, val_fraction=val_fraction, val_seed=0)
     dm.setup()
-    if dm.val_set is None or dm.test_set is None:
-        raise ValueError(f"{data}: compare needs train, vali and test files")
+    if dm.test_set is None:
+        raise ValueError(f"{data}: compare needs a test file (test.txt or rank.test)")
+    if dm.val_set is None:
+        raise ValueError(f"{data}: compare selects models on a validation file (vali.txt or rank.vali); "
+                         f"`val_fraction=0.1` holds out training queries instead")
     return dm.train_set, dm.val_set, dm.test_set
 
 
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
             max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False,
-            ensemble: bool = False) -> dict:
+            ensemble: bool = False, val_fraction: float = 0.0) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
@@ -319,6 +325,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             seed ensembling of Qin et al.'s DASALC, ICLR 2021): a row ``<model> ×<seeds>`` per
             fold, tested with the same metric code and exported as one verified TorchScript
             scorer ``scorers/<model>-fold<f>-ensemble.pt``. Its time column is the members' sum.
+        val_fraction: for data without a validation file, hold out this fraction of the training
+            queries (the same queries for every model and seed) for model selection.
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
@@ -382,13 +390,14 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if verbose else _quiet()):
         for fold in fold_list:
-            train, vali, test = load_fold(data, fold)
+            train, vali, test = load_fold(data, fold, val_fraction)
             max_label = max(1.0, float(train.labels.max()))
             test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
             members: dict[str, list] = {label: [] for label in configs}
             for seed in range(seeds):
                 for label, (path, cfg) in configs.items():
                     r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
+                                    val_fraction=val_fraction,
                                     scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
                                     test_eval=test_eval, max_epochs=max_epochs,
                                     keep=members[label] if ensemble else None)

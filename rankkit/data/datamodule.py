@@ -210,6 +210,8 @@ class RankingDataModule(pl.LightningDataModule):
             (whole queries, drawn from ``seed``) as the validation set; 0 (the default) leaves
             such data without one. A validation file, when there is one, is always used and
             this is ignored.
+        val_seed: draws the ``val_fraction`` split instead of ``seed`` (``rankkit compare`` holds
+            out the same queries for every seed and model).
 
     Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):
     disjoint, every query once, and for training the same number of batches on every rank.
@@ -218,11 +220,12 @@ class RankingDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0,
-                 val_fraction: float = 0.0):
+                 val_fraction: float = 0.0, val_seed: int | None = None):
         super().__init__()
         check_int(fold, "fold")
         check_int(max_docs, "max_docs")
         check_number(val_fraction, "val_fraction", low=0, high=1, high_open=True)
+        check_int(val_seed, "val_seed", low=0, none=True)
         self.save_hyperparameters()
         self.train_set: RankingDataset | None = None
         self.val_set: RankingDataset | None = None
@@ -262,7 +265,8 @@ class RankingDataModule(pl.LightningDataModule):
         test = _find_split(folder, ("test.txt", "test", "rank.test"))
         val_set = read_svmlight(val, n_features=f) if val else None
         if val_set is None and h.val_fraction > 0:
-            train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed)
+            train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed if h.get("val_seed") is None
+                                          else h.val_seed)
         self.train_set, self.val_set = train_set, val_set
         self.test_set = read_svmlight(test, n_features=f) if test else None
 
