@@ -36,7 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import write_section  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-YAHOO = os.path.join(ROOT, "..", "shared", "data", "lightgbm-lambdarank")
+# ../shared/data beside the checkout (a worktree one level deeper finds it one level up).
+YAHOO = next((p for p in (os.path.join(ROOT, *[".."] * up, "shared", "data", "lightgbm-lambdarank") for up in (1, 2))
+              if os.path.isdir(p)), os.path.join(ROOT, "..", "shared", "data", "lightgbm-lambdarank"))
 RESULTS = os.path.join(ROOT, "results", "neural_parity.json")
 
 # LambdaMART: the shipped config (configs/lambdamart.yaml) and the best of issue 27's grid.
