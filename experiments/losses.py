@@ -21,6 +21,7 @@ them. ``--write`` replaces the ``losses`` section of docs/benchmarks.md and docs
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -71,19 +72,44 @@ FINDINGS = (
 SMALL = dict(folds=[1], seeds=1, max_epochs=2, max_trees=5)
 
 
-def run_neural(loss: str, fold: int, seed: int, workdir: str, max_epochs: int) -> dict:
+#: The second data set (issue 26): LightGBM's lambdarank example, a sample of the Yahoo! Learning to
+#: Rank Challenge (Chapelle and Chang, "Yahoo! Learning to Rank Challenge Overview", 2011):
+#: rank.train and rank.test with .query sidecars, 300 features, labels 0-4, no vali file.
+YAHOO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "lightgbm-lambdarank")
+if not os.path.isdir(YAHOO):
+    YAHOO = "/work/shared/data/lightgbm-lambdarank"
+VALI_SHARE = 0.25
+
+
+def load(data: str, fold: int):
+    """``(train, vali, test)``: MQ2008's fold, or for ``yahoo`` the sample's train split into train
+    and a vali of ``VALI_SHARE`` of its queries drawn with seed ``fold`` (each "fold" a different
+    split; the test file is the same for all)."""
+    if data == "mq2008":
+        return load_mq2008(fold)
+    from rankkit.data import read_svmlight
+
+    full = read_svmlight(os.path.join(YAHOO, "rank.train"))
+    test = read_svmlight(os.path.join(YAHOO, "rank.test"), n_features=full.n_features)
+    order = torch.randperm(full.n_queries, generator=torch.Generator().manual_seed(fold))
+    n_vali = round(VALI_SHARE * full.n_queries)
+    return full.subset(order[n_vali:].sort().values), full.subset(order[:n_vali].sort().values), test
+
+
+def run_neural(loss: str, fold: int, seed: int, workdir: str, max_epochs: int, data: str = "mq2008") -> dict:
     """LambdaRank with configs/lambdarank.yaml and ``loss=<name>`` on one fold and seed."""
-    r = mq2008_neural.run_one("LambdaRank", fold, seed, workdir, max_epochs, {"loss": loss})
+    r = mq2008_neural.run_one("LambdaRank", fold, seed, workdir, max_epochs, {"loss": loss},
+                              data=None if data == "mq2008" else load(data, fold))
     return {"side": "neural", "loss": loss, "fold": fold, "seed": seed, "test": r["ndcg@10"],
             "vali": r["best_val_ndcg@10"], "seconds": r["train_seconds"], "steps": r["epochs"]}
 
 
-def run_trees(loss: str, fold: int, max_trees: int, patience: int) -> dict:
+def run_trees(loss: str, fold: int, max_trees: int, patience: int, data: str = "mq2008") -> dict:
     """LambdaMART with the tuned settings and ``objective=<name>`` on one fold (deterministic).
 
     ``model.score`` is the mean test NDCG@10 with exp gain and empty queries scored 1.
     """
-    train, vali, test = load_mq2008(fold)
+    train, vali, test = load(data, fold)
     settings = {**mq2008_lambdamart.SETTINGS, "objective": loss}
     t0 = time.perf_counter()
     model = LambdaMART(n_estimators=max_trees, early_stopping_rounds=patience, eval_metric="ndcg@10",
@@ -164,7 +190,7 @@ def table(rows: list[dict], losses: list[str], sides: list[str]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], losses: list[str], sides: list[str], path: str) -> None:
+def plot(rows: list[dict], losses: list[str], sides: list[str], path: str, name: str = "MQ2008") -> None:
     """Test NDCG@10 per loss, one bar per side, error bars = std over the runs."""
     import matplotlib
 
@@ -183,7 +209,7 @@ def plot(rows: list[dict], losses: list[str], sides: list[str], path: str) -> No
     ax.set_ylim(max(0.0, min(values) - 0.02), min(1.0, max(r["test"] + r["test_sd"] for r in rows) + 0.01))
     ax.set_xticks(range(len(losses)), losses, rotation=35, ha="right")
     ax.set_ylabel("test NDCG@10 (mean ± std over runs)")
-    ax.set_title("Every loss on MQ2008: neural (LambdaRank MLP) vs trees (LambdaMART)")
+    ax.set_title(f"Every loss on {name}: neural (LambdaRank MLP) vs trees (LambdaMART)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -204,6 +230,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--max-trees", type=int, default=2000)
     p.add_argument("--patience", type=int, default=50, help="trees: rounds without a better vali NDCG@10")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared box)")
+    p.add_argument("--data", choices=("mq2008", "yahoo"), default="mq2008",
+                   help="yahoo: LightGBM's Yahoo! LTR sample (../shared/data), vali carved from train per fold")
     p.add_argument("--runs", default=None, help="JSON-lines file: append each run, skip runs already in it")
     p.add_argument("--write", action="store_true",
                    help="write the docs/benchmarks.md section and docs/img/losses.png")
@@ -233,9 +261,9 @@ def main(argv=None) -> list[dict]:
             run = done.get((side, loss, fold, seed))
             if run is None:
                 if side == "neural":
-                    run = run_neural(loss, fold, seed, work, max_epochs)
+                    run = run_neural(loss, fold, seed, work, max_epochs, args.data)
                 else:
-                    run = run_trees(loss, fold, max_trees, args.patience)
+                    run = run_trees(loss, fold, max_trees, args.patience, args.data)
                 if args.runs:
                     _append_run(args.runs, run)
                 print(json.dumps(run), flush=True)
@@ -243,8 +271,10 @@ def main(argv=None) -> list[dict]:
     rows = summarize(runs, losses, sides)
     md = table(rows, losses, sides)
     print(md)
+    name = {"mq2008": "MQ2008", "yahoo": "the Yahoo! LTR sample"}[args.data]
+    image = IMAGE if args.data == "mq2008" else IMAGE.replace("losses.png", f"losses_{args.data}.png")
     if args.plot or args.write:
-        plot(rows, losses, sides, args.plot or IMAGE)
+        plot(rows, losses, sides, args.plot or image, name)
     if args.write:
         cmd = "python experiments/losses.py " + " ".join(argv if argv is not None else sys.argv[1:])
         gathered = (" (`--runs` keeps every finished run: the training ran as the same command without "
@@ -268,11 +298,22 @@ def main(argv=None) -> list[dict]:
             + ", ".join(f"{side} {sum(r['seconds'] for r in runs if r['side'] == side) / 60:.1f} min"
                         for side in sides)
             + " (data loading and test scoring not counted).")
-        body = (f"## Every loss on MQ2008 (issue 19)\n\n"
-                f"{DATE}, {MACHINE}, torch {torch.__version__}, {args.threads} torch thread(s). "
-                f"Command: `{cmd}`{gathered}.\n\n{protocol}\n\n{md}\n\n![losses](img/losses.png)\n"
-                + ("" if args.small else f"\n{FINDINGS}\n"))
-        write_section("losses", body)
+        if args.data == "mq2008":
+            body = (f"## Every loss on MQ2008 (issue 19)\n\n"
+                    f"{DATE}, {MACHINE}, torch {torch.__version__}, {args.threads} torch thread(s). "
+                    f"Command: `{cmd}`{gathered}.\n\n{protocol}\n\n{md}\n\n![losses](img/losses.png)\n"
+                    + ("" if args.small else f"\n{FINDINGS}\n"))
+            write_section("losses", body)
+        else:
+            carve = (f"The sample has no vali file: each \"fold\" f draws {VALI_SHARE:.0%} of rank.train's "
+                     f"queries with seed f as vali and trains on the rest; rank.test is the test set of every "
+                     f"fold (so the sd column is the split's and the seed's spread, not the test set's).")
+            body = (f"## Every loss on the Yahoo! LTR sample (issue 26)\n\n"
+                    f"{datetime.date.today().isoformat()}, {MACHINE}, torch {torch.__version__}, "
+                    f"{args.threads} torch thread(s). Command: `{cmd}`{gathered}.\n\n{carve} "
+                    f"{protocol.replace('MQ2008', name)}\n\n{md}\n\n"
+                    f"![losses on {name}](img/{os.path.basename(image)})\n")
+            write_section(f"losses_{args.data}", body)
     return rows
 
 

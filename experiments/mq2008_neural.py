@@ -69,9 +69,10 @@ def parse_range(text: str) -> list[int]:
 
 
 def run_one(name: str, fold: int, seed: int, workdir: str, max_epochs: int = MAX_EPOCHS,
-            overrides: dict | None = None) -> dict:
-    """Train ``name`` (its configs/ settings, updated by ``overrides``) on one fold and seed."""
-    train, vali, test = load_mq2008(fold)
+            overrides: dict | None = None, data: tuple | None = None) -> dict:
+    """Train ``name`` (its configs/ settings, updated by ``overrides``) on one fold and seed
+    (``data``: another ``(train, vali, test)`` than MQ2008's fold)."""
+    train, vali, test = data if data is not None else load_mq2008(fold)
     pl.seed_everything(seed, verbose=False)
     spec = SETTINGS[name]
     kwargs = {**spec["kwargs"], **(overrides or {})}

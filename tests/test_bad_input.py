@@ -87,6 +87,11 @@ def small_max_values(tmp_path: Path):
         return svm(GOOD)(tmp_path)
 
 
+def long_line(tmp_path: Path):
+    with mock.patch.object(svmlight, "MAX_LINE_BYTES", 100), mock.patch.object(svmlight, "_BLOCK_BYTES", 16):
+        return svm(GOOD.replace("0 qid:1 1:0.1 2:0.2", "0 qid:1" + " 1:0.1" * 30))(tmp_path)
+
+
 def nan_kept(ds: RankingDataset) -> None:
     assert torch.isnan(ds.features[1, 0]) and ds.n_docs == 3
 
@@ -140,6 +145,17 @@ READER = [
          r"f\.txt\.query:1: expected a group size"),
     Case("reader-query-file-zero", with_query("1 1:1\n0 1:2\n", "2\n0\n"), ValueError,
          r"f\.txt\.query:2: group size must be positive"),
+    # issue 30: wrong results with exit 0 before, and a file asking for gigabytes
+    Case("reader-underscore-in-number", line2("0 qid:1 1:1_000"), ValueError,
+         r"f\.txt:2: malformed line \('1:1_000' is not <index>:<value>\)"),
+    Case("reader-qid-nan", line2("0 qid:nan 1:1"), ValueError,
+         r"f\.txt:2: malformed line \(qid 'nan' is not an integer in the int64 range\)"),
+    Case("reader-query-file-stale", with_query(GOOD, "1\n2\n"), ValueError,
+         r"f\.txt\.query: group sizes disagree with the qid: fields of .*f\.txt \(a stale \.query file\?\): "
+         r"group 1 has 1 documents there, but qid 1 from line 1 has 2"),
+    Case("reader-feature-index-999999999", line2("0 qid:1 999999999:1"), ValueError,
+         r"f\.txt:2: feature index 999999999 gives 999999999 features, more than MAX_FEATURES"),
+    Case("reader-line-too-long", long_line, ValueError, r"f\.txt:2: line longer than MAX_LINE_BYTES = 100"),
     Case("reader-path-is-a-folder", in_folder, ValueError, r"d\.txt: cannot read the file"),
     Case("reader-missing-file", lambda tmp: read_svmlight(tmp / "nope.txt"), FileNotFoundError, r"nope\.txt: no such file"),
     Case("reader-n-features-zero", svm(GOOD, n_features=0), ValueError, r"`n_features` has to be an integer >= 1"),

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import torch
 
 from rankkit.kernels import cpu as _cpu
+from rankkit.kernels import tree_backend
 from rankkit.kernels import torch_ref
 from rankkit.kernels.torch_ref import (_CHUNK_ROWS, _TINY, N_CODES, Reduce, build_histograms,  # noqa: F401
                                        dequantize, exact_leaf_sums, identity_reduce, leaf_of, leaf_sums,
@@ -150,9 +151,10 @@ class ObliviousTreeGrower:
         valid_codes: [F, 256] bool, the thresholds each feature allows (see the binner).
         params: the tree hyperparameters.
         reduce: the reduction point of every document sum.
-        use_kernel: grow with the compiled CPU backend (None: when the codes are on the CPU and
-            the kernels are built, see :func:`rankkit.kernels.tree_backend`); False runs the
-            torch reference backend, as on a GPU.
+        use_kernel: grow with the compiled CPU backend (None: the backend of
+            :func:`rankkit.kernels.tree_backend` -- the compiled CPU kernels for CPU codes when
+            they are built, the Triton kernels on a GPU with Triton, else the torch
+            reference); False runs the torch reference backend.
     """
 
     def __init__(self, codes: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams, *,
@@ -161,6 +163,7 @@ class ObliviousTreeGrower:
         # row); the torch ops (and CUDA) a feature-major copy [F, N]. Only one of them is kept.
         on_cpu = codes.device.type == "cpu"
         self.kernel = on_cpu and _cpu.available() if use_kernel is None else bool(use_kernel)
+        self.triton = use_kernel is None and tree_backend(codes.device) == "triton"
         if self.kernel:
             assert on_cpu, "the compiled kernels read CPU codes"
             self.codes = codes.contiguous()
@@ -216,10 +219,16 @@ class ObliviousTreeGrower:
         fused = self.kernel and self.reduce is identity_reduce
         if fused:
             node, feats, cuts, gains = self._levels_fused(hg, hh, scale, valid, rows, features, noise)
+        elif self.triton and self.reduce is identity_reduce:
+            node, feats, cuts, gains = self._levels_triton(hg, hh, scale, valid, rows, features, noise)
         else:
             grow_levels = self._levels_kernel if self.kernel else self._levels_torch
             node, feats, cuts, gains = grow_levels(hg, hh, scale, valid, rows, features, noise)
-        if p.quantized_grad:  # integer sums throughout: exact, the same in any order or process
+        if p.quantized_grad and self.triton and self.reduce is identity_reduce and n_leaves <= 256:
+            from rankkit._triton import backend as triton_backend
+
+            values = newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
+        elif p.quantized_grad:  # integer sums throughout: exact, the same in any order or process
             values = newton_leaf_values(exact_leaf_sums(node, g, h, n_leaves, reduce=self.reduce, shard=self.shard), p)
         elif fused:
             values = _cpu.tree_leaves(node, g, h, n_leaves, p)[0]
@@ -289,6 +298,17 @@ class ObliviousTreeGrower:
             small = self.reduce(_cpu.histograms(codes, rows, features, node, g, h, 2 * n_nodes, slot, n_nodes))
             hist = torch_ref.siblings(hist, small, small_is_right)
         return node, feats, cuts, gains
+
+    def _levels_triton(self, g, h, scale, valid, rows, features, noise):
+        """The levels on the Triton backend (:func:`rankkit._triton.backend.grow_levels`): the
+        torch reference's decisions, 5 launches per level, no host sync. Quantized gradients
+        sum in int32 cells (exact: rows × num_grad_quant_bins < 2^31 is checked above)."""
+        from rankkit._triton import backend as triton_backend
+
+        codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
+        codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
+        return triton_backend.grow_levels(codes_t, g, h, scale, valid, self.params, noise,
+                                          hist_dtype=torch.int32 if scale is not None else None)
 
     def _levels_torch(self, g, h, scale, valid, rows, features, noise):
         """The levels on the torch reference backend, every decision a device tensor: no host sync."""

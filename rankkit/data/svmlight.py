@@ -1,16 +1,27 @@
 """Read LETOR / SVMlight ranking files into a :class:`RankingDataset`.
 
-Parsing is scikit-learn's ``load_svmlight_file`` (qid, comments, sparse lines, .gz/.bz2).
-This module adds what a ranking user needs on top: query grouping (``qid:`` or a LightGBM
-``.query`` sidecar), displayed positions for click logs (a ``position_file`` sidecar, one 0-based
-integer per line), per-line error messages, and a policy for every kind of bad input.
+The reader streams: the file (plain, ``.gz`` or ``.bz2``) is read in blocks of whole lines, each
+block is parsed by numpy on its bytes (tokens found by byte class, numbers by ``np.fromstring``)
+and written straight into the final float32 array, so time and memory grow linearly with the
+file (no Python object per line, no list of per-block arrays). A block the vectorised parser
+does not accept in full is parsed again line by line by a plain Python parser
+(:func:`_parse_line`), which is the definition of the format and names the first bad line.
+:func:`iter_svmlight` gives the same parse block by block, for scoring files larger than memory.
+
+Lines are ``<label> [qid:<q>] <index>:<value> ... [# comment]``; documents are grouped by their
+``qid:`` fields or by a LightGBM ``.query`` sidecar (group sizes, one per line); a
+``position_file`` sidecar gives a click log's displayed positions (one 0-based integer per line).
 
 Bad-input policy (each case has a test):
 
 =====================================  ======================================================
 input                                  what happens
 =====================================  ======================================================
-malformed line                         ``ValueError`` naming the file and the 1-based line
+malformed line (a number Python would  ``ValueError`` naming the file and the 1-based line
+not write: ``1_000``, ``0x10``, ``1e``;
+an index that is not a plain integer;
+indices not increasing; ``qid:`` not
+an integer, e.g. ``qid:nan``)
 empty file (no documents)              ``ValueError`` naming the file
 ``inf`` feature value                  ``ValueError`` naming the file and line
 ``nan`` feature value                  kept as a *missing value* (as LightGBM/XGBoost do):
@@ -22,6 +33,8 @@ interleaved qid (a query's lines not   ``ValueError`` naming the line where the 
 contiguous)                            back (LightGBM and XGBoost also require contiguity)
 no ``qid:`` and no ``.query`` file     ``ValueError``
 ``.query`` sizes not summing to N      ``ValueError``
+``.query`` sizes that disagree with    ``ValueError`` naming the sidecar, the first group that
+the file's own ``qid:`` fields         differs and its line (a stale sidecar never wins)
 query with one document                kept: it contributes no pairs (zero lambdas) and
                                        counts in metrics by the ``empty=`` convention
 different feature counts               pass ``n_features=`` (e.g. the train set's); a file
@@ -34,6 +47,7 @@ value beyond float32 (``1e39``)        ``ValueError`` naming the line
 label above ``MAX_LABEL`` (2^24)       ``ValueError`` naming the line (not exact in float32)
 a line without ``qid:`` when others    ``ValueError`` naming the line
 have one
+a line longer than ``MAX_LINE_BYTES``  ``ValueError`` naming the line
 truncated or corrupt ``.gz``/``.bz2``  ``ValueError`` naming the file
 unreadable file (a directory, no       ``ValueError`` naming the file; a missing file is
 permission)                            ``FileNotFoundError``
@@ -44,9 +58,11 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import os
+import re
 import zlib
+from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -54,7 +70,6 @@ import torch
 from rankkit._checks import check_bool, check_int
 from rankkit.data.dataset import RankingDataset
 
-_CHUNK_LINES = 5000
 #: The largest feature index read without ``n_features=`` (a corrupt ``2000000000:1`` would
 #: otherwise allocate N x 2e9 floats).
 MAX_FEATURES = 1_000_000
@@ -62,64 +77,445 @@ MAX_FEATURES = 1_000_000
 MAX_VALUES = 2**32
 #: The largest label: integers up to 2^24 are exact in float32.
 MAX_LABEL = 2**24
+#: The longest line (bytes): a million features at 256 bytes each.
+MAX_LINE_BYTES = 2**28
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: Bytes read per block; a block is cut after its last newline.
+_BLOCK_BYTES = 1 << 20
+_INT64_MAX = 2**63 - 1
 
 
-def _open_text(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, "rt", encoding="utf-8", errors="replace")
+# -- the format, one line at a time (the definition; the fast path must agree with it) -------------
+_FLOAT = re.compile(rb"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+                    re.IGNORECASE)
+_INDEX = re.compile(rb"[0-9]+")
+_QID = re.compile(rb"[+-]?[0-9]+")
 
 
-def _parse(source, *, n_features, zero_based):
-    from sklearn.datasets import load_svmlight_file
+class _LineError(ValueError):
+    """A bad line; ``malformed`` when it does not follow the grammar at all."""
 
-    return load_svmlight_file(source, n_features=n_features, query_id=True, zero_based=zero_based,
-                              dtype=np.float64)
-
-
-def _locate_bad_line(path: str, zero_based: bool, n_features: int | None) -> tuple[int, str, str]:
-    """Find the first line the library rejects: parse chunks, then lines of the bad chunk."""
-    with _open_text(path) as f:
-        lines = f.readlines()
-    for start in range(0, len(lines), _CHUNK_LINES):
-        chunk = lines[start:start + _CHUNK_LINES]
-        try:
-            _parse(io.BytesIO("".join(chunk).encode()), n_features=n_features, zero_based=zero_based)
-            continue
-        except (ValueError, OverflowError):
-            pass
-        for i, line in enumerate(chunk):
-            try:
-                _parse(io.BytesIO(line.encode()), n_features=n_features, zero_based=zero_based)
-            except (ValueError, OverflowError) as e:
-                return start + i + 1, line.rstrip("\n"), str(e)
-    return 0, "", ""
+    def __init__(self, why: str, malformed: bool = True):
+        super().__init__(why)
+        self.malformed = malformed
 
 
-def _data_line_numbers(path: str) -> np.ndarray:
-    """1-based file line number of every data line (blank and comment-only lines are skipped)."""
-    numbers = []
-    with _open_text(path) as f:
-        for i, line in enumerate(f, 1):
-            body = line.split("#", 1)[0].strip()
-            if body:
-                numbers.append(i)
-    return np.asarray(numbers, dtype=np.int64)
+def _parse_line(tokens: list[bytes], zero_based: bool, width_limit: int, limit_why: str):
+    """``(label, qid or None, [index], [value])`` of one data line's whitespace-split tokens
+    (comment removed); raises :class:`_LineError`. ``width_limit``: the most features allowed."""
+    label_text = tokens[0]
+    if not _FLOAT.fullmatch(label_text):
+        raise _LineError(f"label {label_text.decode('utf-8', 'replace')!r} is not a number")
+    rest = tokens[1:]
+    qid = None
+    if rest and rest[0].startswith(b"qid:"):
+        text = rest[0][4:]
+        if not _QID.fullmatch(text) or abs(int(text)) > _INT64_MAX:
+            raise _LineError(f"qid {text.decode('utf-8', 'replace')!r} is not an integer in the int64 range")
+        qid = int(text)
+        rest = rest[1:]
+    indices, values = [], []
+    low = 0 if zero_based else 1
+    for token in rest:
+        index_text, sep, value_text = token.partition(b":")
+        if not sep or not _INDEX.fullmatch(index_text) or not _FLOAT.fullmatch(value_text):
+            raise _LineError(f"{token.decode('utf-8', 'replace')!r} is not <index>:<value>")
+        index = int(index_text)
+        if index < low:
+            raise _LineError(f"feature index {index} (indices start at {low})")
+        if indices and index <= indices[-1]:
+            raise _LineError(f"feature index {index} after {indices[-1]} (indices must increase)")
+        indices.append(index)
+        values.append(float(value_text))
+    for index in indices:
+        width = index + 1 - low
+        if width > width_limit:
+            raise _LineError(f"feature index {index} gives {width} features, {limit_why}", malformed=False)
+    for v in values:
+        if v in (np.inf, -np.inf):
+            raise _LineError("infinite feature value (NaN is accepted as missing; inf is not)", malformed=False)
+    for v in values:
+        if abs(v) > _FLOAT32_MAX:
+            raise _LineError(f"feature value {v!r} overflows float32 (largest {_FLOAT32_MAX:.4g})", malformed=False)
+    label = float(label_text)
+    if not (0 <= label <= MAX_LABEL and label == int(label)):  # NaN and inf fail the range test
+        raise _LineError(f"label must be a non-negative integer (at most MAX_LABEL = {MAX_LABEL}), "
+                         f"got {label!r}", malformed=False)
+    return label, qid, indices, values
 
 
-def _read_comments(path: str) -> list[str]:
+@dataclass
+class _Block:
+    """The data lines of one block of whole lines."""
+    lines: np.ndarray    # [n] int64, 1-based line number in the file
+    labels: np.ndarray   # [n] float64
+    qids: np.ndarray     # [n] int64 (0 where the line has none)
+    has_qid: np.ndarray  # [n] bool
+    rows: np.ndarray     # [nnz] int64, row within the block
+    cols: np.ndarray     # [nnz] int64, 0-based column
+    values: np.ndarray   # [nnz] float64
+    comments: list[str] | None
+
+    @property
+    def n(self) -> int:
+        return len(self.lines)
+
+    def width(self) -> int:
+        return int(self.cols.max()) + 1 if len(self.cols) else 0
+
+
+def _comments(block: bytes, line_index: np.ndarray) -> list[str]:
+    lines = block.split(b"\n")
     out = []
-    with _open_text(path) as f:
-        for line in f:
-            body, sep, comment = line.partition("#")
-            if body.strip():
-                out.append(comment.strip() if sep else "")
+    for i in line_index.tolist():
+        _, sep, comment = lines[i].partition(b"#")
+        out.append(comment.decode("utf-8", "replace").strip() if sep else "")
     return out
 
 
+def _parse_slow(block: bytes, first_line: int, zero_based: bool, width_limit: int, limit_why: str,
+                path: str, with_comments: bool) -> _Block:
+    """Parse a block line by line with :func:`_parse_line`; the first bad line raises."""
+    lines, labels, qids, has_qid, rows, cols, values, line_index = [], [], [], [], [], [], [], []
+    low = 0 if zero_based else 1
+    for i, line in enumerate(block.split(b"\n")[:-1]):
+        tokens = line.split(b"#", 1)[0].split()
+        if not tokens:
+            continue
+        try:
+            label, qid, indices, vals = _parse_line(tokens, zero_based, width_limit, limit_why)
+        except _LineError as e:
+            where = f"{path}:{first_line + i}"
+            if e.malformed:
+                text = line.decode("utf-8", "replace").rstrip("\r")
+                raise ValueError(f"{where}: malformed line ({e}): {text[:120]!r}") from None
+            raise ValueError(f"{where}: {e}") from None
+        row = len(lines)
+        lines.append(first_line + i)
+        line_index.append(i)
+        labels.append(label)
+        qids.append(0 if qid is None else qid)
+        has_qid.append(qid is not None)
+        rows.extend([row] * len(indices))
+        cols.extend(index - low for index in indices)
+        values.extend(vals)
+    return _Block(np.asarray(lines, dtype=np.int64), np.asarray(labels, dtype=np.float64),
+                  np.asarray(qids, dtype=np.int64), np.asarray(has_qid, dtype=bool),
+                  np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64),
+                  np.asarray(values, dtype=np.float64),
+                  _comments(block, np.asarray(line_index, dtype=np.int64)) if with_comments else None)
+
+
+# -- the fast path: numpy on the block's bytes -----------------------------------------------------
+_COMMENT = re.compile(rb"#[^\n]*")
+_PAD = 4          # spaces after the block, so that a token's first four bytes can always be read
+_MAX_DIGITS = 15  # an index or qid of more digits (not exact in float64) goes the slow way
+
+
+def _digits_only(work: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether every region ``work[lo:hi]`` is 1 to 15 ASCII digits (checked column by column
+    from the right: indices are short, so this is a few 1-D gathers)."""
+    width = hi - lo
+    if len(width) == 0:
+        return True
+    if width.min() < 1 or width.max() > _MAX_DIGITS:
+        return False
+    for k in range(1, int(width.max()) + 1):
+        at = hi[width >= k] - k
+        if ((work[at] - np.uint8(48)) > 9).any():  # a byte below '0' wraps above 9
+            return False
+    return True
+
+
+def _parse_fast(block: bytes, first_line: int, zero_based: bool, width_limit: int) -> _Block | None:
+    """The block parsed by numpy, or None when any line needs a closer look (then
+    :func:`_parse_slow` decides: it parses the block or names the bad line).
+
+    Comments are cut (``re.sub``), then tokens are the runs of bytes above the space. A line's
+    first token is its label, a second token starting ``qid:`` its query id, every other token
+    ``<index>:<value>``; each feature and qid token must hold exactly one colon, indices and
+    qids only digits (:func:`_digits_only`). With the colons and ``qid`` prefixes blanked, one
+    ``np.fromstring`` call reads every number. The float grammar is enforced by counting: a
+    token that is not exactly one number stops ``np.fromstring`` (``1e``, ``1.2.3``,
+    ``1_000``, ``0x10``, ``infinf``, ``1-2``); ``nan(...)`` (which it accepts and Python does
+    not), control characters and non-ASCII bytes go the slow way.
+    """
+    text = _COMMENT.sub(b"", block) if b"#" in block else block
+    work = np.empty(len(text) + _PAD, dtype=np.uint8)
+    work[:len(text)] = np.frombuffer(text, dtype=np.uint8)
+    work[len(text):] = 32
+    controls = np.count_nonzero(work < 32)
+    if np.count_nonzero(work > 126) or np.count_nonzero(work == 40) or (controls and controls != (
+            np.count_nonzero(work == 10) + np.count_nonzero(work == 9) + np.count_nonzero(work == 13))):
+        return None
+    step = np.diff((work > 32).view(np.int8), prepend=np.int8(0))
+    starts = np.flatnonzero(step == 1)
+    ends = np.flatnonzero(step == -1)
+    if len(starts) == 0:
+        return _empty_block()
+    newlines = np.flatnonzero(work == 10)
+    line = np.searchsorted(newlines, starts)
+    is_label = np.empty(len(starts), dtype=bool)
+    is_label[0] = True
+    np.not_equal(line[1:], line[:-1], out=is_label[1:])
+    second = np.flatnonzero(is_label[:-1] & ~is_label[1:]) + 1
+    s = starts[second]
+    qid_token = second[(ends[second] - s > 4) & (work[s] == 113) & (work[s + 1] == 105) & (work[s + 2] == 100)
+                       & (work[s + 3] == 58)]
+    is_qid = np.zeros(len(starts), dtype=bool)
+    is_qid[qid_token] = True
+    is_feature = ~(is_label | is_qid)
+    colons = np.flatnonzero(work == 58)
+    with_colon = np.flatnonzero(~is_label)  # each feature and qid token holds exactly one colon
+    if len(colons) != len(with_colon) or not np.array_equal(
+            np.searchsorted(starts, colons, side="right") - 1, with_colon):
+        return None
+    feature_colons = colons[is_feature[with_colon]]
+    if not _digits_only(work, starts[is_feature], feature_colons):
+        return None
+    q, qe = starts[qid_token] + 4, ends[qid_token]
+    signed = (work[q] == 43) | (work[q] == 45)
+    if not _digits_only(work, q + signed, qe):
+        return None
+    work[colons] = 32
+    for k in range(3):
+        work[starts[qid_token] + k] = 32
+    try:
+        numbers = np.fromstring(work.tobytes(), dtype=np.float64, sep=" ")
+    except ValueError:
+        return None
+    count = is_feature.astype(np.int64) + 1
+    if len(numbers) != int(count.sum()):
+        return None
+    first = np.cumsum(count) - count
+    labels = numbers[first[is_label]]
+    index = numbers[first[is_feature]].astype(np.int64)
+    values = numbers[first[is_feature] + 1]
+    row = np.cumsum(is_label) - 1
+    rows = row[is_feature]
+    n = len(labels)
+    qids = np.zeros(n, dtype=np.int64)
+    has_qid = np.zeros(n, dtype=bool)
+    qids[row[qid_token]] = numbers[first[qid_token]].astype(np.int64)
+    has_qid[row[qid_token]] = True
+    base = 0 if zero_based else 1
+    if len(index) and ((index < base).any() or index.max() + 1 - base > width_limit
+                       or not ((index[1:] > index[:-1]) | (rows[1:] != rows[:-1])).all()):
+        return None
+    if np.isinf(values).any() or (np.abs(np.nan_to_num(values)) > _FLOAT32_MAX).any():
+        return None
+    if not ((labels >= 0) & (labels == np.round(labels)) & (labels <= MAX_LABEL)).all():
+        return None
+    return _Block(first_line + line[is_label], labels, qids, has_qid, rows, index - base, values, None)
+
+
+def _empty_block() -> _Block:
+    empty = np.zeros(0, dtype=np.int64)
+    return _Block(empty, np.zeros(0), empty, np.zeros(0, dtype=bool), empty, empty, np.zeros(0), [])
+
+
+# -- reading the file block by block ----------------------------------------------------------------
+def _open_binary(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _raw_blocks(path: str) -> Iterator[tuple[int, bytes]]:
+    """``(first line number, bytes)`` of blocks of whole lines, each ending with a newline."""
+    with _open_binary(path) as f:
+        first_line, rest = 1, b""
+        while True:
+            chunk = f.read(_BLOCK_BYTES)
+            if not chunk:
+                if rest:
+                    yield first_line, rest + b"\n"
+                return
+            data = rest + chunk if rest else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                if len(data) > MAX_LINE_BYTES:
+                    raise ValueError(f"{path}:{first_line}: line longer than MAX_LINE_BYTES = {MAX_LINE_BYTES}")
+                rest = data
+                continue
+            block = data[:cut] if cut < len(data) else data
+            yield first_line, block
+            first_line += block.count(b"\n")
+            rest = data[cut:]
+
+
+class _Scan:
+    """One pass over a file: validated blocks, and the file's grouping checked across blocks.
+
+    ``blocks()`` yields each :class:`_Block` after the per-line checks, with ``start`` (its first
+    row in the file), ``group`` ([n] the query of each row: the position of its qid run, or of
+    its sidecar group) and ``doc`` ([n] the row's position within its query). After the last
+    block, :meth:`finish` checks what needs the whole file and returns ``(sizes, qids)``.
+    """
+
+    def __init__(self, path: str, *, n_features: int | None, zero_based: bool, with_comments: bool,
+                 query_file: str | None):
+        self.path = path
+        self.zero_based = zero_based
+        self.with_comments = with_comments
+        self.width_limit = n_features if n_features is not None else MAX_FEATURES
+        self.limit_why = (f"more than the expected n_features={n_features} (train and test files must "
+                          f"share features)" if n_features is not None else
+                          f"more than MAX_FEATURES={MAX_FEATURES}; pass n_features= to read wider files")
+        self.query_file = query_file
+        self.sidecar = read_query_file(query_file) if query_file is not None else None
+        self.sidecar_ends = np.cumsum(self.sidecar) if self.sidecar is not None else None
+        self.n = 0
+        self.width = 0
+        self.any_qid = False
+        self.first_without_qid = 0
+        self.runs = _Grow(np.int64, 3)  # (qid, first row, line) of each run of equal qids
+
+    def blocks(self) -> Iterator[_Block]:
+        for first_line, raw in _raw_blocks(self.path):
+            block = _parse_fast(raw, first_line, self.zero_based, self.width_limit)
+            if block is None:
+                block = _parse_slow(raw, first_line, self.zero_based, self.width_limit, self.limit_why,
+                                    self.path, self.with_comments)
+            elif self.with_comments:
+                block.comments = _comments(raw, block.lines - first_line)
+            if block.n == 0:
+                continue
+            self._group(block)
+            self.width = max(self.width, block.width())
+            self.n += block.n
+            yield block
+
+    def _group(self, block: _Block) -> None:
+        if not block.has_qid.all() and not self.first_without_qid:
+            self.first_without_qid = int(block.lines[np.argmin(block.has_qid)])
+        self.any_qid = self.any_qid or bool(block.has_qid.any())
+        if self.any_qid and self.first_without_qid:
+            raise ValueError(f"{self.path}:{self.first_without_qid}: no 'qid:' field, but other lines have "
+                             f"one; every line needs its query's id")
+        rows = self.n + np.arange(block.n)
+        if self.any_qid:
+            q = block.qids
+            new = np.ones(block.n, dtype=bool)
+            new[1:] = q[1:] != q[:-1]
+            if len(self.runs) and self.runs.last()[0] == q[0]:
+                new[0] = False
+            self.runs.extend(np.stack([q[new], rows[new], block.lines[new]], axis=1))
+            run_start = self.runs.column(1)
+            block.group = np.searchsorted(run_start, rows, side="right") - 1
+            block.doc = rows - run_start[block.group]
+        elif self.sidecar is not None:
+            block.group = np.minimum(np.searchsorted(self.sidecar_ends, rows, side="right"), len(self.sidecar) - 1)
+            block.doc = rows - (self.sidecar_ends[block.group] - self.sidecar[block.group])
+        else:
+            raise ValueError(f"{self.path}: no 'qid:' fields and no .query file; cannot group documents")
+        block.start = self.n
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(sizes, qids)`` of the file's queries, after the checks that need the whole file."""
+        if self.n == 0:
+            raise ValueError(f"{self.path}: the file holds no documents")
+        if self.any_qid:
+            runs = self.runs.array()
+            qids = runs[:, 0]
+            _, first = np.unique(qids, return_index=True)
+            if len(first) != len(qids):
+                again = np.ones(len(qids), dtype=bool)
+                again[first] = False
+                r = int(np.argmax(again))
+                raise ValueError(f"{self.path}:{runs[r, 2]}: qid {qids[r]} appears again after other queries; "
+                                 f"each query's lines must be contiguous")
+            sizes = np.diff(np.append(runs[:, 1], self.n))
+        if self.sidecar is not None:
+            total = int(self.sidecar.sum())
+            if total != self.n:
+                raise ValueError(f"{self.query_file}: group sizes sum to {total}, but {self.path} holds "
+                                 f"{self.n} documents")
+            if self.any_qid and not np.array_equal(self.sidecar, sizes):
+                m = min(len(sizes), len(self.sidecar))
+                g = int(np.argmax(self.sidecar[:m] != sizes[:m])) if (self.sidecar[:m] != sizes[:m]).any() else m
+                g = min(g, len(sizes) - 1)
+                raise ValueError(f"{self.query_file}: group sizes disagree with the qid: fields of {self.path} "
+                                 f"(a stale .query file?): group {g + 1} has "
+                                 f"{self.sidecar[g] if g < len(self.sidecar) else 0} documents there, but qid "
+                                 f"{runs[g, 0]} from line {runs[g, 2]} has {sizes[g]}; remove the sidecar or "
+                                 f"fix it")
+            if not self.any_qid:
+                return self.sidecar, np.arange(len(self.sidecar), dtype=np.int64)
+        return sizes, qids
+
+
+class _Grow:
+    """A growable [n, k] array (amortised doubling, one array, no list of pieces)."""
+
+    def __init__(self, dtype, k: int):
+        self.data = np.zeros((16, k), dtype=dtype)
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def extend(self, rows: np.ndarray) -> None:
+        need = self.size + len(rows)
+        if need > len(self.data):
+            self.data.resize((max(need, 2 * len(self.data)), self.data.shape[1]), refcheck=False)
+        self.data[self.size:need] = rows
+        self.size = need
+
+    def last(self) -> np.ndarray:
+        return self.data[self.size - 1]
+
+    def column(self, j: int) -> np.ndarray:
+        return self.data[:self.size, j]
+
+    def array(self) -> np.ndarray:
+        return self.data[:self.size]
+
+
+def _check_path(path) -> str:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    return path
+
+
+def _sidecar(path: str, query_file) -> str | None:
+    if query_file is not None:
+        return os.fspath(query_file)
+    return path + ".query" if os.path.exists(path + ".query") else None
+
+
+def _read_errors(path: str):
+    """A context turning I/O and decompression failures into a ``ValueError`` naming the file."""
+    class _Errors:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, e, tb):
+            if e is None or isinstance(e, FileNotFoundError) or not isinstance(e, (EOFError, OSError, zlib.error)):
+                return False
+            hint = ("; a .gz or .bz2 file may be truncated or not compressed that way"
+                    if path.endswith((".gz", ".bz2")) else "")
+            raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e}){hint}") from None
+    return _Errors()
+
+
+def _capacity(wanted: int, needed: int, width: int) -> int:
+    """Rows to allocate: ``wanted`` (at least 1 MiB of rows), never beyond ``MAX_VALUES`` values,
+    never fewer than ``needed``."""
+    width = max(width, 1)
+    return max(needed, min(max(wanted, 2**18 // width), MAX_VALUES // width))
+
+
+def _check_values(path: str, n: int, width: int) -> None:
+    if n * width > MAX_VALUES:
+        raise ValueError(f"{path}: {n} documents x {width} features would need "
+                         f"{n * width * 4 / 2**30:.1f} GiB as float32 (more than MAX_VALUES={MAX_VALUES})")
+
+
+# -- sidecars -----------------------------------------------------------------------------------------
 def _read_integers(path: str, what: str, rule: str, low: int) -> np.ndarray:
     """One integer >= ``low`` per non-blank line of a sidecar file, naming the line of a bad one."""
     values = []
@@ -128,12 +524,13 @@ def _read_integers(path: str, what: str, rule: str, low: int) -> np.ndarray:
             text = line.strip()
             if not text:
                 continue
-            try:
-                v = int(text)
-            except ValueError:
-                raise ValueError(f"{path}:{i}: expected {what}, got {text!r}") from None
+            if not _QID.fullmatch(text.encode("utf-8", "replace")):
+                raise ValueError(f"{path}:{i}: expected {what}, got {text!r}")
+            v = int(text)
             if v < low:
                 raise ValueError(f"{path}:{i}: {rule}, got {v}")
+            if v > _INT64_MAX:
+                raise ValueError(f"{path}:{i}: expected {what}, got {text!r} (beyond int64)")
             values.append(v)
     return np.asarray(values, dtype=np.int64)
 
@@ -149,6 +546,7 @@ def read_position_file(path: str) -> np.ndarray:
     return _read_integers(path, "a position (a non-negative integer)", "position must be non-negative", 0)
 
 
+# -- the public readers ------------------------------------------------------------------------------
 def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | None = None,
                   n_features: int | None = None, zero_based: bool = False,
                   with_comments: bool = False, position_file: str | os.PathLike | None = None) -> RankingDataset:
@@ -158,7 +556,8 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
         path: text file, optionally ``.gz`` or ``.bz2`` compressed. Lines are
             ``<label> [qid:<q>] <index>:<value> ... [# comment]``.
         query_file: LightGBM-style group sizes, one per line. When None, ``<path>.query``
-            is used if it exists; otherwise the ``qid:`` fields group the documents.
+            is used if it exists; otherwise the ``qid:`` fields group the documents. When the
+            file has ``qid:`` fields too, the two must agree (a stale sidecar is an error).
         n_features: F, for files that must line up with another (the train set's F);
             defaults to the largest feature index in the file, which may then be at most
             ``MAX_FEATURES`` (10^6): a larger index is far more likely a corrupt line than a
@@ -173,125 +572,110 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
         A :class:`RankingDataset` with features [N, F] float32. See the module docstring for
         the bad-input policy: every refusal is a ``ValueError`` naming the file (and the line
         where there is one); a missing file is ``FileNotFoundError``.
+
+    Time and memory are linear in the file: blocks are parsed into one float32 array that grows
+    in place (``ndarray.resize``, a ``realloc``), so the peak is about the returned arrays.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
+    path = _check_path(path)
     check_int(n_features, "n_features", none=True)
     check_bool(zero_based, "zero_based")
     check_bool(with_comments, "with_comments")
-    try:
-        data = _read(path, query_file, n_features, zero_based, with_comments)
-        if position_file is not None:
-            position_file = os.fspath(position_file)
-            position = read_position_file(position_file)
-            if len(position) != data.n_docs:
-                raise ValueError(f"{position_file}: {len(position)} positions, "
-                                 f"but {path} holds {data.n_docs} documents")
-            data.position = torch.from_numpy(position)
-        return data
-    except (EOFError, OSError, zlib.error) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        hint = ("; a .gz or .bz2 file may be truncated or not compressed that way"
-                if path.endswith((".gz", ".bz2")) else "")
-        raise ValueError(f"{path}: cannot read the file ({type(e).__name__}: {e}){hint}") from None
+    with _read_errors(path):
+        scan = _Scan(path, n_features=n_features, zero_based=zero_based, with_comments=with_comments,
+                     query_file=_sidecar(path, query_file))
+        width = n_features or 0
+        features = np.zeros((0, width), dtype=np.float32)
+        labels = np.zeros(0, dtype=np.float32)
+        comments: list[str] | None = [] if with_comments else None
+        n = 0
+        for block in scan.blocks():
+            end = n + block.n
+            if n_features is None and block.width() > width:
+                width = block.width()
+                _check_values(path, end, width)
+                wider = np.empty((_capacity(len(features), end, width), width), dtype=np.float32)
+                wider[:n, :features.shape[1]] = features[:n]
+                wider[:n, features.shape[1]:] = 0
+                features = wider
+            _check_values(path, end, width)
+            if end > len(features):
+                features.resize((_capacity(len(features) * 3 // 2, end, width), width), refcheck=False)
+            if end > len(labels):
+                labels.resize(len(features), refcheck=False)
+            features[n:end] = 0
+            features[n + block.rows, block.cols] = block.values
+            labels[n:end] = block.labels
+            if comments is not None:
+                comments.extend(block.comments)
+            n = end
+        sizes, qids = scan.finish()
+        features.resize((n, width), refcheck=False)
+        labels.resize(n, refcheck=False)
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    data = RankingDataset(torch.from_numpy(features), torch.from_numpy(labels), torch.from_numpy(offsets),
+                          torch.from_numpy(qids.astype(np.int64)), comments, path)
+    if position_file is not None:
+        position_file = os.fspath(position_file)
+        position = read_position_file(position_file)
+        if len(position) != data.n_docs:
+            raise ValueError(f"{position_file}: {len(position)} positions, "
+                             f"but {path} holds {data.n_docs} documents")
+        data.position = torch.from_numpy(position)
+    return data
 
 
-def _read(path: str, query_file, n_features: int | None, zero_based: bool,
-          with_comments: bool) -> RankingDataset:
-    try:
-        X, y, qid = _parse(path, n_features=None, zero_based=zero_based)
-    except (ValueError, OverflowError) as e:
-        line_no, line, why = _locate_bad_line(path, zero_based, None)
-        if line_no:
-            raise ValueError(f"{path}:{line_no}: malformed line ({why}): {line[:120]!r}") from None
-        raise ValueError(f"{path}: {e}") from None
-    n = X.shape[0]
-    if n == 0:
-        raise ValueError(f"{path}: the file holds no documents")
-
-    line_numbers = None
-
-    def where(row: int) -> str:
-        nonlocal line_numbers
-        if line_numbers is None:
-            line_numbers = _data_line_numbers(path)
-        return f"{path}:{line_numbers[row]}" if row < len(line_numbers) else path
-
-    def row_of(position: int) -> int:  # the row of the position-th stored value of the CSR matrix
-        return int(np.searchsorted(X.indptr, position, side="right")) - 1
-
-    # The feature count is settled on the sparse matrix, before anything of size N x F exists.
-    if X.nnz:
-        widest = int(np.argmax(X.indices))
-        index = int(X.indices[widest]) + (0 if zero_based else 1)
-        limit = n_features if n_features is not None else MAX_FEATURES
-        if X.shape[1] > limit:
-            why = (f"more than the expected n_features={n_features} (train and test files must "
-                   f"share features)" if n_features is not None else
-                   f"more than MAX_FEATURES={MAX_FEATURES}; pass n_features= to read wider files")
-            raise ValueError(f"{where(row_of(widest))}: feature index {index} gives {X.shape[1]} features, {why}")
-    width = n_features if n_features is not None else X.shape[1]
-    if n * width > MAX_VALUES:
-        raise ValueError(f"{path}: {n} documents x {width} features would need "
-                         f"{n * width * 4 / 2**30:.1f} GiB as float32 (more than MAX_VALUES={MAX_VALUES})")
-
-    values = X.data
-    bad = np.flatnonzero(np.isinf(values))
-    if len(bad):
-        raise ValueError(f"{where(row_of(bad[0]))}: infinite feature value (NaN is accepted as missing; inf is not)")
-    bad = np.flatnonzero(np.abs(np.nan_to_num(values)) > _FLOAT32_MAX)
-    if len(bad):
-        raise ValueError(f"{where(row_of(bad[0]))}: feature value {float(values[bad[0]])!r} overflows float32 "
-                         f"(largest {_FLOAT32_MAX:.4g})")
-    bad = np.flatnonzero(~np.isfinite(y) | (y < 0) | (y != np.round(y)) | (y > MAX_LABEL))
-    if len(bad):
-        raise ValueError(f"{where(bad[0])}: label must be a non-negative integer (at most MAX_LABEL = "
-                         f"{MAX_LABEL}), got {float(y[bad[0]])!r}")
-
-    if query_file is None and os.path.exists(path + ".query"):
-        query_file = path + ".query"
-    if query_file is not None:
-        query_file = os.fspath(query_file)
-        sizes = read_query_file(query_file)
-        if sizes.sum() != n:
-            raise ValueError(f"{query_file}: group sizes sum to {int(sizes.sum())}, "
-                             f"but {path} holds {n} documents")
-        qids = np.arange(len(sizes), dtype=np.int64)
-    else:
-        if len(qid) == 0:
-            raise ValueError(f"{path}: no 'qid:' fields and no .query file; cannot group documents")
-        if len(qid) != n:  # scikit-learn returns one qid per line that has one
-            line_no = _first_line_without_qid(path)
-            raise ValueError(f"{path}:{line_no}: no 'qid:' field, but other lines have one; "
-                             f"every line needs its query's id")
-        change = np.flatnonzero(qid[1:] != qid[:-1]) + 1
-        starts = np.concatenate([[0], change])
-        qids = qid[starts].astype(np.int64)
-        uniq = np.unique(qids)
-        if len(uniq) != len(qids):
-            seen = set()
-            for s, q in zip(starts, qids):
-                if q in seen:
-                    raise ValueError(f"{where(s)}: qid {q} appears again after other queries; "
-                                     f"each query's lines must be contiguous")
-                seen.add(q)
-        sizes = np.diff(np.concatenate([starts, [n]]))
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    comments = _read_comments(path) if with_comments else None
-    dense = np.zeros((n, width), dtype=np.float32)
-    rows = np.repeat(np.arange(n), np.diff(X.indptr))
-    dense[rows, X.indices] = values
-    return RankingDataset(torch.from_numpy(dense), torch.from_numpy(y.astype(np.float32)),
-                          torch.from_numpy(offsets), torch.from_numpy(qids), comments, path)
+@dataclass
+class Chunk:
+    """A block of a LETOR file's documents in file order (see :func:`iter_svmlight`)."""
+    features: torch.Tensor  # [n, F] float32
+    labels: torch.Tensor    # [n] float32
+    qids: torch.Tensor      # [n] int64: each document's qid (a sidecar's group number without qids)
+    docs: torch.Tensor      # [n] int64: each document's position within its query
 
 
-def _first_line_without_qid(path: str) -> int:
-    """1-based number of the first data line with no ``qid:`` field (0 when every line has one)."""
-    with _open_text(path) as f:
-        for i, line in enumerate(f, 1):
-            body = line.split("#", 1)[0]
-            if body.strip() and "qid:" not in body:
-                return i
-    return 0
+def iter_svmlight(path: str | os.PathLike, *, n_features: int, query_file: str | os.PathLike | None = None,
+                  zero_based: bool = False) -> Iterator[Chunk]:
+    """Stream a LETOR/SVMlight file as :class:`Chunk` s of whole lines (a few MiB of text each),
+    in file order, with every check of :func:`read_svmlight`; memory does not grow with the file.
+
+    ``n_features`` is required (each chunk is [n, F] before the widest line is known). The checks
+    that need the whole file (an interleaved qid, a ``.query`` sidecar that does not sum to the
+    file's documents or disagrees with its qids, an empty file) raise after the last chunk, so a
+    consumer that writes output must write it atomically and keep it only when the iterator ends
+    without an error (as :func:`rankkit.serving.predict_file` does).
+    """
+    path = _check_path(path)
+    check_int(n_features, "n_features")
+    check_bool(zero_based, "zero_based")
+    with _read_errors(path):
+        scan = _Scan(path, n_features=n_features, zero_based=zero_based, with_comments=False,
+                     query_file=_sidecar(path, query_file))
+        for block in scan.blocks():
+            dense = np.zeros((block.n, n_features), dtype=np.float32)
+            dense[block.rows, block.cols] = block.values
+            if scan.any_qid:
+                qids = block.qids
+            else:
+                qids = block.group.astype(np.int64)
+            yield Chunk(torch.from_numpy(dense), torch.from_numpy(block.labels.astype(np.float32)),
+                        torch.from_numpy(qids), torch.from_numpy(block.doc))
+        scan.finish()
+
+
+def svmlight_width(path: str | os.PathLike, *, zero_based: bool = False) -> int:
+    """The feature count of a LETOR/SVMlight file (its largest index), read in one streaming pass
+    with every per-line check of :func:`read_svmlight` (at most ``MAX_FEATURES``)."""
+    path = _check_path(path)
+    with _read_errors(path):
+        width = 0
+        for first_line, raw in _raw_blocks(path):
+            block = _parse_fast(raw, first_line, zero_based, MAX_FEATURES)
+            if block is None:
+                block = _parse_slow(raw, first_line, zero_based, MAX_FEATURES,
+                                    f"more than MAX_FEATURES={MAX_FEATURES}; pass n_features= to read "
+                                    f"wider files", path, False)
+            width = max(width, block.width())
+    if width == 0:
+        raise ValueError(f"{path}: the file holds no features")
+    return width

@@ -13,8 +13,11 @@ Backends:
   sync; the reference every other backend is tested against.
 * ``"cpu"`` -- :mod:`rankkit.kernels.cpu`: C with OpenMP (``_cpu.c``), built at install by
   setup.py and called through ctypes; a depth-D tree in D + 2 calls.
-* ``"triton"`` -- :mod:`rankkit._triton`: the GPU kernels (the level histogram of quantized
-  gradients, the lambda pass), proven under Triton's interpreter.
+* ``"triton"`` -- :mod:`rankkit._triton.backend`: the GPU kernels (lambdas, level
+  histograms, split scan with argmax, routing, siblings, score update; a tree's levels in
+  5 launches per level, no host sync), the default for CUDA tensors when Triton is
+  importable; proven under Triton's interpreter (``RANKKIT_TRITON=force`` with
+  ``TRITON_INTERPRET=1`` runs them on CPU tensors).
 
 The lambda pass and the eval metric take the per-data-set plan; they live with it
 (:mod:`rankkit.lambdas`, :mod:`rankkit.metrics`). See docs/design.md for how to add a kernel.
@@ -31,20 +34,29 @@ BACKENDS = ("torch", "cpu", "triton")
 def tree_backend(device: torch.device | str, requested: str | None = None) -> str:
     """The backend that grows trees on ``device``: ``requested`` when given (checked), else
     ``"cpu"`` for CPU tensors when the compiled kernels are built (and not switched off by
-    ``RANKKIT_CPU_KERNEL=0``), else ``"torch"``.
+    ``RANKKIT_CPU_KERNEL=0``), else ``"triton"`` where the Triton kernels take the device
+    (CUDA with Triton importable, not switched off by ``RANKKIT_TRITON=0``; any device with
+    ``RANKKIT_TRITON=force``), else ``"torch"``.
 
     >>> tree_backend("cpu", "torch")
     'torch'
     """
+    from rankkit._triton import backend as triton_backend
+
     device = torch.device(device)
     if requested is not None:
-        if requested not in ("torch", "cpu"):
-            raise ValueError(f"tree backend must be 'torch' or 'cpu', got {requested!r}")
+        if requested not in BACKENDS:
+            raise ValueError(f"tree backend must be one of {BACKENDS}, got {requested!r}")
+        if requested == "triton" and not triton_backend.enabled_on(device):
+            raise ValueError("tree backend 'triton' needs Triton and CUDA tensors (or "
+                             "RANKKIT_TRITON=force with TRITON_INTERPRET=1)")
         if requested == "cpu" and (device.type != "cpu" or not cpu.available()):
             raise ValueError("tree backend 'cpu' needs CPU tensors and the compiled kernels "
                              "(built by `pip install -e .` or `python setup.py build_ext --inplace`)")
         return requested
-    return "cpu" if device.type == "cpu" and cpu.available() else "torch"
+    if device.type == "cpu" and cpu.available():
+        return "cpu"
+    return "triton" if triton_backend.enabled_on(device) else "torch"
 
 
 __all__ = ["BACKENDS", "cpu", "torch_ref", "tree_backend"]
