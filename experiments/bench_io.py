@@ -135,14 +135,22 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dir", default="/tmp/rankkit_bench_io")
     p.add_argument("--skip", default="", help="comma-separated task names to skip (substrings)")
     p.add_argument("--write", action="store_true", help="write the docs/benchmarks.md section")
+    p.add_argument("--results", default=None,
+                   help="JSON-lines file: append each measurement; --write tabulates every row in it")
+    p.add_argument("--gather", action="store_true", help="measure nothing: tabulate --results")
     args = p.parse_args(argv)
+    if args.gather:
+        with open(args.results) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return publish(rows, args, argv)
     os.makedirs(args.dir, exist_ok=True)
     sizes = [args.lines] + ([args.big] if args.big else [])
     model = os.path.join(args.dir, "model.lmart")
     rows = []
     for n in sizes:
         path = os.path.join(args.dir, f"letor_{n}.txt")
-        lgb_path = os.path.join(args.dir, f"lightgbm_{n}.txt") if n == args.lines else None
+        lgb_path = (os.path.join(args.dir, f"lightgbm_{n}.txt")
+                    if n == args.lines and "LightGBM" not in args.skip else None)
         if not os.path.exists(path) or (lgb_path and not os.path.exists(lgb_path)):
             t0 = time.perf_counter()
             generate(path, n, lightgbm_path=lgb_path)
@@ -160,12 +168,24 @@ def main(argv=None) -> list[dict]:
             r.update(lines=n, mib=os.path.getsize(path) / 2**20)
             print(json.dumps(r), flush=True)
             rows.append(r)
+            if args.results:
+                with open(args.results, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+    if args.results and args.write:
+        with open(args.results) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    return publish(rows, args, argv)
+
+
+def publish(rows: list[dict], args, argv) -> list[dict]:
+    """Print the table; with ``--write``, put it in docs/benchmarks.md."""
     md = table(rows)
     print(md)
     if args.write:
         reads = {r["lines"]: r["seconds"] for r in rows if r["task"] == "rankkit read_svmlight" and "seconds" in r}
-        ratio = (f" Reading {args.big:,} lines took {reads[args.big] / reads[args.lines]:.2f}x the time of "
-                 f"{args.lines:,} (linear: {args.big / args.lines:.0f}x)." if len(reads) == 2 else "")
+        small, big = min(reads, default=0), max(reads, default=0)
+        ratio = (f" Reading {big:,} lines took {reads[big] / reads[small]:.2f}x the time of "
+                 f"{small:,} (linear: {big / small:.0f}x)." if len(reads) >= 2 else "")
         cmd = "python experiments/bench_io.py " + " ".join(argv if argv is not None else sys.argv[1:])
         body = (f"## Reading and scoring large LETOR files (issue 26)\n\n"
                 f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}, 2 CPU cores "

@@ -502,6 +502,17 @@ def _read_errors(path: str):
     return _Errors()
 
 
+def _count_lines(path: str) -> int | None:
+    """Lines of a plain (uncompressed) file, counted in reads of one block; None for .gz/.bz2."""
+    if path.endswith((".gz", ".bz2")):
+        return None
+    lines = 1
+    with open(path, "rb") as f:
+        while chunk := f.read(_BLOCK_BYTES):
+            lines += chunk.count(b"\n")
+    return lines
+
+
 def _capacity(wanted: int, needed: int, width: int) -> int:
     """Rows to allocate: ``wanted`` (at least 1 MiB of rows), never beyond ``MAX_VALUES`` values,
     never fewer than ``needed``."""
@@ -573,8 +584,9 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
         the bad-input policy: every refusal is a ``ValueError`` naming the file (and the line
         where there is one); a missing file is ``FileNotFoundError``.
 
-    Time and memory are linear in the file: blocks are parsed into one float32 array that grows
-    in place (``ndarray.resize``, a ``realloc``), so the peak is about the returned arrays.
+    Time and memory are linear in the file: blocks are parsed into one float32 array, allocated
+    once for a plain file (its line count, counted first, bounds the rows) and grown in place for
+    a compressed one (``ndarray.resize``, a ``realloc``), then trimmed in place.
     """
     path = _check_path(path)
     check_int(n_features, "n_features", none=True)
@@ -584,8 +596,13 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
         scan = _Scan(path, n_features=n_features, zero_based=zero_based, with_comments=with_comments,
                      query_file=_sidecar(path, query_file))
         width = n_features or 0
-        features = np.zeros((0, width), dtype=np.float32)
-        labels = np.zeros(0, dtype=np.float32)
+        # A plain file's line count bounds its rows: one np.empty allocation (its untouched tail
+        # costs no memory), trimmed in place at the end. A compressed file grows by half each time.
+        rows = _count_lines(path)
+        if rows is not None and rows * max(width, 1) > MAX_VALUES:
+            rows = None
+        features = np.empty((rows if rows is not None and width else 0, width), dtype=np.float32)
+        labels = np.empty(rows if rows is not None else 0, dtype=np.float32)
         comments: list[str] | None = [] if with_comments else None
         n = 0
         for block in scan.blocks():
@@ -593,7 +610,10 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
             if n_features is None and block.width() > width:
                 width = block.width()
                 _check_values(path, end, width)
-                wider = np.empty((_capacity(len(features), end, width), width), dtype=np.float32)
+                if rows is not None and rows * width > MAX_VALUES:
+                    rows = None
+                capacity = rows if rows is not None else _capacity(len(features), end, width)
+                wider = np.empty((max(capacity, end), width), dtype=np.float32)
                 wider[:n, :features.shape[1]] = features[:n]
                 wider[:n, features.shape[1]:] = 0
                 features = wider
