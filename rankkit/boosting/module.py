@@ -10,19 +10,20 @@ padded). Validation scores padded batches with the ensemble and logs the same me
 neural modules (``val/ndcg@1``, ``@3``, ``@5``, ``@10`` and ``val/map``), so Lightning's
 EarlyStopping and ModelCheckpoint on ``val/ndcg@10`` work as usual.
 
-Trees are Newton steps, not gradient steps, so the module has no optimizer:
-``configure_optimizers`` returns None and each round steps Lightning's placeholder optimizer
-once, which is what moves ``global_step`` (the counter ModelCheckpoint and loggers key on).
+Trees are Newton steps, not gradient steps, so the module has no real optimizer:
+``configure_optimizers`` returns a :class:`RoundCounter`, an optimizer whose ``step`` does
+nothing, and each round steps it once, which is what moves ``global_step`` (the counter
+ModelCheckpoint and loggers key on). (Returning None would do the same through Lightning's
+placeholder, with a warning on every fit.)
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 
-from rankkit import _checks
+from rankkit import _checks, _quiet
 from rankkit._checkpoint import guarded_load_from_checkpoint, record_class
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
@@ -30,8 +31,30 @@ from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
 
-# configure_optimizers returns None on purpose (see the module docstring).
-warnings.filterwarnings("ignore", message=r".*`configure_optimizers` returned `None`.*")
+class RoundCounter(torch.optim.Optimizer):
+    """The optimizer of a module whose parameters are set by something else (the boosting
+    engine): ``step`` only calls the closure; Lightning counts each call as a training step.
+    It holds one empty placeholder tensor (an optimizer needs a parameter) and no state, so its
+    ``state_dict`` is empty, as that of the placeholder checkpoints written before it was."""
+
+    def __init__(self):
+        super().__init__([torch.zeros(0)], {})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is not None:
+            with torch.enable_grad():
+                return closure()
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        return None
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        return None
 
 
 class LambdaMARTModule(pl.LightningModule):
@@ -99,6 +122,10 @@ class LambdaMARTModule(pl.LightningModule):
             # unwrapped.
             strategy._setup_model = lambda model: model
             strategy._register_ddp_hooks = lambda: None
+        _quiet.hold(self)  # the logging-interval warning is moot: one batch per epoch (rankkit._quiet)
+
+    def teardown(self, stage: str) -> None:
+        _quiet.release(self)
 
     def on_fit_start(self) -> None:
         self._engine = self._engine_data = None
@@ -135,8 +162,8 @@ class LambdaMARTModule(pl.LightningModule):
             raise ValueError(f"the checkpoint's trees take {self._prefix.n_features} features, the "
                              f"training data has {train.n_features}")
 
-    def configure_optimizers(self):
-        return None  # Newton steps: no optimizer (see the module docstring)
+    def configure_optimizers(self) -> RoundCounter:
+        return RoundCounter()  # Newton steps: no optimizer to speak of (see the module docstring)
 
     # -- inference and evaluation -----------------------------------------------------------------
     def forward(self, features: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
+from rankkit import _quiet
 from rankkit._checks import check_int, check_number
 from rankkit.data.dataset import PaddedBatch, RankingDataset, shard_queries
 from rankkit.data.svmlight import read_svmlight
@@ -245,6 +246,8 @@ class RankingDataModule(pl.LightningDataModule):
         return next(d for d in (self.train_set, self.val_set, self.test_set) if d is not None).n_features
 
     def setup(self, stage: str | None = None) -> None:
+        if stage is not None and self.trainer is not None:
+            _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit._quiet)
         if any(d is not None for d in (self.train_set, self.val_set, self.test_set)):
             return
         h = self.hparams
@@ -269,6 +272,16 @@ class RankingDataModule(pl.LightningDataModule):
                                           else h.val_seed)
         self.train_set, self.val_set = train_set, val_set
         self.test_set = read_svmlight(test, n_features=f) if test else None
+
+    def teardown(self, stage: str | None = None) -> None:
+        _quiet.release(self)
+
+    def on_exception(self, exception: BaseException) -> None:
+        # A failed fit calls no teardown hook: the module's filters go too (a module has no
+        # on_exception hook of its own).
+        _quiet.release(self)
+        if self.trainer is not None and self.trainer.lightning_module is not None:
+            _quiet.release(self.trainer.lightning_module)
 
     def _loader(self, ds: RankingDataset | None, *, train: bool, split: str = "training") -> DataLoader:
         if ds is None:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from rankkit import _checks
+from rankkit import _checks, _quiet
 from rankkit._checkpoint import class_path, guarded_load_from_checkpoint, record_class
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
@@ -309,6 +309,12 @@ class NeuralRanker(pl.LightningModule):
     def predict_step(self, batch: PaddedBatch, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Scores of the real documents of the batch, flat [N_batch] in (query, position) order."""
         return self(batch.features, batch.mask)[batch.mask]
+
+    def setup(self, stage: str) -> None:
+        _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit._quiet)
+
+    def teardown(self, stage: str) -> None:
+        _quiet.release(self)
 
     def configure_optimizers(self):
         h = self.hparams

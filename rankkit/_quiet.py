@@ -1,0 +1,78 @@
+"""Quiet by default: the Lightning and torch messages rankkit's own code paths would cause.
+
+rankkit never installs a warnings filter at import (that would change the user's whole
+process). Instead:
+
+- rankkit removes the causes it owns (``LambdaMARTModule`` steps a no-op optimizer of its own
+  instead of returning None from ``configure_optimizers``);
+- for the two messages a fit of a rankkit module or datamodule raises that the user cannot act
+  on, the module's (or datamodule's) ``setup`` hook adds a narrow filter and its ``teardown``
+  (or ``on_exception``) takes it out again (:func:`hold` / :func:`release`): Lightning's
+  "The number of training batches (n) is smaller than the logging interval" (rankkit's modules
+  log every training metric ``on_epoch`` too, so no epoch goes unlogged; a LambdaMART epoch is
+  one boosting round, always one batch), and Lightning 2.6's own ``LeafSpec`` FutureWarning
+  under torch >= 2.10 (raised by Lightning's ``CombinedLoader`` for any DataLoader);
+- the estimator and ``rankkit.compare`` wrap their internal work in their own quiet scope.
+
+A Trainer the user builds keeps its settings: its banners, tips and model summary are the
+user's to switch off (``enable_model_summary=False``, ``logger=False``).
+
+``RANKKIT_VERBOSE=1`` in the environment (or ``verbose=True`` where a function takes it) lets
+every message through.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+#: (message regex, category name, module regex) of each message a rankkit fit hides.
+FIT_NOISE: tuple[tuple[str, str, str], ...] = (
+    (r"The number of training batches \(\d+\) is smaller than the logging interval",
+     "PossibleUserWarning", r"pytorch_lightning|lightning\.pytorch"),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", "FutureWarning", r"pytorch_lightning|lightning"),
+)
+
+
+def verbose(flag: bool | None = None) -> bool:
+    """``flag`` when given, else whether ``RANKKIT_VERBOSE`` is set to something other than
+    ``""``, ``0``, ``false``, ``no`` or ``off``."""
+    if flag is not None:
+        return bool(flag)
+    return os.environ.get("RANKKIT_VERBOSE", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _category(name: str) -> type[Warning]:
+    if name == "PossibleUserWarning":
+        try:
+            from pytorch_lightning.utilities.warnings import PossibleUserWarning
+        except ImportError:  # pragma: no cover - Lightning is a dependency
+            return UserWarning
+        return PossibleUserWarning
+    return FutureWarning
+
+
+def hold(owner: object) -> None:
+    """Hide :data:`FIT_NOISE` until :func:`release` (``owner``'s setup hook; nothing when
+    verbose). Calling it again first releases what ``owner`` held."""
+    release(owner)
+    if verbose():
+        return
+    added = []
+    for message, category, module in FIT_NOISE:
+        warnings.filterwarnings("ignore", message=message, category=_category(category), module=module)
+        added.append(warnings.filters[0])
+    owner.__dict__["_rankkit_quiet"] = added
+
+
+def release(owner: object) -> None:
+    """Take out the filters ``owner`` added in :func:`hold` (its teardown / on_exception hook);
+    filters anybody else added stay."""
+    added = owner.__dict__.pop("_rankkit_quiet", None)
+    if not added:
+        return
+    for entry in added:
+        if entry in warnings.filters:
+            warnings.filters.remove(entry)
+    mutated = getattr(warnings, "_filters_mutated", None)  # drops the once/default caches
+    if mutated is not None:
+        mutated()
