@@ -5,14 +5,16 @@ process). Instead:
 
 - rankkit removes the causes it owns (``LambdaMARTModule`` steps a no-op optimizer of its own
   instead of returning None from ``configure_optimizers``);
-- for the two messages a fit of a rankkit module or datamodule raises that the user cannot act
-  on, the module's (or datamodule's) ``setup`` hook adds a narrow filter and its ``teardown``
-  (or ``on_exception``) takes it out again (:func:`hold` / :func:`release`): Lightning's
+- for the two messages a fit of a rankkit module raises that the user cannot act on, the
+  module's ``setup`` hook adds a narrow filter and its ``teardown`` (or the datamodule's
+  ``on_exception``) takes it out again (:func:`hold` / :func:`release`): Lightning's
   "The number of training batches (n) is smaller than the logging interval" (rankkit's modules
   log every training metric ``on_epoch`` too, so no epoch goes unlogged; a LambdaMART epoch is
   one boosting round, always one batch), and Lightning 2.6's own ``LeafSpec`` FutureWarning
-  under torch >= 2.10 (raised by Lightning's ``CombinedLoader`` for any DataLoader);
-- the estimator and ``rankkit.compare`` wrap their internal work in their own quiet scope.
+  under torch >= 2.10 (raised by Lightning's ``CombinedLoader`` for any DataLoader; the
+  datamodule hides this one alone, for any module);
+- the ``LambdaMART`` estimator builds no Trainer and raises nothing (its ``verbose`` is a
+  progress bar); ``rankkit.compare`` wraps its internal Trainers in its own quiet scope.
 
 A Trainer the user builds keeps its settings: its banners, tips and model summary are the
 user's to switch off (``enable_model_summary=False``, ``logger=False``).
@@ -51,14 +53,16 @@ def _category(name: str) -> type[Warning]:
     return FutureWarning
 
 
-def hold(owner: object) -> None:
+def hold(owner: object, *, logging_interval: bool = True) -> None:
     """Hide :data:`FIT_NOISE` until :func:`release` (``owner``'s setup hook; nothing when
-    verbose). Calling it again first releases what ``owner`` held."""
+    verbose). Calling it again first releases what ``owner`` held. ``logging_interval=False``
+    (the datamodule: a user's own module may log ``on_step`` only, and then the hint is
+    meant for them) leaves the logging-interval hint alone."""
     release(owner)
     if verbose():
         return
     added = []
-    for message, category, module in FIT_NOISE:
+    for message, category, module in FIT_NOISE[0 if logging_interval else 1:]:
         warnings.filterwarnings("ignore", message=message, category=_category(category), module=module)
         added.append(warnings.filters[0])
     owner.__dict__["_rankkit_quiet"] = added

@@ -92,6 +92,45 @@ def test_a_users_own_warnings_still_show(tmp_path, monkeypatch):
     assert caught and all("the user's own warning" in c for c in caught), caught
 
 
+def test_a_users_module_on_rankkits_datamodule_keeps_the_logging_hint(tmp_path, monkeypatch):
+    """The datamodule hides only Lightning's LeafSpec deprecation: a user's module that logs
+    on_step only is who the logging-interval hint is for."""
+    monkeypatch.delenv("RANKKIT_VERBOSE", raising=False)
+
+    class Users(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(5, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.linear(batch.features).pow(2).mean()
+            self.log("loss", loss, on_step=True, on_epoch=False, batch_size=len(batch.labels))
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    train, _ = _data()
+    trainer = pl.Trainer(max_epochs=1, enable_progress_bar=False, enable_model_summary=False,
+                         logger=CSVLogger(tmp_path), default_root_dir=tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Users(), datamodule=RankingDataModule.from_datasets(train))
+    messages = [str(w.message) for w in caught]
+    assert any("logging interval" in m for m in messages), messages
+    assert not any("LeafSpec" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", False), ("0", False), ("false", False), ("off", False),
+                                                 ("1", True), ("yes", True), ("TRUE", True)])
+def test_rankkit_verbose_values(value, expected, monkeypatch):
+    from rankkit._quiet import verbose
+
+    monkeypatch.setenv("RANKKIT_VERBOSE", value)
+    assert verbose() is expected
+    assert verbose(True) is True and verbose(False) is False
+
+
 def test_lambdamart_module_steps_its_round_counter_and_resumes(tmp_path):
     """The no-op optimizer that replaced Lightning's placeholder counts rounds as steps, keeps no
     state, and a resume from the epoch-2 checkpoint keeps its 2 trees and grows 2 more."""

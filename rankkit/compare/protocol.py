@@ -142,6 +142,12 @@ class Evaluator:
 
 
 # -- the rankkit models ---------------------------------------------------------------------------
+def _verbose(flag: bool | None) -> bool:
+    from rankkit._quiet import verbose
+
+    return verbose(flag)
+
+
 def _quiet():
     """Lightning's info lines and warnings off while compare prints its own progress."""
     stack = contextlib.ExitStack()
@@ -305,7 +311,7 @@ def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingD
 
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
-            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False,
+            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool | None = None,
             ensemble: bool = False, val_fraction: float = 0.0) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
@@ -319,7 +325,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             installed.
         out: the output folder (default ``results/compare-<time>``).
         max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
-        verbose: let Lightning's info lines and warnings through (quiet by default).
+        verbose: let Lightning's info lines and warnings through (quiet by default); None
+            reads the environment variable ``RANKKIT_VERBOSE`` (``1`` to see everything).
         ensemble: with ``seeds`` > 1, also average each rankkit model's seeds on every fold into
             one scorer (:class:`rankkit.neural.MeanEnsemble`, the mean of the seeds' scores; the
             seed ensembling of Qin et al.'s DASALC, ICLR 2021): a row ``<model> ×<seeds>`` per
@@ -388,7 +395,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
     started = time.perf_counter()
     runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if verbose else _quiet()):
+    with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if _verbose(verbose) else _quiet()):
         for fold in fold_list:
             train, vali, test = load_fold(data, fold, val_fraction)
             max_label = max(1.0, float(train.labels.max()))

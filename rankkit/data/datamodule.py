@@ -247,7 +247,7 @@ class RankingDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage is not None and self.trainer is not None:
-            _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit._quiet)
+            _quiet.hold(self, logging_interval=False)  # Lightning's LeafSpec deprecation (rankkit._quiet)
         if any(d is not None for d in (self.train_set, self.val_set, self.test_set)):
             return
         h = self.hparams
