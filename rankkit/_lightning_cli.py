@@ -218,7 +218,11 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        if not verbose:
+        if verbose:  # rankkit's modules then filter nothing either (rankkit._quiet)
+            from rankkit._quiet import verbose_scope
+
+            stack.enter_context(verbose_scope())
+        else:
             warnings.filterwarnings("ignore", module=QUIET_WARNINGS)
             for name in QUIET_LOGGERS:
                 logger = logging.getLogger(name)

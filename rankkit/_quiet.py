@@ -24,8 +24,10 @@ every message through.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from typing import Iterator
 
 #: (message regex, category name, module regex) of each message a rankkit fit hides.
 FIT_NOISE: tuple[tuple[str, str, str], ...] = (
@@ -35,12 +37,29 @@ FIT_NOISE: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_LOUD = 0  # > 0 inside verbose_scope()
+
+
 def verbose(flag: bool | None = None) -> bool:
-    """``flag`` when given, else whether ``RANKKIT_VERBOSE`` is set to something other than
-    ``""``, ``0``, ``false``, ``no`` or ``off``."""
+    """``flag`` when given, else True inside :func:`verbose_scope`, else whether
+    ``RANKKIT_VERBOSE`` is set to something other than ``""``, ``0``, ``false``, ``no`` or
+    ``off``."""
     if flag is not None:
         return bool(flag)
+    if _LOUD:
+        return True
     return os.environ.get("RANKKIT_VERBOSE", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@contextlib.contextmanager
+def verbose_scope() -> Iterator[None]:
+    """Everything through while inside (``rankkit fit --verbose``, ``compare(verbose=True)``)."""
+    global _LOUD
+    _LOUD += 1
+    try:
+        yield
+    finally:
+        _LOUD -= 1
 
 
 def _category(name: str) -> type[Warning]:

@@ -57,10 +57,17 @@ def test_trainer_fit_of_a_rankkit_module_raises_no_warnings(name, tmp_path, monk
     assert warnings.filters == before  # nothing left behind in the user's process
 
 
+@pytest.mark.parametrize("how", ["env", "scope"])
 @pytest.mark.parametrize("name", ["ranknet", "lambdamart"])
-def test_rankkit_verbose_lets_lightnings_warnings_through(name, tmp_path, monkeypatch):
-    monkeypatch.setenv("RANKKIT_VERBOSE", "1")
-    _, _, caught = _fit(name, tmp_path)
+def test_rankkit_verbose_lets_lightnings_warnings_through(name, how, tmp_path, monkeypatch):
+    from rankkit._quiet import verbose_scope
+
+    if how == "env":
+        monkeypatch.setenv("RANKKIT_VERBOSE", "1")
+    else:  # what `rankkit fit --verbose` and compare(verbose=True) enter
+        monkeypatch.delenv("RANKKIT_VERBOSE", raising=False)
+    with verbose_scope() if how == "scope" else warnings.catch_warnings():
+        _, _, caught = _fit(name, tmp_path)
     assert any("logging interval" in c for c in caught), caught
 
 

@@ -148,6 +148,12 @@ def _verbose(flag: bool | None) -> bool:
     return verbose(flag)
 
 
+def _loud():
+    from rankkit._quiet import verbose_scope
+
+    return verbose_scope()
+
+
 def _quiet():
     """Lightning's info lines and warnings off while compare prints its own progress."""
     stack = contextlib.ExitStack()
@@ -395,7 +401,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
     started = time.perf_counter()
     runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if _verbose(verbose) else _quiet()):
+    with tempfile.TemporaryDirectory() as work, (_loud() if _verbose(verbose) else _quiet()):
         for fold in fold_list:
             train, vali, test = load_fold(data, fold, val_fraction)
             max_label = max(1.0, float(train.labels.max()))
