@@ -67,10 +67,29 @@ def _data(args):
 
     from rankkit.data import make_synthetic
 
-    data = make_synthetic(args.queries, args.docs, args.features, seed=0)
+    if args.shape == "heavy":
+        data = heavy_tailed(args.queries * args.docs, args.features)
+    else:
+        data = make_synthetic(args.queries, args.docs, args.features, seed=0)
     gc.collect()
     _MEMORY = _Memory()
     return data
+
+
+def heavy_tailed(n_rows: int, n_features: int):
+    """About ``n_rows`` documents in queries of log-uniform length 5..1000 (a long tail of long
+    queries, mean ~190), every second feature made heavy-tailed (sign(z)·(e^{2|z|} − 1), z standardised)."""
+    import dataclasses
+
+    import torch
+
+    from rankkit.data import make_synthetic
+
+    data = make_synthetic(max(1, round(n_rows / 188)), (5, 1000), n_features, seed=0)
+    x = data.features.clone()
+    z = (x[:, ::2] - x[:, ::2].mean(0)) / x[:, ::2].std(0).clamp_min(1e-6)
+    x[:, ::2] = torch.sign(z) * torch.expm1(2 * z.abs().clamp(max=20))  # at most ~2e17: finite in float32
+    return dataclasses.replace(data, features=x)
 
 
 def _peak_mib() -> float:
@@ -249,10 +268,54 @@ def mq2008_lightgbm(args) -> dict:
         t0 = time.perf_counter()
         ds = lgb.Dataset(train.features.numpy(), train.labels.numpy(), group=train.sizes.numpy())
         dv = lgb.Dataset(vali.features.numpy(), vali.labels.numpy(), group=vali.sizes.numpy(), reference=ds)
-        booster = lgb.train(params, ds, num_boost_round=2000, valid_sets=[dv],
-                            callbacks=[lgb.early_stopping(50, verbose=False)])
-        out[fold] = (time.perf_counter() - t0, booster.current_iteration())
+        rounds = []  # every round trained (current_iteration() is the best one after early stopping)
+        lgb.train(params, ds, num_boost_round=2000, valid_sets=[dv],
+                  callbacks=[lgb.early_stopping(50, verbose=False), lambda env, r=rounds: r.append(env.iteration)])
+        out[fold] = (time.perf_counter() - t0, len(rounds))
     return out
+
+
+def main_trees(args, passthrough) -> None:
+    """One depth-D tree on MQ2008 Fold1 (the first round's lambdas) by each tree backend: the
+    fused compiled CPU kernels, the unfused ones (a data-parallel run's path) and the torch
+    reference; median wall and process CPU ms of --rounds trees after a warm-up tree."""
+    import torch
+
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+    from rankkit.boosting.tree import ObliviousTreeGrower
+    from rankkit.data.bundled import load_mq2008
+    from rankkit.kernels import cpu
+
+    torch.set_num_threads(args.threads)
+    train, _, _ = load_mq2008(1)
+    engine = BoostingEngine(train.features, train.labels, train.sizes,
+                            BoosterConfig(depth=args.depth, k=10, normalize=True))
+    grad, hess = engine.objective.gradients(engine.scores, engine.layout)
+    codes = engine.grower.codes if engine.grower.kernel else engine.grower.codes_t.t().contiguous()
+    valid = engine.grower.valid_codes
+    variants = [("torch reference", dict(use_kernel=False))]
+    if cpu.available():
+        variants = [("compiled, fused (D + 2 calls)", {}), ("compiled, unfused", dict(reduce=lambda t: t)),
+                    *variants]
+    lines = ["| backend | wall ms per tree | CPU ms per tree |", "|---|---:|---:|"]
+    for name, kw in variants:
+        grower = ObliviousTreeGrower(codes, valid, engine.config.tree, **kw)
+        grower.grow(grad, hess)
+        wall, cpu_t = [], []
+        for _ in range(args.rounds):
+            t0, c0 = time.perf_counter(), time.process_time()
+            grower.grow(grad, hess)
+            wall.append(time.perf_counter() - t0)
+            cpu_t.append(time.process_time() - c0)
+        lines.append(f"| {name} | {1e3 * statistics.median(wall):.2f} | {1e3 * statistics.median(cpu_t):.2f} |")
+        print(lines[-1], flush=True)
+    cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    body = (f"## Boosting: one tree by backend (MQ2008 Fold1)\n\n{_machine(args)}, {args.threads} thread(s). "
+            f"Command: `{cmd}`.\n\n9,630 documents x 40 binned features, depth {args.depth}, the first round's "
+            f"lambdas; median of {args.rounds} trees after a warm-up. The three grow the same trees "
+            f"(tests/test_kernels.py). CPU ms is the process's CPU time (all threads): on a loaded machine "
+            f"it moves less than the wall time.\n\n" + "\n".join(lines) + "\n")
+    _write(args, "bench_boosting_trees", body)
 
 
 def run_one(name: str, argv: list[str]) -> dict | None:
@@ -282,13 +345,15 @@ def main(argv=None) -> None:
     ap.add_argument("--libraries", default=",".join(LIBRARIES))
     ap.add_argument("--exact-newton", action="store_true",
                     help="rankkit also runs exact_newton's extra lambda-kernel pass (timed separately)")
-    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008"),
+    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008", "trees"),
                     help="round: ms per round (default); fit: whole fit incl. binning; scaling: ms per "
                          "round by rows and threads; mq2008: MQ2008 5-fold training time")
     ap.add_argument("--rows", default="100000,300000,1200000,3800000",
                     help="--mode scaling: the row counts (queries of --docs documents)")
     ap.add_argument("--thread-list", default="1,2", help="--mode scaling: the thread counts")
     ap.add_argument("--quantized", action="store_true", help="rankkit with quantized_grad")
+    ap.add_argument("--shape", default="uniform", choices=("uniform", "heavy"),
+                    help="heavy: ~queries x docs rows in log-uniform 5..1000-document queries, heavy-tailed features")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true", help="write the docs/benchmarks.md section")
     args = ap.parse_args(argv)
@@ -298,7 +363,7 @@ def main(argv=None) -> None:
         return
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--write"]
     if args.mode != "round":
-        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008}[args.mode](args, passthrough)
+        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008, "trees": main_trees}[args.mode](args, passthrough)
         return
     results = {}
     for name in args.libraries.split(","):
@@ -341,7 +406,7 @@ def _libraries(args) -> list[str]:
 
 
 def _machine(args) -> str:
-    return (f"2026-11-24, {platform.machine()}, {os.cpu_count()} CPU cores shared with other jobs (load "
+    return (f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPU cores shared with other jobs (load "
             f"average {LOAD_AT_START:.1f} at the start)")
 
 
@@ -367,6 +432,16 @@ def main_fit(args, passthrough) -> None:
         lines.append(f"| {name} | {r['fit_s']:.1f} | {ratio} | {r['peak_mib']:.0f} |")
     n = args.queries * args.docs
     cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    if args.shape == "heavy":
+        body = (f"## Boosting: whole fit including binning, long-tailed queries and heavy-tailed features\n\n"
+                f"{_machine(args)}, {args.threads} threads per library. Command: `{cmd}`.\n\n"
+                f"About {n:,} rows x {args.features} features: queries of log-uniform length 5..1000 "
+                f"(experiments/bench_boosting.py's heavy_tailed), every second feature sign(z)(e^(2|z|) - 1) of its standardised value z; "
+                f"{args.rounds} rounds of depth {args.depth}, lambdarank NDCG, truncation {args.k or 'none'}; each "
+                f"library in its own process, one after the other (ratios from the same run). Target (issue 24): "
+                f"rankkit <= 0.5x LightGBM.\n\n" + "\n".join(lines) + "\n")
+        _write(args, "bench_boosting_fit_heavy", body)
+        return
     body = (f"## Boosting: whole fit including binning\n\n{_machine(args)}, {args.threads} threads per "
             f"library. Command: `{cmd}`.\n\nSynthetic MSLR-shaped set, {args.queries} queries x {args.docs} "
             f"docs x {args.features} features = {n:,} rows; {args.rounds} rounds of depth {args.depth}, "

@@ -1,169 +1,363 @@
-"""GPU figures at MSLR-WEB30K scale: the lambda kernel's full pass and one LambdaMART round.
+"""The first thing to run on a GPU: the LambdaMART round at MSLR-WEB30K size, every kernel's
+route, side-by-side times and an identity check against the CPU reference.
 
-    python experiments/bench_gpu.py                      # prints a Markdown section
-    python experiments/bench_gpu.py --write              # and puts it in docs/benchmarks.md
+    python experiments/bench_gpu.py                        # on a CUDA machine: measure, print
+    python experiments/bench_gpu.py --json results/gpu.json --write   # + JSON and docs/benchmarks.md
+    python experiments/bench_gpu.py --device cpu --queries 40 --features 8 --rounds 3
+                                                           # smoke run of the same code on a CPU
 
-MSLR-WEB30K has about 31.5k queries and 3.77M documents (about 120 a query). This script
-builds a synthetic set of that shape (``rankkit.data.make_synthetic``, 31,531 queries x 120
-documents, labels 0..4 skewed low) and times, on the GPU and on this machine's CPU in the same
-run:
+Without a CUDA device (and without ``--device cpu``) it prints what it would measure and exits.
 
-* one full pass of :func:`rankkit.lambdas.lambda_gradients` (NDCG weighting, grad and hess,
-  no truncation and k = 10) over the padded [31531, 120] batch, float32;
-* one depth-6 LambdaMART round (lambda kernel + histograms, split search, leaf values and the
-  score update) on 136 features, through the same objects ``LambdaMART.fit`` uses.
+What it measures, in one run on one device:
 
-GPU times are wall times around ``torch.cuda.synchronize()``, the median of several repeats
-after a warm-up; CPU times likewise, with torch on every core of the machine unless
-``--cpu-threads`` says otherwise. Peak GPU memory is ``torch.cuda.max_memory_allocated``
-growth during the timed call. It needs a CUDA device.
+* **Data like MSLR-WEB30K**: ``--queries`` queries (31,531) whose lengths follow a log-normal
+  long tail up to 1,251 (3.77 M documents at full size; the lengths of
+  :func:`experiments.gpu_report.mslr_lengths`), ``--features`` (136) heavy-tailed features --
+  a third mostly zero (a hot bin holding 60–95 % of the documents), a third integer counts,
+  a third log-normal -- and labels 0..4 skewed low from a noisy latent score. An eval set of a
+  tenth of the queries.
+* **Routes**: which backend each kernel of the round took (the Triton kernels launched in a
+  round are counted by name; a kernel with no Triton launch ran on the torch path).
+* **Times** (wall, around ``torch.cuda.synchronize()``, median over rounds after a warm-up):
+  the real round (``BoostingEngine.update``: lambdas, tree, leaves, score updates, eval
+  metric) with an eval set, default and quantized; the lambda pass alone on the Triton and on
+  the torch path, side by side; a whole ``LambdaMART.fit``. Peak memory of a round.
+* **Identity**: the device's trees against the CPU reference's on a subset (same splits,
+  leaves within float32 rounding of the lambdas), and with ``quantized_grad`` the Triton
+  route against the torch route on the same device, bit for bit (the quantization's
+  stochastic rounding draws from the device's generator, so CPU and GPU draw differently).
+* A JSON record: device, driver, CUDA, torch and Triton versions, the command, every figure.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import datetime
+import json
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import time
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rankkit.data import make_synthetic  # noqa: E402
-from rankkit.lambdas import lambda_gradients  # noqa: E402
+from gpu_report import mslr_lengths  # noqa: E402
 
 
-def _timed(fn, device, repeats):
-    fn()  # warm-up (allocator, kernels, CPU thread pool)
+
+class Data(NamedTuple):
+    features: torch.Tensor  # [N, F] float32
+    labels: torch.Tensor    # [N] float32
+    sizes: torch.Tensor     # [Q] long
+
+PLAN = """bench_gpu.py: no CUDA device here, so nothing was measured. On a GPU it would:
+  1. build an MSLR-like set: {queries:,} queries (log-normal lengths up to 1,251), {features}
+     heavy-tailed features (hot bins), labels 0..4, and an eval set of a tenth of the queries;
+  2. print the route of every kernel of a LambdaMART round (Triton launches counted by name);
+  3. time {rounds} rounds of BoostingEngine.update (depth {depth}, eval set), default and
+     quantized_grad; the lambda pass on the Triton and the torch path side by side; a whole
+     LambdaMART.fit; peak memory;
+  4. check the device's trees against the CPU reference (same splits; quantized: the Triton
+     route against the torch route bit for bit);
+  5. write a JSON record (device, driver, CUDA, torch, Triton versions, every figure).
+Run it with --device cpu (and small --queries / --features) to exercise the same code here."""
+
+
+def mslr_like(queries: int, features: int, seed: int) -> Data:
+    """An MSLR-shaped synthetic set (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    full = mslr_lengths(seed)
+    sizes = full[rng.permutation(len(full))[:queries]] if queries <= len(full) else \
+        rng.choice(full, queries)
+    n = int(sizes.sum())
+    latent = rng.normal(size=n)
+    x = np.empty((n, features), dtype=np.float32)
+    for f in range(features):
+        kind = f % 3
+        signal = latent * (0.8 if f < max(1, features // 4) else 0.0)
+        if kind == 0:  # mostly zero: a hot bin
+            hot = rng.random(n) < rng.uniform(0.6, 0.95)
+            x[:, f] = np.where(hot, 0.0, np.exp(rng.normal(size=n) + signal))
+        elif kind == 1:  # integer counts
+            x[:, f] = rng.poisson(np.exp(0.5 * signal + rng.normal(0.5, 1.0)))
+        else:  # log-normal, long tail
+            x[:, f] = np.exp(1.5 * rng.normal(size=n) + signal)
+    score = latent + rng.normal(scale=0.7, size=n)
+    labels = np.digitize(score, np.quantile(score, [0.5, 0.8, 0.93, 0.98])).astype(np.float32)
+    return Data(torch.from_numpy(x), torch.from_numpy(labels), torch.from_numpy(sizes))
+
+
+def subset(data: Data, queries: slice) -> Data:
+    starts = torch.cat([torch.zeros(1, dtype=torch.long), data.sizes.cumsum(0)])
+    q0, q1 = queries.start, min(queries.stop, len(data.sizes))
+    a, b = int(starts[q0]), int(starts[q1])
+    return Data(data.features[a:b], data.labels[a:b], data.sizes[q0:q1])
+
+
+@contextlib.contextmanager
+def triton_launches():
+    """Count the Triton kernels launched inside the block, by name (real GPU or interpreter)."""
+    counts = collections.Counter()
+    patched = []
+    try:
+        import triton.runtime.jit as jit
+
+        patched.append((jit.JITFunction, "run", jit.JITFunction.run))
+        import triton.runtime.interpreter as interp
+
+        patched.append((interp.InterpretedFunction, "run", interp.InterpretedFunction.run))
+    except ImportError:
+        pass
+    for owner, name, run in patched:
+        def counted(self, *a, _run=run, **k):
+            counts[getattr(self, "__name__", None) or self.fn.__name__] += 1
+            return _run(self, *a, **k)
+        setattr(owner, name, counted)
+    try:
+        yield counts
+    finally:
+        for owner, name, run in patched:
+            setattr(owner, name, run)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _config(args, **extra):
+    from rankkit.boosting.engine import BoosterConfig
+
+    return BoosterConfig(depth=args.depth, learning_rate=0.1, min_data_in_leaf=20, k=10, **extra)
+
+
+def time_rounds(train, valid, config, device, rounds):
+    """Median seconds per BoostingEngine.update with an eval set, the trees, peak MiB."""
+    from rankkit.boosting.engine import BoostingEngine
+
+    engine = BoostingEngine(train.features, train.labels, train.sizes, config, device=device)
+    engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+    engine.update()  # warm-up: compiles, allocator
     times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(rounds):
+        _sync(device)
         t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        engine.update()
+        _sync(device)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
+    return statistics.median(times), engine, peak
 
 
-def _peak(fn, device):
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
+def routes(train, valid, config, device) -> dict:
+    """{kernel of the round: route} from the Triton launches of one round."""
+    from rankkit.boosting.engine import BoostingEngine
+
+    engine = BoostingEngine(train.features, train.labels, train.sizes, config, device=device)
+    engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+    with triton_launches() as launched:
+        engine.update()
+    which = lambda *names: "triton (" + ", ".join(f"{n} ×{launched[n]}" for n in names if launched[n]) + ")" \
+        if any(launched[n] for n in names) else "torch"
+    return {"lambdas": which("_rank_kernel", "_lambda_kernel"),
+            "level histogram": which("_histogram_kernel"),
+            "split scan + argmax": which("_split_kernel", "_pick_kernel"),
+            "routing": which("_route_kernel"),
+            "siblings (subtraction)": which("_siblings_kernel"),
+            "score update": which("_score_update_kernel"),
+            "leaves, eval metric": "torch",
+            "all Triton launches": dict(launched)}
 
 
-def lambda_pass(data, device, repeats, k):
+def lambda_pass(train, device, repeats, route):
+    """(median seconds, Triton kernels launched) of one lambda pass over the training queries
+    with ``RANKKIT_TRITON=route``."""
     from rankkit.boosting.objectives import QueryLayout
+    from rankkit.lambdas import lambda_gradients
 
-    layout = QueryLayout(data.labels, data.sizes, None, device)
-    g = torch.Generator().manual_seed(0)
-    scores = layout.pad(torch.randn(data.n_docs, generator=g).to(device))
-    fn = lambda: lambda_gradients(scores, layout.labels, mask=layout.mask, weighting="ndcg", k=k)
-    return _timed(fn, device, repeats), _peak(fn, device)
+    layout = QueryLayout(train.labels, train.sizes, None, device)
+    scores = layout.pad(torch.randn(len(train.labels), generator=torch.Generator().manual_seed(0)).to(device))
+    old = os.environ.get("RANKKIT_TRITON")
+    os.environ["RANKKIT_TRITON"] = route
+    try:
+        fn = lambda: lambda_gradients(scores, layout.labels, mask=layout.mask, weighting="ndcg", k=10)
+        with triton_launches() as launched:
+            fn()
+        times = []
+        for _ in range(repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+    finally:
+        if old is None:
+            os.environ.pop("RANKKIT_TRITON", None)
+        else:
+            os.environ["RANKKIT_TRITON"] = old
+    return statistics.median(times), dict(launched)
 
 
-def boosting_round(data, device, repeats, depth):
-    from rankkit.boosting.binning import QuantileBinner
-    from rankkit.boosting.engine import valid_codes as _valid_codes
-    from rankkit.boosting.objectives import QueryLayout, make_objective
-    from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
+def trees_of(engine):
+    return [(t.features.cpu(), t.codes.cpu(), t.leaf_values.cpu()) for t in engine.trees]
 
-    binner = QuantileBinner().fit(data.features)
-    used = binner.used_features_
-    codes = binner.transform(data.features)[:, used].to(device)
-    grower = ObliviousTreeGrower(codes, _valid_codes(binner)[used], TreeParams(depth=depth))
-    layout = QueryLayout(data.labels, data.sizes, None, device)
-    objective = make_objective("lambdarank", weighting="ndcg")
-    scores = torch.zeros(data.n_docs, dtype=torch.float64, device=device)
-    parts = {"lambda": [], "tree": []}
 
-    def one_round():
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        sync()
-        t0 = time.perf_counter()
-        grad, hess = objective.gradients(scores, layout)
-        sync()
-        t1 = time.perf_counter()
-        tree = grower.grow(grad, hess)
-        scores.add_(tree.leaf_values[tree.leaf_index])
-        sync()
-        parts["lambda"].append(t1 - t0)
-        parts["tree"].append(time.perf_counter() - t1)
+def identity(train, valid, args, device) -> dict:
+    """The device's trees against the CPU reference's, and (quantized) Triton vs torch route."""
+    small_train, small_valid = subset(train, slice(0, args.check_queries)), valid
+    out = {}
+    _, ref, _ = time_rounds(small_train, small_valid, _config(args), torch.device("cpu"), args.check_rounds)
+    _, got, _ = time_rounds(small_train, small_valid, _config(args), device, args.check_rounds)
+    same_splits = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                      for a, b in zip(trees_of(ref), trees_of(got)))
+    worst = max(float(((a[2] - b[2]).abs() / b[2].abs().clamp_min(1e-12)).max())
+                for a, b in zip(trees_of(got), trees_of(ref)))
+    out["device_vs_cpu"] = {"same_splits": same_splits, "max_rel_leaf_diff": worst}
+    runs = {}
+    before = os.environ.get("RANKKIT_TRITON")
+    try:
+        for route in ("0", "auto"):
+            os.environ["RANKKIT_TRITON"] = route
+            _, runs[route], _ = time_rounds(small_train, small_valid, _config(args, quantized_grad=True),
+                                            device, args.check_rounds)
+    finally:
+        if before is None:
+            os.environ.pop("RANKKIT_TRITON", None)
+        else:
+            os.environ["RANKKIT_TRITON"] = before
+    out["quantized_triton_vs_torch_bitwise"] = all(
+        all(torch.equal(x, y) for x, y in zip(a, b)) for a, b in zip(trees_of(runs["auto"]), trees_of(runs["0"])))
+    return out
 
-    one_round()  # warm-up
-    for key in parts:
-        parts[key].clear()
-    for _ in range(repeats):
-        one_round()
-    peak = _peak(one_round, device)
-    lam, tree = statistics.median(parts["lambda"][:repeats]), statistics.median(parts["tree"][:repeats])
-    return lam, tree, peak
+
+def environment(device) -> dict:
+    import importlib.util
+
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+           "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+           "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+           "triton": None, "device": str(device), "device_name": None, "driver": None}
+    if importlib.util.find_spec("triton") is not None:
+        import triton
+
+        env["triton"] = triton.__version__
+    if device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+        props = torch.cuda.get_device_properties(device)
+        env["device_memory_gib"] = round(props.total_memory / 2**30, 1)
+        env["sm"] = f"{props.major}{props.minor}"
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                           capture_output=True, text=True, timeout=20).stdout.strip() or None
+    return env
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default=None, help="cuda (default when present) or cpu (a smoke run)")
     ap.add_argument("--queries", type=int, default=31_531)
-    ap.add_argument("--docs", type=int, default=120)
     ap.add_argument("--features", type=int, default=136)
     ap.add_argument("--depth", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--cpu-threads", type=int, default=os.cpu_count())
-    ap.add_argument("--cpu-repeats", type=int, default=2)
-    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--fit-rounds", type=int, default=50)
+    ap.add_argument("--repeats", type=int, default=10, help="lambda pass repeats")
+    ap.add_argument("--check-queries", type=int, default=2_000)
+    ap.add_argument("--check-rounds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write the JSON record here")
+    ap.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("bench_gpu.py needs a CUDA device")
-    torch.set_num_threads(args.cpu_threads)
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    data = make_synthetic(args.queries, args.docs, args.features, seed=0)
-    n, pairs = data.n_docs, args.queries * args.docs * (args.docs - 1) // 2
-    print(f"{args.queries} queries x {args.docs} docs = {n:,} documents, {pairs:,} pairs", flush=True)
+    if args.device is None and not torch.cuda.is_available():
+        print(PLAN.format(**vars(args)))
+        return None
+    device = torch.device(args.device or "cuda")
+    record = {"environment": environment(device), "args": vars(args)}
+    data = mslr_like(args.queries + max(1, args.queries // 10), args.features, args.seed)
+    train, valid = subset(data, slice(0, args.queries)), subset(data, slice(args.queries, len(data.sizes)))
+    record["data"] = {"train_docs": int(train.sizes.sum()), "train_queries": len(train.sizes),
+                      "valid_docs": int(valid.sizes.sum()), "max_length": int(train.sizes.max()),
+                      "features": args.features}
+    print(json.dumps(record["environment"]), flush=True)
+    print(f"data: {record['data']}", flush=True)
+
+    record["routes"] = {}
+    for name, config in (("default", _config(args)), ("quantized", _config(args, quantized_grad=True))):
+        record["routes"][name] = routes(train, valid, config, device)
+        print(f"routes ({name}):", flush=True)
+        for kernel, route in record["routes"][name].items():
+            print(f"  {kernel:24s} {route}", flush=True)
 
     rows = []
-    for k in (None, 10):
-        gpu_s, gpu_mib = lambda_pass(data, cuda, args.repeats, k)
-        cpu_s, _ = lambda_pass(data, cpu, args.cpu_repeats, k)
-        rows.append(f"| lambda kernel, NDCG{'' if k is None else f'@{k} truncated'} (grad + hess) | "
-                    f"{gpu_s * 1e3:,.1f} | {cpu_s * 1e3:,.0f} | {cpu_s / gpu_s:,.1f}x | {gpu_mib:,.0f} |")
+    for name, config in (("default", _config(args)), ("quantized_grad", _config(args, quantized_grad=True))):
+        seconds, _, peak = time_rounds(train, valid, config, device, args.rounds)
+        record[f"round_{name}_ms"], record[f"round_{name}_peak_mib"] = seconds * 1e3, peak
+        rows.append(f"| round, depth {args.depth}, eval set, {name} | {seconds * 1e3:,.2f} | "
+                    f"{'–' if peak is None else f'{peak:,.0f}'} |")
         print(rows[-1], flush=True)
-    g_lam, g_tree, g_mib = boosting_round(data, cuda, args.repeats, args.depth)
-    c_lam, c_tree, _ = boosting_round(data, cpu, args.cpu_repeats, args.depth)
-    rows.append(f"| LambdaMART round, depth {args.depth}, {args.features} features (lambda {g_lam * 1e3:.1f} + tree "
-                f"{g_tree * 1e3:.1f} ms on GPU; {c_lam * 1e3:.0f} + {c_tree * 1e3:.0f} ms on CPU) | "
-                f"{(g_lam + g_tree) * 1e3:,.1f} | {(c_lam + c_tree) * 1e3:,.0f} | "
-                f"{(c_lam + c_tree) / (g_lam + g_tree):,.1f}x | {g_mib:,.0f} |")
-    print(rows[-1], flush=True)
+    for route in ("auto", "0"):
+        seconds, launched = lambda_pass(train, device, args.repeats, route)
+        took = "triton" if launched else "torch"
+        record[f"lambda_{'auto' if route == 'auto' else 'torch'}_ms"] = seconds * 1e3
+        record[f"lambda_{'auto' if route == 'auto' else 'torch'}_route"] = took
+        rows.append(f"| lambda pass, NDCG@10, RANKKIT_TRITON={route} (ran: {took}) | {seconds * 1e3:,.2f} | – |")
+        print(rows[-1], flush=True)
+    from rankkit.boosting import LambdaMART
 
+    model = LambdaMART(n_estimators=args.fit_rounds, depth=args.depth, k=10, device=str(device))
+    _sync(device)
+    t0 = time.perf_counter()
+    model.fit(train.features, train.labels, group=train.sizes, eval_set=[(valid.features, valid.labels)],
+              eval_group=[valid.sizes])
+    _sync(device)
+    record["fit_s"] = time.perf_counter() - t0
+    rows.append(f"| LambdaMART.fit, {args.fit_rounds} rounds incl. binning, eval set | "
+                f"{record['fit_s'] * 1e3:,.0f} | – |")
+    print(rows[-1], flush=True)
+    record["identity"] = identity(train, valid, args, device)
+    print(f"identity: {record['identity']}", flush=True)
+
+    env = record["environment"]
     body = "\n".join([
-        "## GPU: MSLR-WEB30K-sized passes",
+        "## GPU: the LambdaMART round at MSLR-WEB30K size (experiments/bench_gpu.py)",
         "",
-        f"{datetime.date.today()}, {torch.cuda.get_device_name()}, torch {torch.__version__}; CPU "
-        f"column on the same machine's CPU ({os.cpu_count()} cores, torch on {args.cpu_threads} "
-        f"threads), same run. Command: `python experiments/bench_gpu.py --write`",
+        f"{env['date']}, {env['device_name'] or env['device']}, driver {env['driver']}, CUDA "
+        f"{env['cuda_runtime']}, torch {env['torch']}, triton {env['triton']}. Command: "
+        f"`{env['command']}`. {record['data']['train_docs']:,} training documents in "
+        f"{record['data']['train_queries']:,} queries (longest {record['data']['max_length']}), "
+        f"{args.features} features; median of {args.rounds} rounds after a warm-up.",
         "",
-        f"Synthetic MSLR-shaped set: {args.queries:,} queries x {args.docs} docs = {n:,} documents "
-        f"({pairs:,} document pairs), {args.features} features, labels 0..4; float32 scores. Wall "
-        f"times, median of {args.repeats} (GPU) / {args.cpu_repeats} (CPU) after a warm-up. GPU "
-        f"memory: growth of `torch.cuda.max_memory_allocated` during one call (the data set's own "
-        f"tensors excluded).",
-        "",
-        "| pass | GPU ms | CPU ms | GPU speed-up | GPU peak MiB |",
-        "|---|---:|---:|---:|---:|",
+        "| what | ms | peak MiB |",
+        "|---|---:|---:|",
         *rows,
+        "",
+        "Routes (default round): " + "; ".join(f"{k}: {v}" for k, v in record["routes"]["default"].items()
+                                               if k != "all Triton launches"),
+        "",
+        f"Identity: {record['identity']}",
     ])
     print(body)
+    if args.json:
+        from rankkit._io import atomic_write
+
+        def write(tmp):
+            with open(tmp, "w") as f:
+                json.dump(record, f, indent=1, default=str)
+        atomic_write(args.json, write)
     if args.write:
         from _report import write_section
 
         write_section("bench_gpu", body)
+    return record
 
 
 if __name__ == "__main__":

@@ -1,44 +1,45 @@
-"""Learning to rank from simulated clicks (issue 20): naive, debiased and oracle rankers.
+"""Learning to rank from simulated clicks (issue 28): naive, debiased and oracle rankers.
 
-    python experiments/unbiased.py --data mq2008,synthetic --etas 0.5,1,2 --write
+    python experiments/unbiased.py --write
 
-For each data set and each position-bias strength η, the protocol of Joachims et al. (WSDM
-2017), Ai et al. (SIGIR 2018) and Hu et al. (WWW 2019):
+For each data set, fold, seed and click model (the protocol of Joachims et al., WSDM 2017; Ai et
+al., SIGIR 2018; Hu et al., WWW 2019):
 
-1. a production LambdaMART trained on 1 % of the training queries orders every training query;
-2. the top 10 are shown ``--sessions`` times per query to a position-based user (examination
-   θ_r = (1/(r+1))^η, click noise ε₋ = 0.1, ε₊ = 1); sessions without a click are dropped;
-3. rankers are trained on the click log (sessions as queries, clicks as labels, the displayed
-   ``position`` carried by ``ClickLog.sessions``) and scored by NDCG@10 on the test queries'
-   TRUE labels:
+1. a production LambdaMART trained on 1 % of the training queries orders every training and
+   validation query;
+2. the top 10 are shown ``--sessions`` times per query to a simulated user: position-based
+   (examination θ_r = (1/(r+1))^η, η in ``--etas``) or cascade (``--cascade``: scan down, click
+   with the attractiveness, stop after a click); attractiveness ε₋ + (1 − ε₋)(2^y − 1)/(2^ymax − 1),
+   ε₋ = 0.1; sessions without a click are dropped. The training log trains the rankers; a
+   second log, on the VALIDATION queries, is the only thing model selection sees;
+3. test NDCG@10 on the test queries' TRUE labels (gain 2^y − 1, log2 discount, a query whose
+   labels are all 0 counts 1 as in LightGBM).
 
-   * naive: the clicks taken as labels (rankkit LambdaMART, rankkit LambdaRank, LightGBM and
-     XGBoost lambdarank);
-   * debiased: rankkit ``LambdaMART(unbiased=True)`` and ``LambdaRank(unbiased=True)`` (Unbiased
-     LambdaMART's pairwise debiasing, Hu et al. 2019, biases learned jointly with the ranker),
-     LightGBM's position-aware lambdarank (``position=``, LightGBM >= 4.1) and XGBoost's
-     ``lambdarank_unbiased`` (documents of a session sorted by displayed position, as its
-     position model reads positions from the order inside a query);
-   * oracle: the same rankkit models on the true labels of the training queries (the skyline);
-   * production: the 1 % ranker itself (the floor).
+Model selection without true labels (the click-log validation split,
+:class:`rankkit.unbiased.ClickLogMetric`): regression-EM (Wang et al., WSDM 2018) fitted on the
+validation log alone gives the propensities θ̂, the validation clicks become inverse-propensity
+relevance estimates (1/θ̂ clipped at ``--clip``), and a candidate's score is its counterfactual
+NDCG@10 (linear gain) on the validation documents. It chooses:
 
-Every setting is fixed a priori (nothing is chosen on test): the boosters run ``--rounds``
-rounds of depth ``--depth`` at learning rate 0.1; LambdaRank uses configs/lambdarank.yaml's
-tuned settings (MLP [64, 32], dropout 0.1, Adam lr 1e-3, weight decay 1e-5, k = 10, summed
-loss, 512 documents per batch) and keeps the epoch with the best vali NDCG@10 on true labels
-(``--epochs`` over the true-label train set, ``--log-epochs`` over a click log). The
-propensities use p = ``--bias-p`` (0: the unregularised closed form, whose fixed point is the
-examination ratio θ_r / θ_0 on exchangeable data; see rankkit/unbiased.py) and 10 positions.
-XGBoost keeps its defaults for the bias (``lambdarank_bias_norm`` 2) and pairs the top 10.
+* LambdaMART debiased: the bias norm p of Unbiased LambdaMART (Hu et al. 2019, ``unbiased=True``)
+  among ``--p-grid``, or no debiasing at all (p = ∞, the exponent 1/(p + 1) → 0 makes every bias
+  1: the naive model), so the method can fall back when the log cannot help;
+* neural debiased: among LambdaRank naive, LambdaRank ``unbiased=True`` at each p of the grid,
+  and regression-EM's relevance model; every neural candidate keeps its best validation epoch
+  (EM iteration) by the same metric, the oracle LambdaRank too.
 
-Prints the table and the learned click biases t⁺ against the true θ_r / θ_0; ``--write`` puts
-the section "Learning from clicks (issue 20)" into docs/benchmarks.md and the plot into
-docs/img/unbiased.png.
+Rows: naive (clicks as labels), the debiased rows above and each candidate, oracle (true
+training labels), LightGBM lambdarank naive and with ``position=`` (its position-bias
+regularisation at the default), XGBoost ``rank:ndcg`` naive and with ``lambdarank_unbiased``
+(documents of a session in displayed order), production (the 1 % ranker). Every run's numbers go
+to ``--out`` (JSON lines, one per fold × seed × click model); the table is the mean over the runs
+present, so an interrupted grid still reports what ran (and says how many runs each cell has).
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import os
 import sys
@@ -50,6 +51,7 @@ import torch
 from rankkit.boosting import LambdaMART
 from rankkit.data import load_mq2008, make_synthetic, pad
 from rankkit.data.clicks import (
+    CascadeModel,
     PositionBasedModel,
     production_ranker,
     production_scores,
@@ -57,21 +59,22 @@ from rankkit.data.clicks import (
 )
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank
+from rankkit.unbiased import ClickLogMetric, RegressionEM
 
 K_SHOWN = 10
-DATE = "2026-11-24"
-METHODS = ("LambdaMART naive", "LambdaMART debiased", "LambdaMART oracle",
-           "LambdaRank naive", "LambdaRank debiased", "LambdaRank oracle",
-           "LightGBM naive", "LightGBM position", "XGBoost naive", "XGBoost unbiased", "production")
+DATE = "2026-11-26"
+LAMBDAMART = ("LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle")
+NEURAL = ("LambdaRank naive", "neural debiased (selected)", "LambdaRank oracle")
+RIVALS = ("LightGBM naive", "LightGBM position", "XGBoost naive", "XGBoost unbiased", "production")
 
 
-def load(name: str, fold: int, seed: int):
-    """(train, vali, test, top label) of a data set."""
+def load(name: str, fold: int):
+    """(train, vali, test, top label) of a data set; the synthetic set's split is drawn per fold."""
     if name == "mq2008":
         return (*load_mq2008(fold), 2.0)
     if name == "synthetic":
-        data = make_synthetic(1500, (10, 60), 30, seed=seed)
-        perm = torch.randperm(data.n_queries, generator=torch.Generator().manual_seed(seed))
+        data = make_synthetic(600, (10, 40), 30, seed=100 + fold)
+        perm = torch.randperm(data.n_queries, generator=torch.Generator().manual_seed(fold))
         cuts = (int(0.6 * data.n_queries), int(0.8 * data.n_queries))
         parts = (perm[: cuts[0]], perm[cuts[0]: cuts[1]], perm[cuts[1]:])
         return (*(data.subset(p.sort().values) for p in parts), 4.0)
@@ -79,7 +82,7 @@ def load(name: str, fold: int, seed: int):
 
 
 def test_ndcg(scores, data) -> float:
-    """Mean NDCG@10 of flat scores [N] on the true labels of ``data``."""
+    """Mean NDCG@10 (gain 2^y − 1; all-zero queries count 1) of flat scores [N] on the true labels."""
     s, mask = pad(torch.as_tensor(np.asarray(scores), dtype=torch.float32), data.sizes)
     y, _ = pad(data.labels, data.sizes)
     return float(ndcg(s, y, mask=mask, k=10).mean())
@@ -90,21 +93,46 @@ def booster(args, **kw) -> LambdaMART:
     return LambdaMART(n_estimators=args.rounds, depth=args.depth, learning_rate=0.1, seed=args.seed, **kw)
 
 
-def train_unbiased(log, args) -> LambdaMART:
-    """Unbiased LambdaMART on the click log: the booster re-estimates t⁺, t⁻ every round."""
-    model = booster(args, unbiased=True, bias_p=args.bias_p, n_positions=K_SHOWN)
-    return model.fit(log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
+def boost_predict(model):
+    return lambda x: model.predict(x)
 
 
-def train_lambdarank(train, vali, args, *, unbiased: bool, epochs: int) -> LambdaRank:
-    """LambdaRank (configs/lambdarank.yaml's settings) in a plain loop; the best vali epoch is kept."""
+def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: int):
+    """LambdaRank in a plain loop; the epoch with the best click-log validation metric is kept."""
     torch.manual_seed(args.seed)
-    module = LambdaRank(n_features=train.n_features, hidden=[64, 32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
-                        k=10, reduction="sum", unbiased=unbiased, bias_p=args.bias_p, n_positions=K_SHOWN)
+    module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
+                        k=10, reduction="sum", unbiased=unbiased, bias_p=p, n_positions=K_SHOWN)
     module.fit_preprocessor(train.features)
     opt = module.configure_optimizers()
     generator = torch.Generator().manual_seed(args.seed)
-    best, best_state = -1.0, None
+    best, best_state = -math.inf, None
+    for _ in range(epochs):
+        module.train()
+        for batch in train.iter_batches(512, shuffle=True, generator=generator):
+            loss = module.objective(module.scorer(batch.features), batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        module.eval()
+        score = metric(lambda x: module(x))
+        if score > best:
+            best, best_state = score, (copy.deepcopy(module.scorer.state_dict()),
+                                       None if module.propensity is None else module.propensities["clicked"])
+    module.scorer.load_state_dict(best_state[0])
+    module.best_propensities = best_state[1]
+    module.eval()
+    return (lambda x: module(x).detach()), best, module
+
+
+def train_oracle(train, test, metrics: dict, args, *, epochs: int) -> dict:
+    """LambdaRank on the true labels; per click metric, the test NDCG@10 of the epoch it prefers."""
+    torch.manual_seed(args.seed)
+    module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
+                        k=10, reduction="sum")
+    module.fit_preprocessor(train.features)
+    opt = module.configure_optimizers()
+    generator = torch.Generator().manual_seed(args.seed)
+    best = {label: (-math.inf, math.nan) for label in metrics}
     for _ in range(epochs):
         module.train()
         for batch in train.iter_batches(512, shuffle=True, generator=generator):
@@ -114,13 +142,29 @@ def train_lambdarank(train, vali, args, *, unbiased: bool, epochs: int) -> Lambd
             opt.step()
         module.eval()
         with torch.no_grad():
-            score = test_ndcg(module(vali.features), vali)
-        if score > best:
-            best, best_state = score, (copy.deepcopy(module.scorer.state_dict()),
-                                       None if module.propensity is None else module.propensities)
-    module.scorer.load_state_dict(best_state[0])
-    module.best_propensities = best_state[1]
-    return module.eval()
+            on_test = test_ndcg(module(test.features), test)
+        for label, metric in metrics.items():
+            score = metric(lambda x: module(x))
+            if score > best[label][0]:
+                best[label] = (score, on_test)
+    return {label: b[1] for label, b in best.items()}
+
+
+def train_regression_em(train, log, metric, args):
+    """Regression-EM on the training log's (document, position) counts; best validation iteration kept."""
+    counts = log.aggregate()
+    kept = {"score": -math.inf}
+
+    def keep(model, iteration):
+        score = metric(model.predict)
+        if score > kept["score"]:
+            kept.update(score=score, state=copy.deepcopy(model.scorer_.state_dict()), theta=model.propensities_.clone())
+
+    model = RegressionEM(K_SHOWN, hidden=(32,), iterations=args.em_iterations, lr=1e-2, seed=args.seed)
+    model.fit(train.features[counts.doc_index], counts.clicks, counts.position, impressions=counts.impressions,
+              callback=keep)
+    model.scorer_.load_state_dict(kept["state"])
+    return model.predict, kept["score"], kept["theta"]
 
 
 def train_lightgbm(log, args, *, position: bool):
@@ -154,190 +198,313 @@ def train_xgboost(log, args, *, unbiased: bool):
     return xgb.train(params, train, num_boost_round=args.rounds)
 
 
-# -- one data set ----------------------------------------------------------------------------------
-def run(name: str, fold: int, args) -> tuple[dict, dict]:
-    """NDCG@10 per (η, method) and learned t⁺ per (η, model kind) on one data set and fold."""
-    import xgboost as xgb
-
-    train, vali, test, top = load(name, fold, args.seed)
-    t0 = time.perf_counter()
-    prod = production_ranker(train, fraction=0.01, n_estimators=50, depth=3, min_data_in_leaf=5, seed=args.seed)
-    prod_scores = production_scores(prod, train)
-    fixed = {"LambdaMART oracle": test_ndcg(booster(args).fit(train).predict(test), test),
-             "LambdaRank oracle": test_ndcg(train_lambdarank(train, vali, args, unbiased=False,
-                                                             epochs=args.epochs)(test.features).detach(), test),
-             "production": test_ndcg(prod.predict(test), test)}
-    print(f"{name} fold {fold}: {train.n_queries} train / {test.n_queries} test queries, oracles in "
-          f"{time.perf_counter() - t0:.0f}s", file=sys.stderr)
-    results, biases = {}, {}
-    x_test = test.features.numpy()
-    for eta in args.etas:
-        t0 = time.perf_counter()
-        model = PositionBasedModel(eta=eta, epsilon_plus=1.0, epsilon_minus=0.1, max_label=top)
-        log = simulate_clicks(train, prod_scores, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
-                              seed=args.seed, drop_unclicked=True)
-        row = dict(fixed)
-        row["LambdaMART naive"] = test_ndcg(
-            booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes).predict(test), test)
-        unbiased = train_unbiased(log, args)
-        row["LambdaMART debiased"] = test_ndcg(unbiased.predict(test), test)
-        for debias in (False, True):
-            net = train_lambdarank(log.sessions, vali, args, unbiased=debias, epochs=args.log_epochs)
-            row[f"LambdaRank {'debiased' if debias else 'naive'}"] = test_ndcg(net(test.features).detach(), test)
-        for position in (False, True):
-            row[f"LightGBM {'position' if position else 'naive'}"] = test_ndcg(
-                train_lightgbm(log, args, position=position).predict(x_test), test)
-        for debias in (False, True):
-            row[f"XGBoost {'unbiased' if debias else 'naive'}"] = test_ndcg(
-                train_xgboost(log, args, unbiased=debias).predict(xgb.DMatrix(x_test)), test)
-        results[eta] = row
-        biases[eta] = {"true": (model.examination(K_SHOWN) / model.examination(K_SHOWN)[0]).tolist(),
-                       "LambdaMART": unbiased.propensities_["clicked"].tolist(),
-                       "LambdaRank": net.best_propensities["clicked"].tolist()}
-        print(f"{name} fold {fold} eta={eta}: {log.n_sessions} sessions, {time.perf_counter() - t0:.0f}s\n"
-              + "".join(f"    {k:<22}{v:.4f}\n" for k, v in row.items())
-              + "".join(f"    t+ {k:<11}{[round(v, 3) for v in b]}\n" for k, b in biases[eta].items()),
-              file=sys.stderr)
-    return results, biases
-
-
-def mean_over_folds(per_fold: list[dict]) -> dict:
-    return {eta: {m: float(np.mean([f[eta][m] for f in per_fold])) for m in per_fold[0][eta]}
-            for eta in per_fold[0]}
-
-
-# -- report ----------------------------------------------------------------------------------------
-def table(results: dict) -> str:
-    head = "| data | η | " + " | ".join(METHODS) + " |\n|---|---:|" + "---:|" * len(METHODS) + "\n"
-    lines = [f"| {name} | {eta:g} | " + " | ".join(f"{row[m]:.4f}" for m in METHODS) + " |"
-             for name, by_eta in results.items() for eta, row in by_eta.items()]
-    return head + "\n".join(lines)
-
-
-def targets(results: dict) -> list[str]:
-    """At η = 1: debiased − naive ≥ 0.01, half the naive→oracle gap closed, level with LightGBM/XGBoost."""
-    out = []
-    for name, by_eta in results.items():
-        row = by_eta.get(1.0)
-        if row is None:
-            continue
-        rivals = max(row["LightGBM position"], row["XGBoost unbiased"])
-        for kind in ("LambdaMART", "LambdaRank"):
-            naive, debiased, oracle = (row[f"{kind} {m}"] for m in ("naive", "debiased", "oracle"))
-            gain, gap = debiased - naive, oracle - naive
-            share = gain / gap if gap > 0 else math.nan
-            out.append(f"{name}, {kind}: debiased − naive = {gain:+.4f} ({'met' if gain >= 0.01 else 'missed'}); "
-                       f"gap closed {share:.0%} of {gap:+.4f} ({'met' if share >= 0.5 else 'missed'}); "
-                       f"vs best of LightGBM/XGBoost debiasing {debiased - rivals:+.4f} "
-                       f"({'met' if debiased >= rivals else 'missed'})")
+# -- one run: data set × fold × seed × click model -------------------------------------------------
+def click_models(args, top):
+    out = [(f"PBM η={eta:g}", PositionBasedModel(eta=eta, epsilon_plus=1.0, epsilon_minus=0.1, max_label=top))
+           for eta in args.etas]
+    if args.cascade:
+        out.append(("cascade", CascadeModel(stop=1.0, epsilon_plus=1.0, epsilon_minus=0.1, max_label=top)))
     return out
 
 
-def plot(results: dict, biases: dict, path: str) -> None:
+def run(name: str, fold: int, seed: int, args, done: set):
+    """Yields one record per click model of (data set, fold, seed) not in ``done``."""
+    import xgboost as xgb
+
+    args.seed = seed
+    todo = [(label, model) for label, model in click_models(args, 4.0) if (name, fold, seed, label) not in done]
+    if not todo:
+        return
+    train, vali, test, top = load(name, fold)
+    t0 = time.perf_counter()
+    prod = production_ranker(train, fraction=0.01, n_estimators=50, depth=3, min_data_in_leaf=5, seed=seed)
+    prod_train, prod_vali = production_scores(prod, train), production_scores(prod, vali)
+    oracle_mart = test_ndcg(booster(args).fit(train).predict(test), test)
+    production = test_ndcg(prod.predict(test), test)
+    x_test = test.features.numpy()
+    logs = {}
+    for label, model in click_models(args, top):
+        if (name, fold, seed, label) in done:
+            continue
+        log = simulate_clicks(train, prod_train, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
+                              seed=seed, drop_unclicked=True)
+        vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
+                               seed=seed + 1000, drop_unclicked=True)
+        metric = ClickLogMetric(vlog.aggregate(), vali.features, n_positions=K_SHOWN, clip=args.clip,
+                                em={"hidden": (16,), "iterations": args.em_iterations, "lr": 1e-2, "seed": seed})
+        logs[label] = (model, log, metric)
+    # the neural oracle: as many documents seen as a click-log fit, its epoch chosen by each click metric
+    epochs = math.ceil(args.log_epochs * np.mean([log.sessions.n_docs for _, log, _ in logs.values()]) / train.n_docs)
+    oracle_neural = train_oracle(train, test, {label: m for label, (_, _, m) in logs.items()}, args, epochs=epochs)
+    print(f"{name} fold {fold} seed {seed}: oracles in {time.perf_counter() - t0:.0f}s ({epochs} neural epochs)",
+          file=sys.stderr, flush=True)
+    for label, (model, log, metric) in logs.items():
+        t0 = time.perf_counter()
+        test_rows, vali_rows, chosen, biases = {"production": production, "LambdaMART oracle": oracle_mart}, {}, {}, {}
+        # LambdaMART: naive = p ∞, debiased at each p, the best on the click-log vali
+        naive = booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes)
+        candidates = {"naive": naive}
+        for p in args.p_grid:
+            candidates[f"p={p:g}"] = booster(args, unbiased=True, bias_p=p, n_positions=K_SHOWN).fit(
+                log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
+            biases[f"LambdaMART p={p:g}"] = candidates[f"p={p:g}"].propensities_["clicked"].tolist()
+        for key, m in candidates.items():
+            test_rows[f"LambdaMART {key}"] = test_ndcg(m.predict(test), test)
+            vali_rows[f"LambdaMART {key}"] = metric(boost_predict(m))
+        best = max(candidates, key=lambda key: vali_rows[f"LambdaMART {key}"])
+        test_rows["LambdaMART debiased (selected)"] = test_rows[f"LambdaMART {best}"]
+        chosen["LambdaMART"] = best
+        # neural: LambdaRank naive / unbiased at each p, regression-EM; oracle tuned the same way
+        neural = {}
+        for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.neural_p_grid]:
+            f, score, module = train_lambdarank(log.sessions, metric, args, unbiased=unbiased, p=p,
+                                                epochs=args.log_epochs)
+            neural[f"LambdaRank {key}"] = (f, score)
+            if unbiased:
+                biases[f"LambdaRank {key}"] = module.best_propensities.tolist()
+        f, score, theta = train_regression_em(train, log, metric, args)
+        neural["regression-EM"] = (f, score)
+        biases["regression-EM"] = theta.tolist()
+        biases["vali EM (metric)"] = metric.propensities.tolist()
+        for key, (f, score) in neural.items():
+            test_rows[key] = test_ndcg(f(test.features), test)
+            vali_rows[key] = score
+        best = max(neural, key=lambda key: neural[key][1])
+        test_rows["neural debiased (selected)"] = test_rows[best]
+        chosen["neural"] = best
+        test_rows["LambdaRank oracle"] = oracle_neural[label]
+        # LightGBM / XGBoost, fixed settings
+        for position in (False, True):
+            test_rows[f"LightGBM {'position' if position else 'naive'}"] = test_ndcg(
+                train_lightgbm(log, args, position=position).predict(x_test), test)
+        for debias in (False, True):
+            test_rows[f"XGBoost {'unbiased' if debias else 'naive'}"] = test_ndcg(
+                train_xgboost(log, args, unbiased=debias).predict(xgb.DMatrix(x_test)), test)
+        if isinstance(model, PositionBasedModel):
+            biases["true"] = (model.examination(K_SHOWN) / model.examination(K_SHOWN)[0]).tolist()
+        record = {"data": name, "fold": fold, "seed": seed, "click": label, "sessions": log.n_sessions,
+                  "test": test_rows, "vali": vali_rows, "chosen": chosen, "biases": biases,
+                  "seconds": round(time.perf_counter() - t0, 1)}
+        print(f"{name} fold {fold} seed {seed} {label}: {record['seconds']}s, chosen {chosen}, "
+              + ", ".join(f"{k} {v:.4f}" for k, v in test_rows.items()), file=sys.stderr, flush=True)
+        yield record
+
+
+# -- report ----------------------------------------------------------------------------------------
+def rows_of(p_grid, neural_p_grid) -> list[str]:
+    ps = [f"p={p:g}" for p in p_grid]
+    return (["LambdaMART naive"] + [f"LambdaMART {p}" for p in ps] + ["LambdaMART debiased (selected)",
+                                                                      "LambdaMART oracle"]
+            + ["LambdaRank naive"] + [f"LambdaRank p={p:g}" for p in neural_p_grid]
+            + ["regression-EM", "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
+
+
+def summarise(records: list[dict]) -> dict:
+    """{data: {click: {"n": runs, method: (mean, standard error)}}} over the runs present."""
+    out: dict = {}
+    for r in records:
+        out.setdefault(r["data"], {}).setdefault(r["click"], []).append(r)
+    summary = {}
+    for name, by_click in out.items():
+        summary[name] = {}
+        for click, runs in by_click.items():
+            cell = {"n": len(runs), "chosen": {}}
+            for method in runs[0]["test"]:
+                v = np.array([run["test"][method] for run in runs])
+                cell[method] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan)
+            for kind in ("LambdaMART", "neural"):
+                picks = [run["chosen"][kind] for run in runs]
+                cell["chosen"][kind] = {k: picks.count(k) for k in sorted(set(picks))}
+            summary[name][click] = cell
+    return summary
+
+
+def click_order(clicks) -> list[str]:
+    return sorted(clicks, key=lambda c: (c == "cascade", float(c.split("=")[1]) if "=" in c else 0.0))
+
+
+def table(summary: dict, p_grid, neural_p_grid) -> str:
+    out = []
+    for name, by_click in summary.items():
+        clicks = click_order(by_click)
+        out.append(f"**{name}** (test NDCG@10 on true labels, mean ± standard error over runs; runs: "
+                   + ", ".join(f"{c} {by_click[c]['n']}" for c in clicks) + ")\n")
+        out.append("| method | " + " | ".join(clicks) + " |\n|---|" + "---:|" * len(clicks))
+        for method in rows_of(p_grid, neural_p_grid):
+            cells = []
+            for c in clicks:
+                mean, se = by_click[c].get(method, (math.nan, math.nan))
+                cells.append(f"{mean:.4f} ± {se:.4f}" if not math.isnan(se) else f"{mean:.4f}")
+            bold = "**" if "selected" in method else ""
+            out.append(f"| {bold}{method}{bold} | " + " | ".join(cells) + " |")
+        out.append("| chosen on click vali (LambdaMART; neural) | " + " | ".join(
+            "; ".join(", ".join(f"{k} ×{v}" for k, v in by_click[c]["chosen"][kind].items())
+                      for kind in ("LambdaMART", "neural")) for c in clicks) + " |\n")
+    return "\n".join(out)
+
+
+def targets(summary: dict) -> list[str]:
+    """At PBM η = 1 and 2: selected ≥ naive + 0.01 and ≥ half the naive → oracle gap; never below naive."""
+    out = []
+    pairs = (("LambdaMART", "LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle"),
+             ("neural", "LambdaRank naive", "neural debiased (selected)", "LambdaRank oracle"))
+    for name, by_click in summary.items():
+        for click in click_order(by_click):
+            cell = by_click[click]
+            for kind, naive_key, sel_key, oracle_key in pairs:
+                naive, sel, oracle = cell[naive_key][0], cell[sel_key][0], cell[oracle_key][0]
+                gain, gap = sel - naive, oracle - naive
+                share = gain / gap if gap > 0 else math.nan
+                strict = click in ("PBM η=1", "PBM η=2")
+                verdict = (f"≥ +0.01 {'met' if gain >= 0.01 else 'MISSED'}; ≥ 50 % "
+                           f"{'met' if share >= 0.5 else 'MISSED'}; " if strict else "")
+                out.append(f"{name}, {click}, {kind}: selected − naive = {gain:+.4f}, gap closed {share:.0%} of "
+                           f"{gap:+.4f} ({verdict}never below naive {'met' if gain >= 0 else 'MISSED'}; "
+                           f"{cell['n']} runs)")
+    return out
+
+
+def mean_biases(records: list[dict]) -> dict:
+    """{data: {click: {curve: mean [K]}}} over the PBM runs."""
+    acc: dict = {}
+    for r in records:
+        if "true" not in r["biases"]:
+            continue
+        for curve, values in r["biases"].items():
+            acc.setdefault(r["data"], {}).setdefault(r["click"], {}).setdefault(curve, []).append(values)
+    return {n: {c: {k: np.mean(v, axis=0).tolist() for k, v in by.items()} for c, by in bc.items()}
+            for n, bc in acc.items()}
+
+
+def plot(summary: dict, biases: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(results)
-    fig, axes = plt.subplots(len(names), 2, figsize=(12, 4.2 * len(names)), squeeze=False)
-    styles = {"naive": ":", "debiased": "-", "oracle": "--", "position": "-", "unbiased": "-"}
+    names = list(biases)
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(7 * max(1, len(names)), 4.6), squeeze=False)
+    styles = {"true": "-", "LambdaMART p=0": "o--", "LambdaMART p=1": "s--", "LambdaRank p=0": "x:",
+              "LambdaRank p=1": "+:", "regression-EM": "d-.", "vali EM (metric)": "^-."}
     for i, name in enumerate(names):
-        ax = axes[i, 0]
-        etas = sorted(results[name])
-        for m in METHODS[:-1]:
-            ax.plot(etas, [results[name][e][m] for e in etas], styles[m.split()[1]], marker="o", label=m)
-        ax.set(title=f"{name}: test NDCG@10 (true labels)", xlabel="η (examination (1/(r+1))^η)",
-               ylabel="NDCG@10", xticks=etas)
-        ax.legend(fontsize=7, ncol=2)
-        ax = axes[i, 1]
-        for j, eta in enumerate(etas):
-            b = biases[name][eta]
-            ranks = np.arange(1, K_SHOWN + 1)
-            color = f"C{j}"
-            ax.plot(ranks, b["true"], "-", color=color, label=f"true θ_r/θ_0, η={eta:g}")
-            ax.plot(ranks, b["LambdaMART"], "o--", color=color, label=f"LambdaMART t⁺, η={eta:g}")
-            ax.plot(ranks, b["LambdaRank"], "x:", color=color, label=f"LambdaRank t⁺, η={eta:g}")
-        ax.set(title=f"{name}: learned click bias t⁺ vs true", xlabel="displayed rank", ylabel="t⁺ (rank 1 = 1)",
-               yscale="log")
-        ax.legend(fontsize=7, ncol=3)
+        ax = axes[0, i]
+        for j, click in enumerate(click_order(biases[name])):
+            for curve, values in biases[name][click].items():
+                ax.plot(np.arange(1, len(values) + 1), values, styles.get(curve, "-"), color=f"C{j}",
+                        label=f"{curve}, {click}", alpha=1.0 if curve == "true" else 0.75)
+        ax.set(title=f"{name}: learned propensity vs truth θ_r/θ_1 (mean over runs)", xlabel="displayed rank",
+               ylabel="propensity relative to rank 1", yscale="log")
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def write(results: dict, biases: dict, args, command: str) -> None:
+def bias_table(biases: dict) -> str:
+    lines = ["| data | click | curve | ranks 1-10 |", "|---|---|---|---|"]
+    for name, by_click in biases.items():
+        for click in click_order(by_click):
+            for curve, values in by_click[click].items():
+                lines.append(f"| {name} | {click} | {curve} | " + ", ".join(f"{v:.2f}" for v in values) + " |")
+    return "\n".join(lines)
+
+
+def write(records: list[dict], args, command: str) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _report import publish_image, write_section
 
+    summary, biases = summarise(records), mean_biases(records)
     tmp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
     os.makedirs(tmp, exist_ok=True)
     png = os.path.join(tmp, "unbiased.png")
-    plot(results, biases, png)
+    plot(summary, biases, png)
     image = publish_image(png, "unbiased.png")
-    bias_lines = "\n".join(
-        f"| {name} | {eta:g} | " + " | ".join(", ".join(f"{v:.2f}" for v in b[k][:6]) for k in
-                                               ("true", "LambdaMART", "LambdaRank")) + " |"
-        for name, by_eta in biases.items() for eta, b in by_eta.items())
-    body = f"""## Learning from clicks (issue 20)
+    seconds = sum(r["seconds"] for r in records)
+    grid = sorted({(r["data"], r["fold"], r["seed"]) for r in records})
+    body = f"""## Learning from clicks
 
-{DATE}, 2 shared CPU cores (x86_64, {args.threads} threads). Command: `{command}`
+{DATE}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
+(results in `{args.out}`, one JSON line per run; `--report-only --write` rebuilds this section from it).
 
-Simulated click logs (experiments/unbiased.py): a production LambdaMART trained on 1 % of the training queries
-ranks every training query, its top 10 are shown {args.sessions} times per query to a position-based user
-(examination (1/(r+1))^η, ε₋ = 0.1, ε₊ = 1), sessions without a click are dropped. Test NDCG@10 on the **true**
-labels; folds {args.folds} of MQ2008 (mean) and a synthetic set (1500 queries of 10-60 documents, 30 features,
-60/20/20 split). naive: clicks as labels; debiased: rankkit `unbiased=True` (Unbiased LambdaMART's pairwise
-debiasing, p = {args.bias_p:g}, 10 positions), LightGBM `position=`, XGBoost `lambdarank_unbiased`; oracle: true
-labels. Boosters: {args.rounds} rounds, depth {args.depth}, learning rate 0.1; LambdaRank: configs/lambdarank.yaml
-settings, best vali epoch of {args.epochs} (true labels) or {args.log_epochs} (click log). Settings fixed a
-priori; nothing was chosen on test.
+Protocol (experiments/unbiased.py's docstring): production LambdaMART on 1 % of the training queries; its top 10
+shown {args.sessions} times per query; clicks from a position-based model (examination (1/(r+1))^η) or a cascade
+(stop after the first click), attractiveness 0.1 + 0.9 (2^y − 1)/(2^ymax − 1); sessions without a click dropped.
+**Test metric**: NDCG@10 on the test queries' true labels, gain 2^y − 1, log2 discount, all-zero queries count 1
+(LightGBM's convention). **Model selection uses no true label**: a second click log on the validation queries,
+propensities from regression-EM on that log alone, inverse-propensity relevance (1/θ̂ clipped at {args.clip:g}),
+counterfactual NDCG@10 of each candidate (linear gain). LambdaMART debiased = the best of naive (p = ∞) and
+Unbiased LambdaMART at p ∈ {{{", ".join(f"{p:g}" for p in args.p_grid)}}}; neural debiased = the best of
+LambdaRank naive, unbiased LambdaRank at p ∈ {{{", ".join(f"{p:g}" for p in args.neural_p_grid)}}} and regression-EM
+(Wang et al. 2018) — each neural candidate and the LambdaRank oracle keep their best epoch by the same click metric. Boosters (rankkit, LightGBM, XGBoost):
+{args.rounds} rounds, depth {args.depth}, learning rate 0.1; LambdaRank MLP [32], Adam 1e-3, {args.log_epochs}
+epochs over a click log, and over the true labels as many epochs as see the same number of documents; regression-EM MLP [32], {args.em_iterations} iterations.
+Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold.
+Runs present: {len(grid)} (data, fold, seed) triples: {", ".join(f"{d}/f{f}/s{s}" for d, f, s in grid)}.
 
-{table(results)}
+{table(summary, args.p_grid, args.neural_p_grid)}
+
+Targets (issue 28; "selected" against the same family's naive and oracle):
+
+""" + "\n".join(f"* {t}" for t in targets(summary)) + f"""
 
 {image}
 
-Learned click biases t⁺ at ranks 1-6 (MQ2008: fold {args.folds[0]}) against the truth θ_r / θ_0:
+Learned propensities against the truth (mean over runs; LambdaMART/LambdaRank: the click bias t⁺; regression-EM:
+θ̂_r / θ̂_1 on the training log; "vali EM": the validation metric's propensities):
 
-| data | η | true | LambdaMART t⁺ | LambdaRank t⁺ |
-|---|---:|---|---|---|
-{bias_lines}
-
-Targets at η = 1 (debiased ≥ naive + 0.01; at least half the naive → oracle gap closed; level with LightGBM's and
-XGBoost's debiasing):
-
-""" + "\n".join(f"* {t}" for t in targets(results)) + "\n"
+{bias_table(biases)}
+"""
     write_section("unbiased", body)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="mq2008,synthetic")
-    p.add_argument("--etas", default="0.5,1,2")
-    p.add_argument("--folds", default="1", help="MQ2008 folds, e.g. 1 or 1-5")
-    p.add_argument("--sessions", type=int, default=50, help="sessions per training query")
-    p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--depth", type=int, default=6)
-    p.add_argument("--epochs", type=int, default=40, help="LambdaRank epochs on true labels")
-    p.add_argument("--log-epochs", type=int, default=4, help="LambdaRank epochs over a click log")
-    p.add_argument("--bias-p", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--etas", default="0.5,1,2", help="position-based models' η")
+    p.add_argument("--no-cascade", dest="cascade", action="store_false", help="leave out the cascade model")
+    p.add_argument("--folds", default="1-5", help="folds, e.g. 1 or 1-5")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--sessions", type=int, default=40, help="sessions per query")
+    p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--log-epochs", type=int, default=3, help="LambdaRank epochs over a click log")
+    p.add_argument("--em-iterations", type=int, default=15)
+    p.add_argument("--p-grid", default="0,1", help="Unbiased LambdaMART / LambdaRank bias norms to choose from")
+    p.add_argument("--neural-p-grid", default="0", help="the same for unbiased LambdaRank")
+    p.add_argument("--clip", type=float, default=50.0, help="the validation metric's clip of 1/θ̂")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--minutes", type=float, default=math.inf, help="start no new run after this many minutes")
+    p.add_argument("--out", default="results/unbiased.jsonl")
+    p.add_argument("--report-only", action="store_true", help="tabulate --out without running")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md and docs/img/unbiased.png")
     args = p.parse_args(argv)
     command = "python experiments/unbiased.py " + " ".join(argv if argv is not None else sys.argv[1:])
     args.etas = [float(v) for v in args.etas.split(",")]
+    args.p_grid = [float(v) for v in args.p_grid.split(",")]
+    args.neural_p_grid = [float(v) for v in args.neural_p_grid.split(",")]
     lo, _, hi = args.folds.partition("-")
-    args.folds = list(range(int(lo), int(hi or lo) + 1))
+    folds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = [int(v) for v in args.seeds.split(",")]
     torch.set_num_threads(args.threads)
-    results, biases = {}, {}
-    for name in args.data.split(","):
-        runs = [run(name, fold, args) for fold in (args.folds if name == "mq2008" else [1])]
-        results[name] = mean_over_folds([r[0] for r in runs])
-        biases[name] = runs[0][1]
-    print(table(results))
-    print("\n".join(targets(results)))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    records = [json.loads(line) for line in open(args.out)] if os.path.exists(args.out) else []
+    if not args.report_only:
+        done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in records}
+        start = time.perf_counter()
+        for seed in seeds:
+            for fold in folds:
+                for name in args.data.split(","):
+                    if (time.perf_counter() - start) / 60 > args.minutes:
+                        break
+                    for record in run(name, fold, seed, args, done):
+                        records.append(record)
+                        with open(args.out, "a") as f:  # appended run by run: an interrupted grid keeps its runs
+                            f.write(json.dumps(record) + "\n")
+    records = [r for r in records if r["data"] in args.data.split(",")]
+    summary = summarise(records)
+    print(table(summary, args.p_grid, args.neural_p_grid))
+    print("\n".join(targets(summary)))
     if args.write:
-        write(results, biases, args, command)
+        write(records, args, command)
     return 0
 
 

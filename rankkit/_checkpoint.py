@@ -1,20 +1,46 @@
-"""Which rankkit LightningModule a checkpoint holds: recorded when saved, read when loaded.
+"""Which rankkit LightningModule a checkpoint holds, and loading it without trusting the file.
 
 Every rankkit LightningModule writes its class path into the checkpoint
-(:func:`record_class`); :func:`load_checkpoint` reads it back and loads that class, and only
-rankkit's own trainable classes: a checkpoint never names code to import, and it is read with
-``weights_only=True``, so it never unpickles anything.
+(:func:`record_class`); :func:`load_checkpoint` reads it back and builds that class, and only
+rankkit's own trainable classes. The file is read with ``weights_only=True`` (tensors and plain
+containers: nothing is unpickled), and nothing in it names code to run:
+
+* the class is one of :data:`TRAINABLE`, chosen by name; Lightning's ``_instantiator`` and
+  ``_class_path`` records in the hyper-parameters are ignored (Lightning's own
+  ``load_from_checkpoint`` would import and call them);
+* the hyper-parameters must be arguments of that class's ``__init__`` and plain values (numbers,
+  strings, short lists of them): a dict naming a ``class_path`` is refused, so the file cannot
+  choose a scorer class; a scorer of your own is passed in code (``scorer=``);
+* every size is checked before anything is allocated: the sizes in :data:`LIMITS`, then the
+  model is built on the ``meta`` device (no memory) and each of its tensors must have the shape
+  of the file's tensor of the same name; only then is it built for real. So loading allocates
+  what the file holds, plus what the limits allow.
+
+A checkpoint path is a local file: a URL (``http://``, ``s3://``, fsspec's ``simplecache::``)
+is refused by :func:`check_local_path`, which the CLI applies to ``ckpt_path`` in any spelling.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+import re
 
 CLASS_KEY = "rankkit_class"
 
 # The classes a checkpoint may name (their import paths; loaded on demand).
 TRAINABLE = ("rankkit.neural.module.RankNet", "rankkit.neural.module.LambdaRank",
              "rankkit.neural.module.NeuralRanker", "rankkit.boosting.module.LambdaMARTModule")
+# The module whose scorers the LightningModules build from their hyper-parameters: a checkpoint
+# recording one of them loads without `scorer=` (the record is compared, never imported).
+OWN_SCORERS = "rankkit.neural.scorer."
+
+#: The largest value of each size hyper-parameter a checkpoint may declare (``hidden``: of each
+#: layer's width). Feature counts share the LETOR reader's limit.
+LIMITS = {"n_features": 1_000_000, "hidden": 1 << 16, "n_positions": 1024}
+#: The longest list a hyper-parameter may hold (``hidden``: the number of layers).
+MAX_LIST = 64
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://|::")
 
 
 def class_path(obj) -> str:
@@ -32,16 +58,27 @@ def _import(path: str):
     return getattr(importlib.import_module(module), name)
 
 
+def check_local_path(value, name: str = "ckpt_path") -> str:
+    """``value`` as a local path, or ValueError for a URL or an fsspec chain (``http://``,
+    ``s3://``, ``file::...``, ``simplecache::...``): rankkit reads checkpoints from local files
+    only (Lightning would fetch a URL and unpickle it with ``weights_only=False``)."""
+    path = os.fspath(value)
+    if _REMOTE.search(path):
+        raise ValueError(f"`{name}` has to be a local checkpoint file, got {path!r}: rankkit does not "
+                         f"load checkpoints from URLs (download it and check it first)")
+    return path
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict:
     """The checkpoint's dict, read with ``weights_only=True`` (never unpickling code).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a readable checkpoint (naming the file).
+        ValueError: ``path`` is a URL, or the file is not a readable checkpoint (naming the file).
     """
     import torch
 
-    path = os.fspath(path)
+    path = check_local_path(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such checkpoint: {path}")
     try:
@@ -49,25 +86,151 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     except Exception as e:  # noqa: BLE001 - any unreadable file is the user's mistake here
         raise ValueError(f"{path}: not a readable Lightning checkpoint (truncated or corrupt?): "
                          f"{type(e).__name__}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise ValueError(f"{path}: not a Lightning checkpoint (no state_dict)")
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict) \
+            or not all(isinstance(v, torch.Tensor) for v in ckpt["state_dict"].values()):
+        raise ValueError(f"{path}: not a Lightning checkpoint (no state_dict of tensors)")
+    n = ckpt.get("rankkit_n_features")
+    if n is not None and not (isinstance(n, int) and 0 <= n <= LIMITS["n_features"]):
+        raise ValueError(f"{path}: the checkpoint declares {n!r} features, more than the limit "
+                         f"{LIMITS['n_features']}")
     return ckpt
 
 
-def load_checkpoint(path: str | os.PathLike):
-    """The LightningModule in a rankkit checkpoint, in eval mode on the CPU.
+def _check_value(path: str, key: str, value, depth: int = 0) -> None:
+    """A plain hyper-parameter value within its limit, or ValueError naming it."""
+    if value is None or isinstance(value, (bool, float, str)):
+        return
+    if isinstance(value, int):
+        limit = LIMITS.get(key)
+        if limit is not None and not 0 <= value <= limit:
+            raise ValueError(f"{path}: hyper-parameter `{key}` = {value} is beyond the limit {limit} "
+                             f"(rankkit._checkpoint.LIMITS)")
+        return
+    if isinstance(value, (list, tuple)) and depth == 0:
+        if len(value) > MAX_LIST:
+            raise ValueError(f"{path}: hyper-parameter `{key}` holds {len(value)} values, more than {MAX_LIST}")
+        for v in value:
+            _check_value(path, key, v, depth + 1)
+        return
+    what = "a class_path (a checkpoint may not choose code)" if isinstance(value, dict) \
+        and "class_path" in value else type(value).__name__
+    raise ValueError(f"{path}: hyper-parameter `{key}` has to be a plain value, got {what}")
 
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a readable checkpoint, or it does not name a rankkit model.
+
+def _constructor_args(path: str, cls: type, hparams) -> dict:
+    if not isinstance(hparams, dict):
+        raise ValueError(f"{path}: the checkpoint's hyper_parameters are not a dict")
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {}
+    for key, value in hparams.items():
+        if key in ("_instantiator", "_class_path"):  # Lightning CLI's records: never imported
+            continue
+        if key not in params or key in ("self", "scorer"):
+            raise ValueError(f"{path}: hyper-parameter {key!r} is not an argument of {cls.__name__}")
+        _check_value(path, key, value)
+        kwargs[key] = value
+    return kwargs
+
+
+def _check_shapes(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
+    """Build the model on the meta device and compare each tensor's shape with the file's."""
+    import torch
+
+    with torch.device("meta"):
+        try:
+            probe = cls(**kwargs)
+            probe.on_load_checkpoint(ckpt)
+        except ValueError as e:  # a hyper-parameter out of its range, said by the class
+            raise ValueError(f"{path}: {e}") from None
+        except (KeyError, RuntimeError, TypeError, AttributeError, IndexError, NotImplementedError) as e:
+            raise ValueError(f"{path}: the checkpoint does not match {cls.__name__}: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}") from None
+    expected = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
+    for key in sorted(expected.keys() | got.keys()):
+        if expected.get(key) != got.get(key):
+            raise ValueError(f"{path}: the checkpoint does not match the {cls.__name__} its hyper-parameters "
+                             f"describe: tensor {key!r} is {got.get(key, 'missing')} in the file, "
+                             f"{expected.get(key, 'absent')} in the model")
+
+
+def check_checkpoint(path: str | os.PathLike, *, scorer=None, need_scorer: bool = True):
+    """``(checkpoint dict, class, constructor kwargs)`` of a rankkit checkpoint, every check of
+    :func:`load_checkpoint` done and nothing of the model allocated yet.
+
+    ``need_scorer`` False (the CLI, whose config supplies the scorer): a checkpoint trained with a
+    scorer of the user's is not refused, and its shapes are left to ``load_state_dict``.
     """
-    path = os.fspath(path)
+    path = check_local_path(path)
     ckpt = read_checkpoint(path)
     name = ckpt.get(CLASS_KEY)
     if name not in TRAINABLE:
         raise ValueError(f"{path}: not a rankkit model checkpoint (it names no rankkit model class"
                          f"{'' if name is None else ': ' + repr(name)})")
+    hparams = ckpt.get("hyper_parameters", {})
+    recorded = hparams.get("_class_path") if isinstance(hparams, dict) else None
+    if recorded is not None and not (isinstance(recorded, str) and recorded.startswith("rankkit.")
+                                     and recorded.rpartition(".")[2] == name.rpartition(".")[2]):
+        raise ValueError(f"{path}: the checkpoint's `_class_path` {recorded!r} is not its rankkit class {name!r}")
+    cls = _import(name)
+    kwargs = _constructor_args(path, cls, hparams)
+    state = ckpt.get("rankkit")
+    scorer_class = state.get("scorer_class") if isinstance(state, dict) else None
+    if scorer is not None:
+        kwargs["scorer"] = scorer
+    elif scorer_class is not None and not (isinstance(scorer_class, str) and scorer_class.startswith(OWN_SCORERS)):
+        if need_scorer:
+            raise ValueError(f"{path}: the model was trained with the scorer {scorer_class!r}, which a "
+                             f"checkpoint may not build: pass scorer=<a fresh instance> "
+                             f"(rankkit._checkpoint.load_checkpoint)")
+        return ckpt, cls, kwargs
+    _check_shapes(path, cls, kwargs, ckpt)
+    return ckpt, cls, kwargs
+
+
+def load_checkpoint(path: str | os.PathLike, *, scorer=None):
+    """The LightningModule in a rankkit checkpoint, in eval mode on the CPU.
+
+    Args:
+        path: a local ``.ckpt`` file written by a rankkit LightningModule.
+        scorer: the scorer ``nn.Module`` (freshly built, any weights) when the model was trained
+            with a scorer of your own; the checkpoint's weights are loaded into it.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: ``path`` is a URL; the file is not a readable checkpoint, does not name a
+            rankkit model, declares a size beyond :data:`LIMITS`, names a class, or its tensors
+            do not match the model its hyper-parameters describe.
+    """
+    path = check_local_path(path)
+    ckpt, cls, kwargs = check_checkpoint(path, scorer=scorer)
     try:
-        return _import(name).load_from_checkpoint(path, map_location="cpu", weights_only=True).eval()
-    except (KeyError, RuntimeError, TypeError) as e:
-        raise ValueError(f"{path}: the checkpoint does not match {name}: {type(e).__name__}: {e}") from None
+        model = cls(**kwargs)
+        model.on_load_checkpoint(ckpt)
+        model.load_state_dict(ckpt["state_dict"], strict=True)
+    except (KeyError, RuntimeError, TypeError, NotImplementedError) as e:
+        raise ValueError(f"{path}: the checkpoint does not match {cls.__name__}: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:300]}") from None
+    return model.to("cpu").eval()
+
+
+def guarded_load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
+                                 weights_only=None, **kwargs):
+    """Lightning's ``load_from_checkpoint`` for rankkit's classes, with :func:`load_checkpoint`'s
+    checks first: a local file (a URL would be fetched and unpickled with ``weights_only=False``),
+    read with ``weights_only=True``, its class, hyper-parameters and shapes checked
+    (:func:`check_checkpoint`; ``scorer=`` in ``kwargs`` is the scorer of your own).
+
+    Raises:
+        ValueError: as :func:`check_checkpoint`, or ``weights_only=False`` (rankkit checkpoints
+            need no pickle).
+    """
+    import pytorch_lightning as pl
+
+    if weights_only is False:
+        raise ValueError("`weights_only=False` would unpickle the file: rankkit checkpoints hold only tensors and "
+                         "plain values, load them with weights_only=True")
+    if isinstance(checkpoint_path, (str, os.PathLike)):
+        check_checkpoint(checkpoint_path, scorer=kwargs.get("scorer"), need_scorer=False)
+    return pl.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, map_location, hparams_file,
+                                                            strict, weights_only=True, **kwargs)

@@ -92,6 +92,8 @@ def check_device(device, name: str = "device") -> torch.device:
         d = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"`{name}` has to be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if d.type == "meta":
+        raise ValueError(f"`{name}` is {device!r}, a device that holds no data; use 'cpu' or 'cuda'")
     if d.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"`{name}` is {device!r}, but CUDA is not available on this machine "
                          f"(torch {torch.__version__}); use 'cpu'")

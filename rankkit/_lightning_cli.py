@@ -6,8 +6,11 @@ still works. ``n_features`` flows from the datamodule into the model by ``link_a
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,13 @@ def resolve_config_args(argv: list[str]) -> list[str]:
     return out
 
 
+def config_paths(argv: list[str]) -> list[str]:
+    """The config files named by ``--config FILE`` / ``--config=FILE`` in ``argv``."""
+    out = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    out += [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    return out
+
+
 def resolve_model_class(class_path: str) -> type:
     """A config's ``model.class_path`` (a class name of rankkit's, or an import path) -> the
     LightningModule class (the config is the user's: naming code there is running it)."""
@@ -72,20 +82,129 @@ def resolve_model_class(class_path: str) -> type:
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
 
-def lightning_cli(args: list[str] | None, *, run: bool = True):
-    """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
-    when ``run``); ``args`` None reads ``sys.argv``."""
-    import pytorch_lightning as pl
-    from pytorch_lightning.cli import LightningCLI
+def check_run_config(config) -> None:
+    """The parsed config of ``rankkit fit|validate|test`` (``--ckpt_path X``, ``--ckpt_path=X``
+    and ``ckpt_path:`` in a YAML file all arrive here): a checkpoint to resume or evaluate has to
+    be a local, readable Lightning checkpoint, and Lightning reads it with ``weights_only=True``
+    whatever the config says (so nothing in it is unpickled)."""
+    from rankkit._checkpoint import check_checkpoint
 
+    ckpt_path = config.get("ckpt_path")
+    if ckpt_path is not None:  # refuses URLs, unreadable files, classes, sizes: now, in one line
+        check_checkpoint(ckpt_path, need_scorer=False)
+    if "weights_only" in config:
+        config["weights_only"] = True
+
+
+def without_validation(trainer, datamodule) -> bool:
+    """When ``datamodule`` has no validation set (a folder with train and test files only and no
+    ``val_fraction``), set ``trainer`` up to train without one, as the README promises: no
+    validation loop, no EarlyStopping on a validation metric (training runs ``max_epochs``),
+    and ModelCheckpoint keeps the last epoch. Says so on stderr; returns whether it did."""
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+    from rankkit.data.datamodule import RankingDataModule
+
+    if not isinstance(datamodule, RankingDataModule):
+        return False
+    datamodule.setup("fit")
+    if datamodule.val_set is not None:
+        return False
+    trainer.limit_val_batches = 0
+    trainer.num_sanity_val_steps = 0
+    stopped = [cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping) and cb.monitor.startswith("val")]
+    trainer.callbacks = [cb for cb in trainer.callbacks if cb not in stopped]
+    for cb in trainer.callbacks:
+        if isinstance(cb, ModelCheckpoint) and (cb.monitor or "").startswith("val"):
+            cb.monitor = None  # keeps the last epoch (save_top_k=1)
+    print(f"rankkit: {datamodule.hparams.data} has no validation file: training {trainer.max_epochs} epochs "
+          f"without {'early stopping and ' if stopped else ''}model selection (the last epoch is kept); "
+          f"--data.val_fraction=0.1 holds out training queries instead", file=sys.stderr)
+    return True
+
+
+# Where the noise a user did not ask for comes from: Lightning's tips and banners (INFO logs),
+# its internal deprecations and hints (warnings), torch's deprecations (warnings).
+QUIET_LOGGERS = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+QUIET_WARNINGS = r"(pytorch_lightning|lightning_fabric|lightning|torch|jsonargparse)(\.|$)"
+
+
+def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True):
+    """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
+    when ``run``); ``args`` None reads ``sys.argv``.
+
+    ``verbose=False`` (``rankkit fit`` without ``--verbose``) is quiet: no progress bar, no
+    model summary, no Lightning tips, banners or info lines, no warnings raised inside
+    Lightning or torch (rankkit's own warnings still show); ``fit`` ends with one line naming
+    the checkpoint it kept. Options given in the config or on the command line
+    (``--trainer.enable_progress_bar=true``) still win."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
+
+    from rankkit._io import atomic_write, check_outputs
     from rankkit.data.datamodule import RankingDataModule
 
     for path in MODEL_CLASSES.values():  # imported so `--model=LambdaRank` resolves
         resolve_model_class(path)
+    from rankkit import _yaml
+
+    _yaml.install()
+    if args is not None:
+        args = resolve_config_args(list(args))
+    config_files = config_paths(sys.argv[1:] if args is None else args)
+
+    class SaveConfig(SaveConfigCallback):
+        """Lightning's copy of the run's config into the log folder, refused (before training)
+        when it would land on one of the configs it was read from, and written atomically."""
+
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            if self.already_saved or not self.save_to_log_dir:
+                return super().setup(trainer, pl_module, stage)
+            target = os.path.join(trainer.log_dir, self.config_filename)
+            if trainer.is_global_zero:
+                check_outputs({"--trainer.default_root_dir": target},
+                              {"--config": config_files}, with_sidecars=False)
+                atomic_write(target, lambda tmp: self.parser.save(self.config, tmp, skip_none=False,
+                                                                  overwrite=True, multifile=self.multifile),
+                             suffix=".yaml")
+                self.save_config(trainer, pl_module, stage)
+                self.already_saved = True
+            self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     class RankkitCLI(LightningCLI):
         def add_arguments_to_parser(self, parser) -> None:
             parser.link_arguments("data.n_features", "model.init_args.n_features", apply_on="instantiate")
+
+        def _parse_ckpt_path(self) -> None:
+            # LightningCLI reads `ckpt_path`'s hyper-parameters (and `_class_path`) into the
+            # model's config: checked first, as `load_checkpoint` checks them.
+            if self.config.get("subcommand"):
+                check_run_config(self.config[self.config.subcommand])
+            super()._parse_ckpt_path()
+
+        def before_fit(self) -> None:
+            without_validation(self.trainer, self.datamodule)
+
+        def after_fit(self) -> None:
+            if verbose or not self.trainer.is_global_zero:
+                return
+            cb = self.trainer.checkpoint_callback
+            path = getattr(cb, "best_model_path", "") or "none (no ModelCheckpoint)"
+            score = getattr(cb, "best_model_score", None)
+            metric = f", {cb.monitor} {float(score):.4f}" if score is not None and cb.monitor else ""
+            print(f"rankkit fit: {self.trainer.current_epoch} epochs; checkpoint {path}{metric}")
+
+        def instantiate_trainer(self, **kwargs):
+            # A bad trainer option (accelerator=gpu without a GPU, max_epochs=-5, devices=x) is the
+            # user's mistake: one ValueError naming the trainer, not Lightning's traceback.
+            try:
+                return super().instantiate_trainer(**kwargs)
+            except (ValueError, TypeError, RuntimeError) as e:
+                raise ValueError(f"`--trainer` options: {e}") from None
+            except Exception as e:
+                if type(e).__name__ != "MisconfigurationException":
+                    raise
+                raise ValueError(f"`--trainer` options: {e}") from None
 
         @staticmethod
         def subcommands() -> dict[str, set[str]]:
@@ -95,10 +214,23 @@ def lightning_cli(args: list[str] | None, *, run: bool = True):
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
     if run:
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
-    if args is not None:
-        args = resolve_config_args(list(args))
-    with warnings.catch_warnings():
+    trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args, run=run,
-                          save_config_kwargs={"overwrite": True}, parser_kwargs=parser_kwargs)
+        if not verbose:
+            warnings.filterwarnings("ignore", module=QUIET_WARNINGS)
+            for name in QUIET_LOGGERS:
+                logger = logging.getLogger(name)
+                stack.callback(logger.setLevel, logger.level)
+                logger.setLevel(logging.WARNING)
+        try:
+            return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args,
+                              run=run, save_config_callback=SaveConfig, save_config_kwargs={"overwrite": True},
+                              trainer_defaults=trainer_defaults, parser_kwargs=parser_kwargs)
+        except OSError as e:
+            if e.filename is not None or e.errno is None or type(e) is not OSError:
+                raise
+            # Lightning's checkpoint and log writers (fsspec) drop the path from ENOSPC / EFBIG.
+            raise OSError(e.errno, f"{e.strerror or os.strerror(e.errno)} (while writing the run's checkpoints "
+                                   f"or logs; --trainer.default_root_dir chooses where)") from e

@@ -74,7 +74,8 @@ def discounts(n: int, *, dtype: torch.dtype = torch.float32, device=None) -> tor
     return 1.0 / torch.log2(torch.arange(n, dtype=dtype, device=device) + 2.0)
 
 
-def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *,
+               sync: bool = True, label_key: torch.Tensor | None = None) -> torch.Tensor:
     """Indices that sort each query by descending score (worst-case ties, padding last).
 
     The contract, for every dtype: real documents first, by descending score; among equal
@@ -92,6 +93,10 @@ def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -
         scores: [Q, L] scores.
         labels: [Q, L] labels (used only to break ties in score, lowest label first).
         mask: [Q, L] bool, True on real documents.
+        sync: False: never ask the host whether the one-sort path decided every tie (a sync on
+            a GPU); scores that the packed key cannot take go straight to the three sorts.
+        label_key: [Q, L] int64, :func:`label_key` of ``labels`` (kept by a caller that ranks
+            the same labels often), or None to compute it when it is needed.
     Returns:
         [Q, L] long ``order`` such that ``labels.gather(1, order)`` is the ranked list.
 
@@ -100,8 +105,8 @@ def rank_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -
     """
     if scores.dtype in _PACKED_SCORES and (labels.dtype in _PACKED_SCORES
                                            or not labels.is_floating_point()):
-        return _packed_order(scores, labels, mask)
-    if scores.is_floating_point():
+        return _packed_order(scores, labels if label_key is None else None, mask, label_key)
+    if scores.is_floating_point() and sync:
         return _sorted_order(scores, labels, mask)
     return _reference_rank_order(scores, labels, mask)
 
@@ -116,18 +121,27 @@ def _float_key(x: torch.Tensor) -> torch.Tensor:
     return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
 
 
-def _packed_order(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def label_key(labels: torch.Tensor) -> torch.Tensor:
+    """[Q, L] int64: the labels' part of :func:`rank_order`'s packed sort key (a 31-bit key
+    that decreases as the label grows), for labels that :func:`rank_order` packs (float32,
+    float16, bfloat16 or integer)."""
+    if labels.is_floating_point():
+        y = _float_key(labels.float().clamp(min=0.0))
+    else:
+        y = labels.long().clamp(0, 0x7FFFFFFF)
+    return 0x7FFFFFFF - y
+
+
+def _packed_order(scores: torch.Tensor, labels: torch.Tensor | None, mask: torch.Tensor,
+                  key_of_labels: torch.Tensor | None = None) -> torch.Tensor:
     """rank_order with one stable descending sort of a 63-bit key: the score's order-preserving
     32-bit key (made unsigned) in bits 31..62, the label's reversed 31-bit key below it, and −1
     for padding, below every real document. A non-negative float32 label's bits are its
     order-preserving key and fit 31 bits; integer labels are their own key."""
     s = scores.float()
     s = torch.where(torch.isnan(s), torch.nan, s)  # one NaN: all NaN scores tie, above +inf
-    if labels.is_floating_point():
-        y = _float_key(labels.float().clamp(min=0.0))
-    else:
-        y = labels.long().clamp(0, 0x7FFFFFFF)
-    key = ((_float_key(s) + 2**31) << 31) | (0x7FFFFFFF - y)
+    y = label_key(labels) if key_of_labels is None else key_of_labels
+    key = ((_float_key(s) + 2**31) << 31) | y
     key = torch.where(mask, key, -1)
     return torch.sort(key, dim=1, descending=True, stable=True).indices
 

@@ -31,11 +31,18 @@ class Weighting(NamedTuple):
             and returns W = −ΔZ_ab, the drop in the metric when a and b swap, so
             W = sign(y_a − y_b) |ΔZ_ab| (Z rewards putting higher labels first).
         tie_weight: |ΔZ| of a pair with equal labels, used by ``tie_term=True``.
+        plan_terms: None, or ``(labels, mask, k, gain, max_err_label) -> (per_document,
+            per_position)``: the part of the terms that does not depend on the ranking,
+            computed once per data set (:class:`rankkit._plan.QueryPlan`) from ``labels`` and
+            ``mask`` in document order. ``per_document`` are [Q, L] terms that the kernel puts
+            into rank order each call, ``per_position`` [1, L] terms it passes as they are;
+            ``doc_terms`` then gets both as ``constants=(ranked per_document, per_position)``.
     """
 
     doc_terms: Callable[..., Terms]
     signed_delta: Callable[[Terms, Terms, torch.Tensor], torch.Tensor]
     tie_weight: float
+    plan_terms: Callable[..., tuple[Terms, Terms]] | None = None
 
 
 def _ranknet_terms(labels, mask, k, gain, max_err_label) -> Terms:
@@ -46,16 +53,22 @@ def _ranknet_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
     return torch.sub(rows[0], cols[0], out=out).sign_()
 
 
-def _ndcg_terms(labels, mask, k, gain, max_err_label) -> Terms:
+def _ndcg_plan_terms(labels, mask, k, gain, max_err_label) -> tuple[Terms, Terms]:
     # NDCG@k = Σ_p G_p D_p with G the gain over the ideal DCG@k and D the discount (0 from k on).
-    # Gains and ideal DCG are both over the query's top gain 2^ymax: no grade overflows.
+    # Gains and ideal DCG are both over the query's top gain 2^ymax: no grade overflows. Both
+    # are the same whatever the order of the documents: G is computed once per data set.
     shift = gain_shift(labels, mask, gain)
     idcg = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
     scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(idcg.dtype).tiny), 0.0)
     g = (gain_values(labels, gain, shift=shift) * scale[:, None]).masked_fill(~mask, 0.0)
     d = discounts(labels.shape[1], dtype=labels.dtype, device=labels.device)
     d = torch.where(torch.arange(labels.shape[1], device=labels.device) < k, d, 0.0)
-    return g, d[None, :]
+    return (g,), (d[None, :],)
+
+
+def _ndcg_terms(labels, mask, k, gain, max_err_label, constants=None) -> Terms:
+    (g,), (d,) = constants or _ndcg_plan_terms(labels, mask, k, gain, max_err_label)
+    return g, d
 
 
 def _ndcg_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
@@ -134,8 +147,8 @@ def _err_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
 # the paper's notation G_i = gain(y_i) / ideal DCG@k and 1/D_i = 1/log2(1 + r_i) (0 for r_i > k,
 # as the "ndcg" weighting), δ_ij = |1/D_{|r_i − r_j|} − 1/D_{|r_i − r_j| + 1}|, untruncated.
 
-def _lambdaloss_terms(labels, mask, k, gain, max_err_label) -> Terms:
-    g, d = _ndcg_terms(labels, mask, k, gain, max_err_label)
+def _lambdaloss_terms(labels, mask, k, gain, max_err_label, constants=None) -> Terms:
+    g, d = _ndcg_terms(labels, mask, k, gain, max_err_label, constants)
     pos = torch.arange(labels.shape[1], dtype=labels.dtype, device=labels.device)[None, :]
     return g, d, pos, g * d, labels
 
@@ -182,7 +195,7 @@ def ndcg_loss2pp(mu: float = 10.0) -> Weighting:
         spread = _delta_ij(rows, cols).mul_(mu).add_(rows[1]).sub_(cols[1])
         return torch.sub(rows[0], cols[0], out=out).mul_(spread)
 
-    return Weighting(_lambdaloss_terms, delta, tie_weight=0.0)
+    return Weighting(_lambdaloss_terms, delta, tie_weight=0.0, plan_terms=_ndcg_plan_terms)
 
 
 def _arp1_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
@@ -198,16 +211,21 @@ def _labeldiff_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tenso
 # The one place where weighting names become behaviour.
 WEIGHTINGS: dict[str, Weighting] = {
     "ranknet": Weighting(_ranknet_terms, _ranknet_delta, tie_weight=1.0),
-    "ndcg": Weighting(_ndcg_terms, _ndcg_delta, tie_weight=0.0),
+    "ndcg": Weighting(_ndcg_terms, _ndcg_delta, tie_weight=0.0, plan_terms=_ndcg_plan_terms),
     "map": Weighting(_map_terms, _map_delta, tie_weight=0.0),
     "err": Weighting(_err_terms, _err_delta, tie_weight=0.0),
     # LambdaLoss (Wang et al. 2018): NDCG-Loss1 (G_i/D_i), NDCG-Loss2 (δ_ij |G_i − G_j|),
     # NDCG-Loss2++ ((ρ_ij + μ δ_ij) |G_i − G_j|, μ = 10; other μ: ndcg_loss2pp(mu)), ARP-Loss1
     # (y_i) and ARP-Loss2 (|y_i − y_j|), which is also Rax's "labeldiff" lambda weight.
-    "ndcg_loss1": Weighting(_lambdaloss_terms, _ndcg_loss1_delta, tie_weight=0.0),
-    "ndcg_loss2": Weighting(_lambdaloss_terms, _ndcg_loss2_delta, tie_weight=0.0),
+    "ndcg_loss1": Weighting(_lambdaloss_terms, _ndcg_loss1_delta, tie_weight=0.0,
+                        plan_terms=_ndcg_plan_terms),
+    "ndcg_loss2": Weighting(_lambdaloss_terms, _ndcg_loss2_delta, tie_weight=0.0,
+                        plan_terms=_ndcg_plan_terms),
     "ndcg_loss2pp": ndcg_loss2pp(10.0),
-    "arp1": Weighting(_lambdaloss_terms, _arp1_delta, tie_weight=0.0),
-    "arp2": Weighting(_lambdaloss_terms, _labeldiff_delta, tie_weight=0.0),
-    "labeldiff": Weighting(_lambdaloss_terms, _labeldiff_delta, tie_weight=0.0),
+    "arp1": Weighting(_lambdaloss_terms, _arp1_delta, tie_weight=0.0,
+                        plan_terms=_ndcg_plan_terms),
+    "arp2": Weighting(_lambdaloss_terms, _labeldiff_delta, tie_weight=0.0,
+                        plan_terms=_ndcg_plan_terms),
+    "labeldiff": Weighting(_lambdaloss_terms, _labeldiff_delta, tie_weight=0.0,
+                        plan_terms=_ndcg_plan_terms),
 }

@@ -21,14 +21,18 @@ import sys
 from typing import Any
 
 COMMANDS = {
-    "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2)",
+    "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2; "
+           "quiet unless --verbose)",
     "validate": "evaluate a checkpoint on the validation set (--config ... --ckpt_path=...)",
     "test": "evaluate a checkpoint on the test set (--config ... --ckpt_path=...)",
 }
 EXPORT_FORMATS = ("torchscript", "export", "onnx")
-# The user-facing errors: anything else is a bug and keeps its stack trace.
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-               KeyError, EOFError, UnicodeDecodeError)
+# The user-facing errors: anything else is a bug and keeps its stack trace. OSError covers a
+# full disk (ENOSPC), a file-size limit (EFBIG), a folder that is not writable (EACCES) and a
+# file where a folder should be (ENOTDIR); MemoryError an input too large for the machine.
+USER_ERRORS = (ValueError, OSError, KeyError, EOFError, UnicodeDecodeError, MemoryError)
+# Lightning's own "you configured it wrong" exception, matched by name (no import at start-up).
+USER_ERROR_NAMES = ("MisconfigurationException",)
 
 
 class UsageError(Exception):
@@ -41,6 +45,8 @@ def run_lightning(argv: list[str] | None) -> int:
     from rankkit._lightning_cli import lightning_cli
 
     args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args
+    args = [a for a in args if a != "--verbose"]
     if args and args[0] in ("validate", "test") and not any(a.startswith("--ckpt_path") for a in args) \
             and not any(a in ("-h", "--help") for a in args):
         raise UsageError(f"`rankkit {args[0]}` evaluates a trained model: pass --ckpt_path=PATH/TO/best.ckpt "
@@ -50,16 +56,28 @@ def run_lightning(argv: list[str] | None) -> int:
             from rankkit._checkpoint import read_checkpoint
 
             read_checkpoint(a.split("=", 1)[1])
-    lightning_cli(args)
+    lightning_cli(args, verbose=verbose)
     return 0
 
 
 # -- predict --------------------------------------------------------------------------------------
 def cmd_predict(args: argparse.Namespace) -> int:
+    from rankkit._io import check_outputs
     from rankkit.serving import predict_file
 
-    n = predict_file(args.model, args.input, None if args.output in (None, "-") else args.output,
-                     query_file=args.query_file)
+    check_outputs({"--output": args.output},
+                  {"model": args.model, "--input": args.input, "--query-file": args.query_file})
+    try:
+        n = predict_file(args.model, args.input, None if args.output in (None, "-") else args.output,
+                         query_file=args.query_file)
+    except Exception as e:
+        if type(e).__module__.startswith("onnxruntime"):  # e.g. a file of another width
+            import re
+
+            m = re.search(r"index: 1 Got: (\d+) Expected: (\d+)", str(e))
+            why = f"it has {m.group(1)} features, the model takes {m.group(2)}" if m else _one_line(e)
+            raise ValueError(f"`--input` {args.input} does not fit the ONNX model {args.model}: {why}") from None
+        raise
     if args.output not in (None, "-"):
         print(f"wrote {n} scores (qid, doc, score; input order) to {args.output}", file=sys.stderr)
     return 0
@@ -94,6 +112,9 @@ def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict
 def cmd_export(args: argparse.Namespace) -> int:
     suffix = {"torchscript": ".pt", "export": ".pt2", "onnx": ".onnx"}[args.format]
     out = args.output or os.path.splitext(args.model)[0] + suffix
+    from rankkit._io import check_outputs
+
+    check_outputs({"--output" if args.output else "the default output": out}, {"model": args.model})
     r = export_model(args.model, out, args.format)
     print(f"{r['model']} -> {r['path']} ({r['bytes'] / 1024:.1f} KiB, {r['n_features']} features; "
           f"reloaded, max |exported - eager| = {r['max_abs_diff']:.2g})")
@@ -113,6 +134,13 @@ def _load_for_info(data: str, fold: int):
         from rankkit.data.bundled import load_mq2008
 
         return dict(zip(("train", "vali", "test"), load_mq2008(fold)))
+    if os.path.isdir(data):  # a folder of train/vali/test files, or a LETOR root's fold
+        from rankkit.data.datamodule import RankingDataModule
+
+        dm = RankingDataModule(data=data, fold=fold)
+        dm.setup()
+        return {name: ds for name, ds in (("train", dm.train_set), ("vali", dm.val_set), ("test", dm.test_set))
+                if ds is not None}
     from rankkit.data.svmlight import read_svmlight
 
     return {data: read_svmlight(data)}
@@ -134,6 +162,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(summaries, indent=2))
     else:
         title = f"MQ2008 fold {args.fold} (bundled)" if args.data == "mq2008" else args.data
+        if args.data != "mq2008" and os.path.isdir(args.data):
+            from rankkit.data.datamodule import available_folds
+
+            title += f" fold {args.fold}" if available_folds(args.data) else ""
         print(title)
         for name, s in summaries.items():
             print(_format_summary(name, s))
@@ -177,14 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=cmd_compare)
     info = sub.add_parser("info", help="summarise a dataset (queries, documents, features, labels)")
     info.add_argument("data", nargs="?", default="mq2008",
-                      help="'mq2008' (bundled, default) or a LETOR/SVMlight file (.txt, .gz, .bz2)")
-    info.add_argument("--fold", type=int, default=1, choices=range(1, 6), help="MQ2008 fold (default 1)")
+                      help="'mq2008' (bundled, default), a LETOR/SVMlight file (.txt, .gz, .bz2), a folder "
+                           "of train/vali/test files or a LETOR root of Fold1..FoldN folders")
+    info.add_argument("--fold", type=int, default=1,
+                      help="the fold of MQ2008 (1..5) or of a LETOR root (Fold1..FoldN); default 1")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=cmd_info)
     return p
 
 
+def _is_user_error(e: BaseException) -> bool:
+    return isinstance(e, (UsageError, argparse.ArgumentError, *USER_ERRORS)) or \
+        any(c.__name__ in USER_ERROR_NAMES for c in type(e).__mro__)
+
+
 def _one_line(e: BaseException) -> str:
+    if isinstance(e, MemoryError):
+        return f"out of memory ({e})" if str(e) else "out of memory"
+    if isinstance(e, OSError) and e.strerror and type(e) is OSError:  # ENOSPC, EFBIG, ...: "PATH: reason"
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -202,8 +245,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args = parser.parse_args(argv)
         return args.func(args)
-    except (UsageError, argparse.ArgumentError, *USER_ERRORS) as e:
-        if os.environ.get("RANKKIT_DEBUG"):
+    except BrokenPipeError:
+        # The reader went away (`rankkit predict ... | head`): stop quietly, as `cat` does.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the closed pipe
+    except Exception as e:
+        if os.environ.get("RANKKIT_DEBUG") or not _is_user_error(e):
             raise
         where = f"rankkit {command}" if command and not command.startswith("-") else "rankkit"
         print(f"{where}: error: {_one_line(e)}", file=sys.stderr)

@@ -13,6 +13,18 @@ never reaches the file.
 Each takes any trained object: a plain features -> scores ``nn.Module``, a rankkit
 LightningModule or a fitted :class:`rankkit.boosting.LambdaMART` (both expose
 ``serving_scorer()``). All write atomically (a temporary file renamed into place).
+
+**List-aware scorers** (``list_aware = True``, see :mod:`rankkit.neural.scorer`) score a
+document beside the others of its query, so their artefacts take whole queries instead:
+
+* TorchScript: ``scorer(features [L, F])`` -> scores [L] for one query (any L), or
+  ``scorer(features [Q, L, F], mask [Q, L])`` -> scores [Q, L] (zero on padding) for a padded
+  batch;
+* ``torch.export`` and ONNX: the padded batch form, inputs ``features`` [Q, L, F] float32 and
+  ``mask`` [Q, L] bool, both Q and L dynamic (one query is Q = 1 with an all-True mask).
+
+:func:`load_scorer` marks such an artefact ``list_aware`` so that serving scores it query by
+query (:func:`rankkit.serving.score_queries`).
 """
 from __future__ import annotations
 
@@ -23,12 +35,13 @@ import os
 import re
 import zipfile
 import zlib
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from rankkit._io import atomic_write as _atomic_write
+from rankkit._io import via_memory
 
 
 class ServingScorer(nn.Module):
@@ -43,6 +56,35 @@ class ServingScorer(nn.Module):
         if features.dim() != 2 or features.shape[1] != self.n_features:
             raise ValueError("expected features of shape [N, " + str(self.n_features) + "]")
         return self.scorer(features.to(torch.float32)).reshape(-1)
+
+
+class ListServingScorer(nn.Module):
+    """Wraps a list-aware scorer: one query [L, F] -> [L], or [Q, L, F] + mask [Q, L] -> [Q, L]."""
+
+    def __init__(self, scorer: nn.Module, n_features: int):
+        super().__init__()
+        self.scorer = scorer
+        self.n_features = n_features
+        self.list_aware = True
+
+    def forward(self, features: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if features.dim() == 2 and features.shape[1] == self.n_features:
+            one = features.to(torch.float32).unsqueeze(0)
+            return self.scorer(one, torch.ones(one.shape[:2], dtype=torch.bool, device=one.device))[0]
+        if features.dim() != 3 or features.shape[2] != self.n_features:
+            raise ValueError("expected features of shape [L, " + str(self.n_features) + "] or [Q, L, "
+                             + str(self.n_features) + "]")
+        if mask is None:
+            mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
+        elif mask.dim() != 2 or mask.shape[0] != features.shape[0] or mask.shape[1] != features.shape[1]:
+            raise ValueError("expected a mask of shape [Q, L] beside features [Q, L, F]")
+        mask = mask.to(torch.bool)
+        return self.scorer(features.to(torch.float32), mask).masked_fill(~mask, 0.0)
+
+
+def is_list_aware(scorer) -> bool:
+    """Whether a scorer (or a loaded artefact) takes whole queries: ``(features, mask)``."""
+    return bool(getattr(scorer, "list_aware", False))
 
 
 @runtime_checkable
@@ -64,19 +106,37 @@ def unwrap(model) -> nn.Module:
                      f"got {type(model).__name__}")
 
 
-def _n_features(scorer: nn.Module, n_features: int | None) -> int:
-    n = n_features if n_features is not None else getattr(scorer, "n_features", None)
-    if not isinstance(n, int) or n < 1:
+def _n_features(scorer: nn.Module, n_features: int | None, model=None) -> int:
+    """``n_features``, else the scorer's ``n_features``, else the one the trained object
+    recorded (a rankkit LightningModule remembers the width of the data it trained on)."""
+    n = n_features
+    for source in (scorer, model):
+        if n is None:
+            n = getattr(source, "n_features", None)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError("cannot tell the scorer's feature count: pass n_features=")
     return n
 
 
-def serving_module(model: nn.Module, *, n_features: int | None = None) -> ServingScorer:
-    """The eval-mode, CPU, float32 serving wrapper of ``model``'s scorer."""
+def serving_module(model: nn.Module, *, n_features: int | None = None) -> ServingScorer | ListServingScorer:
+    """The eval-mode, CPU, float32 serving wrapper of ``model``'s scorer (a
+    :class:`ListServingScorer` for a list-aware one)."""
     import copy
 
     scorer = copy.deepcopy(unwrap(model)).to("cpu").float().eval()
-    return ServingScorer(scorer, _n_features(scorer, n_features)).eval()
+    wrapper = ListServingScorer if is_list_aware(scorer) else ServingScorer
+    return wrapper(scorer, _n_features(scorer, n_features, model)).eval()
+
+
+def _example(module) -> tuple[tuple[torch.Tensor, ...], tuple[dict, ...]]:
+    """Example inputs and dynamic shapes for torch.export: [N, F] (pointwise) or [Q, L, F] +
+    mask [Q, L] with some padding (list-aware)."""
+    if isinstance(module, ListServingScorer):
+        mask = torch.tensor([[True] * 5, [True, True, True, False, False], [True] * 4 + [False]])
+        queries, docs = torch.export.Dim("queries", min=1), torch.export.Dim("docs", min=1)
+        return ((torch.randn(3, 5, module.n_features), mask),
+                ({0: queries, 1: docs}, {0: queries, 1: docs}))
+    return (torch.randn(4, module.n_features),), ({0: torch.export.Dim("batch", min=1)},)
 
 
 def export_torchscript(model: nn.Module, path: str | os.PathLike, *, n_features: int | None = None) -> str:
@@ -89,23 +149,20 @@ def export_torchscript(model: nn.Module, path: str | os.PathLike, *, n_features:
     try:
         compiled = torch.jit.script(module)
     except Exception:  # noqa: BLE001 - fall back to tracing what the compiler rejects
+        if isinstance(module, ListServingScorer):
+            raise
         example = torch.zeros(2, module.n_features)
         compiled = torch.jit.trace(module, example, check_trace=False)
-    return _atomic_write(path, lambda tmp: torch.jit.save(compiled, tmp))
+    return _atomic_write(path, via_memory(lambda f: torch.jit.save(compiled, f)))  # via memory: no C++ abort on ENOSPC
 
 
 def export_program(model: nn.Module, path: str | os.PathLike, *, n_features: int | None = None) -> str:
     """Write a ``torch.export`` program (``.pt2``) with a dynamic batch dimension."""
     module = serving_module(model, n_features=n_features)
-    example = torch.randn(4, module.n_features)
-    batch = torch.export.Dim("batch", min=1)
-    program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+    example, dynamic = _example(module)
+    program = torch.export.export(module, example, dynamic_shapes=dynamic)
 
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:  # a file object: torch.export.save wants a .pt2 name otherwise
-            torch.export.save(program, f)
-
-    return _atomic_write(path, write)
+    return _atomic_write(path, via_memory(lambda f: torch.export.save(program, f)))  # no C++ abort on ENOSPC
 
 
 def export_onnx(model, path: str | os.PathLike, *, n_features: int | None = None) -> str:
@@ -116,15 +173,15 @@ def export_onnx(model, path: str | os.PathLike, *, n_features: int | None = None
     import warnings
 
     module = serving_module(model, n_features=n_features)
-    example = torch.randn(4, module.n_features)
-    batch = torch.export.Dim("batch", min=1)
+    example, dynamic = _example(module)
+    names = ["features", "mask"][:len(example)]
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)  # the exporter's notes (e.g. on torchvision's operators)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(module, (example,), input_names=["features"], output_names=["scores"],
-                                    dynamic_shapes=({0: batch},), dynamo=True, verbose=False)
+        program = torch.onnx.export(module, example, input_names=names, output_names=["scores"],
+                                    dynamic_shapes=dynamic, dynamo=True, verbose=False)
     logger.setLevel(level)
     return _atomic_write(path, lambda tmp: program.save(tmp))
 
@@ -134,14 +191,23 @@ EXPORTERS: dict[str, Callable] = {"torchscript": export_torchscript, "export": e
 
 
 class _OnnxScorer:
-    """An ONNX Runtime session as a callable features [N, F] -> scores [N] (torch tensors)."""
+    """An ONNX Runtime session as a callable features [N, F] -> scores [N] (torch tensors), or,
+    for a list-aware model (inputs ``features`` and ``mask``), ``(features [Q, L, F], mask [Q, L])``
+    -> scores [Q, L] and one query [L, F] -> [L], as :class:`ListServingScorer`."""
 
     def __init__(self, session):
         self.session = session
+        self.list_aware = [i.name for i in session.get_inputs()] == ["features", "mask"]
 
-    def __call__(self, features: torch.Tensor) -> torch.Tensor:
-        x = features.detach().to("cpu", torch.float32).numpy()
-        return torch.from_numpy(self.session.run(["scores"], {"features": x})[0])
+    def __call__(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = features.detach().to("cpu", torch.float32)
+        if not self.list_aware:
+            return torch.from_numpy(self.session.run(["scores"], {"features": x.numpy()})[0])
+        one = x.dim() == 2
+        x = x.unsqueeze(0) if one else x
+        m = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else mask.detach().to("cpu", torch.bool)
+        scores = torch.from_numpy(self.session.run(["scores"], {"features": x.numpy(), "mask": m.numpy()})[0])
+        return scores[0] if one else scores
 
 
 # -- loading -------------------------------------------------------------------------------------
@@ -173,13 +239,20 @@ _PT2_OPS_REFUSED = {"from_file"}  # maps a file into a tensor: reads and, shared
 # Symbolic shape expressions are parsed with sympy.sympify, which evaluates Python. They may only
 # use these names, symbol names such as s0, integers and arithmetic (no ``**``, no attributes).
 _SYMPY_NAMES = frozenset((
-    "Symbol Integer True False positive integer nonnegative real finite oo Max Min Eq Ne Lt Le "
+    "Symbol Integer Mul Add True False positive integer nonnegative real finite oo Max Min Eq Ne Lt Le "
     "Gt Ge And Or Not Mod Abs floor ceiling FloorDiv ModularIndexing Where PythonMod CleanDiv "
     "CeilToInt FloorToInt CeilDiv LShift RShift PowByNatural FloatPow FloatTrueDiv IntTrueDiv "
     "IsNonOverlappingAndDenseIndicator TruncToFloat TruncToInt RoundToInt RoundDecimal ToFloat "
     "Identity").split())
 _EXPR_TOKEN = re.compile(r"\s*(?:([A-Za-z_]\w*)|\d+(?:\.\d+)?|'([a-z]+\d+)'|[-+*/%(),]|[=!<>]=|[<>=])")
 _SYMBOL_NAME = re.compile(r"[a-z]+\d+")
+
+# The only guard code rankkit's exports carry: a list-aware scorer's mask [Q, L] has the sizes of
+# its features [Q, L, F] (``L['mask'].size()[0] == L['features'].size()[0]``).
+_SHAPE_GUARD = re.compile(r"L\['(features|mask)'\]\.size\(\)\[[0-2]\] == L\['(features|mask)'\]\.size\(\)\[[0-2]\]")
+
+# A size squared (a list-aware scorer's [L, L] attention): the only power a shape may hold.
+_SQUARE = re.compile(r"Pow\(Symbol\('[a-z]+\d+', positive=True, integer=True\), Integer\(2\)\)")
 
 # A member may expand to at most this many times the file's size (a zip bomb is refused).
 _MAX_EXPANSION = 64
@@ -272,6 +345,7 @@ def _check_expr(path: str, expr) -> None:
     """A symbolic shape expression is a name, a number, or names and numbers in arithmetic."""
     if not isinstance(expr, str) or len(expr) > 500 or "**" in expr:
         raise _refuse(path, f"unsupported symbolic shape expression {str(expr)[:80]!r}")
+    expr = _SQUARE.sub("Symbol('s0')", expr)  # L² of attention; no other power (sympy would evaluate it)
     pos = 0
     while pos < len(expr.rstrip()):
         token = _EXPR_TOKEN.match(expr, pos)
@@ -309,8 +383,10 @@ def _check_pt2(path: str, members: dict[str, bytes]) -> None:
     _check_payload_config(path, members, "model_weights_config.json", "data/weights/", "weight_")
     _check_payload_config(path, members, "model_constants_config.json", "data/constants/", "tensor_")
     program = _json(path, members, "models/model.json")
-    if program.get("guards_code"):  # Python source that ``.module()`` would exec
-        raise _refuse(path, "the program carries guard code; rankkit's exports have none")
+    guards = program.get("guards_code") or []  # Python source that ``.module()`` would exec
+    if not isinstance(guards, list) or not all(isinstance(g, str) and _SHAPE_GUARD.fullmatch(g) for g in guards):
+        raise _refuse(path, "the program carries guard code beyond the equal input sizes of a "
+                            "list-aware scorer's (features, mask)")
     for name, bounds in (program.get("range_constraints") or {}).items():
         if not isinstance(bounds, dict) or not all(
                 v is None or type(v) is int for v in (bounds.get("min_val"), bounds.get("max_val"))):
@@ -368,7 +444,11 @@ def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tenso
     archive = _repack(root, members)
     try:
         if program:
-            return torch.export.load(archive).module()
+            exported = torch.export.load(archive)
+            module = exported.module()
+            if len(exported.graph_signature.user_inputs) == 2:  # (features, mask): a list-aware scorer
+                module.list_aware = True
+            return module
         return torch.jit.load(archive, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - whatever torch raises, the file is not a usable scorer
         raise _refuse(path, f"torch cannot load it ({type(e).__name__}: {str(e)[:200]})") from None

@@ -37,11 +37,12 @@ import os
 import torch
 
 from rankkit import _checks
-from rankkit._blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout, plan_blocks
+from rankkit._blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout
+from rankkit._plan import QueryPlan
 from rankkit._ranking import rank_order
 from rankkit._weightings import WEIGHTINGS, Weighting
 
-__all__ = ["Weighting", "WEIGHTINGS", "lambda_gradients"]
+__all__ = ["Weighting", "WEIGHTINGS", "lambda_gradients", "planned_lambda_gradients"]
 
 # Queries whose scores (times σ) span at most this much get the pair sigmoid as a product of
 # per-document exponentials, e^{±(σ s − centre)} ∈ [e^-33, e^33], which cannot overflow;
@@ -158,48 +159,79 @@ def lambda_gradients(
     scores, labels, mask, weights, groups, pair_weights, fn = _check(
         scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
         workspace_bytes, groups, pair_weights)
-    if _triton_route(scores, labels, fn, tie_term, normalize, groups, pair_weights, return_loss):
+    plan = QueryPlan(labels, mask, weights=weights, check=False)
+    return planned_lambda_gradients(scores, plan, weighting=fn, sigma=sigma, k=k, gain=gain,
+                                    tie_term=tie_term, normalize=normalize,
+                                    max_err_label=max_err_label, groups=groups,
+                                    pair_weights=pair_weights, workspace_bytes=workspace_bytes,
+                                    return_loss=return_loss)
+
+
+def planned_lambda_gradients(
+    scores: torch.Tensor,
+    plan: QueryPlan,
+    *,
+    weighting: Weighting,
+    sigma: float = 1.0,
+    k: int | None = None,
+    gain: str = "exp",
+    tie_term: bool = False,
+    normalize: bool = False,
+    max_err_label: float | None = None,
+    groups: torch.Tensor | None = None,
+    pair_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
+    workspace_bytes: int = 2**28,
+    return_loss: bool = False,
+):
+    """:func:`lambda_gradients` of ``scores`` [Q, L] on the queries of ``plan``
+    (:class:`rankkit._plan.QueryPlan`: labels, mask and weights), for a caller that scores the
+    same queries many times (the boosters). Trusts its arguments: the plan validated the labels
+    once, the caller the options; ``weighting`` is a :class:`Weighting`. Everything that does
+    not depend on the scores (query order, blocks, ideal DCG, ...) comes from the plan, so a
+    call makes no host synchronisation on a GPU. The loss only with ``return_loss``."""
+    fn = weighting
+    if _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, return_loss):
         from rankkit._triton.lambdas import lambda_gradients_triton
 
         name = next(n for n, w in WEIGHTINGS.items() if w is fn)
-        return lambda_gradients_triton(scores, labels, mask=mask, weighting=name, sigma=sigma, k=k,
-                                       gain=gain, weights=weights)
+        return lambda_gradients_triton(scores, plan.labels, mask=plan.mask, weighting=name, sigma=sigma,
+                                       k=k, gain=gain, weights=plan.weights, return_loss=return_loss)
     n_queries, n_docs = scores.shape
     device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     cutoff = n_docs if k is None else min(k, n_docs)
     if fn is WEIGHTINGS["err"] and max_err_label is None:
-        max_err_label = float(labels[mask].max()) if mask.any() else 0.0
+        max_err_label = plan.max_label
 
     # Queries in order of length (qperm None: they already are), then each query's documents
     # in order of rank (padding last).
-    lengths = mask.sum(1)
-    qperm = None
-    if bool((lengths[1:] < lengths[:-1]).any()):
-        lengths, qperm = torch.sort(lengths, stable=True)
-    full = n_queries == 0 or int(lengths[0]) == n_docs  # no padding at all
-    s, y, m = scores.detach().to(dtype), labels.detach().to(dtype), mask
-    if qperm is not None:
-        s, y, m = s[qperm], y[qperm], m[qperm]
+    y, m, lengths, half_w = plan.sorted_batch(dtype)
+    qperm, full = plan.qperm, plan.full
+    s = plan.to_plan_order(scores.detach().to(dtype))
     if not full:
-        s, y = s.masked_fill(~m, 0.0), y.masked_fill(~m, 0.0)
-    order = rank_order(s, y, m)
-    s, y, m = s.gather(1, order), y.gather(1, order), m.gather(1, order)
+        s = s.masked_fill(~m, 0.0)
+    # On the CPU the fastest tie-breaking sort; elsewhere one that never syncs (same order).
+    order = rank_order(s, y, m, sync=device.type == "cpu",
+                       label_key=plan.label_key(plan_order=True) if dtype == torch.float32 else None)
+    s, y, m = s.gather(1, order), y.gather(1, order), plan.ranked_mask(plan_order=True)
     if sigma != 1.0:
         s = s * sigma
-    terms = fn.doc_terms(y, m, cutoff, gain, max_err_label)
-    half_w = None if weights is None else weights.detach().to(dtype)
+    constants = plan.weighting_constants(fn, dtype, cutoff, gain, max_err_label)
+    if constants is None:
+        terms = fn.doc_terms(y, m, cutoff, gain, max_err_label)
+    else:
+        per_doc, per_position = constants
+        terms = fn.doc_terms(y, m, cutoff, gain, max_err_label,
+                             constants=(tuple(t.gather(1, order) for t in per_doc), per_position))
     if half_w is not None:
-        half_w = (half_w if qperm is None else half_w[qperm]).gather(1, order).mul(0.5)
-        half_w.masked_fill_(~m, 0.0)
+        half_w = half_w.gather(1, order)
     group = None
     if groups is not None:
-        group = groups
-        group = (group if qperm is None else group[qperm]).gather(1, order).to(dtype)
+        group = plan.to_plan_order(groups).gather(1, order).to(dtype)
     upper_lower = []
     for t in pair_weights or ():
         t = t.detach().to(dtype)
-        upper_lower.append((t if qperm is None else t[qperm]).gather(1, order).masked_fill_(~m, 0.0))
+        upper_lower.append(plan.to_plan_order(t).gather(1, order).masked_fill_(~m, 0.0))
 
     # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order). Blocks in the
     # query-minor layout accumulate into acc_t, its [2, L, Q] transpose (see _Layout).
@@ -212,26 +244,40 @@ def lambda_gradients(
     cpu = device.type == "cpu"
     if cpu:
         cap = min(cap, CPU_BLOCK_PAIRS)
-    blocks = list(plan_blocks(lengths, cutoff, cap, cpu))
+    blocks = plan.blocks(cutoff, cap, cpu)
     acc_t = None
     if blocks:
         biggest = max((q1 - q0) * (r1 - r0) * (c1 - c0)
                       for q0, q1, _, (r0, r1), (c0, c1), _ in blocks)
         # Reused buffers: [0] W, then ∂C/∂s_a / (−σ); [1] |W|, then the Newton term / σ²;
         # [2] 1/ρ's 1 + e^{−d}; [3] loss terms; [4] pair weights.
-        work = torch.empty(3 + return_loss + (weights is not None or pair_weights is not None),
+        work = torch.empty(3 + return_loss + (half_w is not None or pair_weights is not None),
                            biggest, dtype=dtype, device=device)
         # Pairs (a, b) need b > a: upper[i, j] = j >= i, sliced for the blocks whose columns
         # overlap their rows (see _accumulate_block).
         tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _), _ in blocks if c0 < r1), default=0)
-        upper = torch.ones(tall, tall, dtype=dtype, device=device).triu_()
+        upper = plan.cached(("upper", tall, dtype),
+                            lambda: torch.ones(tall, tall, dtype=dtype, device=device).triu_())
         # Per-document factors of the pair sigmoid: e^{z_a} e^{−z_b} = e^{σ(s_a − s_b)} with
         # z = σ s − centre, for the queries whose scores span at most _EXP_SPAN.
-        last = s.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+        last = s.gather(1, plan.cached("last", lambda: (lengths - 1).clamp(min=0)[:, None]))[:, 0]
         spread, centre = s[:, 0] - last, (s[:, 0] + last) * 0.5
         z = (s - centre[:, None]).clamp_(-_EXP_SPAN / 2 - 1, _EXP_SPAN / 2 + 1)
         exp_pos, exp_neg = torch.exp(z), torch.exp(z.neg_())
-        n_wide = [0] + (~(spread <= _EXP_SPAN)).cumsum(0).tolist()  # NaN counts as wide
+        wide = ~(spread <= _EXP_SPAN)  # NaN counts as wide
+        direct = None
+        if cpu:
+            n_wide = [0] + wide.cumsum(0).tolist()
+        else:
+            # Asking the host which blocks hold a wide query would sync: each block computes
+            # both forms and keeps one by a flag on the device (the CPU's choice, so the same
+            # numbers), all blocks' flags in one indexing.
+            n_wide = [0] * (n_queries + 1)
+            cum = torch.cat([wide.new_zeros(1, dtype=torch.long), wide.cumsum(0)])
+            q0s, q1s = plan.cached(("block_queries", cutoff, cap), lambda: torch.tensor(
+                [[b[0] for b in blocks], [b[1] for b in blocks]], device=device))
+            block_wide = cum[q1s] > cum[q0s]
+            direct = torch.empty(biggest, dtype=dtype, device=device)
         per_doc = [s, exp_pos, exp_neg, *terms]
         # Where the optional per-document tensors sit in per_doc (None: absent).
         slot = {}
@@ -244,8 +290,8 @@ def lambda_gradients(
         if not full:
             per_doc.append(m.to(dtype))
         layouts = {}
-        one = torch.ones(1, 1, 1, dtype=dtype, device=device)
-    for q0, q1, shortest, (r0, r1), (c0, c1), q_minor in blocks:
+        one = plan.cached(("one", dtype), lambda: torch.ones(1, 1, 1, dtype=dtype, device=device))
+    for i, (q0, q1, shortest, (r0, r1), (c0, c1), q_minor) in enumerate(blocks):
         lay = layouts.get(q_minor)
         if lay is None:
             lay = layouts[q_minor] = Layout(q_minor, per_doc, acc)
@@ -259,8 +305,9 @@ def lambda_gradients(
             rv[slot[name]], cv[slot[name]])
         width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
         _accumulate_block(
-            s_a, s_b, None if n_wide[q1] > n_wide[q0] else (e_a, f_b, one if q_minor else
-                                                            lay.ones[..., :c1 - c0]),
+            s_a, s_b, None if n_wide[q1] > n_wide[q0] else (
+                e_a, f_b, one if q_minor else lay.ones[..., :c1 - c0],
+                None if direct is None else (block_wide[i], direct)),
             tuple(row_views[3:3 + n_terms]), tuple(col_views[3:3 + n_terms]),
             lay.tri(upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width]) if width > 0 else None,
             None if shortest >= c1 else col_views[-1],
@@ -303,10 +350,11 @@ def lambda_gradients(
 _TRITON_MAX_GRADE = 64
 
 
-def _triton_route(scores, labels, fn, tie_term, normalize, groups, pair_weights, return_loss) -> bool:
+def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, return_loss) -> bool:
     """Whether this call runs the fused Triton kernel (:mod:`rankkit._triton.lambdas`): the
     default on a CUDA device with Triton installed, for the RankNet and NDCG weightings without
-    the options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``, the loss)
+    the options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``; the loss
+    is one of its outputs)
     and grades below 64; everything else runs the torch path (the reference and the fallback).
     ``RANKKIT_TRITON=0`` turns the kernel off; ``RANKKIT_TRITON=force`` also runs it on CPU
     tensors (under ``TRITON_INTERPRET=1``, for tests)."""
@@ -315,11 +363,11 @@ def _triton_route(scores, labels, fn, tie_term, normalize, groups, pair_weights,
     # a CPU build) runs the torch path.
     if mode == "0" or not ((scores.is_cuda and torch.version.cuda is not None) or mode == "force"):
         return False
-    if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize or return_loss:
+    if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize:
         return False
     if groups is not None or pair_weights is not None or importlib.util.find_spec("triton") is None:
         return False
-    return not labels.numel() or bool(labels.max() < _TRITON_MAX_GRADE)  # one more sync, on this path only
+    return plan.max_label < _TRITON_MAX_GRADE
 
 
 def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
@@ -336,9 +384,11 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
         u = |W| / X = |W| p,   W ρ = min(W, 0) + u,   |W| ρ (1 − ρ) = u − u / X,
         C = |W| softplus(d) + min(W, 0) d,   softplus(d) = −log(1 − p) = −log1p(−1/X).
 
-    ``exps`` (e^{z_a}, e^{−z_b}, 1) with z = σ s − centre give X = 1 + e^{z_a} e^{−z_b} in one
-    multiply-add (the exponentials are bounded, so X is finite); None: X = 1 + exp(σ(s_a −
-    s_b)), which may be +inf (then u = 0). An equal-label pair (tie term, weight T) is
+    ``exps`` (e^{z_a}, e^{−z_b}, 1, choice) with z = σ s − centre give X = 1 + e^{z_a} e^{−z_b}
+    in one multiply-add (the exponentials are bounded, so X is finite); None: X = 1 + exp(σ(s_a −
+    s_b)), which may be +inf (then u = 0). ``choice`` (off the CPU; else None) is (a 0-dim
+    bool flag, a buffer): when the flag is set the second form replaces the first, so that
+    the device takes the CPU's choice without asking the host for it. An equal-label pair (tie term, weight T) is
     oriented a over b: W = T, minus T/2 in W ρ and in min(W, 0) (so C gains −T d / 2).
     ``half_w`` and ``group`` (g_a, g_b) weight the pairs: (w_a + w_b)/2, times 0 when g_a = g_b;
     ``upper_lower`` (u_a, u_b, l_a, l_b) times u_a l_b when W >= 0 (a is the pair's higher
@@ -374,6 +424,10 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
         product = torch.where(w >= 0, u_a * l_b, u_b * l_a)
     if exps is not None:
         torch.addcmul(exps[2], exps[0], exps[1], out=x)
+        if exps[3] is not None:  # (the block holds a wide query: a 0-dim flag, a buffer)
+            flag, buffer = exps[3]
+            d = torch.sub(s_a, s_b, out=buffer[:n].view(shape)).exp_().add_(1.0)
+            torch.where(flag, d, x, out=x)
     else:
         torch.sub(s_a, s_b, out=x).exp_().add_(1.0)
     low = w.clamp_(max=0.0)  # min(W, 0)

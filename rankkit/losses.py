@@ -31,18 +31,23 @@ import torch
 from rankkit import _checks
 from rankkit._ranking import gain_shift, gain_values, ideal_dcg
 from rankkit._weightings import WEIGHTINGS, ndcg_loss2pp
-from rankkit.lambdas import lambda_gradients
+from rankkit.lambdas import lambda_gradients, planned_lambda_gradients
 
 __all__ = ["OBJECTIVES", "PAIRWISE", "LISTWISE", "objective_gradients", "softmax_loss",
-           "xendcg_loss", "listmle_loss", "approx_ndcg_loss"]
+           "xendcg_loss", "listmle_loss", "approx_ndcg_loss", "neural_ndcg_loss"]
 
 Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _prepare(scores, labels, mask, weights):
+def _prepare(scores, labels, mask, weights, plan=None):
     """Checked inputs in the compute dtype (float64 for float64 scores, else float32), padding
-    zeroed, and the per-query weight [Q] (None without ``weights``)."""
-    scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
+    zeroed, and the per-query weight [Q] (None without ``weights``). With a ``plan``
+    (:class:`rankkit._plan.QueryPlan`) its labels, mask and weights, validated when it was
+    built, are not checked again."""
+    if plan is None:
+        scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
+    else:
+        labels, mask, weights = plan.labels, plan.mask, plan.weights
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     s = scores.detach().to(dtype).masked_fill(~mask, 0.0)
     y = labels.detach().to(dtype).masked_fill(~mask, 0.0)
@@ -86,7 +91,7 @@ def _cross_entropy(s, mask, target) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def softmax_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
-                 weights: torch.Tensor | None = None, target: str = "label") -> Result:
+                 weights: torch.Tensor | None = None, target: str = "label", plan=None) -> Result:
     r"""Softmax cross-entropy: ListNet's top-one loss, TF-Ranking's softmax loss.
 
     C = −Σ_i t_i log p_i with p = softmax(s) over the query's real documents and the target
@@ -102,6 +107,9 @@ def softmax_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
         mask: [Q, L] bool, True on real documents; None means all True.
         weights: [Q, L] non-negative document weights; the query counts their mean.
         target: "label" or "gain".
+        plan: the batch's :class:`rankkit._plan.QueryPlan`, for a caller that scores the same
+            queries many times (the booster): its labels, mask and weights are used (those
+            arguments are then ignored) and not validated again. None: check the arguments.
     Returns:
         (grad, hess, loss): [Q, L], [Q, L], [Q].
 
@@ -112,14 +120,14 @@ def softmax_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
     (tensor([[0.2500, 0.2500]]), tensor([0.6931]))
     """
     _checks.check_choice(target, ("label", "gain"), "target")
-    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights, plan)
     raw = y if target == "label" else gain_values(y, "exp", shift=gain_shift(y, mask))
     return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, _distribution(raw, mask)))
 
 
 def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
                 weights: torch.Tensor | None = None,
-                generator: torch.Generator | None = None) -> Result:
+                generator: torch.Generator | None = None, plan=None) -> Result:
     r"""XE-NDCG: cross entropy against a gain-based target with random γ (Bruch, "An Alternative
     Cross Entropy Loss for Learning-to-Rank", WWW 2021, arXiv:1911.09798; LightGBM's
     ``rank_xendcg``).
@@ -131,13 +139,17 @@ def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
     query's top gain 2^{y_max}, so any grade works.
 
     Args:
-        scores, labels, mask, weights: as :func:`softmax_loss`.
-        generator: the source of γ (on the scores' device), or None for torch's default.
+        scores, labels, mask, weights, plan: as :func:`softmax_loss`.
+        generator: the source of γ, or None for torch's default. A generator on another
+            device than the scores (the booster's host generator with CUDA scores) draws on
+            its own device and γ is copied (a GPU raises for a CPU generator asked to fill a
+            CUDA tensor).
     Returns:
         (grad, hess, loss): [Q, L], [Q, L], [Q].
     """
-    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
-    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=s.device)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights, plan)
+    where = s.device if generator is None else generator.device
+    gamma = torch.rand(s.shape, generator=generator, dtype=s.dtype, device=where).to(s.device)
     top = gain_shift(y, mask)[:, None]
     raw = torch.exp2(y - top) - gamma * torch.exp2(-top)
     return _finish(out_dtype, mask, query_w, *_cross_entropy(s, mask, _distribution(raw, mask)))
@@ -145,7 +157,7 @@ def xendcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
 
 def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
                  weights: torch.Tensor | None = None,
-                 generator: torch.Generator | None = None) -> Result:
+                 generator: torch.Generator | None = None, plan=None) -> Result:
     r"""ListMLE: the negative log-likelihood of the label order under the Plackett-Luce model
     (Xia, Liu, Wang, Zhang, Li, "Listwise Approach to Learning to Rank: Theory and Algorithm",
     ICML 2008).
@@ -157,7 +169,7 @@ def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
     ordered by index, or at random with ``generator`` (the paper samples one of the orders).
 
     Args:
-        scores, labels, mask, weights: as :func:`softmax_loss`.
+        scores, labels, mask, weights, plan: as :func:`softmax_loss`.
         generator: random order among equal labels (CPU generator), or None: by index.
     Returns:
         (grad, hess, loss): [Q, L], [Q, L], [Q].
@@ -168,7 +180,10 @@ def listmle_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
     >>> c  # log(e^0 + e^0) − 0 + log(e^0) − 0
     tensor([0.6931])
     """
-    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights, plan)
+    # Float64 inside: 2 s and the differences of the c_r overflow float32 for |s| near its
+    # largest value (3.4e38), where the Hessian would become inf - inf = NaN.
+    s = s.double()
     key = y.masked_fill(~mask, -math.inf)
     if generator is not None:
         shuffle = torch.argsort(torch.rand(s.shape, generator=generator), dim=1).to(s.device)
@@ -202,7 +217,7 @@ def _column_blocks(n_queries: int, n_docs: int, workspace: int):
 def approx_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *,
                      mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                      temperature: float = 1.0, gain: str = "exp",
-                     workspace: int = 2**22) -> Result:
+                     workspace: int = 2**22, plan=None) -> Result:
     r"""ApproxNDCG: one minus NDCG with a smooth rank (Qin, Liu, Li, "A General Approximation
     Framework for Direct Optimization of Information Retrieval Measures", Information
     Retrieval 13(4), 2010).
@@ -222,7 +237,7 @@ def approx_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *,
     ``workspace`` pair entries.
 
     Args:
-        scores, labels, mask, weights: as :func:`softmax_loss`.
+        scores, labels, mask, weights, plan: as :func:`softmax_loss`.
         temperature: T > 0 of the sigmoid (smaller is closer to the true rank).
         gain: "exp" (2^y − 1) or "linear" (y).
         workspace: pair entries per block.
@@ -232,7 +247,7 @@ def approx_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *,
     alpha = 1.0 / _checks.check_number(temperature, "temperature", low=0.0, low_open=True)
     _checks.check_gain(gain)
     _checks.check_int(workspace, "workspace", low=1)
-    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights, plan)
     n_queries, n_docs = s.shape
     real = mask.to(s.dtype)
     shift = gain_shift(y, mask, gain)
@@ -264,15 +279,118 @@ def approx_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *,
     return _finish(out_dtype, mask, query_w, grad, hess, loss)
 
 
+def _query_chunks(n_queries: int, n_docs: int, workspace: int) -> list[tuple[int, int]]:
+    """Query ranges [q0, q1) of at most about ``workspace`` entries of a [q, L, L] block (one
+    query at least)."""
+    height = max(1, workspace // max(1, n_docs * n_docs))
+    return [(q0, min(q0 + height, n_queries)) for q0 in range(0, n_queries, height)]
+
+
+def _neural_ndcg(s, mask, u, d, alpha, iterations):
+    """Per-query NeuralNDCG [q] of scores s [q, L] (autograd-able), from the scaled gains u
+    [q, L] (gain / ideal DCG, 0 on padding) and the truncated discounts d [L]."""
+    real = mask.to(s.dtype)  # columns: documents (padding may sit anywhere)
+    n = real.sum(1, keepdim=True)
+    ranked = (torch.arange(s.shape[1], device=s.device)[None, :] < n).to(s.dtype)  # rows: ranks r < n
+    # NeuralSort: row r of P̂ is softmax_j(((n − 1 − 2r) s_j − Σ_l |s_j − s_l|) / τ) over real j.
+    spread = ((s[:, :, None] - s[:, None, :]).abs() * real[:, None, :]).sum(2)  # [q, L]: Σ_l |s_j − s_l|
+    rows = torch.arange(s.shape[1], device=s.device, dtype=s.dtype)
+    scale = n - 1.0 - 2.0 * rows[None, :]  # [q, L] per row r
+    logits = alpha * (scale[:, :, None] * s[:, None, :] - spread[:, None, :])
+    logits = logits.masked_fill(~mask[:, None, :], -math.inf)
+    k_mat = torch.softmax(logits, dim=2).nan_to_num(nan=0.0) * ranked[:, :, None]  # [q, r, j], rows r < n
+    # Sinkhorn scaling P = diag(a) K diag(b): alternately columns, then rows, sum to 1 over the
+    # real block. Only the vectors a, b change, so autograd keeps K once (bounded memory).
+    a = ranked.clone()
+    b = real.clone()
+    tiny = torch.finfo(s.dtype).tiny
+    for _ in range(iterations):
+        b = real / torch.einsum("qr,qrj->qj", a, k_mat).clamp(min=tiny)
+        a = ranked / torch.einsum("qrj,qj->qr", k_mat, b).clamp(min=tiny)
+    expected_gain = a * torch.einsum("qrj,qj->qr", k_mat, b * u)  # (P u)_r: the gain at rank r
+    return (expected_gain * d[None, :]).sum(1)
+
+
+def neural_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
+                     weights: torch.Tensor | None = None, temperature: float = 1.0, k: int | None = None,
+                     gain: str = "exp", sinkhorn_iterations: int = 50, workspace: int = 2**22) -> Result:
+    r"""NeuralNDCG: one minus NDCG@k of a relaxed sort (Pobrotyn, Białobrzeski, "NeuralNDCG: Direct
+    Optimisation of a Ranking Metric via Differentiable Relaxation of Sorting", 2021).
+
+    The sort is NeuralSort's unimodal row-stochastic matrix (Grover, Wang, Zweig, Ermon,
+    "Stochastic Optimization of Sorting Networks via Continuous Relaxations", ICLR 2019): over a
+    query's n real documents, with τ = ``temperature`` and rank r = 1..n,
+
+        P̂[r, j] = softmax_j( ((n + 1 − 2r) s_j − Σ_l |s_j − s_l|) / τ ),
+
+    made doubly stochastic by ``sinkhorn_iterations`` rounds of Sinkhorn scaling (columns, then
+    rows, to sum 1; Sinkhorn, "A Relationship Between Arbitrary Positive Matrices and Doubly
+    Stochastic Matrices", 1964). With the gains g (2^y − 1 or y) and discounts 1/log2(r + 1)
+    for r ≤ k, 0 beyond:
+
+        C = 1 − Σ_{r ≤ k} (P g)_r / log2(r + 1) / IDCG@k       (0 when IDCG@k = 0).
+
+    As τ → 0, P̂ tends to the permutation matrix of the score order and C to 1 − NDCG@k.
+    ``grad`` is the exact ∂C/∂s, by autograd through the relaxation (query chunks of about
+    ``workspace`` [q, L, L] entries, each differentiated and freed in turn, so memory stays
+    bounded at L = 1000). ``hess`` is a positive surrogate, |grad| / τ (the scale of the
+    logistic-type bound |f''| ≤ f' / τ; the exact diagonal has no sign), so that a booster's
+    Newton leaves take steps of about τ per unit of gradient; the neural rankers ignore it.
+    Gains are taken over the query's top gain, so any grade works.
+
+    Args:
+        scores, labels, mask, weights: as :func:`softmax_loss`.
+        temperature: τ > 0 of NeuralSort (smaller is closer to the true sort).
+        k: NDCG truncation (None: the whole list).
+        gain: "exp" (2^y − 1) or "linear" (y).
+        sinkhorn_iterations: rounds of Sinkhorn scaling (0: NeuralSort's row-stochastic P̂).
+        workspace: [q, L, L] entries per query chunk.
+    Returns:
+        (grad, hess, loss): [Q, L], [Q, L], [Q].
+
+    >>> g, h, c = neural_ndcg_loss(torch.tensor([[4.0, 0.0]]), torch.tensor([[1.0, 0.0]]), temperature=0.1)
+    >>> round(float(c), 6)  # the relevant document is sorted first: NDCG 1
+    0.0
+    """
+    alpha = 1.0 / _checks.check_number(temperature, "temperature", low=0.0, low_open=True)
+    _checks.check_k(k)
+    _checks.check_gain(gain)
+    _checks.check_int(sinkhorn_iterations, "sinkhorn_iterations", low=0)
+    _checks.check_int(workspace, "workspace", low=1)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    n_queries, n_docs = s.shape
+    shift = gain_shift(y, mask, gain)
+    idcg = ideal_dcg(y, mask, k=k, gain=gain, shift=shift)
+    scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(s.dtype).tiny), 0.0)
+    u = gain_values(y, gain, shift=shift).masked_fill(~mask, 0.0) * scale[:, None]
+    d = 1.0 / torch.log2(torch.arange(n_docs, device=s.device, dtype=s.dtype) + 2.0)
+    if k is not None:
+        d = torch.where(torch.arange(n_docs, device=s.device) < k, d, 0.0)
+    grad = torch.zeros_like(s)
+    loss = torch.zeros(n_queries, dtype=s.dtype, device=s.device)
+    for q0, q1 in _query_chunks(n_queries, n_docs, workspace):
+        with torch.enable_grad():
+            leaf = s[q0:q1].clone().requires_grad_(True)
+            value = _neural_ndcg(leaf, mask[q0:q1], u[q0:q1], d, alpha, sinkhorn_iterations)
+            chunk_loss = torch.where(idcg[q0:q1] > 0, 1.0 - value, 0.0)
+            (chunk_grad,) = torch.autograd.grad(chunk_loss.sum(), leaf)
+        grad[q0:q1] = chunk_grad
+        loss[q0:q1] = chunk_loss.detach()
+    hess = grad.abs() * alpha
+    return _finish(out_dtype, mask, query_w, grad, hess, loss)
+
+
 # -- The registry ------------------------------------------------------------------------------
 
 def _pairwise(name: str) -> Callable[..., Result]:
-    def objective(scores, labels, *, mask=None, weights=None, mu=None, **options) -> Result:
+    def objective(scores, labels, *, mask=None, weights=None, mu=None, plan=None, **options) -> Result:
         weighting = WEIGHTINGS[name]
         if mu is not None:
             if name != "ndcg_loss2pp":
                 raise ValueError(f"`mu` applies to 'ndcg_loss2pp' only, not to {name!r}")
             weighting = ndcg_loss2pp(mu)
+        if plan is not None:  # the plan's labels, mask and weights, validated once
+            return planned_lambda_gradients(scores, plan, weighting=weighting, return_loss=True, **options)
         return lambda_gradients(scores, labels, mask=mask, weights=weights, weighting=weighting,
                                 return_loss=True, **options)
 
@@ -283,7 +401,7 @@ def _pairwise(name: str) -> Callable[..., Result]:
 
 
 PAIRWISE = tuple(WEIGHTINGS)
-LISTWISE = ("softmax", "xendcg", "listmle", "approx_ndcg")
+LISTWISE = ("softmax", "xendcg", "listmle", "approx_ndcg", "neural_ndcg")
 
 # The one place where objective names become gradients.
 OBJECTIVES: dict[str, Callable[..., Result]] = {
@@ -292,6 +410,7 @@ OBJECTIVES: dict[str, Callable[..., Result]] = {
     "xendcg": xendcg_loss,
     "listmle": listmle_loss,
     "approx_ndcg": approx_ndcg_loss,
+    "neural_ndcg": neural_ndcg_loss,
 }
 
 
@@ -303,7 +422,9 @@ def objective_gradients(name: str, scores: torch.Tensor, labels: torch.Tensor, *
     The entry point for every trainer: ``scores``, ``labels``, ``mask`` and ``weights`` are
     padded [Q, L]; ``options`` go to the objective (pairwise: ``sigma``, ``k``, ``gain``,
     ``normalize``, ``groups``, ``pair_weights``, ``mu`` for "ndcg_loss2pp", ...; listwise:
-    see each loss). Returns grad and hess [Q, L] (descent follows −grad, hess ≥ 0) and the
+    see each loss; every objective: ``plan``, a :class:`rankkit._plan.QueryPlan` of these
+    labels, mask and weights, built once by a caller that scores them often, which are then
+    not validated again). Returns grad and hess [Q, L] (descent follows −grad, hess ≥ 0) and the
     per-query loss [Q].
 
     >>> grad, hess, loss = objective_gradients("ranknet", torch.tensor([[0.0, 0.0]]),

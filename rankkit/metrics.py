@@ -34,7 +34,8 @@ import torch
 from torchmetrics import Metric, MetricCollection
 
 from rankkit._checks import check_batch, check_gain, check_k, check_number
-from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg, rank_order
+from rankkit._plan import QueryPlan
+from rankkit._ranking import discounts, gain_values, rank_order
 
 __all__ = [
     "dcg",
@@ -49,6 +50,8 @@ __all__ = [
     "ERR",
     "Precision",
     "ranking_metrics",
+    "planned_ndcg",
+    "planned_average_precision",
 ]
 
 SKIP = "skip"
@@ -194,11 +197,33 @@ def ndcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | Non
     gain = check_gain(gain)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
+    return planned_ndcg(scores, QueryPlan(labels, mask, check=False), k=k, gain=gain, empty=empty)
+
+
+def planned_ndcg(scores: torch.Tensor, plan: QueryPlan, *, k: int | None = None, gain: str = "exp",
+                 empty: float | str = 1.0) -> torch.Tensor:
+    """:func:`ndcg` of ``scores`` [Q, L] on the queries of ``plan``
+    (:class:`rankkit._plan.QueryPlan`), for a caller that scores the same queries many times
+    (the boosters' eval sets). Trusts its arguments. The gains over the query's top gain, the
+    discounts and the ideal DCG@k come from the plan (computed once); a call ranks the scores,
+    gathers the gains and sums, with no host synchronisation.
+
+    Returns:
+        [Q] NDCG@k; float64 for float64 ``scores``, else float32.
+    """
+    dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    labels, mask = plan.metric_batch(dtype)
+    gains, d, top_k, ideal, is_empty = plan.ndcg_constants(dtype, k, gain)
+    s = scores.detach().to(dtype)
+    if not plan.full:
+        s = s.masked_fill(~mask, 0.0)
     # DCG and ideal DCG over the query's top gain: exact for any grade, no overflow.
-    shift = gain_shift(labels, mask, gain)
-    ideal = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
-    is_empty = ideal <= 0
-    values = _dcg(scores, labels, mask, k, gain, shift) / torch.where(is_empty, 1.0, ideal)
+    order = rank_order(s, labels, mask, sync=s.device.type == "cpu",
+                       label_key=plan.label_key(plan_order=False) if dtype == torch.float32 else None)
+    g = gains.gather(1, order)
+    if not plan.full:
+        g = g.masked_fill(~plan.ranked_mask(plan_order=False), 0.0)
+    values = (g * d * top_k).sum(dim=1) / ideal
     return _fill_empty(values, is_empty, empty)
 
 
@@ -231,7 +256,29 @@ def average_precision(scores: torch.Tensor, labels: torch.Tensor, *,
     threshold = _check_threshold(threshold)
     empty = _check_empty(empty)
     scores, labels, mask = _check_batch(scores, labels, mask)
-    rel, rel_at_k, n_relevant = _relevance_hits(scores, labels, mask, k, threshold)
+    return planned_average_precision(scores, QueryPlan(labels, mask, check=False), k=k,
+                                     threshold=threshold, empty=empty)
+
+
+def planned_average_precision(scores: torch.Tensor, plan: QueryPlan, *, k: int | None = None,
+                              threshold: float = 0.0, empty: float | str = 1.0) -> torch.Tensor:
+    """:func:`average_precision` of ``scores`` [Q, L] on the queries of ``plan``
+    (:class:`rankkit._plan.QueryPlan`); trusts its arguments. The relevant documents and their
+    number per query come from the plan; a call makes no host synchronisation.
+
+    Returns:
+        [Q] AP@k; float64 for float64 ``scores``, else float32.
+    """
+    dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
+    labels, mask = plan.metric_batch(dtype)
+    relevant, n_relevant = plan.relevance(dtype, threshold)
+    s = scores.detach().to(dtype)
+    if not plan.full:
+        s = s.masked_fill(~mask, 0.0)
+    order = rank_order(s, labels, mask, sync=s.device.type == "cpu",
+                       label_key=plan.label_key(plan_order=False) if dtype == torch.float32 else None)
+    rel = relevant.gather(1, order).to(dtype)
+    rel_at_k = rel * _in_top_k(rel.shape[1], k, rel.device)
     positions = torch.arange(1, rel.shape[1] + 1, dtype=rel.dtype, device=rel.device)
     precision_at = rel.cumsum(dim=1) / positions
     denominator = n_relevant if k is None else n_relevant.clamp(max=k)

@@ -42,7 +42,10 @@ def load_model(path: str | os.PathLike):
     if path.endswith(SCORER_SUFFIXES):
         from rankkit.export import load_scorer
 
-        return load_scorer(path)
+        scorer = load_scorer(path)
+        if isinstance(scorer, torch.fx.GraphModule):  # a .pt2: its width is its input's static shape
+            scorer.n_features = _program_width(scorer)
+        return scorer
     with open(path, "rb") as f:
         head = f.read(8)
     if len(head) == 8 and int.from_bytes(head, "little") < os.path.getsize(path):  # a safetensors header
@@ -53,24 +56,95 @@ def load_model(path: str | os.PathLike):
                      f".pt/.pt2/.onnx scorer)")
 
 
+def _program_width(program: torch.fx.GraphModule) -> int | None:
+    """F of a ``torch.export`` program's [N, F] (or list-aware [Q, L, F]) input, when static
+    (else None)."""
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            shape = getattr(node.meta.get("val"), "shape", None)
+            if shape is not None and len(shape) in (2, 3) and isinstance(shape[-1], int):
+                return int(shape[-1])
+    return None
+
+
 def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """A callable features [N, F] -> scores [N] float32 for any object :func:`load_model` returns
-    (or any trained model: a LightningModule, a fitted LambdaMART, an ``nn.Module``)."""
+    (or any trained model: a LightningModule, a fitted LambdaMART, an ``nn.Module``).
+
+    For a list-aware model (see :mod:`rankkit.neural.scorer`) the callable instead takes a
+    padded batch ``(features [Q, L, F], mask [Q, L])`` -> scores [Q, L] and carries
+    ``list_aware = True``; :func:`score_queries` drives either kind over a flat file."""
     from torch import nn
 
-    from rankkit.export import HasScorer, unwrap
+    from rankkit.export import HasScorer, is_list_aware, unwrap
 
+    if isinstance(model, torch.fx.GraphModule):
+        # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the
+        # graph when it was exported (in eval mode), and it refuses `.train()`/`.eval()`.
+        program = model
+        if is_list_aware(program):  # (features [Q, L, F], mask [Q, L]) -> [Q, L]
+            def score_program_lists(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+                with torch.no_grad():
+                    return program(x, mask).float().masked_fill(~mask, 0.0)
+
+            score_program_lists.list_aware = True
+            return score_program_lists
+
+        def score_program(x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                return program(x).reshape(-1).float()
+
+        return score_program
     if isinstance(model, (HasScorer, nn.Module)):
         module = unwrap(model).to("cpu").eval()
+        if is_list_aware(module):
+            def score_lists(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+                with torch.no_grad():
+                    return module(x, mask).float().masked_fill(~mask, 0.0)
+
+            score_lists.list_aware = True
+            return score_lists
 
         def score(x: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
                 return module(x).reshape(-1).float()
 
         return score
+    if callable(model) and is_list_aware(model):
+        def score_loaded(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return torch.as_tensor(model(x, mask)).float()
+
+        score_loaded.list_aware = True
+        return score_loaded
     if callable(model):
         return lambda x: torch.as_tensor(model(x)).reshape(-1).float()
     raise ValueError(f"`model` has to be a trained rankkit model or a scorer, got {type(model).__name__}")
+
+
+def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor, *, chunk: int = _CHUNK) -> torch.Tensor:
+    """Flat scores [N] of flat features [N, F] grouped in queries of ``sizes`` [Q], by any
+    callable of :func:`as_scorer`: a pointwise one in chunks of documents, a list-aware one on
+    padded batches of whole queries (about ``chunk`` padded entries each; a longer query alone).
+    """
+    from rankkit.data.dataset import pad
+    from rankkit.export import is_list_aware
+
+    if not len(features):
+        return torch.zeros(0)
+    if not is_list_aware(scorer):
+        return torch.cat([scorer(part).reshape(-1).float() for part in features.split(chunk)])
+    sizes = sizes.long()
+    offsets = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)]).tolist()
+    out, start = [], 0
+    while start < len(sizes):
+        stop, longest = start + 1, int(sizes[start])
+        while stop < len(sizes) and max(longest, int(sizes[stop])) * (stop + 1 - start) <= chunk:
+            longest = max(longest, int(sizes[stop]))
+            stop += 1
+        padded, mask = pad(features[offsets[start]:offsets[stop]], sizes[start:stop])
+        out.append(scorer(padded, mask)[mask].float())
+        start = stop
+    return torch.cat(out)
 
 
 def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | None = None, *,
@@ -94,6 +168,7 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
         The number of documents scored.
     """
     from rankkit.data.svmlight import iter_svmlight, svmlight_width
+    from rankkit.export import is_list_aware
 
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model)
@@ -102,13 +177,34 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
     if n_features is None:  # as read_svmlight without n_features=: the file's widest index
         n_features = max(svmlight_width(input), 1)
 
+    def emit(f, features, qids, docs) -> int:
+        if not len(qids):
+            return 0
+        sizes = torch.unique_consecutive(qids, return_counts=True)[1]
+        scores = score_queries(scorer, features, sizes)
+        f.write("".join(f"{q}\t{d}\t{s:.9g}\n"  # float32 round-trips
+                        for q, d, s in zip(qids.tolist(), docs.tolist(), scores.tolist())))
+        return len(scores)
+
     def write_scores(f) -> int:
-        n = 0
+        # Chunks are whole lines, not whole queries: the last query of a chunk waits for the
+        # next one, so a list-aware scorer always sees complete lists.
+        n, pending = 0, None
+        list_aware = is_list_aware(scorer)
         for chunk in iter_svmlight(input, n_features=n_features, query_file=query_file):
-            scores = torch.cat([scorer(x) for x in chunk.features.split(_CHUNK)])
-            f.write("".join(f"{q}\t{d}\t{s:.9g}\n"  # float32 round-trips
-                            for q, d, s in zip(chunk.qids.tolist(), chunk.docs.tolist(), scores.tolist())))
-            n += len(scores)
+            parts = (chunk.features, chunk.qids, chunk.docs)
+            if pending is not None:
+                parts = tuple(torch.cat([a, b]) for a, b in zip(pending, parts))
+            qids = parts[1]
+            if not len(qids):
+                continue
+            cut = len(qids)  # a pointwise scorer takes the block as it is
+            if list_aware:
+                cut = int((qids != qids[-1]).nonzero().max()) + 1 if bool((qids != qids[-1]).any()) else 0
+            pending = tuple(t[cut:] for t in parts)
+            n += emit(f, *(t[:cut] for t in parts))
+        if pending is not None:
+            n += emit(f, *pending)
         return n
 
     if output is None or os.fspath(output) == "-":
@@ -133,5 +229,8 @@ def _expected_features(model) -> int | None:
         inner = unwrap(model) if isinstance(model, HasScorer) else model
     except ValueError:
         return None
-    n = getattr(inner, "n_features", None)
-    return n if isinstance(n, int) else None
+    for source in (inner, model):  # a LightningModule records the width it trained on
+        n = getattr(source, "n_features", None)
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n
+    return None

@@ -58,7 +58,8 @@ from rankkit._checks import (
 )
 from rankkit._ranking import discounts, ideal_dcg, ranks
 
-__all__ = ["PAIR_WEIGHTINGS", "PropensityEstimator", "debiased_pair_loss", "pair_costs",
+__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "PropensityEstimator", "RegressionEM", "click_log_likelihood",
+           "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step", "ips_relevance", "pair_costs",
            "position_pair_costs", "propensity_step"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
@@ -242,6 +243,10 @@ class PropensityEstimator:
             0 the unregularised estimate.
         sigma, weighting, k: the pair cost's σ, |ΔZ| ("ndcg" as the paper, or "ranknet") and
             NDCG cutoff.
+        clip: bound on each inverse bias 1/t⁺, 1/t⁻ in :meth:`pair_factors` (≥ 1; None: no
+            bound), so a pair weighs at most clip²: the propensity clipping of Joachims,
+            Swaminathan, Schnabel (WSDM 2017), against the variance of deep, rarely clicked
+            positions. The biases themselves are not clipped.
 
     Attributes:
         t_plus: [P] float64 click biases, t_plus[0] == 1 (the learned propensity ratios).
@@ -255,8 +260,9 @@ class PropensityEstimator:
     """
 
     def __init__(self, n_positions: int = 10, *, p: float = 1.0, sigma: float = 1.0,
-                 weighting: str = "ndcg", k: int | None = None):
+                 weighting: str = "ndcg", k: int | None = None, clip: float | None = None):
         self.n_positions = check_int(n_positions, "n_positions")
+        self.clip = None if clip is None else check_number(clip, "clip", low=1.0)
         self.p = check_number(p, "p", low=0.0)
         self.sigma = check_number(sigma, "sigma", low=0.0, low_open=True)
         self.weighting = check_choice(weighting, PAIR_WEIGHTINGS, "weighting")
@@ -309,7 +315,7 @@ class PropensityEstimator:
             mask: [Q, L] bool, True on real documents; None means all True.
         Returns:
             (upper, lower), each [Q, L] in ``dtype`` on the positions' device: 1 / t⁺ and
-            1 / t⁻ of each document's position bucket, zero on padding. The pair (i, j) with
+            1 / t⁻ of each document's position bucket (at most ``clip``), zero on padding. The pair (i, j) with
             i clicked and j not weighs upper_i · lower_j.
         """
         check_tensor(positions, "positions", ndim=2, kind="int")
@@ -319,6 +325,353 @@ class PropensityEstimator:
             mask = to_device(check_tensor(mask, "mask", shape=positions.shape, kind="bool"), positions.device)
         check_tensors(("positions", positions, (positions < 0) & mask, "non-negative on real documents"))
         bucket = positions.clamp(0, self.n_positions - 1).long()
-        inv_plus = (1.0 / self.t_plus).to(positions.device, dtype)
-        inv_minus = (1.0 / self.t_minus).to(positions.device, dtype)
+        inv_plus, inv_minus = 1.0 / self.t_plus, 1.0 / self.t_minus
+        if self.clip is not None:
+            inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
+        inv_plus, inv_minus = inv_plus.to(positions.device, dtype), inv_minus.to(positions.device, dtype)
         return inv_plus[bucket].masked_fill(~mask, 0.0), inv_minus[bucket].masked_fill(~mask, 0.0)
+
+
+# -- regression-EM: position bias and relevance by expectation-maximisation ------------------------
+#
+# Wang, Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for Unbiased Learning to
+# Rank in Personal Search", WSDM 2018. The position-based model: a document shown at position k
+# is examined with θ_k and, independently, relevant with γ; it is clicked iff both. Rows are
+# (document, position) pairs of a click log with n impressions and c clicks (ClickLog.aggregate,
+# or one row per session and document with n = 1). Given θ and γ, the E-step's posteriors of an
+# impression without a click are
+#
+#     P(E = 1, R = 0 | C = 0) = θ_k (1 − γ) / (1 − θ_k γ),   P(E = 0, R = 1 | C = 0) = (1 − θ_k) γ / (1 − θ_k γ)
+#
+# (a click means E = R = 1). The M-step sets θ_k to the expected examined share of position k's
+# impressions (closed form) and fits γ(x) = sigmoid(f(x)) by weighted cross-entropy against the
+# expected relevant share of each row: the "regression" of regression-EM. The paper samples hard
+# labels from the posterior and fits GBDT; here f is a neural scorer and the targets are the
+# posteriors themselves (the expected complete-data log-likelihood, whose gradient the sampled
+# labels only estimate). With a free γ per document instead of f, the step is the classic EM of
+# the position-based model, whose fixed point maximises the click likelihood (tests/test_clicks.py
+# checks it against direct maximisation).
+
+_PROB_EPS = 1e-6
+
+
+def _check_counts(clicks, impressions, position, n_positions=None):
+    """Flat [M] click counts, impressions (float64) and positions (long), checked."""
+    clicks = torch.as_tensor(clicks)
+    check_tensor(clicks, "clicks", ndim=1)
+    m = clicks.shape[0]
+    impressions = torch.ones(m, dtype=torch.float64) if impressions is None else torch.as_tensor(impressions)
+    check_tensor(impressions, "impressions", shape=(m,))
+    position = torch.as_tensor(position)
+    check_tensor(position, "position", shape=(m,), kind="int")
+    clicks, impressions = clicks.double(), impressions.double()
+    conditions = [("impressions", impressions, ~torch.isfinite(impressions) | (impressions <= 0), "positive"),
+                  ("clicks", clicks, ~torch.isfinite(clicks) | (clicks < 0) | (clicks > impressions)
+                   | (clicks != clicks.round()), "whole numbers in 0..impressions"),
+                  ("position", position, position < 0, "non-negative")]
+    check_tensors(*conditions)
+    bucket = position.long() if n_positions is None else position.long().clamp(max=n_positions - 1)
+    return clicks, impressions, bucket
+
+
+def em_posteriors(clicks, impressions, theta, gamma) -> tuple[torch.Tensor, torch.Tensor]:
+    """The E-step: expected examined and relevant impressions of each row (float64).
+
+    Args:
+        clicks, impressions: [M] counts of each (document, position) row.
+        theta: [M] examination probability of each row's position; gamma: [M] relevance
+            probability of each row's document; both are clamped into [1e-6, 1 − 1e-6].
+    Returns:
+        (examined, relevant), each [M]: c + (n − c) P(E = 1 | C = 0) and c + (n − c) P(R = 1 | C = 0).
+
+    >>> em_posteriors(torch.tensor([1.]), torch.tensor([3.]), torch.tensor([0.5]), torch.tensor([0.5]))
+    (tensor([1.6667], dtype=torch.float64), tensor([1.6667], dtype=torch.float64))
+    """
+    theta = theta.double().clamp(_PROB_EPS, 1 - _PROB_EPS)
+    gamma = gamma.double().clamp(_PROB_EPS, 1 - _PROB_EPS)
+    unclicked = impressions.double() - clicks.double()
+    none = 1.0 - theta * gamma
+    examined = clicks + unclicked * theta * (1.0 - gamma) / none
+    relevant = clicks + unclicked * (1.0 - theta) * gamma / none
+    return examined, relevant
+
+
+def em_step(clicks, impressions, position, theta, gamma) -> tuple[torch.Tensor, torch.Tensor]:
+    """One EM step of the position-based model on aggregated rows.
+
+    Args:
+        clicks: [M] clicks of each (document, position) row; impressions: [M] its impressions
+            (None: 1 each, one row per shown document and session).
+        position: [M] 0-based displayed positions; theta: [P] current examination probabilities
+            (positions ≥ P − 1 share the last); gamma: [M] current relevance of each row's document.
+    Returns:
+        (theta, target): [P] the M-step's θ (a position without impressions keeps its value) and
+        [M] the relevance target of each row, its expected relevant share of impressions.
+
+    >>> theta, target = em_step(torch.tensor([1., 0.]), torch.tensor([2., 2.]), torch.tensor([0, 1]),
+    ...                         torch.tensor([1., 0.5]), torch.tensor([0.5, 0.5]))
+    >>> [round(v, 4) for v in theta.tolist()], [round(v, 4) for v in target.tolist()]
+    ([1.0, 0.3333], [0.5, 0.3333])
+    """
+    theta = check_tensor(theta, "theta", ndim=1, kind="float").double()
+    clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(theta))
+    gamma = check_tensor(gamma, "gamma", shape=clicks.shape, kind="float")
+    examined, relevant = em_posteriors(clicks, impressions, theta[bucket], gamma)
+    shown = torch.zeros_like(theta).index_add_(0, bucket, impressions)
+    seen = torch.zeros_like(theta).index_add_(0, bucket, examined)
+    new_theta = torch.where(shown > 0, seen / shown.clamp(min=1e-300), theta)
+    return new_theta.clamp(_PROB_EPS, 1.0), relevant / impressions
+
+
+def click_log_likelihood(clicks, impressions, position, theta, gamma) -> torch.Tensor:
+    """Mean log-likelihood per impression of the clicks under the position-based model θ, γ.
+
+    Σ [c log(θ_k γ) + (n − c) log(1 − θ_k γ)] / Σ n, float64 (the quantity EM increases).
+    """
+    theta = check_tensor(theta, "theta", ndim=1, kind="float").double()
+    clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(theta))
+    q = (theta[bucket] * gamma.double()).clamp(_PROB_EPS, 1 - _PROB_EPS)
+    return (clicks * q.log() + (impressions - clicks) * torch.log1p(-q)).sum() / impressions.sum()
+
+
+class RegressionEM:
+    """Regression-EM (Wang et al., WSDM 2018): a neural relevance model and the position bias
+    learned together from clicks by EM (see the comment above :func:`em_posteriors`).
+
+    The relevance model γ(x) = sigmoid(f(x)) is an :class:`rankkit.neural.scorer.MLPScorer`;
+    f ranks documents (:meth:`predict`). Each of ``iterations`` EM iterations runs the E-step with
+    the current θ and f, sets θ in closed form, then takes ``epochs`` passes of Adam over the rows
+    on the weighted cross-entropy against the relevance targets (weights = impressions).
+
+    Args:
+        n_positions: P, positions with their own θ (deeper ones share the last).
+        hidden, dropout: the MLP's hidden sizes and dropout.
+        iterations, epochs: EM iterations, and Adam passes per M-step.
+        lr, weight_decay, batch_size: Adam's step, L2 and rows per step.
+        seed: seeds the initial weights and the shuffling; the same seed gives the same model.
+
+    Attributes (after :meth:`fit`):
+        theta_: [P] float64 examination probabilities; ``propensities_``: θ / θ_0.
+        scorer_: the fitted MLPScorer; ``history_``: mean click log-likelihood per iteration.
+
+    >>> x = torch.randn(40, 3, generator=torch.Generator().manual_seed(0))
+    >>> model = RegressionEM(3, hidden=(4,), iterations=2).fit(x, (x[:, 0] > 0).double(), torch.arange(40) % 3)
+    >>> model.theta_.shape, model.predict(x).shape
+    (torch.Size([3]), torch.Size([40]))
+    """
+
+    def __init__(self, n_positions: int = 10, *, hidden: tuple[int, ...] = (32,), dropout: float = 0.0,
+                 iterations: int = 20, epochs: int = 1, lr: float = 3e-3, weight_decay: float = 1e-5,
+                 batch_size: int = 1024, seed: int = 0):
+        self.n_positions = check_int(n_positions, "n_positions")
+        self.hidden = tuple(hidden)
+        self.dropout = check_number(dropout, "dropout", low=0.0, high=1.0, high_open=True)
+        self.iterations = check_int(iterations, "iterations")
+        self.epochs = check_int(epochs, "epochs")
+        self.lr = check_number(lr, "lr", low=0.0, low_open=True)
+        self.weight_decay = check_number(weight_decay, "weight_decay", low=0.0)
+        self.batch_size = check_int(batch_size, "batch_size")
+        self.seed = check_int(seed, "seed", low=0)
+
+    def __repr__(self) -> str:
+        return (f"RegressionEM(n_positions={self.n_positions}, hidden={self.hidden}, "
+                f"iterations={self.iterations}, epochs={self.epochs})")
+
+    @property
+    def propensities_(self) -> torch.Tensor:
+        """[P] float64 θ_k / θ_0, the learned examination ratios (position 0 = 1)."""
+        return self.theta_ / self.theta_[0]
+
+    def fit(self, X, clicks, position, *, impressions=None, callback=None) -> RegressionEM:
+        """Fit on rows of (features, clicks, position[, impressions]).
+
+        Args:
+            X: [M, F] features of each row's document.
+            clicks: [M] clicks (0/1 per session row, or counts with ``impressions``).
+            position: [M] 0-based displayed positions.
+            impressions: [M] impressions of each row (None: 1 each).
+            callback: called as ``callback(self, iteration)`` after every EM iteration (e.g. to
+                keep the iteration that scores best on a click-log validation split).
+        """
+        from rankkit.neural.scorer import MLPScorer
+
+        X = torch.as_tensor(X)
+        check_tensor(X, "X", ndim=2, kind="float")
+        clicks, impressions, bucket = _check_counts(clicks, impressions, position, self.n_positions)
+        if clicks.shape[0] != X.shape[0]:
+            raise ValueError(f"`clicks` has to have one entry per row of `X` ({X.shape[0]}), got {clicks.shape[0]}")
+        check_tensors(("X", X, ~torch.isfinite(X).all(1)[:, None].expand_as(X), "finite"))
+        X = X.float()
+        torch.manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(self.seed)
+        self.scorer_ = MLPScorer(X.shape[1], hidden=list(self.hidden), dropout=self.dropout)
+        self.scorer_.preprocess.fit(X)
+        opt = torch.optim.Adam(self.scorer_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        # start: θ from the click-through rate by position, γ from the rows' click rates
+        shown = torch.zeros(self.n_positions, dtype=torch.float64).index_add_(0, bucket, impressions)
+        clicked = torch.zeros(self.n_positions, dtype=torch.float64).index_add_(0, bucket, clicks)
+        ctr = torch.where(shown > 0, clicked / shown.clamp(min=1e-300), 0.0)
+        self.theta_ = (ctr / ctr[0] if ctr[0] > 0 else torch.ones_like(ctr)).clamp(0.01, 1.0)
+        gamma = (clicks / impressions / self.theta_[bucket]).clamp(0.01, 0.99)
+        weight = (impressions / impressions.mean()).float()
+        self.history_ = []
+        for iteration in range(self.iterations):
+            self.theta_, target = em_step(clicks, impressions, bucket, self.theta_, gamma)
+            target = target.float()
+            self.scorer_.train()
+            for _ in range(self.epochs):
+                for rows in torch.randperm(len(X), generator=generator).split(self.batch_size):
+                    logits = self.scorer_(X[rows])
+                    loss = (F.binary_cross_entropy_with_logits(logits, target[rows], reduction="none")
+                            * weight[rows]).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            self.scorer_.eval()
+            gamma = self.relevance(X)
+            self.history_.append(float(click_log_likelihood(clicks, impressions, bucket, self.theta_, gamma)))
+            if callback is not None:
+                callback(self, iteration)
+        return self
+
+    @torch.no_grad()
+    def predict(self, X) -> torch.Tensor:
+        """Ranking scores f(x) [M] (float32, the relevance logits) of features [M, F]."""
+        if not hasattr(self, "scorer_"):
+            raise RuntimeError("RegressionEM is not fitted: call fit first")
+        X = torch.as_tensor(X)
+        check_tensor(X, "X", ndim=2, kind="float")
+        self.scorer_.eval()
+        return self.scorer_(X.float())
+
+    def relevance(self, X) -> torch.Tensor:
+        """γ(x) = sigmoid(f(x)) [M] float64, the relevance probabilities."""
+        return torch.sigmoid(self.predict(X).double())
+
+
+# -- a click-log validation metric -----------------------------------------------------------------
+def ips_relevance(doc_index, clicks, impressions, position, propensities, *, clip: float | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse-propensity estimates of each document's relevance from a click log.
+
+    r̂_d = Σ_m c_m / θ_{k_m} / Σ_m n_m over the rows m of document d: unbiased for the document's
+    click probability at position 0 under the position-based model (Joachims, Swaminathan,
+    Schnabel, "Unbiased Learning-to-Rank with Biased Feedback", WSDM 2017). ``clip`` bounds the
+    inverse propensities 1/θ at ``clip`` (the clipped estimator of the same paper).
+
+    Args:
+        doc_index: [M] document ids of the rows; clicks, impressions, position: [M] counts and
+            0-based positions; propensities: [P] θ by position (positions ≥ P − 1 share the last).
+    Returns:
+        (docs, relevance): [D] sorted distinct document ids and [D] float64 estimates.
+
+    >>> ips_relevance(torch.tensor([7, 7, 3]), torch.tensor([1, 1, 0]), torch.tensor([2, 2, 1]),
+    ...               torch.tensor([0, 1, 0]), torch.tensor([1.0, 0.5]))
+    (tensor([3, 7]), tensor([0.0000, 0.7500], dtype=torch.float64))
+    """
+    propensities = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
+    check_tensors(("propensities", propensities, ~(propensities > 0) | ~torch.isfinite(propensities), "positive"))
+    clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(propensities))
+    doc_index = check_tensor(torch.as_tensor(doc_index), "doc_index", shape=clicks.shape, kind="int")
+    inverse = 1.0 / propensities
+    if clip is not None:
+        inverse = inverse.clamp(max=check_number(clip, "clip", low=1.0))
+    docs, rows = torch.unique(doc_index, return_inverse=True)
+    weighted = torch.zeros(len(docs), dtype=torch.float64).index_add_(0, rows, clicks * inverse[bucket])
+    shown = torch.zeros(len(docs), dtype=torch.float64).index_add_(0, rows, impressions)
+    return docs, weighted / shown
+
+
+def counterfactual_ndcg(scores, query_index, relevance, *, k: int | None = 10) -> float:
+    """Mean NDCG@k (linear gain) of ``scores`` against click-estimated relevance, per query.
+
+    The click-log validation metric: with ``relevance`` from :func:`ips_relevance` it estimates,
+    without true labels, the NDCG of a ranking of the logged documents. Queries whose
+    estimated relevance is all zero count 1 (as LightGBM's NDCG).
+
+    Args:
+        scores: [D] a model's scores of the documents; query_index: [D] their query ids;
+        relevance: [D] non-negative estimated relevance.
+    Returns:
+        The mean over queries (float).
+    """
+    from rankkit.data.dataset import pad
+    from rankkit.metrics import ndcg
+
+    scores = check_tensor(torch.as_tensor(scores), "scores", ndim=1, kind="float")
+    query_index = check_tensor(torch.as_tensor(query_index), "query_index", shape=scores.shape, kind="int")
+    relevance = check_tensor(torch.as_tensor(relevance), "relevance", shape=scores.shape, kind="float")
+    check_tensors(("relevance", relevance, ~(relevance >= 0) | ~torch.isfinite(relevance), "non-negative"),
+                  ("scores", scores, ~torch.isfinite(scores), "finite"))
+    order = torch.argsort(query_index, stable=True)
+    _, sizes = torch.unique_consecutive(query_index[order], return_counts=True)
+    s, mask = pad(scores[order].double(), sizes)
+    y, _ = pad(relevance[order].double(), sizes)
+    return float(ndcg(s, y, mask=mask, k=k, gain="linear").mean())
+
+
+class ClickLogMetric:
+    """A validation metric from a click log alone: counterfactual NDCG@k of any ranker.
+
+    For model selection where true labels are unavailable (the choice of Unbiased LambdaMART's
+    ``bias_p``, of naive against debiased training, of a neural epoch): the propensities θ̂ of
+    the validation log come from :class:`RegressionEM` fitted on that log (or are given), the
+    clicks become inverse-propensity relevance estimates (:func:`ips_relevance`, 1/θ̂ clipped at
+    ``clip``), and a ranker scores its counterfactual NDCG@k over the logged documents
+    (:func:`counterfactual_ndcg`). Use a log of queries the rankers were not trained on.
+
+    Args:
+        counts: the validation log aggregated per (document, position)
+            (:meth:`rankkit.data.clicks.ClickLog.aggregate`).
+        features: [N, F] features of the source dataset the counts' ``doc_index`` points into.
+        propensities: [P] θ by position, or None to estimate them by regression-EM.
+        n_positions, clip, k: position buckets, the clip of 1/θ̂ (None: no clip), NDCG cutoff.
+        em: keyword arguments of the :class:`RegressionEM` that estimates θ̂.
+
+    Attributes:
+        propensities: [P] float64 θ̂ / θ̂_0 used; relevance: [D] the estimates of the D logged
+            documents; features: [D, F] their features; query: [D] their query ids.
+
+    >>> from rankkit.data import make_synthetic
+    >>> from rankkit.data.clicks import simulate_clicks
+    >>> data = make_synthetic(20, 8, 3, seed=0)
+    >>> log = simulate_clicks(data, torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0)),
+    ...                       sessions_per_query=20, k=5)
+    >>> metric = ClickLogMetric(log.aggregate(), data.features, propensities=1 / torch.arange(1., 6.))
+    >>> 0.0 <= metric(lambda x: x[:, 0]) <= 1.0
+    True
+    """
+
+    def __init__(self, counts, features, *, propensities=None, n_positions: int = 10, clip: float | None = None,
+                 k: int | None = 10, em: dict | None = None):
+        features = torch.as_tensor(features)
+        check_tensor(features, "features", ndim=2, kind="float")
+        doc_index = check_tensor(torch.as_tensor(counts.doc_index), "counts.doc_index", ndim=1, kind="int")
+        check_tensors(("counts.doc_index", doc_index, (doc_index < 0) | (doc_index >= features.shape[0]),
+                       f"in 0..{features.shape[0] - 1} (rows of `features`)"))
+        self.k = check_k(k)
+        if propensities is None:
+            model = RegressionEM(n_positions, **(em or {}))
+            model.fit(features[doc_index], counts.clicks, counts.position, impressions=counts.impressions)
+            propensities = model.propensities_
+        propensities = torch.as_tensor(propensities).double()
+        self.propensities = propensities / propensities[0]
+        docs, self.relevance = ips_relevance(doc_index, counts.clicks, counts.impressions, counts.position,
+                                             self.propensities, clip=clip)
+        first = torch.zeros(len(docs), dtype=torch.long)
+        first[torch.unique(doc_index, return_inverse=True)[1]] = torch.as_tensor(counts.query_index).long()
+        self.query = first
+        self.features = features[docs]
+
+    def __repr__(self) -> str:
+        return (f"ClickLogMetric({len(self.relevance)} documents, "
+                f"propensities={[round(v, 3) for v in self.propensities.tolist()]})")
+
+    def __call__(self, ranker) -> float:
+        """Counterfactual NDCG@k of ``ranker``: a callable features [D, F] -> scores [D], or an
+        object with such a ``predict``."""
+        predict = getattr(ranker, "predict", ranker)
+        with torch.no_grad():
+            scores = predict(self.features)
+        scores = torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
+        return counterfactual_ndcg(scores, self.query, self.relevance, k=self.k)

@@ -23,9 +23,12 @@ tensors too.
 What is counted (:class:`Counts`):
 
 * ``syncs``: host synchronisations -- ``aten._local_scalar_dense`` (``.item()``, ``bool()``,
-  ``int()``, ``float()``), device-to-host copies (``.cpu()``, ``.tolist()``, printing) and ops
+  ``int()``, ``float()``), device-to-host copies (``.cpu()``, ``.tolist()``, printing), ops
   whose output size depends on the data (``nonzero``, boolean indexing, ``masked_select``,
-  ``unique``), which on CUDA wait for the device to learn the size;
+  ``unique``), which on CUDA wait for the device to learn the size, and blocking host-to-device
+  copies (``.to("cuda")``, ``torch.tensor(..., device="cuda")``, a CPU operand of ``copy_`` or
+  of indexing): CUDA copies from pageable memory synchronously. Only a ``non_blocking=True``
+  copy from pinned memory (``Tensor.pin_memory()``, simulated here) is not a sync;
 * ``launches``: every dispatched aten op that computes on simulated tensors (one CUDA kernel
   per aten op is the eager-mode rule of thumb; composite ops are counted as the aten ops torch
   decomposes them into); ``views`` (metadata only, no kernel) and ``allocs`` (``empty*``) are
@@ -37,7 +40,10 @@ turns factory calls with ``device="cuda"`` (``torch.zeros``, ``arange``, ``tenso
 ``randn``, ``randperm``, ``*_like``, ``Tensor.new_*``, ...), ``Tensor.to("cuda")`` and
 ``Tensor.cuda()`` into simulated tensors, makes ``torch.cuda.is_available()`` True and
 ``torch.Generator(device="cuda")`` a CPU generator (so random draws equal the CPU ones for the
-same seed -- a real CUDA generator draws other numbers).
+same seed -- a real CUDA generator draws other numbers) that reports ``cuda``. As on CUDA, a
+random op on the simulated device with a CPU generator raises, and so does a CPU op with a
+simulated CUDA generator. ``Tensor.pin_memory()`` (which a CPU-only torch refuses) returns a
+copy that ``is_pinned()``.
 """
 from __future__ import annotations
 
@@ -139,9 +145,13 @@ class Counts:
         self.d2h_bytes += _nbytes(t)
         self.sync()
 
-    def h2d_copy(self, t: torch.Tensor) -> None:
+    def h2d_copy(self, t: torch.Tensor, blocking: bool = True) -> None:
+        """Count a host-to-device copy; a blocking one (any but a ``non_blocking`` copy from
+        pinned memory) is also a host synchronisation."""
         self.h2d += 1
         self.h2d_bytes += _nbytes(t)
+        if blocking:
+            self.sync()
 
     def launch(self, name: str) -> None:
         self.launches += 1
@@ -245,8 +255,12 @@ class SimTensor(torch.Tensor):
                 raise RuntimeError(
                     f"Expected all tensors to be on the same device, but found at least two "
                     f"devices, cuda:0 and {host[0].device}! (when checking arguments for {func})")
-            for t in host:  # CUDA copies the CPU operand to the device first
-                c.h2d_copy(t)
+            # CUDA copies the CPU operand to the device first: asynchronously only for copy_
+            # with non_blocking=True from pinned memory.
+            asynchronous = func is aten.copy_.default and bool(
+                args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+            for t in host:
+                c.h2d_copy(t, blocking=not (asynchronous and _pinned(t)))
 
         def unwrap(t):
             return t.data_cpu if isinstance(t, SimTensor) else t
@@ -278,6 +292,21 @@ class SimTensor(torch.Tensor):
         return tree_map(wrap, out)
 
 
+def _pinned(t: torch.Tensor) -> bool:
+    """Whether the CPU tensor ``t`` came from the simulated ``pin_memory()``."""
+    return bool(getattr(t, "_simcuda_pinned", False))
+
+
+def _check_generator(generator, cuda: bool) -> None:
+    """Raise as CUDA does when a random op's generator is on the other device."""
+    if generator is None:
+        return
+    on_cuda = bool(getattr(generator, "_simcuda", False))
+    if on_cuda != cuda:
+        want, found = ("cuda", "cpu") if cuda else ("cpu", "cuda")
+        raise RuntimeError(f"Expected a '{want}' device type for generator but found '{found}'")
+
+
 class _FactoryDispatch(TorchDispatchMode):
     """aten factories asked for the simulated device with no tensor argument (``device=cuda``
     from a C++ decomposition, or ``meta``: "the device of a SimTensor" seen from C++) are made
@@ -298,9 +327,10 @@ class _FactoryDispatch(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def to_sim(t: torch.Tensor) -> SimTensor:
-    """A simulated-CUDA copy of the CPU tensor ``t`` (one host-to-device copy, counted)."""
-    _counts().h2d_copy(t)
+def to_sim(t: torch.Tensor, non_blocking: bool = False) -> SimTensor:
+    """A simulated-CUDA copy of the CPU tensor ``t`` (one host-to-device copy, counted; a sync
+    unless ``non_blocking`` and ``t`` is pinned)."""
+    _counts().h2d_copy(t, blocking=not (non_blocking and _pinned(t)))
     return SimTensor(t.detach().clone())
 
 
@@ -325,13 +355,23 @@ class _SimFunctionMode(TorchFunctionMode):
         if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu) and isinstance(
                 self_, torch.Tensor):
             return _move(func, self_, args[1:], kwargs)
+        if func is torch.Tensor.pin_memory and not isinstance(self_, SimTensor):
+            pinned = self_.clone()
+            pinned._simcuda_pinned = True
+            return pinned
+        if func is torch.Tensor.is_pinned and not isinstance(self_, SimTensor):
+            return _pinned(self_)
         if isinstance(self_, SimTensor):
             if func is torch.Tensor.tolist:
                 return _to_host(self_).tolist()
             if func in (torch.Tensor.numpy, torch.Tensor.__array__):
                 raise TypeError("can't convert cuda:0 device type tensor to numpy. Use "
                                 "Tensor.cpu() to copy the tensor to host memory first.")
-        if "device" in kwargs and _on_sim_device(kwargs["device"]):
+        factory = "device" in kwargs and _on_sim_device(kwargs["device"])
+        if kwargs.get("generator") is not None:  # (below this level torch passes a new Python object)
+            _check_generator(kwargs["generator"], cuda=factory or any(
+                isinstance(t, SimTensor) for t in tree_flatten((args, kwargs))[0]))
+        if factory:
             return _factory(func, args, kwargs)
         return func(*args, **kwargs)
 
@@ -366,12 +406,13 @@ def _to_host(t: SimTensor, dtype=None) -> torch.Tensor:
 
 def _move(func, t, rest, kwargs):
     """``Tensor.to`` / ``.cuda()`` / ``.cpu()`` between the host and the simulated device."""
+    non_blocking = bool(kwargs.get("non_blocking", False))
     if func is torch.Tensor.cpu:
         target, dtype, copy = CPU, None, False
     elif func is torch.Tensor.cuda:
         target, dtype, copy = CUDA, None, False
     else:
-        target, dtype, _, _ = torch._C._nn._parse_to(*rest, **kwargs)
+        target, dtype, non_blocking, _ = torch._C._nn._parse_to(*rest, **kwargs)
         copy = bool(kwargs.get("copy", False))
         if rest and isinstance(rest[0], SimTensor):
             target = CUDA
@@ -385,7 +426,7 @@ def _move(func, t, rest, kwargs):
     src = t if dtype is None else t.to(dtype)
     if src.requires_grad and torch.is_grad_enabled():
         return _ToSim.apply(src)
-    return to_sim(src)
+    return to_sim(src, non_blocking=non_blocking and _pinned(t))
 
 
 class _SimToCpu(torch.autograd.Function):
@@ -414,13 +455,19 @@ class _ToSim(torch.autograd.Function):
 
 
 class _SimGenerator(torch.Generator):
-    """``torch.Generator(device="cuda")`` under the simulation: a CPU generator."""
+    """``torch.Generator(device=...)`` under the simulation: a CPU generator, which for
+    ``device="cuda"`` says it is on ``cuda:0`` and draws only for simulated tensors."""
 
     def __new__(cls, device="cpu"):
         return super().__new__(cls, "cpu")
 
     def __init__(self, device="cpu"):
-        pass  # torch.Generator is set up in __new__
+        # torch.Generator is set up in __new__; remember the device asked for.
+        self._simcuda = _on_sim_device(device)
+
+    @property
+    def device(self) -> torch.device:
+        return CUDA if self._simcuda else CPU
 
 
 @contextlib.contextmanager

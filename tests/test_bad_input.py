@@ -617,6 +617,7 @@ ESTIMATOR = [
     Case("est-param-gain", fit(params={"gain": "log"}), ValueError, r"`gain` has to be one of"),
     Case("est-device-cuda-without-cuda", fit(params={"device": "cuda"}), ValueError, r"`device` is 'cuda', but CUDA is not available"),
     Case("est-device-nonsense", fit(params={"device": "gpu0"}), ValueError, r"`device` has to be a torch device"),
+    Case("est-device-meta", fit(params={"device": "meta"}), ValueError, r"`device` is 'meta', a device that holds no data"),
     Case("est-predict-features", predict_with(torch.zeros(3, 4)), ValueError, r"X has 4 features, but LambdaMART is expecting 3"),
     Case("est-predict-inf", predict_with(put((1, 1), INF)), ValueError, r"`X` .* got inf at \[1, 1\]"),
     Case("est-load-missing", lambda tmp: __import__("rankkit").LambdaMART.load(tmp / "none.safetensors"),

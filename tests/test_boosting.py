@@ -10,7 +10,8 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
-from rankkit.boosting import LambdaMART, ObliviousEnsemble, QuantileBinner, _cpu_kernel
+from rankkit.boosting import LambdaMART, ObliviousEnsemble, QuantileBinner
+from rankkit.kernels import cpu as _cpu_kernel
 from rankkit.boosting.engine import valid_codes as _valid_codes
 from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, build_histograms, leaf_of, split_scores
 from rankkit.data import load_mq2008, make_synthetic
@@ -163,18 +164,18 @@ def test_compiled_histograms_equal_torch_histograms():
     rows = torch.randperm(5000, generator=g)[:1700].sort().values
     feats = torch.tensor([4, 0, 5])
     node = torch.randint(0, 8, (1700,), generator=g)
-    fast = _cpu_kernel.cpu_histograms(codes, rows, feats, node, grad[rows], hess[rows], 8)
+    fast = _cpu_kernel.histograms(codes, rows, feats, node, grad[rows], hess[rows], 8)
     slow = build_histograms(codes_t[feats][:, rows].contiguous(), node, grad[rows], hess[rows], 8)
     torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
     # A node -> slot map: nodes 1 and 6 to slots 1 and 0, the others left out.
     slot = torch.tensor([-1, 1, -1, -1, -1, -1, 0, -1])
-    mapped = _cpu_kernel.cpu_histograms(codes, rows, feats, node, grad[rows], hess[rows], 8, slot, 2)
+    mapped = _cpu_kernel.histograms(codes, rows, feats, node, grad[rows], hess[rows], 8, slot, 2)
     torch.testing.assert_close(mapped, fast[:, :, [6, 1]], rtol=0, atol=0)
     # The children after a split: the smaller child summed, its sibling parent - child.
     parent_of = node % 4
-    parent = _cpu_kernel.cpu_histograms(codes, rows, feats, parent_of, grad[rows], hess[rows], 4)
+    parent = _cpu_kernel.histograms(codes, rows, feats, parent_of, grad[rows], hess[rows], 4)
     small_is_right = torch.tensor([True, False, False, True])
-    kids = _cpu_kernel.cpu_children(codes, rows, feats, node, grad[rows], hess[rows], parent, small_is_right)
+    kids = _cpu_kernel.children(codes, rows, feats, node, grad[rows], hess[rows], parent, small_is_right)
     for p in range(4):
         small, large = (p + 4, p) if small_is_right[p] else (p, p + 4)
         torch.testing.assert_close(kids[:, :, small], fast[:, :, small], rtol=0, atol=0)
@@ -184,7 +185,7 @@ def test_compiled_histograms_equal_torch_histograms():
     try:
         for n in (1, 2, 3):  # each cell is summed by one thread in document order: same bits
             torch.set_num_threads(n)
-            fast = _cpu_kernel.cpu_histograms(codes, None, None, node_all, grad, hess, 2)
+            fast = _cpu_kernel.histograms(codes, None, None, node_all, grad, hess, 2)
             torch.testing.assert_close(fast, build_histograms(codes_t, node_all, grad, hess, 2), rtol=0, atol=0)
     finally:
         torch.set_num_threads(threads)
@@ -198,8 +199,8 @@ def test_known_root_counts_give_the_same_histograms_and_trees():
     grad = torch.randn(2000, generator=g, dtype=torch.float64)
     hess = torch.rand(2000, generator=g, dtype=torch.float64)
     node = torch.zeros(2000, dtype=torch.long)
-    full = _cpu_kernel.cpu_histograms(codes, None, None, node, grad, hess, 1)
-    fast = _cpu_kernel.cpu_histograms(codes, None, None, node, grad, hess, 1, counts=full[2].clone())
+    full = _cpu_kernel.histograms(codes, None, None, node, grad, hess, 1)
+    fast = _cpu_kernel.histograms(codes, None, None, node, grad, hess, 1, counts=full[2].clone())
     assert torch.equal(fast, full)
     # The grower counts the root once and reuses the counts for later trees.
     valid = torch.zeros(5, 256, dtype=torch.bool)
@@ -221,12 +222,12 @@ def test_compiled_routing_equals_leaf_of():
     g = torch.Generator().manual_seed(4)
     codes_t = torch.randint(0, 256, (7, 3000), generator=g, dtype=torch.uint8)
     feats, cuts = torch.tensor([3, 0, 6]), torch.tensor([100, 7, 255])
-    leaves = _cpu_kernel.cpu_route(codes_t.t().contiguous(), None, feats, cuts, torch.tensor([1, 2, 4]),
+    leaves = _cpu_kernel.route(codes_t.t().contiguous(), None, feats, cuts, torch.tensor([1, 2, 4]),
                                    torch.zeros(3000, dtype=torch.long))
     assert torch.equal(leaves, leaf_of(codes_t, feats, cuts))
     rows = torch.tensor([5, 2999, 0, 5])
     node = torch.full((4,), 10, dtype=torch.long)
-    _cpu_kernel.cpu_route(codes_t.t().contiguous(), rows, feats[:1], cuts[:1], torch.tensor([8]), node)
+    _cpu_kernel.route(codes_t.t().contiguous(), rows, feats[:1], cuts[:1], torch.tensor([8]), node)
     assert torch.equal(node, 10 + 8 * (codes_t[3, rows] > 100).long())
 
 
@@ -273,8 +274,6 @@ def test_split_scores_respect_invalid_codes():
 def test_compiled_split_scores_equal_torch_split_scores(n_nodes, min_data, min_hess, l2):
     if not _cpu_kernel.available():
         pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
-    from rankkit.boosting.tree import _kernel_split_scores
-
     g = torch.Generator().manual_seed(n_nodes + min_data)
     hist = torch.rand(3, 9, n_nodes, 256, generator=g, dtype=torch.float64)
     hist[0] -= 0.5
@@ -283,7 +282,10 @@ def test_compiled_split_scores_equal_torch_split_scores(n_nodes, min_data, min_h
     hist[1] *= hist[2] > 0
     valid = torch.rand(9, 256, generator=g) > 0.2
     params = TreeParams(l2=l2, min_data_in_leaf=min_data, min_sum_hessian=min_hess)
-    want, got = split_scores(hist, valid, params), _kernel_split_scores(hist, valid, params)
+    want = split_scores(hist, valid, params)
+    noise = torch.randn(9, 256, generator=g, dtype=torch.float64)
+    got, best, noisy = _cpu_kernel.split_scan(hist, valid, params, noise=noise)
+    assert best == int(torch.argmax(want)) and noisy == int(torch.argmax(want + noise))
     allowed = torch.isfinite(want)
     assert 0 < int(allowed.sum()) < allowed.numel()
     assert torch.equal(torch.isfinite(got), allowed) and bool((got[~allowed] == -torch.inf).all())

@@ -230,6 +230,19 @@ def test_propensity_step_and_factors():
     assert float(upper[1, 4]) == 0.0 and float(lower[1, 4]) == 0.0  # padding
     loss.sum().backward()
     assert torch.allclose(scores.grad.sum(1), torch.zeros(2, dtype=torch.float64), atol=1e-12)
+    # clipping: each inverse bias is min(1/t, clip), element by element
+    clipped = PropensityEstimator(4, clip=1.5)
+    clipped.t_plus, clipped.t_minus = new_plus, new_minus
+    c_upper, c_lower = clipped.pair_factors(positions, mask, dtype=torch.float64)
+    for q in range(2):
+        for i in range(5):
+            if mask[q, i]:
+                b = min(int(positions[q, i]), 3)
+                assert float(c_upper[q, i]) == min(1 / float(new_plus[b]), 1.5)
+                assert float(c_lower[q, i]) == min(1 / float(new_minus[b]), 1.5)
+    assert float(c_upper.max()) == 1.5 < float(upper.max())  # the bound binds here
+    with pytest.raises(ValueError, match="`clip`"):
+        PropensityEstimator(4, clip=0.5)
 
 
 def test_kernel_pair_weights_match_explicit_loss():

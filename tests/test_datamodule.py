@@ -96,7 +96,7 @@ def test_lightgbm_example_has_no_validation_set_unless_val_fraction():
     # rank.train / rank.test with .query sidecars (201 and 50 queries), and no vali
     assert dm.train_set.n_queries == 201 and dm.test_set.n_queries == 50 and dm.val_set is None
     whole = dm.train_set
-    with pytest.raises(ValueError, match="no such split"):
+    with pytest.raises(ValueError, match="no validation file"):
         dm.val_dataloader()
 
     dm = RankingDataModule(LIGHTGBM_EXAMPLE, val_fraction=0.1, seed=3)

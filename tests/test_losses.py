@@ -198,6 +198,18 @@ def explicit_loss(name, s, y, mask, **options):
                      / torch.log2(torch.arange(len(idx), dtype=torch.float64) + 2.0)).sum()
             out.append(1.0 - (gains / ideal / torch.log2(1.0 + rank)).sum() if ideal > 0
                        else s.sum() * 0.0)
+        elif name == "neural_ndcg":  # NeuralSort rows, 50 full-matrix Sinkhorn rounds, NDCG of P g
+            n = len(idx)
+            spread = (sq[:, None] - sq[None, :]).abs().sum(1)
+            scale = n + 1.0 - 2.0 * torch.arange(1, n + 1, dtype=torch.float64)
+            p = torch.softmax(scale[:, None] * sq[None, :] - spread[None, :], dim=1)
+            for _ in range(50):
+                p = p / p.sum(0, keepdim=True)
+                p = p / p.sum(1, keepdim=True)
+            gains = 2.0 ** yq - 1.0
+            disc = 1.0 / torch.log2(torch.arange(n, dtype=torch.float64) + 2.0)
+            ideal = (torch.sort(gains, descending=True).values * disc).sum()
+            out.append(1.0 - (p @ gains * disc).sum() / ideal if ideal > 0 else s.sum() * 0.0)
     return torch.stack(out)
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 from simcuda import from_sim, simcuda
 
-from rankkit.boosting import LambdaMART, _cpu_kernel
+from rankkit.boosting import LambdaMART
+from rankkit.kernels import cpu as _cpu_kernel
 from rankkit.boosting.tree import (ObliviousTreeGrower, TreeParams, build_histograms, leaf_sums,
                                    newton_leaf_values, quantize_gradients)
 from rankkit.data import make_synthetic
@@ -76,13 +77,13 @@ def test_integer_histograms_are_exact(use_kernel):
         try:
             for n in (1, 2):
                 torch.set_num_threads(n)
-                got = _cpu_kernel.cpu_histograms(codes, None, None, node, g_q, h_q, 4)
+                got = _cpu_kernel.histograms(codes, None, None, node, g_q, h_q, 4)
                 assert got.dtype == torch.int64 and torch.equal(got, want)
         finally:
             torch.set_num_threads(threads)
         # The subtraction trick in integers: the larger child is exactly parent − smaller.
-        parent = _cpu_kernel.cpu_histograms(codes, None, None, node % 2, g_q, h_q, 2)
-        kids = _cpu_kernel.cpu_children(codes, None, None, node, g_q, h_q, parent, torch.tensor([True, False]))
+        parent = _cpu_kernel.histograms(codes, None, None, node % 2, g_q, h_q, 2)
+        kids = _cpu_kernel.children(codes, None, None, node, g_q, h_q, parent, torch.tensor([True, False]))
         assert torch.equal(kids, want)
     else:
         got = build_histograms(codes_t, node, g_q.long(), h_q.long(), 4, chunk_rows=700)

@@ -119,6 +119,41 @@ def test_simcuda_counts_host_to_device_bytes(simcuda_counts):
     assert simcuda_counts.launches == 0
 
 
+def test_simcuda_blocking_host_to_device_copies_are_syncs(simcuda_counts):
+    # CUDA copies from pageable memory synchronously; only non_blocking from pinned memory is not.
+    host = torch.arange(4.0)
+    host.to("cuda")
+    torch.tensor([1.0, 2.0], device="cuda")
+    host.to("cuda", non_blocking=True)  # pageable: still a sync
+    x = torch.zeros(4, device="cuda")
+    x.copy_(host)
+    x[torch.tensor([0, 1])]  # a CPU index is copied to the device first
+    assert simcuda_counts.syncs == simcuda_counts.h2d == 5
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() and not host.is_pinned()
+    y = pinned.to("cuda", non_blocking=True)
+    x.copy_(pinned, non_blocking=True)
+    assert simcuda_counts.syncs == 5 and simcuda_counts.h2d == 7
+    assert from_sim(y).tolist() == from_sim(x).tolist() == [0.0, 1.0, 2.0, 3.0]
+    pinned.to("cuda")  # pinned but blocking: a sync
+    assert simcuda_counts.syncs == 6
+
+
+def test_simcuda_a_generator_of_the_other_device_raises(simcuda_counts):
+    cpu, cuda = torch.Generator().manual_seed(0), torch.Generator(device="cuda").manual_seed(0)
+    assert cpu.device.type == "cpu" and cuda.device.type == "cuda"
+    x = torch.zeros(5, device="cuda")
+    with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator but found 'cpu'"):
+        torch.rand(3, device="cuda", generator=cpu)
+    with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator"):
+        x.uniform_(generator=cpu)
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'cuda'"):
+        torch.randperm(4, generator=cuda)
+    x.uniform_(generator=cuda)
+    torch.randperm(4, generator=cpu)
+    assert from_sim(torch.rand(3, device="cuda", generator=cuda)).shape == (3,)
+
+
 def test_simcuda_cpu_copy_is_a_real_tensor_and_a_sync(simcuda_counts):
     x = torch.arange(4, device="cuda")
     simcuda_counts.reset()

@@ -1,10 +1,12 @@
-"""The device path's sync and copy budget per boosting round (issue 16, item 3), counted on the
-simulated CUDA device (tests/simcuda.py).
+"""The device path's sync and copy budget per boosting round (issues 16 and 24), counted on the
+simulated CUDA device (tests/simcuda.py), where a blocking host-to-device copy counts as a sync.
 
-A round may sync the host at most 3 times in all -- the lambda kernel, the tree and the eval
-metric, once each -- and copies nothing per document from the host: row samples, bootstrap
-weights, split noise and the quantization's rounding are made on the device (the host draws
-only per-query and per-feature vectors).
+A round syncs the host once in all: the finished tree and the eval metrics, in one packed
+device-to-host copy. The lambda pass and the eval metric run on the data set's plan
+(rankkit._plan.QueryPlan: nothing validated or re-planned in the loop), and the round copies
+nothing per document from the host: row samples, bootstrap weights, split noise and the
+quantization's rounding are made on the device (the host draws only per-query and per-feature
+vectors, copied from pinned memory without blocking).
 """
 from __future__ import annotations
 
@@ -60,12 +62,12 @@ def test_round_syncs_once_for_the_tree_and_copies_nothing_per_document(case):
     assert short["h2d_bytes"] == long["h2d_bytes"] <= 8 * 8 * 8, (short, long)
 
 
-# Measured 2026-11-24: 12 syncs per round -- 7 in the lambda kernel (argument check, the
-# query-length sort and padding tests, ideal DCG, the block plan, the wide-query count), 4 in
-# the eval metric (argument check, ideal DCG, the float result) and 1 for the tree. The lambda
-# kernel and the metric are other files' (rankkit/lambdas.py, _ranking.py, objectives.py).
-@pytest.mark.xfail(strict=True, reason="lambda kernel (7 syncs) and eval metric (4) not yet at one each")
-def test_round_syncs_at_most_three_times():
+# Measured 2026-11-24, before the plan: 12 syncs per round -- 7 in the lambda kernel (argument
+# check, the query-length sort and padding tests, ideal DCG, the block plan, the wide-query
+# count), 4 in the eval metric (argument check, ideal DCG, the float result) and 1 for the tree.
+@pytest.mark.parametrize("case", list(CASES))
+def test_round_syncs_once_in_all(case):
     with simcuda() as counts:
-        snap, sites = _round(counts)
-    assert snap["syncs"] <= 3, sites
+        snap, sites = _round(counts, **CASES[case])
+    assert snap["syncs"] == 1 and len(sites) == 1, sites
+    assert next(iter(sites)).startswith("boosting/engine.py"), sites

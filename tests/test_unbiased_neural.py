@@ -12,12 +12,21 @@ import pytorch_lightning as pl
 import pytest
 import torch
 
-from rankkit.data import make_synthetic
-from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+from rankkit.data import make_synthetic, pad
+from rankkit.data.clicks import PositionBasedModel, attractiveness, simulate_clicks
 from rankkit.data.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
+from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank, RankNet
-from rankkit.unbiased import PropensityEstimator
+from rankkit.unbiased import (
+    ClickLogMetric,
+    PropensityEstimator,
+    RegressionEM,
+    click_log_likelihood,
+    counterfactual_ndcg,
+    em_step,
+    ips_relevance,
+)
 
 N_POSITIONS = 6
 
@@ -116,3 +125,195 @@ def test_unbiased_needs_positions_and_pairs(click_log):
     with pytest.raises(ValueError, match="`bias_p`"):
         RankNet(n_features=5, unbiased=True, bias_p=-1.0)
     assert LambdaRank(n_features=5).propensities is None
+
+
+# -- regression-EM (Wang et al., WSDM 2018) and the click-log validation metric --------------------
+def test_em_step_against_impression_loop():
+    # rows are (document, position) with counts; the reference walks every single impression in
+    # float64 with the posterior written out from Bayes' rule
+    gen = torch.Generator().manual_seed(0)
+    m, p = 30, 4
+    impressions = torch.randint(1, 6, (m,), generator=gen)
+    clicks = (torch.rand(m, generator=gen) * (impressions + 1)).floor().clamp(max=impressions).long()
+    position = torch.randint(0, p + 2, (m,), generator=gen)  # deeper than P - 1: the last bucket
+    theta = torch.tensor([0.9, 0.6, 0.4, 0.3], dtype=torch.float64)
+    gamma = torch.rand(m, generator=gen, dtype=torch.float64) * 0.9 + 0.05
+    new_theta, target = em_step(clicks, impressions, position, theta, gamma)
+    seen, shown = [0.0] * p, [0.0] * p
+    for r in range(m):
+        k = min(int(position[r]), p - 1)
+        t, g = float(theta[k]), float(gamma[r])
+        relevant = 0.0
+        for n in range(int(impressions[r])):
+            if n < int(clicks[r]):
+                examined_post, relevant_post = 1.0, 1.0
+            else:
+                no_click = (1 - t) * (1 - g) + t * (1 - g) + (1 - t) * g
+                examined_post, relevant_post = t * (1 - g) / no_click, (1 - t) * g / no_click
+            seen[k] += examined_post
+            shown[k] += 1.0
+            relevant += relevant_post
+        assert abs(float(target[r]) - relevant / int(impressions[r])) < 1e-9, r
+    torch.testing.assert_close(new_theta, torch.tensor([s / n for s, n in zip(seen, shown)], dtype=torch.float64))
+
+
+def free_em(clicks, impressions, position, doc, n_docs, iterations):
+    """Classic EM of the position-based model with a free γ per document (closed-form M-step)."""
+    theta = torch.full((int(position.max()) + 1,), 0.5, dtype=torch.float64)
+    gamma_doc = torch.full((n_docs,), 0.5, dtype=torch.float64)
+    likelihood = []
+    for _ in range(iterations):
+        theta, target = em_step(clicks, impressions, position, theta, gamma_doc[doc])
+        relevant = torch.zeros(n_docs, dtype=torch.float64).index_add_(0, doc, target * impressions)
+        gamma_doc = relevant / torch.zeros(n_docs, dtype=torch.float64).index_add_(0, doc, impressions.double())
+        likelihood.append(float(click_log_likelihood(clicks, impressions, position, theta, gamma_doc[doc])))
+    return theta, gamma_doc, likelihood
+
+
+def test_em_fixed_point_is_the_maximum_likelihood():
+    # 3 documents each shown at all 3 positions: θ / θ_0 is identified; EM must climb the click
+    # likelihood monotonically and land where a direct maximiser (L-BFGS on logits) lands
+    true_theta = torch.tensor([1.0, 0.5, 0.25], dtype=torch.float64)
+    true_gamma = torch.tensor([0.8, 0.4, 0.15], dtype=torch.float64)
+    doc = torch.arange(3).repeat_interleave(3)
+    position = torch.arange(3).repeat(3)
+    impressions = torch.tensor([400, 300, 500, 350, 450, 250, 600, 200, 400], dtype=torch.float64)
+    clicks = (impressions * true_theta[position] * true_gamma[doc]).round() + torch.tensor(
+        [3., -2, 1, 0, 2, -1, -3, 1, 0])  # off the exact expectation
+    theta, gamma, likelihood = free_em(clicks, impressions, position, doc, 3, 3000)
+    assert all(b >= a - 1e-12 for a, b in zip(likelihood, likelihood[1:])), "EM decreased the likelihood"
+
+    logits = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([logits], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        q = torch.sigmoid(logits[:3])[position] * torch.sigmoid(logits[3:])[doc]
+        loss = -(clicks * q.log() + (impressions - clicks) * torch.log1p(-q)).sum() / impressions.sum()
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    direct_theta = torch.sigmoid(logits[:3]).detach()
+    best = -float(closure().detach())
+    assert likelihood[-1] >= best - 1e-7, (likelihood[-1], best)
+    torch.testing.assert_close(theta / theta[0], direct_theta / direct_theta[0], rtol=2e-3, atol=1e-4)
+    assert torch.all((theta / theta[0] - true_theta).abs() < 0.08), theta / theta[0]
+
+
+@pytest.fixture(scope="module")
+def randomized_pbm_log():
+    """PBM η = 1 on lists shown in random order (so position and relevance are independent)."""
+    data = make_synthetic(400, (10, 20), 5, seed=1)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(1))
+    log = simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=50,
+                          k=N_POSITIONS, seed=1)
+    return data, log
+
+
+def test_regression_em_recovers_propensities(randomized_pbm_log):
+    data, log = randomized_pbm_log
+    counts = log.aggregate()
+    model = RegressionEM(N_POSITIONS, hidden=(16,), iterations=25, epochs=2, lr=1e-2, seed=0)
+    model.fit(data.features[counts.doc_index], counts.clicks, counts.position, impressions=counts.impressions)
+    true = 1.0 / torch.arange(1, N_POSITIONS + 1, dtype=torch.float64)
+    assert torch.all((model.propensities_ / true - 1).abs() < 0.15), model.propensities_
+    assert model.history_[-1] > model.history_[0]
+    # the relevance model ranks: NDCG@10 on the true labels well above a random order
+    s, mask = pad(model.predict(data.features), data.sizes)
+    y, _ = pad(data.labels, data.sizes)
+    r, _ = pad(torch.rand(data.n_docs, generator=torch.Generator().manual_seed(2)), data.sizes)
+    assert float(ndcg(s, y, mask=mask, k=10).mean()) > float(ndcg(r, y, mask=mask, k=10).mean()) + 0.1
+    # a seed gives the same model twice
+    again = RegressionEM(N_POSITIONS, hidden=(16,), iterations=2, seed=3)
+    twice = RegressionEM(N_POSITIONS, hidden=(16,), iterations=2, seed=3)
+    x = data.features[counts.doc_index]
+    for est in (again, twice):
+        est.fit(x, counts.clicks, counts.position, impressions=counts.impressions)
+    assert torch.equal(again.predict(x), twice.predict(x)) and torch.equal(again.theta_, twice.theta_)
+
+
+def test_ips_relevance_and_counterfactual_ndcg(randomized_pbm_log):
+    data, log = randomized_pbm_log
+    counts = log.aggregate()
+    true_theta = 1.0 / torch.arange(1, N_POSITIONS + 1, dtype=torch.float64)
+    docs, rel = ips_relevance(counts.doc_index, counts.clicks, counts.impressions, counts.position, true_theta)
+    # reference loop: Σ c / θ over a document's rows, over its impressions
+    num, den = {}, {}
+    for d, c, n, k in zip(counts.doc_index.tolist(), counts.clicks.tolist(), counts.impressions.tolist(),
+                          counts.position.tolist()):
+        num[d] = num.get(d, 0.0) + c / float(true_theta[k])
+        den[d] = den.get(d, 0.0) + n
+    torch.testing.assert_close(rel, torch.tensor([num[d] / den[d] for d in docs.tolist()], dtype=torch.float64))
+    # unbiased for ρ(y): the mean estimate per label matches the attractiveness within noise
+    truth = attractiveness(data.labels[docs], max_label=4)
+    for label in range(5):
+        at = data.labels[docs] == label
+        if int(at.sum()) > 30:
+            assert abs(float(rel[at].mean() - truth[at].mean())) < 0.05, label
+    # clipping bounds the inverse propensities
+    _, clipped = ips_relevance(counts.doc_index, counts.clicks, counts.impressions, counts.position, true_theta,
+                               clip=2.0)
+    assert bool((clipped <= rel + 1e-12).all()) and float(clipped.max()) <= 2.0
+    # the metric orders rankings as NDCG against ρ(y) does: labels beat noise, noise beats reversed labels
+    query = data.doc_query_index()[docs]
+    y = data.labels[docs]
+    good = counterfactual_ndcg(y.double(), query, rel)
+    noise = counterfactual_ndcg(torch.rand(len(docs), generator=torch.Generator().manual_seed(0)).double(), query, rel)
+    bad = counterfactual_ndcg(-y.double(), query, rel)
+    assert good > noise + 0.05 > bad + 0.1, (good, noise, bad)
+    # without the propensities (all 1) the estimate is the click rate, which favours the top
+    # positions: the production order (here random) then scores above noise
+    shown_first = -counts.position.double()
+    first_docs = torch.unique(counts.doc_index, return_inverse=True)[1]
+    order_score = torch.zeros(len(docs), dtype=torch.float64)
+    order_score[first_docs] = shown_first  # every session of a query shows one list: one position per document
+    _, naive = ips_relevance(counts.doc_index, counts.clicks, counts.impressions, counts.position,
+                             torch.ones(N_POSITIONS, dtype=torch.float64))
+    assert counterfactual_ndcg(order_score, query, naive) > counterfactual_ndcg(order_score, query, rel) + 0.05
+
+
+def test_em_bad_input():
+    with pytest.raises(ValueError, match=r"`clicks`.*\[1\]"):
+        em_step(torch.tensor([1., 3.]), torch.tensor([2., 2.]), torch.tensor([0, 1]), torch.ones(2),
+                torch.full((2,), 0.5))
+    with pytest.raises(ValueError, match=r"`impressions`.*\[0\]"):
+        RegressionEM(2).fit(torch.zeros(2, 1), torch.zeros(2), torch.tensor([0, 1]), impressions=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="`position`"):
+        ips_relevance(torch.tensor([0]), torch.tensor([0]), torch.tensor([1]), torch.tensor([-1]), torch.ones(2))
+    with pytest.raises(ValueError, match="`propensities`"):
+        ips_relevance(torch.tensor([0]), torch.tensor([0]), torch.tensor([1]), torch.tensor([0]), torch.zeros(2))
+    with pytest.raises(RuntimeError, match="not fitted"):
+        RegressionEM(2).predict(torch.zeros(1, 1))
+
+
+def test_click_log_metric_with_estimated_propensities(randomized_pbm_log):
+    # the metric with propensities estimated by regression-EM on the log agrees with the metric
+    # given the true ones, and both rank a labels-ordered ranker above noise and noise above reversed
+    data, log = randomized_pbm_log
+    counts = log.aggregate()
+    true_theta = 1.0 / torch.arange(1, N_POSITIONS + 1, dtype=torch.float64)
+    known = ClickLogMetric(counts, data.features, propensities=true_theta, n_positions=N_POSITIONS)
+    estimated = ClickLogMetric(counts, data.features, n_positions=N_POSITIONS,
+                               em={"hidden": (16,), "iterations": 15, "epochs": 2, "lr": 1e-2})
+    # 15 EM iterations: not yet at the fixed point, the deep ratios still run ~15 % low
+    assert torch.all((estimated.propensities / true_theta - 1).abs() < 0.25), estimated.propensities
+    labels = dict(zip(map(tuple, data.features.tolist()), data.labels.tolist()))
+
+    def by_label(x):
+        return torch.tensor([labels[tuple(row)] for row in x.tolist()])
+
+    def noise(x):
+        return torch.rand(len(x), generator=torch.Generator().manual_seed(0))
+
+    rankers = (by_label, noise, lambda x: -by_label(x))
+    scores_known = [known(r) for r in rankers]
+    scores_est = [estimated(r) for r in rankers]
+    assert scores_known[0] > scores_known[1] + 0.05 > scores_known[2] + 0.1, scores_known
+    assert all(abs(a - b) < 0.02 for a, b in zip(scores_known, scores_est)), (scores_known, scores_est)
+    # a ranker object with predict is accepted like a function
+    assert known(type("R", (), {"predict": staticmethod(by_label)})()) == scores_known[0]
+    with pytest.raises(ValueError, match=r"`counts.doc_index`"):
+        ClickLogMetric(counts, data.features[:5], propensities=true_theta)

@@ -18,35 +18,86 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from rankkit._triton.histogram import _histogram_kernel
-from rankkit._triton.lambdas import _lambda_kernel, _rank_kernel
+from rankkit._triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
+from rankkit._triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
+                                  _siblings_kernel, _split_kernel)
 
 H100 = GPUTarget("cuda", 90, 32)
+FLOATS = {"fp32": "*fp32", "fp64": "*fp64"}
 
-# kernel name -> (kernel, signature, constexprs) of the configurations that are shipped.
-KERNELS = {
-    "rank": (_rank_kernel,
-             {"s_ptr": "*fp32", "y_ptr": "*fp32", "m_ptr": "*u8", "rank_ptr": "*i32",
-              "inv_idcg_ptr": "*fp32", "L": "i32", "k": "i32", "GAIN": "constexpr",
-              "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"},
-             {"GAIN": 0, "BLOCK_R": 32, "BLOCK_C": 64}),
-    "lambda_ndcg": (_lambda_kernel,
-                    {"s_ptr": "*fp32", "y_ptr": "*fp32", "m_ptr": "*u8", "rank_ptr": "*i32",
-                     "inv_idcg_ptr": "*fp32", "w_ptr": "*fp32", "grad_ptr": "*fp32",
-                     "hess_ptr": "*fp32", "L": "i32", "k": "i32", "sigma": "fp32",
-                     "WEIGHTING": "constexpr", "GAIN": "constexpr", "HAS_WEIGHTS": "constexpr",
-                     "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"},
-                    {"WEIGHTING": 1, "GAIN": 0, "HAS_WEIGHTS": False, "BLOCK_R": 32,
-                     "BLOCK_C": 64}),
-    "lambda_ranknet": (_lambda_kernel, None,
-                       {"WEIGHTING": 0, "GAIN": 0, "HAS_WEIGHTS": False, "BLOCK_R": 32,
-                        "BLOCK_C": 64}),
-    "histogram": (_histogram_kernel,
-                  {"codes_ptr": "*u8", "node_ptr": "*i32", "g_ptr": "*i32", "h_ptr": "*i32",
-                   "out_ptr": "*i64", "N": "i32", "n_nodes": "i32", "BLOCK_N": "constexpr"},
-                  {"BLOCK_N": 256}),
-}
-KERNELS["lambda_ranknet"] = (_lambda_kernel, KERNELS["lambda_ndcg"][1],
-                             KERNELS["lambda_ranknet"][2])
+
+def _signature(fn, types: dict, constexprs: dict) -> dict:
+    """Every argument of ``fn`` typed: ``types`` for the runtime ones, "constexpr" for the rest."""
+    names = fn.arg_names
+    missing = [a for a in names if a not in types and a not in constexprs]
+    if missing:
+        raise KeyError(f"{fn.__name__}: no type for {missing}")
+    return {a: types.get(a, "constexpr") for a in names}
+
+
+def _configs() -> dict:
+    """kernel name -> (kernel, signature, constexprs), every configuration the trainers launch,
+    in float32 and float64 where the scores' dtype reaches the kernel."""
+    out = {}
+    for short, ptr in FLOATS.items():
+        rank_types = {"s_ptr": ptr, "y_ptr": ptr, "m_ptr": "*u8", "bound_ptr": "*i32",
+                      "rank_ptr": "*i32", "order_ptr": "*i32", "n_ptr": "*i32",
+                      "inv_idcg_ptr": ptr, "L": "i32", "k": "i32"}
+        ce = {"GAIN": 0, "BLOCK_R": 32, "BLOCK_C": 64}
+        out[f"rank_{short}"] = (_rank_kernel, _signature(_rank_kernel, rank_types, ce), ce)
+        topk_types = {a: t for a, t in rank_types.items() if a != "rank_ptr"}
+        ce = {"GAIN": 0, "BLOCK": 256}
+        out[f"topk_{short}"] = (_topk_kernel, _signature(_topk_kernel, topk_types, ce), ce)
+        lam_types = {"s_ptr": ptr, "y_ptr": ptr, "order_ptr": "*i32", "n_ptr": "*i32",
+                     "inv_idcg_ptr": ptr, "w_ptr": ptr, "grad_ptr": ptr, "hess_ptr": ptr,
+                     "loss_ptr": ptr, "L": "i32", "k": "i32", "sigma": "fp32", "n_tiles": "i32"}
+        for name, weighting, loss in (("lambda_ndcg", 1, False), ("lambda_ndcg_loss", 1, True),
+                                      ("lambda_ranknet", 0, False)):
+            ce = {"WEIGHTING": weighting, "GAIN": 0, "HAS_WEIGHTS": False, "WITH_LOSS": loss,
+                  "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
+            out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
+    for cell, values in (("i32", "*i32"), ("i64", "*i32"), ("fp32", "*fp32"), ("fp64", "*fp64")):
+        types = {"codes_ptr": "*u8", "node_ptr": "*i64", "g_ptr": values, "h_ptr": values,
+                 "out_ptr": f"*{cell}", "N": "i32", "n_feat": "i32", "n_nodes": "i32"}
+        ce = {"BLOCK_N": 256}
+        out[f"histogram_{cell}"] = (_histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
+    for cell in ("i32", "i64", "fp64"):
+        types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
+                 "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32", "n_feat": "i32",
+                 "n_nodes": "i32", "l2": "fp64", "min_data": "fp64", "min_hess": "fp64",
+                 "tiny": "fp64"}
+        for noise in (False, True):
+            ce = {"QUANT": cell != "fp64", "HAS_NOISE": noise}
+            name = f"split_{cell}" + ("_noise" if noise else "")
+            out[name] = (_split_kernel, _signature(_split_kernel, types, ce), ce)
+        types = {"hist_ptr": f"*{cell}", "small_hist_ptr": f"*{cell}", "small_ptr": "*i8",
+                 "out_ptr": f"*{cell}", "total": "i64", "n_nodes": "i32"}
+        ce = {"BLOCK": 1024}
+        out[f"siblings_{cell}"] = (_siblings_kernel, _signature(_siblings_kernel, types, ce), ce)
+    for cell in ("i32", "i64", "fp64"):
+        types = {"best_ptr": "*fp64", "code_ptr": "*i32", "hist_ptr": f"*{cell}", "feats_ptr": "*i64",
+                 "cuts_ptr": "*i64", "gains_ptr": "*fp64", "stopped_ptr": "*i8", "small_ptr": "*i8",
+                 "level": "i32", "n_feat": "i32", "n_nodes": "i32"}
+        ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False}
+        out[f"pick_{cell}"] = (_pick_kernel, _signature(_pick_kernel, types, ce), ce)
+    types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i64", "small_ptr": "*i8",
+             "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}
+    ce = {"WITH_SLOT": True, "BLOCK_N": 256}
+    out["route"] = (_route_kernel, _signature(_route_kernel, types, ce), ce)
+    types = {"node_ptr": "*i64", "g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64",
+             "out_ptr": "*i64", "N": "i32"}
+    ce = {"N_LEAVES": 64, "BLOCK_N": 64}
+    out["exact_leaf_sums"] = (_exact_leaf_sums_kernel, _signature(_exact_leaf_sums_kernel, types, ce), ce)
+    for short, ptr in FLOATS.items():
+        types = {"scores_ptr": ptr, "leaf_values_ptr": "*fp64", "leaf_ptr": "*i64",
+                 "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64", "N": "i32"}
+        ce = {"DEPTH": 6, "FROM_CODES": True, "BLOCK_N": 1024}
+        out[f"score_update_{short}"] = (_score_update_kernel,
+                                        _signature(_score_update_kernel, types, ce), ce)
+    return out
+
+
+KERNELS = _configs()
 
 
 def _tool(name: str) -> str:
@@ -68,8 +119,16 @@ def ptxas_path() -> str:
         return _tool("ptxas")
 
 
-def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> dict:
+def int_args(name: str) -> list[str]:
+    """The integer arguments of a shipped kernel: at run time Triton compiles a variant with
+    each one that equals 1 made a constant, so each must compile that way too."""
+    return [a for a, t in KERNELS[name][1].items() if t in ("i32", "i64")]
+
+
+def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4, ones: tuple = ()) -> dict:
     """Compile one shipped kernel for ``target``; return its resource use.
+
+    ``ones``: integer arguments compiled as the constant 1.
 
     Returns:
         {"name", "registers", "spill_stores", "spill_loads" (bytes, from ``ptxas -v`` on the
@@ -78,6 +137,9 @@ def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> d
         allocation, ``metadata.shared``), "num_warps"}.
     """
     fn, signature, constexprs = KERNELS[name]
+    if ones:  # the arguments equal to 1, specialised as constants (as the launcher does)
+        signature = {a: ("constexpr" if a in ones else t) for a, t in signature.items()}
+        constexprs = dict(constexprs, **{a: 1 for a in ones})
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
                               target=target, options={"num_warps": num_warps})
     arch = f"sm_{target.arch}a" if target.arch >= 90 else f"sm_{target.arch}"
@@ -109,6 +171,10 @@ def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4) -> d
         "shared_bytes": grab(r"SHARED:(\d+)", usage),
         "triton_shared_bytes": int(compiled.metadata.shared),
         "num_warps": compiled.metadata.num_warps,
+        # The distinct atomic instructions of the PTX, e.g. "red.global.add.s32" (relaxed,
+        # fire-and-forget) or "atom.global.acq_rel.gpu.add.u64" (ordered, fenced).
+        "atomics": sorted(set(re.findall(r"\b((?:atom|red)\.[\w.]+)", compiled.asm["ptx"]))),
+        "fences": len(re.findall(r"\bfence\.", compiled.asm["ptx"])),
     }
 
 

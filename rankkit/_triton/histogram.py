@@ -1,15 +1,23 @@
-"""Triton level histogram of quantized gradients: (ΣG, ΣH, count) per (feature, node, code).
+"""Triton level histogram: (ΣG, ΣH, count) per (feature, node, code) of one tree level.
 
-Gradients and hessians are quantized to integers first (Shi et al., "Quantized Training of
-Gradient Boosting Decision Trees", NeurIPS 2022): g_q = round(g · S_g) with
-S_g = (2^(b−1) − 1) / max|g| (hessians likewise), so that the sums are integers accumulated
-with integer atomics -- exact and independent of the order in which the atomics land, unlike
-float atomics. The histogram is ``hist[c, f, node, code]`` for channel c = 0 (Σg_q),
-1 (Σh_q), 2 (count), as :func:`rankkit.boosting.tree.build_histograms` lays out its float sums.
+The layout is that of :func:`rankkit.boosting.tree.build_histograms`, the torch reference:
+``hist[c, f, node, code]`` for channel c = 0 (Σg), 1 (Σh), 2 (count), and a document whose
+node is outside 0..K−1 (the reference's "left out" node K, used to sum only the smaller child
+of each split) adds nothing -- it is masked before the atomics, never written out of bounds.
 
-One program per (tile of BLOCK_N documents, feature): it reads the tile's uint8 codes of the
-feature (feature-major ``codes_t`` [F, N], coalesced), their nodes and quantized values, and
-adds them into the global histogram with 64-bit integer atomics.
+Gradients may be quantized integers (Shi et al., "Quantized Training of Gradient Boosting
+Decision Trees", NeurIPS 2022; :func:`rankkit.boosting.tree.quantize_gradients`): their sums
+are integer atomics, exact and independent of the order in which the atomics land, into int32
+cells (half the traffic of int64; the caller bounds N · max|g_q| < 2^31) or int64 cells. Float
+gradients go into float32 / float64 cells (float atomics: the last bits depend on the order).
+
+Every atomic is *relaxed*: the histogram is read only after the kernel ends, so no ordering
+between the adds is needed, and a relaxed add compiles to a fire-and-forget reduction
+(``red.global.add``) instead of an acquire-release atomic with a fence around it.
+
+One program per tile of BLOCK_N documents: it reads the tile's nodes and values once and
+loops over the features, reading each feature's codes as one coalesced row of the
+feature-major ``codes_t`` [F, N].
 
 Notation: N documents, F features, K nodes of the level, 256 codes.
 """
@@ -20,24 +28,28 @@ import triton
 import triton.language as tl
 
 N_CODES = 256
+_CELL_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
 
 
 @triton.jit
-def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, N, n_nodes,
+def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, N, n_feat, n_nodes,
                       BLOCK_N: tl.constexpr):
-    """Add one tile of documents of one feature into out [3, F, K, 256] (int64)."""
-    f = tl.program_id(1)
+    """Add one tile of documents, every feature, into out [3, F, K, 256]."""
+    cell = out_ptr.dtype.element_ty
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = n < N
-    code = tl.load(codes_ptr + f.to(tl.int64) * N + n, mask=inside, other=0).to(tl.int64)
     node = tl.load(node_ptr + n, mask=inside, other=0).to(tl.int64)
-    g = tl.load(g_ptr + n, mask=inside, other=0).to(tl.int64)
-    h = tl.load(h_ptr + n, mask=inside, other=0).to(tl.int64)
-    plane = tl.num_programs(1).to(tl.int64) * n_nodes * 256  # one channel: F · K · 256
-    slot = (f.to(tl.int64) * n_nodes + node) * 256 + code
-    tl.atomic_add(out_ptr + slot, g, mask=inside)
-    tl.atomic_add(out_ptr + plane + slot, h, mask=inside)
-    tl.atomic_add(out_ptr + 2 * plane + slot, tl.full([BLOCK_N], 1, tl.int64), mask=inside)
+    keep = inside & (node >= 0) & (node < n_nodes)  # the left-out node K adds nothing
+    g = tl.load(g_ptr + n, mask=keep, other=0).to(cell)
+    h = tl.load(h_ptr + n, mask=keep, other=0).to(cell)
+    one = tl.full([BLOCK_N], 1, cell)
+    plane = tl.cast(n_feat, tl.int64) * n_nodes * 256  # one channel: F · K · 256 cells
+    for f in range(n_feat):
+        code = tl.load(codes_ptr + f * tl.cast(N, tl.int64) + n, mask=keep, other=0).to(tl.int64)
+        slot = (f * n_nodes + node) * 256 + code
+        tl.atomic_add(out_ptr + slot, g, mask=keep, sem="relaxed")
+        tl.atomic_add(out_ptr + plane + slot, h, mask=keep, sem="relaxed")
+        tl.atomic_add(out_ptr + 2 * plane + slot, one, mask=keep, sem="relaxed")
 
 
 def quantize(values: torch.Tensor, bits: int = 16) -> tuple[torch.Tensor, float]:
@@ -48,25 +60,43 @@ def quantize(values: torch.Tensor, bits: int = 16) -> tuple[torch.Tensor, float]
     return torch.round(values * scale).to(torch.int32), scale
 
 
-def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad_q: torch.Tensor,
-                           hess_q: torch.Tensor, n_nodes: int, *,
-                           block_n: int = 256) -> torch.Tensor:
-    """Integer histograms of a level.
+def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor,
+                           hess: torch.Tensor, n_nodes: int, *, dtype: torch.dtype | None = None,
+                           out: torch.Tensor | None = None, block_n: int = 256) -> torch.Tensor:
+    """Histograms of a level, as :func:`rankkit.boosting.tree.build_histograms` (one launch).
 
     Args:
         codes_t: [F, N] uint8 codes, feature-major.
-        node: [N] int32 or int64, each document's node in 0..n_nodes−1.
-        grad_q, hess_q: [N] int32 quantized gradients and hessians (see :func:`quantize`).
+        node: [N] int32 or int64, each document's node; a node outside 0..n_nodes−1 (the
+            reference's left-out node ``n_nodes``) is skipped.
+        grad, hess: [N] float32 / float64, or int32 / int64 quantized gradients and hessians.
         n_nodes: K.
+        dtype: the cells' dtype (int32, int64, float32, float64); None: int64 for integer
+            inputs, else grad's dtype.
+        out: a preallocated [3, F, K, 256] buffer of that dtype to zero and fill (a captured
+            round reuses it), or None.
         block_n: documents per program.
     Returns:
-        [3, F, K, 256] int64: channel 0 Σg_q, 1 Σh_q, 2 the document count.
+        [3, F, K, 256]: channel 0 Σg, 1 Σh, 2 the document count.
     """
     n_feat, n = codes_t.shape
-    out = torch.zeros(3, n_feat, n_nodes, N_CODES, dtype=torch.int64, device=codes_t.device)
-    if n == 0 or n_feat == 0:
+    if dtype is None:
+        dtype = grad.dtype if grad.dtype.is_floating_point else torch.int64
+    if dtype not in _CELL_DTYPES:
+        raise ValueError(f"`dtype` must be one of {_CELL_DTYPES}, got {dtype}")
+    if grad.dtype.is_floating_point and not dtype.is_floating_point:
+        raise ValueError("`dtype`: float gradients need float cells (quantize them first)")
+    shape = (3, n_feat, n_nodes, N_CODES)
+    if out is None:
+        out = torch.zeros(shape, dtype=dtype, device=codes_t.device)
+    else:
+        if tuple(out.shape) != shape or out.dtype != dtype or not out.is_contiguous():
+            raise ValueError(f"`out` must be a contiguous {shape} {dtype} tensor, got "
+                             f"{tuple(out.shape)} {out.dtype}")
+        out.zero_()
+    if n == 0 or n_feat == 0 or n_nodes == 0:
         return out
-    grid = (triton.cdiv(n, block_n), n_feat)
-    _histogram_kernel[grid](codes_t.contiguous(), node.contiguous(), grad_q.contiguous(),
-                            hess_q.contiguous(), out, n, n_nodes, BLOCK_N=block_n)
+    _histogram_kernel[(triton.cdiv(n, block_n),)](
+        codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out, n,
+        n_feat, n_nodes, BLOCK_N=block_n)
     return out

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rankkit.boosting import _cpu_kernel
+from rankkit.kernels import cpu as _cpu
 
 MAX_BINS = 255
 
@@ -113,8 +113,8 @@ class QuantileBinner:
         ``F * chunk_rows`` entries (the codes themselves are one byte each).
         """
         x = features if features.dtype == torch.float32 else features.to(torch.float32)
-        if x.device.type == "cpu" and _cpu_kernel.available():
-            return _cpu_kernel.cpu_bin(x, self.borders_)
+        if x.device.type == "cpu" and _cpu.available():
+            return _cpu.bin_codes(x, self.borders_)
         borders = self.borders_.to(x.device)
         n = x.shape[0]
         out = torch.empty(x.shape[1], n, dtype=torch.uint8, device=x.device)  # [F, N]

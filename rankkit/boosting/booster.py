@@ -74,6 +74,11 @@ SKLEARN_EXPECTED_FAILED_CHECKS: dict[str, str] = {name: _NEEDS_QUERIES for name 
 )}
 
 
+#: The most features a model file may declare (the LETOR reader's MAX_FEATURES): scoring pads
+#: every input to this width, so a file cannot make a scorer allocate more.
+MAX_MODEL_FEATURES = 1_000_000
+
+
 class LambdaMART(BaseEstimator):
     """Gradient-boosted oblivious trees for ranking (LambdaMART), CPU or CUDA.
 
@@ -234,6 +239,9 @@ class LambdaMART(BaseEstimator):
             positions = positions.long()
         evals = [_eval_item(item, i, eval_qid, eval_group, matrix.n_features)
                  for i, item in enumerate(eval_set or [])]
+        if config.early_stopping_rounds is not None and not evals:  # as LightGBM and XGBoost
+            raise ValueError(f"`early_stopping_rounds={config.early_stopping_rounds}` needs an `eval_set` "
+                             f"to watch; pass eval_set=[...] or early_stopping_rounds=None")
 
         engine = BoostingEngine(matrix, labels, sizes, config, weights=weights, init_score=init,
                                 device=device, positions=positions)
@@ -277,7 +285,12 @@ class LambdaMART(BaseEstimator):
         params = self.get_params()
         _checks.check_int(params.pop("n_estimators"), "n_estimators", low=1)
         _checks.check_int(params.pop("verbose"), "verbose", low=0)
-        return BoosterConfig.from_params(params)
+        config = BoosterConfig.from_params(params)
+        if config.objective != "lambdarank" and config.weighting != BoosterConfig.weighting:
+            # Only "lambdarank" reads `weighting`; any other objective would drop it silently.
+            raise ValueError(f"`weighting` applies to objective='lambdarank' only; objective="
+                             f"{config.objective!r} has its own weighting, got weighting={config.weighting!r}")
+        return config
 
     def _set_importance(self, gain: np.ndarray, split: np.ndarray) -> None:
         self.feature_importance_gain_ = gain
@@ -389,6 +402,9 @@ class LambdaMART(BaseEstimator):
             model = cls(**meta["params"])
             model._config()
             model.n_features_in_ = int(meta["n_features_in"])
+            if not 1 <= model.n_features_in_ <= MAX_MODEL_FEATURES:  # before anything N x F exists
+                raise ValueError(f"the model declares n_features_in = {model.n_features_in_}, beyond the "
+                                 f"limit 1..{MAX_MODEL_FEATURES} (rankkit.boosting.booster.MAX_MODEL_FEATURES)")
             model.best_iteration_ = meta["best_iteration"]
             model.best_score_ = meta["best_score"]
             model.evals_result_ = meta["evals_result"]

@@ -36,8 +36,8 @@ from rankkit.boosting._inputs import FeatureMatrix
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, exact_leaf_sums,
-                                   identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
+from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, check_leaf_values,
+                                   exact_leaf_sums, identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
 
 
 @dataclass(frozen=True)
@@ -259,13 +259,32 @@ class BoostingEngine:
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
-        self.scores += tree.leaf_values[tree.leaf_index]
-        self.trees.append(tree)
-        self._record(_tree_on_host(tree))
+        # A non-finite leaf is reported after the round's one sync (below); until then the
+        # scores take a zero update in its place, so a failed round leaves them as they were.
+        finite = torch.isfinite(tree.leaf_values).all()
+        update = torch.where(finite, tree.leaf_values, torch.zeros_like(tree.leaf_values))
+        fused = getattr(self.grower, "triton", False)  # the Triton backend: one launch per update
+        if fused:
+            from rankkit._triton import backend as triton_backend
+
+            triton_backend.score_update(self.scores, update, leaf=tree.leaf_index)
+        else:
+            self.scores += update[tree.leaf_index]
+        values = []
         for e in self.eval_sets:
-            if len(self.used):
-                e.scores += tree.leaf_values[leaf_of(e.codes_t, tree.features, tree.codes)]
-            self.history[e.name][c.eval_metric].append(self.metric(e.scores, e.layout))
+            if len(self.used) and fused:
+                triton_backend.score_update(e.scores, update, codes_t=e.codes_t,
+                                            features=tree.features, cuts=tree.codes)
+            elif len(self.used):
+                e.scores += update[leaf_of(e.codes_t, tree.features, tree.codes)]
+            values.append(self.metric(e.scores, e.layout))
+        # The round's one host synchronisation: the tree and the eval metrics in one copy.
+        host_tree, values = _tree_on_host(tree, values)
+        check_leaf_values(host_tree.leaf_values, self.n_rounds)
+        self.trees.append(tree)
+        self._record(host_tree)
+        for e, value in zip(self.eval_sets, values):
+            self.history[e.name][c.eval_metric].append(value)
         if self.eval_sets:
             value = self.history[self.eval_sets[-1].name][c.eval_metric][-1]
             if value > self.best_score:
@@ -296,7 +315,8 @@ class BoostingEngine:
         return grow_round(self.grower, grad, hess, rows=rows, features=features, sizes=self.sizes,
                           generator=self.generator, bagging_temperature=c.bagging_temperature,
                           random_strength=c.random_strength, model_length=self.n_rounds * c.learning_rate,
-                          leaf_hessian=leaf_hessian, device_generator=self.device_generator)
+                          leaf_hessian=leaf_hessian, device_generator=self.device_generator,
+                          query_of=self.layout.rows)
 
     def _record(self, tree: Tree) -> None:
         """The tree in raw-feature terms (feature indices, float thresholds), and importances."""
@@ -381,14 +401,26 @@ def sample_round(generator: torch.Generator, sizes: torch.Tensor, n_features: in
         first = sizes.cumsum(0) - sizes  # each query's first document
         n_rows = int(s.sum())
         # Per query: its first document minus its first position in the sample.
-        shift = (first[queries] - (torch.cumsum(s, 0) - s)).to(device)
-        q_of = torch.repeat_interleave(torch.arange(len(queries), device=device), s.to(device),
+        shift = first[queries] - (torch.cumsum(s, 0) - s)
+        shift, s_device = to_device(device, shift, s)
+        q_of = torch.repeat_interleave(torch.arange(len(queries), device=device), s_device,
                                        output_size=n_rows)
         rows = shift[q_of] + torch.arange(n_rows, device=device)
     if colsample < 1.0 and n_features > 1:
         features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
-        features = features.sort().values.to(device)
+        features = to_device(device, features.sort().values)[0]
     return rows, features
+
+
+def to_device(device: torch.device | str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The host tensors ``tensors`` (1-D, one dtype) on ``device``. To a GPU in one copy that
+    does not block the host: packed into pinned memory and copied with ``non_blocking=True``
+    (a copy from pageable memory would wait for the device, a sync every round)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return list(tensors)
+    packed = torch.cat(tensors).pin_memory().to(device, non_blocking=True)
+    return list(packed.split([len(t) for t in tensors]))
 
 
 def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tensor, *,
@@ -396,7 +428,8 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
                generator: torch.Generator, bagging_temperature: float, random_strength: float,
                model_length: float,
                leaf_hessian: Callable[[torch.Tensor], torch.Tensor] | None = None,
-               device_generator: torch.Generator | None = None) -> Tree:
+               device_generator: torch.Generator | None = None,
+               query_of: torch.Tensor | None = None) -> Tree:
     """One round's tree, with CatBoost's two randomisations when they are on: the Bayesian
     bootstrap of the queries (``bagging_temperature``) and split-score noise
     (``random_strength``, faded by ``model_length`` = trees so far × η).
@@ -406,12 +439,15 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
     keeps ``hess``).
 
     ``generator`` (CPU) draws the per-query weights; ``device_generator`` (on grad's device;
-    None: ``generator``) the split noise and the quantization's rounding.
+    None: ``generator``) the split noise and the quantization's rounding. ``query_of`` [N] long
+    on grad's device, the query of each document (kept by the data set's layout), or None to
+    expand the per-query weights by ``sizes``.
     """
     w = None
     if bagging_temperature > 0:
-        w = _query_weights(bayesian_bootstrap_weights(sizes, bagging_temperature, generator, per_query=True),
-                           sizes, grad.device)
+        w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator, per_query=True)
+        w = _query_weights(w, sizes, grad.device) if query_of is None else \
+            to_device(grad.device, w)[0][query_of]
         grad, hess = grad * w, hess * w
     noise_sd = _noise_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
     tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd,
@@ -449,8 +485,9 @@ def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generato
 
 def _query_weights(w: torch.Tensor, sizes: torch.Tensor, device: torch.device) -> torch.Tensor:
     """[N] on ``device``: the per-query values w [Q] (CPU) repeated over each query's documents,
-    expanded on the device (a per-query copy, no sync)."""
-    return torch.repeat_interleave(w.to(device), sizes.to(device), output_size=int(sizes.sum()))
+    expanded on the device (per-query copies that do not block the host)."""
+    (w,), (sizes_device,) = to_device(device, w), to_device(device, sizes)
+    return torch.repeat_interleave(w, sizes_device, output_size=int(sizes.sum()))
 
 
 def random_strength_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_length: float) -> float:
@@ -471,15 +508,18 @@ def _noise_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_len
     return (grad.square().sum() / hess.sum().clamp_min(1e-300)) * (strength * m / (1.0 + m))
 
 
-def _tree_on_host(tree: Tree) -> Tree:
-    """The tree's per-level tensors and leaf values on the CPU, in one device-to-host copy (the
-    round's one sync for the tree); the document leaves stay where they are."""
+def _tree_on_host(tree: Tree, values: list[torch.Tensor] = ()) -> tuple[Tree, list[float]]:
+    """The tree's per-level tensors and leaf values on the CPU, and the 0-dim tensors
+    ``values`` (the eval metrics) as floats, in one device-to-host copy (the round's one
+    sync); the document leaves stay where they are."""
+    values = list(values)
     if tree.leaf_values.device.type == "cpu":
-        return tree
+        return tree, [float(v) for v in values]
     depth = tree.features.shape[0]
     device = tree.leaf_values.device
-    packed = torch.cat([t.to(device, torch.float64) for t in (tree.features, tree.codes, tree.gains,
-                                                               tree.leaf_values)]).cpu()
-    feats, codes, gains, values = packed.split([depth, depth, depth, packed.shape[0] - 3 * depth])
-    return Tree(feats.long(), codes.long(), values, gains, tree.leaf_index)
+    packed = torch.cat([t.to(device, torch.float64).reshape(-1) for t in (
+        tree.features, tree.codes, tree.gains, *values, tree.leaf_values)]).cpu()
+    n_leaves = packed.shape[0] - 3 * depth - len(values)
+    feats, codes, gains, metrics, leaves = packed.split([depth, depth, depth, len(values), n_leaves])
+    return Tree(feats.long(), codes.long(), leaves, gains, tree.leaf_index), metrics.tolist()
 

@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit import _checks
-from rankkit._checkpoint import record_class
+from rankkit._checkpoint import guarded_load_from_checkpoint, record_class
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
@@ -51,6 +51,8 @@ class LambdaMARTModule(pl.LightningModule):
     train_batching = "dataset"
     #: The model's name in tables (``rankkit compare``).
     label = "LambdaMART"
+    #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
+    load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
     def __init__(self, objective: str = "lambdarank", depth: int = 6, learning_rate: float = 0.1,
                  l2: float = 1.0, min_data_in_leaf: int = 20, min_sum_hessian: float = 1e-3,

@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from rankkit._plan import QueryPlan
 from rankkit.data.dataset import padded_layout
 
 
@@ -43,6 +44,9 @@ class QueryLayout:
         self.mask[self.rows, self.cols] = True
         self.labels = self.pad(labels.to(device, torch.float32)).clone()  # never a view of the input
         self.weights = None if weights is None else self.pad(weights.to(device, torch.float32)).clone()
+        # Everything the lambda kernel and the metrics keep about these queries, validated and
+        # computed once (not every round).
+        self.plan = QueryPlan(self.labels, self.mask, weights=self.weights)
 
     def pad(self, values: torch.Tensor) -> torch.Tensor:
         """[N] -> [Q, L], zero on padding."""
@@ -81,10 +85,12 @@ class RankingObjective:
 
     def __init__(self, name: str, *, k: int | None = None, sigma: float = 1.0, gain: str = "exp",
                  normalize: bool = False, seed: int = 0, propensity=None, exact: bool = False):
+        from rankkit.lambdas import WEIGHTINGS
         from rankkit.losses import LISTWISE
 
         self.name = name
         self.pairwise = name not in LISTWISE
+        self.weighting = WEIGHTINGS.get(name)
         self.options = dict(k=k, sigma=sigma, gain=gain, normalize=normalize) if self.pairwise else {}
         if name in ("xendcg", "listmle"):  # XE-NDCG's γ; ListMLE's random order among equal labels
             self.options["generator"] = torch.Generator().manual_seed(seed)
@@ -98,6 +104,7 @@ class RankingObjective:
                   groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """scores [N] -> (grad, hess), each [N] float64; ``groups`` [N] (e.g. leaf indices):
         leave out the pairs inside a group (see ``lambda_gradients``)."""
+        from rankkit.lambdas import planned_lambda_gradients
         from rankkit.losses import objective_gradients
 
         padded = layout.pad(scores.to(torch.float64 if self.exact else torch.float32))
@@ -110,8 +117,11 @@ class RankingObjective:
             if groups is None:  # once per round (the exact-Newton pass reuses the round's factors)
                 estimator.update(padded, layout.labels, pos, layout.mask)
             options["pair_weights"] = estimator.pair_factors(pos, layout.mask)
-        grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
-                                            weights=layout.weights, **options)
+        if self.pairwise:  # the planned kernel, without the loss nobody reads
+            grad, hess = planned_lambda_gradients(padded, layout.plan, weighting=self.weighting, **options)
+        else:
+            grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
+                                                weights=layout.weights, plan=layout.plan, **options)
         if self.exact:
             grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()
@@ -165,28 +175,31 @@ def make_objective(name: str, *, weighting: str = "ndcg", propensity=None, seed:
     return RankingObjective(name, propensity=propensity, seed=seed, exact=exact, **options)
 
 
-def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayout], float]:
-    """``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` as ``(scores [N], layout) -> mean``.
+def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayout], torch.Tensor]:
+    """``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` as ``(scores [N], layout) -> mean``,
+    the mean a float64 0-dim tensor on the scores' device (no host synchronisation: the engine
+    copies it with the round's tree).
 
     NDCG uses the exp gain; queries with nothing to find count as 1 (``empty=1.0``, as
-    LightGBM and the MQ2008 anchors). ``reduce`` (data-parallel): the mean over every rank's
-    queries, from all-reduced sums.
+    LightGBM and the MQ2008 anchors). The metric runs on the layout's
+    :class:`~rankkit._plan.QueryPlan` (ideal DCG computed once). ``reduce`` (data-parallel):
+    the mean over every rank's queries, from all-reduced sums.
     """
-    from rankkit.metrics import average_precision, ndcg
+    from rankkit.metrics import planned_average_precision, planned_ndcg
 
     base, _, cut = name.partition("@")
     if base not in ("ndcg", "map") or (cut and not cut.isdigit()) or cut == "0":
         raise ValueError(f"`eval_metric` has to look like 'ndcg@10', 'ndcg', 'map@10' or 'map', got {name!r}")
     k = int(cut) if cut else None
-    fn = ndcg if base == "ndcg" else average_precision
+    fn = planned_ndcg if base == "ndcg" else planned_average_precision
 
-    def metric(scores: torch.Tensor, layout: QueryLayout) -> float:
-        values = fn(layout.pad(scores.to(torch.float32)), layout.labels, mask=layout.mask, k=k, empty=1.0)
+    def metric(scores: torch.Tensor, layout: QueryLayout) -> torch.Tensor:
+        values = fn(layout.pad(scores.to(torch.float32)), layout.plan, k=k, empty=1.0)
         if reduce is None:
-            return float(values.double().mean())
-        sums = reduce(torch.stack([values.double().sum(), torch.tensor(float(len(values)), dtype=torch.float64,
-                                                                         device=values.device)]))
-        return float(sums[0] / sums[1])
+            return values.double().mean()
+        sums = reduce(torch.stack([values.double().sum(), torch.full((), float(len(values)), dtype=torch.float64,
+                                                                       device=values.device)]))
+        return sums[0] / sums[1]
 
     return metric
 

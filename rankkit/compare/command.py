@@ -15,8 +15,10 @@ def build_parser():
                                    "XGBoost, CatBoost) on the same folds and seeds; write metrics.json, "
                                    "a Markdown table, PNG plots and verified TorchScript scorers.")
     p.add_argument("--config", action=ActionConfigFile, help="a YAML with any of the options below")
-    p.add_argument("--data", type=str, default="mq2008", help="'mq2008' (bundled) or a folder of LETOR files")
-    p.add_argument("--folds", type=str, default="1", help="MQ2008 folds: '1-5', '1,3' or '2'")
+    p.add_argument("--data", type=str, default="mq2008",
+                   help="'mq2008' (bundled), a folder of train/vali/test LETOR files, or a LETOR root of "
+                        "Fold1..FoldN folders (MSLR-WEB, MQ2007/8, OHSUMED, Istella)")
+    p.add_argument("--folds", type=str, default="1", help="folds of MQ2008 or of the root: '1-5', '1,3' or '2'")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per fold")
     p.add_argument("--models", type=str | list[str], default=list(MODELS),
                    help="model names (ranknet, lambdarank, lambdamart: configs/<name>.yaml) or config "
@@ -25,6 +27,12 @@ def build_parser():
     p.add_argument("--out", type=str | None, default=None, help="output folder (default results/compare-<time>)")
     p.add_argument("--max_epochs", "--max-epochs", type=int | None, default=None,
                    help="cap every model's epochs / trees and the baselines' rounds (quick runs)")
+    p.add_argument("--val_fraction", "--val-fraction", type=float, default=0.0,
+                   help="data without a vali file: hold out this fraction of the training queries (the same "
+                        "for every model and seed) for model selection")
+    p.add_argument("--verbose", action="store_true", help="show Lightning's info lines and warnings")
+    p.add_argument("--ensemble", action="store_true",
+                   help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")
     return p
 
 

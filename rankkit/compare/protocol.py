@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 import yaml
 
+from rankkit import _yaml
 from rankkit.compare import baselines as third_party
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.metrics import average_precision, err, ndcg
@@ -48,8 +49,9 @@ DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-def parse_folds(text: str | int) -> list[int]:
-    """``"1-5"``, ``"1,3"`` or ``2`` -> a list of folds.
+def parse_folds(text: str | int, available: list[int] | range = range(1, 6)) -> list[int]:
+    """``"1-5"``, ``"1,3"`` or ``2`` -> a list of folds, each one of ``available`` (MQ2008's
+    1..5 by default; a LETOR root's Fold numbers).
 
     >>> parse_folds("1-3"), parse_folds("2,4"), parse_folds(5)
     ([1, 2, 3], [2, 4], [5])
@@ -63,8 +65,11 @@ def parse_folds(text: str | int) -> list[int]:
             folds = [int(x) for x in s.split(",")]
     except ValueError:
         raise ValueError(f"`folds` has to look like '1-5', '1,3' or '2', got {text!r}") from None
-    if not folds or any(f not in range(1, 6) for f in folds):
-        raise ValueError(f"`folds` has to name folds in 1..5, got {text!r}")
+    if not folds or any(f not in available for f in folds):
+        names = "1..5" if list(available) == list(range(1, 6)) else f"{list(available)}"
+        raise ValueError(f"`folds` has to name folds in {names}, got {text!r}")
+    if len(set(folds)) != len(folds):
+        raise ValueError(f"`folds` names a fold twice: {text!r}")
     return folds
 
 
@@ -150,16 +155,18 @@ def _quiet():
 
 
 def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: str, scorer_path: Path,
-                test_eval: Evaluator, max_epochs: int | None = None) -> dict:
-    """Train one config on one fold and seed; test its best checkpoint; export and verify it."""
+                val_fraction: float = 0.0, test_eval: Evaluator, max_epochs: int | None = None,
+                keep: list | None = None) -> dict:
+    """Train one config on one fold and seed; test its best checkpoint; export and verify it.
+    ``keep``: a list to append the best model's serving scorer to (for a seed ensemble)."""
     import pytorch_lightning as pl
 
     from rankkit._lightning_cli import lightning_cli
-    from rankkit.export import export_torchscript, load_scorer
 
-    config = yaml.safe_load(config_path.read_text())
+    config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
-            f"--data.seed={seed}", f"--seed_everything={seed}", "--trainer.logger=false",
+            f"--data.seed={seed}", f"--data.val_fraction={val_fraction}", "--data.val_seed=0",
+            f"--seed_everything={seed}", "--trainer.logger=false",
             "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
             f"--trainer.default_root_dir={workdir}"]
     if "seed" in (config.get("model", {}).get("init_args") or {}):
@@ -182,19 +189,47 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) \
         if best_path else cli.model
     model = model.to("cpu").eval()
-    features = test_eval.dataset.features
-    with torch.no_grad():
-        eager = model(features).reshape(-1)
+    eager, diff = _export_verified(model, scorer_path, test_eval)  # either kind of scorer, query by query
+    if best_path:
+        os.unlink(best_path)
+    if keep is not None:
+        from rankkit.export import unwrap
+
+        keep.append(unwrap(model))
+    best_epoch = max(range(len(curve)), key=curve.__getitem__) + 1 if curve else 0  # first best, as ModelCheckpoint
+    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
+            "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
+            "export_max_abs_diff": diff, **test_eval.metrics(eager)}
+
+
+def _export_verified(model, scorer_path: Path, test_eval: Evaluator) -> tuple[torch.Tensor, float]:
+    """Eager test scores [N] of ``model`` (either kind of scorer), after exporting it as
+    TorchScript to ``scorer_path`` and checking the reloaded file gives the same scores."""
+    from rankkit.export import export_torchscript, load_scorer
+    from rankkit.serving import as_scorer, score_queries
+
+    features, sizes = test_eval.dataset.features, test_eval.dataset.sizes
+    eager = score_queries(as_scorer(model), features, sizes)
     export_torchscript(model, scorer_path)
     with torch.no_grad():
-        exported = load_scorer(scorer_path)(features)
+        exported = score_queries(as_scorer(load_scorer(scorer_path)), features, sizes)
     diff = float((exported - eager).abs().max())
     if not diff <= 1e-4 * (1.0 + float(eager.abs().max())):
         raise RuntimeError(f"the exported scorer {scorer_path} differs from the eager model by {diff:.3g}")
-    if best_path:
-        os.unlink(best_path)
-    best_epoch = max(range(len(curve)), key=curve.__getitem__) + 1 if curve else 0  # first best, as ModelCheckpoint
-    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
+    return eager, diff
+
+
+def ensemble_model(members: list, runs: list[dict], *, scorer_path: Path, test_eval: Evaluator) -> dict:
+    """The seed ensemble of one model on one fold: the mean score of its seeds' best scorers
+    (:class:`rankkit.neural.MeanEnsemble`), tested, exported as one TorchScript scorer and
+    verified. ``runs`` are the members' rows (for the time and epoch columns)."""
+    from rankkit.neural import MeanEnsemble
+
+    ensemble = MeanEnsemble(members).eval()
+    eager, diff = _export_verified(ensemble, scorer_path, test_eval)
+    return {"train_seconds": sum(r["train_seconds"] for r in runs),
+            "epochs": statistics.mean(r["epochs"] for r in runs),
+            "best_epoch": statistics.mean(r["best_epoch"] for r in runs), "val_curve": [],
             "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
             "export_max_abs_diff": diff, **test_eval.metrics(eager)}
 
@@ -238,56 +273,99 @@ def markdown_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fold_table(runs: list[dict], metric: str = "ndcg@10") -> str:
+    """Test ``metric`` per model and fold (mean over seeds), and the mean ± std over the folds'
+    runs: how much of the spread is the data split."""
+    folds = list(dict.fromkeys(r["fold"] for r in runs))
+    head = ["model", *(f"fold {f}" for f in folds), "all"]
+    lines = [f"Test {metric.upper()} per fold:", "", "| " + " | ".join(head) + " |",
+             "|---|" + "---:|" * (len(head) - 1)]
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == model]
+        cells = [_mean_std([r[metric] for r in mine if r["fold"] == f]) if any(r["fold"] == f for r in mine)
+                 else "–" for f in folds]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {_mean_std([r[metric] for r in mine])} |")
+    return "\n".join(lines)
+
+
 # -- the run --------------------------------------------------------------------------------------
-def load_fold(data: str, fold: int) -> tuple[RankingDataset, RankingDataset, RankingDataset]:
+def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingDataset, RankingDataset,
+                                                                      RankingDataset]:
     from rankkit.data.datamodule import RankingDataModule
 
-    dm = RankingDataModule(data=data, fold=fold)
+    dm = RankingDataModule(data=data, fold=fold, val_fraction=val_fraction, val_seed=0)
     dm.setup()
-    if dm.val_set is None or dm.test_set is None:
-        raise ValueError(f"{data}: compare needs train, vali and test files")
+    if dm.test_set is None:
+        raise ValueError(f"{data}: compare needs a test file (test.txt or rank.test)")
+    if dm.val_set is None:
+        raise ValueError(f"{data}: compare selects models on a validation file (vali.txt or rank.vali); "
+                         f"`val_fraction=0.1` holds out training queries instead")
     return dm.train_set, dm.val_set, dm.test_set
 
 
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
-            max_epochs: int | None = None, log: Callable[[str], None] = print) -> dict:
+            max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool = False,
+            ensemble: bool = False, val_fraction: float = 0.0) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
         data: ``"mq2008"`` (bundled) or a folder of train/vali/test LETOR files.
-        folds: MQ2008 folds, ``"1-5"``, ``"1,3"`` or ``2`` (a folder is one fold).
+        folds: ``"1-5"``, ``"1,3"`` or ``2``: MQ2008's folds, or a LETOR root's ``Fold<n>``
+            folders (a plain folder is one fold).
         seeds: seeds 0..seeds-1 per fold.
         models: model names (``ranknet``, ``lambdarank``, ``lambdamart``) or config paths.
         baselines: also train LightGBM, XGBoost and CatBoost (YetiRank and LambdaMart) where
             installed.
         out: the output folder (default ``results/compare-<time>``).
         max_epochs: cap every model's epochs (trees) and the baselines' rounds (quick runs).
+        verbose: let Lightning's info lines and warnings through (quiet by default).
+        ensemble: with ``seeds`` > 1, also average each rankkit model's seeds on every fold into
+            one scorer (:class:`rankkit.neural.MeanEnsemble`, the mean of the seeds' scores; the
+            seed ensembling of Qin et al.'s DASALC, ICLR 2021): a row ``<model> ×<seeds>`` per
+            fold, tested with the same metric code and exported as one verified TorchScript
+            scorer ``scorers/<model>-fold<f>-ensemble.pt``. Its time column is the members' sum.
+        val_fraction: for data without a validation file, hold out this fraction of the training
+            queries (the same queries for every model and seed) for model selection.
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
     if not models and not baselines:
         raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
-    fold_list = parse_folds(folds)
-    if data != "mq2008":
+    if data == "mq2008":
+        fold_list = parse_folds(folds)
+    else:
+        from rankkit.data.datamodule import available_folds
+
         if not os.path.isdir(data):
-            raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {data!r}")
-        if fold_list != [1]:
-            raise ValueError("`folds` applies to the bundled mq2008 only; a folder is a single fold")
+            raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
+                             f"of Fold1..FoldN folders, got {data!r}")
+        fold_list = parse_folds(folds, available_folds(data) or [1])
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
+    if ensemble and seeds < 2:
+        raise ValueError(f"`ensemble` averages several seeds' scorers: it needs `seeds` >= 2, got {seeds!r}")
     if max_epochs is not None and max_epochs < 1:
         raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
     configs = {}
     for m in models:
         path = resolve_config(m)
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
+            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
         if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
             raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
-        configs[model_label(cfg)] = (path, cfg)
+        label = model_label(cfg)
+        for other_path, other_cfg in configs.values():
+            if os.path.realpath(other_path) == os.path.realpath(path):
+                raise ValueError(f"`models` names the config {path} twice ({m!r})")
+            if model_label(other_cfg) == label and path.stem == other_path.stem:
+                raise ValueError(f"`models`: {other_path} and {path} both train {label} from a config named "
+                                 f"{path.stem!r}; rename one (the table names a second config of a model by its file)")
+        if label in configs:  # a second config of the same model: its own row, named by its file
+            label = f"{label}-{path.stem}"
+        configs[label] = (path, cfg)
     rounds, patience = DEFAULT_ROUNDS, DEFAULT_PATIENCE
     for _, cfg in configs.values():
         if model_kind(cfg) == "trees":
@@ -302,22 +380,27 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             else:
                 chosen.append(name)
     out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    _check_outputs(out_dir, list(configs), fold_list, seeds, ensemble,
+                   inputs={"--data": _data_files(data), "--models": [str(p) for p, _ in configs.values()]})
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
 
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
     started = time.perf_counter()
     runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as work, _quiet():
+    with tempfile.TemporaryDirectory() as work, (contextlib.nullcontext() if verbose else _quiet()):
         for fold in fold_list:
-            train, vali, test = load_fold(data, fold)
+            train, vali, test = load_fold(data, fold, val_fraction)
             max_label = max(1.0, float(train.labels.max()))
             test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
+            members: dict[str, list] = {label: [] for label in configs}
             for seed in range(seeds):
                 for label, (path, cfg) in configs.items():
                     r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
+                                    val_fraction=val_fraction,
                                     scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
-                                    test_eval=test_eval, max_epochs=max_epochs)
+                                    test_eval=test_eval, max_epochs=max_epochs,
+                                    keep=members[label] if ensemble else None)
                     runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
@@ -327,7 +410,16 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
                     runs.append({"model": third_party.BASELINE_LABELS[name], "kind": "trees", "config": None,
                                  "fold": fold, "seed": seed, **r})
                     log(_progress(runs[-1]))
+            for label, (path, cfg) in configs.items() if ensemble else ():
+                mine = [r for r in runs if r["model"] == label and r["fold"] == fold]
+                r = ensemble_model(members[label], mine, test_eval=test_eval,
+                                   scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-ensemble.pt")
+                runs.append({"model": f"{label} ×{seeds}", "kind": model_kind(cfg), "config": str(path),
+                             "fold": fold, "seed": "ensemble", **r})
+                log(_progress(runs[-1]))
     table = markdown_table(runs)
+    if len(fold_list) > 1:
+        table += "\n\n" + fold_table(runs)
     command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
     result = {
         "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs,
@@ -352,6 +444,30 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     result["plots"] = [str(p) for p in plots]
     result["out"] = str(out_dir)
     return result
+
+
+def _data_files(data: str) -> list[str]:
+    """The files of a data folder and of its ``Fold<n>`` subfolders (what compare reads from):
+    what compare must never write over."""
+    if data == "mq2008" or not os.path.isdir(data):
+        return []
+    from rankkit.data.datamodule import available_folds
+
+    folders = [data] + [os.path.join(data, name) for name in os.listdir(data)
+                        if name.lower().startswith("fold") and name[4:].isdigit()
+                        and int(name[4:]) in available_folds(data)]
+    return [os.path.join(d, n) for d in folders for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))]
+
+
+def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, ensemble: bool = False, *,
+                   inputs: dict[str, list[str]]) -> None:
+    """Refuse, before anything is trained or written, an output file of compare that is an input."""
+    from rankkit._io import check_outputs
+
+    files = [out_dir / n for n in ("metrics.json", "table.md", "val_ndcg10.png", "test_ndcg.png")]
+    files += [out_dir / "scorers" / f"{label.lower()}-fold{f}-{tag}.pt" for label in labels for f in folds
+              for tag in [f"seed{s}" for s in range(seeds)] + (["ensemble"] if ensemble else [])]
+    check_outputs({"--out": [str(p) for p in files]}, inputs, with_sidecars=False)
 
 
 def _write_text(path: Path, text: str) -> None:

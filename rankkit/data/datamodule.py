@@ -154,6 +154,16 @@ def _fold_folder(data: str, fold: int) -> str:
     return os.path.join(data, folds[fold])
 
 
+def available_folds(data: str) -> list[int]:
+    """The fold numbers of a LETOR root (``Fold1``..``FoldN`` subfolders); [] for a plain folder.
+
+    >>> available_folds(".")
+    []
+    """
+    return sorted(int(m.group(1)) for name in os.listdir(data)
+                  if (m := re.fullmatch(r"fold(\d+)", name, re.IGNORECASE)) and os.path.isdir(os.path.join(data, name)))
+
+
 def hold_out(dataset: RankingDataset, fraction: float, *, seed: int = 0) -> tuple[RankingDataset, RankingDataset]:
     """Split whole queries at random into ``(rest, held_out)``, ``round(fraction * Q)`` of them
     (at least one) held out; both keep the dataset's query order.
@@ -200,6 +210,8 @@ class RankingDataModule(pl.LightningDataModule):
             (whole queries, drawn from ``seed``) as the validation set; 0 (the default) leaves
             such data without one. A validation file, when there is one, is always used and
             this is ignored.
+        val_seed: draws the ``val_fraction`` split instead of ``seed`` (``rankkit compare`` holds
+            out the same queries for every seed and model).
 
     Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):
     disjoint, every query once, and for training the same number of batches on every rank.
@@ -208,11 +220,12 @@ class RankingDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0,
-                 val_fraction: float = 0.0):
+                 val_fraction: float = 0.0, val_seed: int | None = None):
         super().__init__()
         check_int(fold, "fold")
         check_int(max_docs, "max_docs")
         check_number(val_fraction, "val_fraction", low=0, high=1, high_open=True)
+        check_int(val_seed, "val_seed", low=0, none=True)
         self.save_hyperparameters()
         self.train_set: RankingDataset | None = None
         self.val_set: RankingDataset | None = None
@@ -252,13 +265,17 @@ class RankingDataModule(pl.LightningDataModule):
         test = _find_split(folder, ("test.txt", "test", "rank.test"))
         val_set = read_svmlight(val, n_features=f) if val else None
         if val_set is None and h.val_fraction > 0:
-            train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed)
+            train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed if h.get("val_seed") is None
+                                          else h.val_seed)
         self.train_set, self.val_set = train_set, val_set
         self.test_set = read_svmlight(test, n_features=f) if test else None
 
-    def _loader(self, ds: RankingDataset | None, *, train: bool) -> DataLoader:
+    def _loader(self, ds: RankingDataset | None, *, train: bool, split: str = "training") -> DataLoader:
         if ds is None:
-            raise ValueError("this datamodule has no such split")
+            hint = {"validation": " (vali.txt, valid.txt, val.txt or rank.vali); `val_fraction=0.1` holds out "
+                                  "training queries instead",
+                    "test": " (test.txt or rank.test)"}.get(split, "")
+            raise ValueError(f"`data` {self.hparams.data!r}: no {split} file{hint}")
         rank, world = _rank_and_world(self.trainer)
         trainer = self.trainer
         epoch_fn = None if trainer is None else (lambda: trainer.current_epoch)
@@ -283,13 +300,13 @@ class RankingDataModule(pl.LightningDataModule):
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, train=False)
+        return self._loader(self.val_set, train=False, split="validation")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, train=False)
+        return self._loader(self.test_set, train=False, split="test")
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, train=False)
+        return self._loader(self.test_set, train=False, split="test")
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         if isinstance(batch, PaddedBatch):

@@ -6,6 +6,7 @@ Each query's documents are contiguous; ``offsets[q]:offsets[q + 1]`` is query q.
 from __future__ import annotations
 
 import os
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Sequence
@@ -310,6 +311,7 @@ class RankingDataset:
         """Read a cache written by :meth:`save` (never unpickles: ``allow_pickle=False``)."""
         path = os.fspath(path)
         try:
+            check_npz(path)
             with np.load(path, allow_pickle=False) as z:
                 comments = z["comments"].tolist() if "comments" in z.files else None
                 position = torch.from_numpy(z["position"].copy()) if "position" in z.files else None
@@ -320,6 +322,59 @@ class RankingDataset:
             if isinstance(e, FileNotFoundError):
                 raise
             raise ValueError(f"{path}: not a valid rankkit dataset cache ({e})") from e
+
+
+#: The most bytes the arrays of one ``.npz`` cache may declare (that of MAX_VALUES float32 values).
+MAX_CACHE_BYTES = 2**34
+#: Deflate's largest expansion ratio (a compressed member cannot hold more than this times its size).
+_DEFLATE_RATIO = 1032
+
+
+def check_npz(path: str) -> None:
+    """Check every array header of the ``.npz`` at ``path`` before numpy allocates anything.
+
+    numpy allocates each array from the shape in its header, before reading its data; a header
+    claiming 4 TiB asks for 4 TiB. Here every member must be a ``.npy`` array whose header's
+    byte count is exactly what the member holds, a member cannot claim more than its archive
+    holds (stored) or than deflate can expand (compressed), and the arrays together stay
+    within :data:`MAX_CACHE_BYTES`.
+
+    Raises:
+        ValueError: a header beyond those limits (naming the member).
+        zipfile.BadZipFile, OSError: not a readable zip archive.
+    """
+    from numpy.lib import format as npy
+
+    size = os.path.getsize(path)
+    total = 0
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            where = f"member {info.filename!r}"
+            if not info.filename.endswith(".npy"):
+                raise ValueError(f"{where} is not a .npy array")
+            if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size \
+                    or info.compress_size > size or info.file_size > _DEFLATE_RATIO * info.compress_size + 1024:
+                raise ValueError(f"{where} claims {info.file_size} bytes in {info.compress_size} "
+                                 f"(an archive of {size} bytes)")
+            with z.open(info) as f:
+                try:
+                    version = npy.read_magic(f)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f".npy format version {version} (rankkit writes 1.0)")
+                    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                    shape, _, dtype = read(f, max_header_size=10_000)
+                except (ValueError, SyntaxError, tokenize.TokenError, TypeError, OverflowError) as e:
+                    raise ValueError(f"{where}: not a .npy header ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())[:120]})") from None
+                if dtype.hasobject:
+                    raise ValueError(f"{where} holds Python objects (rankkit never unpickles)")
+                declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if declared != info.file_size - f.tell():
+                    raise ValueError(f"{where}: its header declares {declared} bytes of data, the member "
+                                     f"holds {info.file_size - f.tell()}")
+            total += declared
+            if total > MAX_CACHE_BYTES:
+                raise ValueError(f"{where}: the arrays declare more than MAX_CACHE_BYTES = {MAX_CACHE_BYTES} bytes")
 
 
 def _inf_mask(features: torch.Tensor) -> torch.Tensor:

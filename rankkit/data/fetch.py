@@ -58,13 +58,19 @@ def sha256_of(path: str, chunk: int = 1 << 20) -> str:
 def download(url: str, dest: str, *, sha256: str, timeout: float = 60.0) -> str:
     """Download ``url`` to ``dest`` unless a file with the right SHA-256 is already there.
 
+    A file already at ``dest`` with another SHA-256 is left as it is (it may be the user's own
+    download, of another version): fetch never deletes or replaces a file it did not write.
+
     Raises:
-        ValueError: the downloaded bytes do not match ``sha256`` (nothing is left behind).
+        ValueError: the downloaded bytes do not match ``sha256`` (nothing is left behind), or a
+            file with another SHA-256 is already at ``dest``.
     """
     if os.path.exists(dest):
-        if sha256_of(dest) == sha256:
+        got = sha256_of(dest)
+        if got == sha256:
             return dest
-        os.unlink(dest)  # a stale or corrupt copy: fetch it again
+        raise ValueError(f"{dest} exists but its sha256 is {got}, not the expected {sha256}: rankkit does not "
+                         f"replace it; move it away to download again, or pass sha256= of that archive")
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(dest)), suffix=".part")
     h = hashlib.sha256()
     try:
@@ -102,17 +108,23 @@ def fetch_letor_zip(name: str, fold: int = 1, *, root: str | os.PathLike | None 
     digest = sha256 or remote.sha256
     if digest is None:
         raise ValueError(f"no published checksum for {name}: pass sha256=<the archive's SHA-256>")
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise ValueError(f"`sha256` has to be 64 lowercase hex digits, got {digest!r}")
     base = os.path.join(cache_dir(root), name)
     os.makedirs(base, exist_ok=True)
     splits = ("train", "vali", "test")
     cached = [os.path.join(base, f"fold{fold}_{s}.npz") for s in splits]
-    if all(os.path.exists(p) for p in cached):
-        return tuple(RankingDataset.load(p) for p in cached)  # type: ignore[return-value]
+    # Each cache names the archive it was parsed from (its SHA-256): a cache from another
+    # source (another archive, or a file put there by hand) is refused, never used silently.
+    sources = [f"{name}/fold{fold}/{s} sha256={digest}" for s in splits]
+    found = [_cached(p, source) for p, source in zip(cached, sources)]
+    if all(ds is not None for ds in found):
+        return tuple(found)  # type: ignore[return-value]
     archive = download(url or remote.url, os.path.join(base, remote.filename), sha256=digest)
     out = []
     with zipfile.ZipFile(archive) as z, tempfile.TemporaryDirectory(dir=base) as tmp:
         members = {os.path.normpath(m): m for m in z.namelist()}
-        for s, cache in zip(splits, cached):
+        for s, cache, source in zip(splits, cached, sources):
             key = next((m for m in members if m.endswith(os.path.join(f"Fold{fold}", f"{s}.txt"))), None)
             if key is None:
                 raise ValueError(f"{archive}: no Fold{fold}/{s}.txt inside")
@@ -120,10 +132,25 @@ def fetch_letor_zip(name: str, fold: int = 1, *, root: str | os.PathLike | None 
             with z.open(members[key]) as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst)
             ds = read_svmlight(target, n_features=remote.n_features)
-            ds.source = f"{name}/fold{fold}/{s}"
+            ds.source = source
             ds.save(cache)
             out.append(ds)
     return tuple(out)  # type: ignore[return-value]
+
+
+def _cached(path: str, source: str) -> RankingDataset | None:
+    """The dataset cached at ``path`` (None when there is none), if it was parsed from ``source``.
+
+    Raises:
+        ValueError: the file holds another source's data (or is not a dataset cache).
+    """
+    if not os.path.exists(path):
+        return None
+    ds = RankingDataset.load(path)
+    if ds.source != source:
+        raise ValueError(f"{path}: this cache holds {ds.source!r}, not {source!r} (another archive or another "
+                         f"source); rankkit does not use or replace it: move it away to parse the archive again")
+    return ds
 
 
 def fetch_mslr_web10k(fold: int = 1, **kwargs) -> tuple[RankingDataset, RankingDataset, RankingDataset]:

@@ -1,6 +1,8 @@
 """Neural rankers: scorers, the lambda-injecting loss, and the RankNet/LambdaRank LightningModules."""
 from rankkit.neural.loss import LambdaLoss, lambda_loss
 from rankkit.neural.module import LambdaRank, NeuralRanker, RankNet
-from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer
+from rankkit.neural.scorer import (FeaturePreprocessor, MeanEnsemble, MLPScorer, TransformerScorer, is_list_aware,
+                                    score_lists)
 
-__all__ = ["FeaturePreprocessor", "LambdaLoss", "LambdaRank", "MLPScorer", "NeuralRanker", "RankNet", "lambda_loss"]
+__all__ = ["FeaturePreprocessor", "LambdaLoss", "LambdaRank", "MLPScorer", "MeanEnsemble", "NeuralRanker", "RankNet",
+           "TransformerScorer", "is_list_aware", "lambda_loss", "score_lists"]

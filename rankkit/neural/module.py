@@ -6,6 +6,7 @@ ranking (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytorch_lightning as pl
@@ -14,11 +15,11 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from rankkit import _checks
-from rankkit._checkpoint import class_path, record_class
+from rankkit._checkpoint import class_path, guarded_load_from_checkpoint, record_class
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
-from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer
+from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
 
 # Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
 # pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
@@ -27,6 +28,7 @@ BIAS_COST_DECAY = 0.9
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULERS = ("none", "cosine", "plateau")
+ARCHITECTURES = ("mlp", "transformer")
 
 
 class NeuralRanker(pl.LightningModule):
@@ -35,9 +37,20 @@ class NeuralRanker(pl.LightningModule):
     Args:
         n_features: F, for the default scorer (linked from the datamodule by ``rankkit fit``);
             ignored when ``scorer`` is given.
-        scorer: any ``nn.Module`` mapping features [..., F] to scores [...] (a ``class_path``
-            in YAML); None builds the default :class:`MLPScorer` from ``n_features`` and
-            ``hidden``, ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``.
+        scorer: any scorer ``nn.Module`` (a ``class_path`` in YAML): pointwise, features
+            [..., F] -> scores [...], or list-aware, ``list_aware = True`` and (features
+            [Q, L, F], mask [Q, L]) -> scores [Q, L] (see :mod:`rankkit.neural.scorer`). None
+            builds the ``architecture``'s scorer from ``n_features`` and the options below.
+        architecture: ``"mlp"`` (:class:`MLPScorer` from ``hidden``, ``activation``,
+            ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``
+            (:class:`~rankkit.neural.scorer.TransformerScorer`: the per-document tower
+            ``hidden``, ``layers`` self-attention blocks of ``heads`` heads over the query's
+            documents, the DASALC ``latent_cross``; ``activation``, ``dropout``, ``log1p``,
+            ``standardize`` as for the MLP).
+        noise: σ ≥ 0 of the Gaussian noise added to the preprocessed features in training
+            (DASALC's data augmentation; Qin et al., ICLR 2021): set on every
+            :class:`~rankkit.neural.scorer.FeaturePreprocessor` in the scorer (an error when it
+            has none). Evaluation and export never add it.
             Feature preprocessing belongs inside it (it is exported with it); a
             :class:`~rankkit.neural.scorer.FeaturePreprocessor` anywhere in it that is not yet
             fitted is fitted on the training DataLoader's documents when training starts.
@@ -73,9 +86,15 @@ class NeuralRanker(pl.LightningModule):
 
     A checkpoint of a module with a scorer of your own loads with
     ``LambdaRank.load_from_checkpoint(path, scorer=MyNet(...))``.
+
+    The module remembers the feature count F it trained on (:attr:`n_features`, kept in
+    checkpoints), so export and ``rankkit predict`` need no ``n_features`` for a scorer that
+    does not record its own.
     """
 
     weighting_choices: tuple[str, ...] = ("ranknet", "ndcg", "map", "err")
+    #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
+    load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
     def __init__(self, n_features: int | None = None, hidden: list[int] = [128, 64],  # noqa: B006
                  activation: str = "relu", dropout: float = 0.1, norm: str = "none",
@@ -84,13 +103,18 @@ class NeuralRanker(pl.LightningModule):
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
-                 bias_p: float = 1.0, n_positions: int = 10):
+                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
+                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0):
         super().__init__()
         _checks.check_choice(weighting, self.weighting_choices, "weighting")
         if loss is not None:
             from rankkit.losses import OBJECTIVES
 
             _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
+            default = inspect.signature(type(self).__init__).parameters["weighting"].default
+            if weighting != default:  # `loss` replaces `weighting`: say so rather than drop it
+                raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
+                                 f"weighting); leave weighting at {default!r}, got {weighting!r}")
         _checks.check_choice(optimizer, sorted(OPTIMIZERS), "optimizer")
         _checks.check_choice(scheduler, SCHEDULERS, "scheduler")
         _checks.check_choice(reduction, REDUCTIONS, "reduction")
@@ -101,16 +125,32 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
         self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
         self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
+        _checks.check_choice(architecture, ARCHITECTURES, "architecture")
+        _checks.check_number(noise, "noise", low=0)
         if scorer is None:
             if n_features is None:
                 raise ValueError("pass `n_features` (for the default MLP scorer) or `scorer` (an nn.Module)")
-            scorer = MLPScorer(_checks.check_int(n_features, "n_features"), tuple(hidden),
-                               activation=activation, dropout=dropout, norm=norm, log1p=log1p,
-                               standardize=standardize)
+            n = _checks.check_int(n_features, "n_features")
+            if architecture == "transformer":
+                scorer = TransformerScorer(n, tuple(hidden), heads=heads, layers=layers, activation=activation,
+                                           dropout=dropout, latent_cross=latent_cross, log1p=log1p,
+                                           standardize=standardize)
+            else:
+                scorer = MLPScorer(n, tuple(hidden), activation=activation, dropout=dropout, norm=norm,
+                                   log1p=log1p, standardize=standardize)
         elif not isinstance(scorer, nn.Module):
             raise ValueError(f"`scorer` has to be an nn.Module, got {_checks.describe(scorer)}")
+        if noise > 0:
+            preprocessors = [m for m in scorer.modules() if isinstance(m, FeaturePreprocessor)]
+            if not preprocessors:
+                raise ValueError(f"`noise` is added by the scorer's FeaturePreprocessor, and the scorer "
+                                 f"{type(scorer).__name__} has none")
+            for pre in preprocessors:
+                pre.noise = float(noise)
         self.save_hyperparameters(ignore=["scorer"])
         self.scorer = scorer
+        recorded = getattr(scorer, "n_features", None)
+        self.n_features: int | None = recorded if isinstance(recorded, int) else n_features
         self.averaged: AveragedModel | None = None
         if ema_decay > 0:
             self.averaged = AveragedModel(scorer, multi_avg_fn=get_ema_multi_avg_fn(ema_decay), use_buffers=True)
@@ -183,7 +223,8 @@ class NeuralRanker(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Resuming must be exact: keep the RNG states (dropout) of the CPU and of every GPU.
         record_class(checkpoint, self)
-        state = {"torch_rng": torch.get_rng_state(), "scorer_class": class_path(self.scorer)}
+        state = {"torch_rng": torch.get_rng_state(), "scorer_class": class_path(self.scorer),
+                 "n_features": self.n_features}
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         if self.propensity is not None:
@@ -194,6 +235,8 @@ class NeuralRanker(pl.LightningModule):
         state = checkpoint.get("rankkit", {})
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
+        if isinstance(state.get("n_features"), int):
+            self.n_features = state["n_features"]
         if "cuda_rng" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         if "propensities" in state and self.propensity is not None:
@@ -202,9 +245,16 @@ class NeuralRanker(pl.LightningModule):
             self._bias_costs = state["propensities"]["costs"].clone()
 
     # -- the model ------------------------------------------------------------------------
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """features [..., F] -> scores [...] (inference only)."""
-        return self.serving_scorer()(features)
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores (inference only): features [..., F] -> [...] for a pointwise scorer (``mask``
+        ignored); for a list-aware one, a padded batch [Q, L, F] with ``mask`` [Q, L] (None: all
+        real) -> [Q, L], zero on padding, or one query [L, F] -> [L]."""
+        scorer = self.serving_scorer()
+        if not is_list_aware(scorer):
+            return scorer(features)
+        if features.dim() == 2:
+            return score_lists(scorer, features.unsqueeze(0))[0]
+        return score_lists(scorer, features, mask)
 
     def objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
         """The training loss of a batch: ``loss`` when given, else the ``weighting``'s lambda loss;
@@ -237,13 +287,15 @@ class NeuralRanker(pl.LightningModule):
         return self.propensity.pair_factors(batch.position, batch.mask, dtype=scores.dtype)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
-        loss = self.objective(self.scorer(batch.features), batch)
+        if self.n_features is None:
+            self.n_features = int(batch.features.shape[-1])
+        loss = self.objective(score_lists(self.scorer, batch.features, batch.mask), batch)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels),
                  sync_dist=True)
         return loss
 
     def _evaluate(self, batch: PaddedBatch, metrics) -> None:
-        metrics.update(self(batch.features), batch.labels, batch.mask)
+        metrics.update(self(batch.features, batch.mask), batch.labels, batch.mask)
         for name, metric in metrics.items():  # NDCG@10, the selection metric, on the progress bar
             self.log(name, metric, on_step=False, on_epoch=True, prog_bar=name.endswith("/ndcg@10"),
                      batch_size=len(batch.labels))
@@ -256,7 +308,7 @@ class NeuralRanker(pl.LightningModule):
 
     def predict_step(self, batch: PaddedBatch, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Scores of the real documents of the batch, flat [N_batch] in (query, position) order."""
-        return self(batch.features)[batch.mask]
+        return self(batch.features, batch.mask)[batch.mask]
 
     def configure_optimizers(self):
         h = self.hparams
@@ -282,10 +334,12 @@ class RankNet(NeuralRanker):
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
-                 bias_p: float = 1.0, n_positions: int = 10):
+                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
+                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer, loss, unbiased, bias_p, n_positions)
+                         scorer, loss, unbiased, bias_p, n_positions, architecture, heads, layers,
+                         latent_cross, noise)
 
 
 class LambdaRank(NeuralRanker):
@@ -300,7 +354,9 @@ class LambdaRank(NeuralRanker):
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
-                 bias_p: float = 1.0, n_positions: int = 10):
+                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
+                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer, loss, unbiased, bias_p, n_positions)
+                         scorer, loss, unbiased, bias_p, n_positions, architecture, heads, layers,
+                         latent_cross, noise)

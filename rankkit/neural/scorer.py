@@ -1,15 +1,65 @@
-"""Scorers: ``nn.Module``s mapping raw features [..., F] to scores [...].
+"""Scorers: ``nn.Module``s mapping raw features to scores, in one of two kinds.
+
+* **Pointwise** (the default): ``forward(features [..., F]) -> scores [...]``, one document at a
+  time (:class:`MLPScorer`, the booster's tree ensemble, any user module).
+* **List-aware**: a module whose class sets ``list_aware = True`` takes a padded batch of whole
+  queries, ``forward(features [Q, L, F], mask [Q, L]) -> scores [Q, L]``, and may score each
+  document in the context of its query's others (:class:`TransformerScorer`). It must give a
+  real document the same score whatever padding sits beside it (padding rows may hold any
+  values; their scores are ignored).
+
+A pointwise scorer is the special case that ignores the mask; :func:`score_lists` calls either
+kind on a padded batch, and the training modules, export and serving all go through it.
 
 Feature preprocessing belongs to the scorer, so an exported scorer takes raw features.
 LETOR features are heavy-tailed; :class:`FeaturePreprocessor` offers a signed ``log1p`` and a
-standardisation fitted on the training set. A second scorer (for example listwise
-self-attention over a query's documents) can sit beside :class:`MLPScorer` with the same
-``forward(features) -> scores`` contract.
+standardisation fitted on the training set, and (training only) Gaussian noise on the
+standardised features.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+
+
+def is_list_aware(scorer) -> bool:
+    """Whether ``scorer`` takes ``(features [Q, L, F], mask [Q, L])`` (its ``list_aware``)."""
+    return bool(getattr(scorer, "list_aware", False))
+
+
+def score_lists(scorer, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Scores [Q, L] of a padded batch with either kind of scorer, zero on padding.
+
+    Args:
+        scorer: a pointwise or list-aware scorer (see the module docstring).
+        features: [Q, L, F] raw features.
+        mask: [Q, L] bool, True on real documents (None: all real).
+    Raises:
+        ValueError: the scorer's output is not [Q, L], or it refuses the call; the message
+            says which contract it has to follow.
+
+    >>> score_lists(MLPScorer(3, (4,)), torch.zeros(2, 5, 3), torch.ones(2, 5, dtype=torch.bool)).shape
+    torch.Size([2, 5])
+    """
+    if mask is None:
+        mask = torch.ones(features.shape[:-1], dtype=torch.bool, device=features.device)
+    kind = "list-aware" if is_list_aware(scorer) else "pointwise"
+    try:
+        scores = scorer(features, mask) if kind == "list-aware" else scorer(features)
+    except TypeError as e:
+        raise ValueError(f"the scorer {type(scorer).__name__} does not fit the {kind} contract: "
+                         f"{_CONTRACT} ({e})") from e
+    if not isinstance(scores, torch.Tensor) or scores.shape != mask.shape:
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise ValueError(f"the scorer {type(scorer).__name__} ({kind}) returned {shape} for features "
+                         f"{tuple(features.shape)}, not scores {tuple(mask.shape)}: {_CONTRACT}")
+    return scores.masked_fill(~mask, 0.0)
+
+
+_CONTRACT = ("a scorer maps features [..., F] to scores [...] (pointwise), or, with the class "
+             "attribute `list_aware = True`, (features [Q, L, F], mask [Q, L]) to scores [Q, L]")
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiLU, "elu": nn.ELU}
 NORMS = ("none", "layer")
@@ -22,14 +72,21 @@ class FeaturePreprocessor(nn.Module):
     ``(x - mean) / std`` with mean/std from :meth:`fit` (features with std 0 keep std 1);
     finally NaN left by nothing else is impossible, and values are clipped to ``±clip`` so a
     wild feature in serving cannot blow up the network.
+
+    ``noise`` σ > 0 adds N(0, σ²) to every transformed feature in training mode only (the data
+    augmentation of DASALC: Qin, Yan, Zhuang, Tay, Pasumarthi, Wang, Bendersky, Najork, "Are
+    Neural Rankers still Outperformed by Gradient Boosted Decision Trees?", ICLR 2021); in eval
+    mode, and so in every export, the transform is deterministic.
     """
 
-    def __init__(self, n_features: int, *, log1p: bool = True, standardize: bool = True, clip: float = 10.0):
+    def __init__(self, n_features: int, *, log1p: bool = True, standardize: bool = True, clip: float = 10.0,
+                 noise: float = 0.0):
         super().__init__()
         self.n_features = n_features
         self.log1p = log1p
         self.standardize = standardize
         self.clip = clip
+        self.noise = float(noise)
         self.register_buffer("mean", torch.zeros(n_features))
         self.register_buffer("std", torch.ones(n_features))
         self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
@@ -88,6 +145,8 @@ class FeaturePreprocessor(nn.Module):
         x = self._transform(x)
         if self.standardize:
             x = (x - self.mean) / self.std
+        if self.training and self.noise > 0:
+            x = x + self.noise * torch.randn_like(x)
         return x.clamp(-self.clip, self.clip)
 
 
@@ -142,3 +201,159 @@ class MLPScorer(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., F] -> scores [...]."""
         return self.net(self.preprocess(features)).squeeze(-1)
+
+
+class _SelfAttention(nn.Module):
+    """One pre-LayerNorm encoder block over a query's documents: x [Q, L, d] -> [Q, L, d].
+
+    Multi-head scaled dot-product attention (Vaswani et al., "Attention Is All You Need", 2017)
+    whose keys are the query's real documents only, then a position-wise feed-forward layer, each
+    with a residual connection. No positional encoding: permuting the documents permutes the
+    output. A padding key gets weight exactly 0, so padding changes no real document's output.
+    """
+
+    def __init__(self, width: int, heads: int, feedforward: int, dropout: float, activation: str):
+        super().__init__()
+        self.heads = heads
+        self.norm_attention = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+        self.norm_feedforward = nn.LayerNorm(width)
+        self.feedforward = nn.Sequential(nn.Linear(width, feedforward), ACTIVATIONS[activation](),
+                                         nn.Dropout(dropout), nn.Linear(feedforward, width))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q_count, length, width = x.shape
+        head_width = width // self.heads
+        qkv = self.qkv(self.norm_attention(x)).reshape(q_count, length, 3, self.heads, head_width)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [Q, heads, L, d_h]
+        logits = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_width)  # [Q, heads, L, L]
+        # A large finite negative (not -inf): a query of padding only then gets uniform weights, not NaN.
+        logits = logits.float().masked_fill(~mask[:, None, None, :], -1.0e30)
+        weights = torch.softmax(logits, dim=-1).to(v.dtype)
+        context = torch.matmul(weights, v).transpose(1, 2).reshape(q_count, length, width)
+        x = x + self.dropout(self.out(context))
+        return x + self.dropout(self.feedforward(self.norm_feedforward(x)))
+
+
+class TransformerScorer(nn.Module):
+    """A context-aware scorer: each document scored beside the others of its query.
+
+    (features [Q, L, F], mask [Q, L]) -> scores [Q, L]; ``list_aware = True``. In order:
+
+    1. :class:`FeaturePreprocessor` (signed log1p, standardisation, training noise ``noise``);
+    2. a per-document tower h = MLP(x) of widths ``hidden`` (the last is the model width d);
+    3. ``layers`` self-attention blocks over the query's real documents, c = Enc(h, mask)
+       (Pobrotyn, Bartczak, Synowiec, Białobrzeski, Bojar, "Context-Aware Learning to Rank with
+       Self-Attention", 2020), without positional encoding, so the scorer is
+       permutation-equivariant over the list;
+    4. with ``latent_cross`` the DASALC latent cross z = (1 + c) ⊙ h of the list context with
+       the document (Qin et al., "Are Neural Rankers still Outperformed by Gradient Boosted
+       Decision Trees?", ICLR 2021), else z = c;
+    5. a head Linear(d, d) → activation → Linear(d, 1).
+
+    Scores of padding positions are whatever the network gives (callers ignore them); a real
+    document's score does not depend on the padding (its keys are masked out).
+
+    Args:
+        n_features: F.
+        hidden: the per-document tower's widths; ``hidden[-1]`` is the attention width d and
+            has to be divisible by ``heads``.
+        heads: attention heads per block.
+        layers: attention blocks (0: a DASALC-style tower and head without context).
+        feedforward: the blocks' feed-forward width (default 2 d).
+        activation, dropout: as :class:`MLPScorer`.
+        latent_cross: the DASALC latent cross (above).
+        log1p, standardize, noise: see :class:`FeaturePreprocessor`.
+
+    >>> scorer = TransformerScorer(4, hidden=(8,), heads=2)
+    >>> scorer(torch.randn(2, 3, 4), torch.tensor([[True, True, False], [True, True, True]])).shape
+    torch.Size([2, 3])
+    """
+
+    list_aware = True
+
+    def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int] = (64,), *, heads: int = 4,
+                 layers: int = 2, feedforward: int | None = None, activation: str = "relu",
+                 dropout: float = 0.1, latent_cross: bool = True, log1p: bool = True,
+                 standardize: bool = True, noise: float = 0.0):
+        super().__init__()
+        from rankkit import _checks
+
+        _checks.check_int(n_features, "n_features", low=1)
+        if not len(hidden):
+            raise ValueError("`hidden` has to hold at least one width (the attention width is its last)")
+        for i, h in enumerate(hidden):
+            if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+                raise ValueError(f"`hidden` has to hold positive layer sizes, got {h!r} at [{i}]")
+        _checks.check_int(heads, "heads", low=1)
+        _checks.check_int(layers, "layers", low=0)
+        width = hidden[-1]
+        if width % heads:
+            raise ValueError(f"`heads` has to divide the attention width hidden[-1] = {width}, got {heads}")
+        feedforward = 2 * width if feedforward is None else _checks.check_int(feedforward, "feedforward", low=1)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` has to be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` has to be in [0, 1), got {dropout}")
+        _checks.check_number(noise, "noise", low=0)
+        self.n_features = n_features
+        self.latent_cross = _checks.check_bool(latent_cross, "latent_cross")
+        self.preprocess = FeaturePreprocessor(n_features, log1p=log1p, standardize=standardize, noise=noise)
+        tower: list[nn.Module] = []
+        previous = n_features
+        for h in hidden:
+            tower += [nn.Linear(previous, h), ACTIVATIONS[activation](), nn.Dropout(dropout)]
+            previous = h
+        self.tower = nn.Sequential(*tower)
+        self.blocks = nn.ModuleList(_SelfAttention(width, heads, feedforward, dropout, activation)
+                                    for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Sequential(nn.Linear(width, width), ACTIVATIONS[activation](), nn.Linear(width, 1))
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """features [Q, L, F], mask [Q, L] bool -> scores [Q, L]."""
+        h = self.tower(self.preprocess(features))
+        context = h
+        for block in self.blocks:
+            context = block(context, mask)
+        context = self.norm(context)
+        z = (1.0 + context) * h if self.latent_cross else context
+        return self.head(z).squeeze(-1)
+
+
+class MeanEnsemble(nn.Module):
+    """The mean score of several scorers of the same feature count: ``members`` trained with
+    different seeds, say (``rankkit compare --ensemble``). List-aware when any member is; a
+    pointwise member then scores the same padded batch document by document.
+
+    >>> ensemble = MeanEnsemble([MLPScorer(3, (4,)), MLPScorer(3, (4,))])
+    >>> ensemble(torch.zeros(5, 3)).shape
+    torch.Size([5])
+    """
+
+    def __init__(self, members: list[nn.Module]):
+        super().__init__()
+        if not len(members):
+            raise ValueError("`members` has to hold at least one scorer")
+        counts = {getattr(m, "n_features", None) for m in members} - {None}
+        if len(counts) > 1:
+            raise ValueError(f"`members` take different feature counts: {sorted(counts)}")
+        self.n_members = len(members)
+        self.list_members = nn.ModuleList(m for m in members if is_list_aware(m))
+        self.point_members = nn.ModuleList(m for m in members if not is_list_aware(m))
+        self.list_aware = len(self.list_members) > 0
+        if counts:
+            self.n_features = counts.pop()
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """features [..., F] (pointwise), or [Q, L, F] with mask [Q, L] (list-aware) -> scores."""
+        if mask is None:
+            mask = torch.ones(features.shape[:-1], dtype=torch.bool, device=features.device)
+        total = torch.zeros(features.shape[:-1], dtype=features.dtype, device=features.device)
+        for member in self.list_members:
+            total = total + member(features, mask)
+        for member in self.point_members:
+            total = total + member(features)
+        return total / self.n_members

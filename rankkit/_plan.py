@@ -1,0 +1,176 @@
+"""The plan of a padded batch of queries: everything about its labels that a fit computes once.
+
+Notation: Q queries, L padded list length.
+
+A boosting run scores the same queries hundreds of times, with new scores and nothing else
+new. :class:`QueryPlan` holds what does not change between those calls -- the validated labels,
+mask and weights, the queries in order of length, the lambda kernel's block plan, each
+weighting's per-query constants (the ideal DCG@k and the gains over it) and the metrics' ideal
+DCG -- so that a round only ranks the new scores and does the pair arithmetic. The lambda
+kernel (:func:`rankkit.lambdas.planned_lambda_gradients`) and the metrics
+(:func:`rankkit.metrics.planned_ndcg`, :func:`rankkit.metrics.planned_average_precision`)
+take a plan; their public functions build one per call.
+
+Everything is computed on first use and cached by the options it depends on (the compute
+dtype, the cutoff, the gain, ...). Building a plan costs one host synchronisation (the
+validation and the query lengths); using it costs none.
+"""
+from __future__ import annotations
+
+import torch
+
+from rankkit import _checks
+from rankkit._blocks import plan_blocks
+from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg, label_key
+
+__all__ = ["QueryPlan"]
+
+
+class QueryPlan:
+    """What a padded batch of queries keeps from one call to the next.
+
+    Args:
+        labels: [Q, L] non-negative relevance labels.
+        mask: [Q, L] bool, True on real documents; None means all True.
+        weights: [Q, L] non-negative per-document weights, or None.
+        check: validate the arguments (labels and weights finite and non-negative on real
+            documents), naming the first bad position. False: the caller has (the public
+            kernel and metrics validate their arguments before they build a plan).
+
+    Attributes:
+        labels, mask, weights: the batch as given (mask all True for None), on the labels'
+            device.
+        max_label: the largest real label (0 for no real document), a host float.
+        lengths: [Q] real documents per query in plan order (ascending), on the host.
+        qperm: [Q] long on the device, the plan order of the queries (sorted by length,
+            stable), or None when the queries are in that order already.
+        full: no query has padding.
+
+    >>> plan = QueryPlan(torch.tensor([[1.0, 0.0, 2.0], [1.0, 0.0, 0.0]]),
+    ...                  mask=torch.tensor([[True, True, True], [True, True, False]]))
+    >>> plan.lengths.tolist(), plan.qperm.tolist(), plan.full, plan.max_label
+    ([2, 3], [1, 0], False, 2.0)
+    """
+
+    def __init__(self, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
+                 weights: torch.Tensor | None = None, check: bool = True):
+        if check:
+            _checks.check_tensor(labels, "labels", ndim=2)
+            device = labels.device
+            if mask is not None:
+                mask = _checks.to_device(_checks.check_tensor(mask, "mask", shape=labels.shape,
+                                                              kind="bool"), device)
+            conditions = [_checks.labels_condition(labels, mask)]
+            if weights is not None:
+                weights = _checks.to_device(_checks.check_tensor(weights, "weights", shape=labels.shape),
+                                            device)
+                conditions.append(_checks.weights_condition(weights, mask))
+            _checks.check_tensors(*conditions)
+        if mask is None:
+            mask = torch.ones(labels.shape, dtype=torch.bool, device=labels.device)
+        self.labels, self.mask, self.weights = labels, mask, weights
+        self.shape = tuple(labels.shape)
+        self.device = labels.device
+        n_queries, n_docs = self.shape
+        # The one host synchronisation: the query lengths and the top label, in one copy.
+        top = labels.detach().masked_fill(~mask, 0).amax(1).double() if n_docs else \
+            torch.zeros(n_queries, dtype=torch.float64, device=self.device)
+        host = torch.stack([mask.sum(1).double(), top]).cpu() if n_queries else torch.zeros(2, 0)
+        lengths = host[0].long()
+        self.max_label = float(host[1].max()) if n_queries else 0.0
+        self.qperm = None
+        if bool((lengths[1:] < lengths[:-1]).any()):
+            lengths, qperm = torch.sort(lengths, stable=True)
+            self.qperm = qperm.to(self.device)
+        self.lengths = lengths
+        self.full = n_queries == 0 or int(lengths[0]) == n_docs
+        self._cache: dict = {}
+
+    def cached(self, key, make):
+        """The value stored under ``key``, made by ``make()`` on first use."""
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = make()
+        return value
+
+    # -- the lambda kernel's view: queries in plan order ----------------------------------------
+    def to_plan_order(self, t: torch.Tensor) -> torch.Tensor:
+        """[Q, ...] -> the same rows in plan order (a no-op when the queries are in it)."""
+        return t if self.qperm is None else t[self.qperm]
+
+    def sorted_batch(self, dtype: torch.dtype):
+        """(labels, mask, lengths on the device, weights / 2 or None), in plan order, labels and
+        half weights in ``dtype`` and zero on padding."""
+        def make():
+            m = self.to_plan_order(self.mask)
+            y = self.to_plan_order(self.labels.detach().to(dtype))
+            half_w = None
+            if self.weights is not None:
+                half_w = self.to_plan_order(self.weights.detach().to(dtype)).mul(0.5)
+            if not self.full:
+                y = y.masked_fill(~m, 0.0)
+                half_w = None if half_w is None else half_w.masked_fill(~m, 0.0)
+            return y, m, self.lengths.to(self.device), half_w
+        return self.cached(("sorted", dtype), make)
+
+    def ranked_mask(self, plan_order: bool) -> torch.Tensor:
+        """[Q, L] bool: the mask in rank order (padding ranks last, so the first ``length``
+        positions of a query are real), queries in plan order or in the caller's."""
+        def make():
+            n = self.shape[1]
+            lengths = self.lengths.to(self.device) if plan_order else self.mask.sum(1)
+            return torch.arange(n, device=self.device)[None, :] < lengths[:, None]
+        return self.cached(("ranked_mask", plan_order), make)
+
+    def label_key(self, plan_order: bool) -> torch.Tensor:
+        """:func:`rankkit._ranking.label_key` of the labels (zero on padding), queries in plan
+        order or in the caller's: the labels' half of the packed sort key of ``rank_order``."""
+        def make():
+            labels = self.labels.detach().float().masked_fill(~self.mask, 0.0)
+            return label_key(self.to_plan_order(labels) if plan_order else labels)
+        return self.cached(("label_key", plan_order), make)
+
+    def blocks(self, cutoff: int, cap: int, cpu: bool) -> list:
+        """The kernel's blocks (:func:`rankkit._blocks.plan_blocks`) for this cutoff and cap."""
+        return self.cached(("blocks", cutoff, cap, cpu),
+                            lambda: list(plan_blocks(self.lengths, cutoff, cap, cpu)))
+
+    def weighting_constants(self, weighting, dtype: torch.dtype, cutoff: int, gain: str,
+                            max_err_label: float | None):
+        """``weighting.plan_terms`` of the batch in plan order (per-document terms [Q, L] in
+        document order, per-position terms [1, L]), or None for a weighting without them."""
+        if weighting.plan_terms is None:
+            return None
+
+        def make():
+            y, m, _, _ = self.sorted_batch(dtype)
+            return weighting.plan_terms(y, m, cutoff, gain, max_err_label)
+        return self.cached(("terms", id(weighting), dtype, cutoff, gain, max_err_label), make)
+
+    # -- the metrics' view: queries in the caller's order --------------------------------------
+    def metric_batch(self, dtype: torch.dtype):
+        """(labels in ``dtype``, zero on padding, mask), in the caller's query order."""
+        return self.cached(("metric", dtype), lambda: (
+            self.labels.detach().to(dtype).masked_fill(~self.mask, 0.0), self.mask))
+
+    def ndcg_constants(self, dtype: torch.dtype, k: int | None, gain: str):
+        """(gains over the query's top gain [Q, L], discounts in the top k [L], ideal DCG@k [Q]
+        (1 where it is 0), the queries whose ideal DCG@k is 0 [Q]) for NDCG@k."""
+        def make():
+            labels, mask = self.metric_batch(dtype)
+            shift = gain_shift(labels, mask, gain)
+            ideal = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
+            n = labels.shape[1]
+            top_k = torch.arange(n, device=self.device) < (n if k is None else k)
+            is_empty = ideal <= 0
+            return (gain_values(labels, gain, shift=shift), discounts(n, dtype=dtype, device=self.device),
+                    top_k, torch.where(is_empty, 1.0, ideal), is_empty)
+        return self.cached(("ndcg", dtype, k, gain), make)
+
+    def relevance(self, dtype: torch.dtype, threshold: float):
+        """(relevant documents [Q, L] bool, their number per query [Q] in ``dtype``)."""
+        def make():
+            labels, mask = self.metric_batch(dtype)
+            rel = (labels > threshold) & mask
+            return rel, rel.to(dtype).sum(dim=1)
+        return self.cached(("relevance", dtype, threshold), make)

@@ -1,0 +1,81 @@
+"""YAML with limits: a config file cannot make rankkit allocate or loop without bound.
+
+PyYAML shares an aliased node instead of copying it, so a few hundred bytes of nested aliases
+(a "billion laughs" file) load quickly -- and then explode when anything walks, copies or dumps
+the result (jsonargparse does all three: a 476-byte file grew past 3 GB). Before loading, the
+text is composed into nodes (no Python objects built) and the nodes are counted **as if every
+alias were expanded**, stopping at :data:`MAX_NODES`; the text itself is limited to
+:data:`MAX_BYTES`. Every YAML rankkit reads goes through :func:`check_yaml`: ``compare``'s model
+configs (:func:`safe_load`) and everything jsonargparse parses for ``rankkit fit|validate|test``
+and ``rankkit compare`` (``--config`` files, values on the command line), by :func:`install`.
+"""
+from __future__ import annotations
+
+import yaml
+
+#: The largest YAML text rankkit parses (rankkit's own configs are under 4 KiB).
+MAX_BYTES = 1 << 20
+#: The most nodes (scalars, lists, mappings) a YAML text may hold with its aliases expanded.
+MAX_NODES = 100_000
+
+
+class YAMLLimitError(yaml.YAMLError, ValueError):
+    """A YAML text beyond :data:`MAX_BYTES` or :data:`MAX_NODES` (also a ``ValueError``)."""
+
+
+def check_yaml(text: str, source: str = "YAML") -> None:
+    """Raise :class:`YAMLLimitError` when ``text`` is longer than :data:`MAX_BYTES` or holds more
+    than :data:`MAX_NODES` nodes with aliases expanded; malformed YAML raises ``yaml.YAMLError``.
+
+    >>> check_yaml("a: &x [1, 2]\\nb: *x")
+    >>> letters = "abcdefghijklmnopqr"  # each level two aliases of the last: 2^17 leaves
+    >>> bomb = "a: &a [x, x]\\n" + "".join(f"{c}: &{c} [*{p}, *{p}]\\n" for p, c in zip(letters, letters[1:]))
+    >>> check_yaml(bomb, "bomb.yaml")
+    Traceback (most recent call last):
+    ...
+    rankkit._yaml.YAMLLimitError: bomb.yaml: more than 100000 YAML nodes with aliases expanded ...
+    """
+    if len(text) > MAX_BYTES:
+        raise YAMLLimitError(f"{source}: {len(text)} characters of YAML, more than rankkit's limit "
+                             f"rankkit._yaml.MAX_BYTES = {MAX_BYTES}")
+    stack = [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
+    count = 0
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise YAMLLimitError(f"{source}: more than {MAX_NODES} YAML nodes with aliases expanded (an alias "
+                                 f"bomb?); rankkit's limit is rankkit._yaml.MAX_NODES")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend((key, value))
+
+
+def safe_load(text: str, source: str = "YAML"):
+    """``yaml.safe_load(text)`` after :func:`check_yaml`."""
+    check_yaml(text, source)
+    return yaml.safe_load(text)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Make jsonargparse check every YAML text it loads (config files and command-line values)
+    with :func:`check_yaml` before its own loader runs. Idempotent."""
+    global _installed
+    if _installed:
+        return
+    from jsonargparse import get_loader, set_loader
+
+    original = get_loader("yaml")
+
+    def limited_load(stream):
+        if isinstance(stream, str):
+            check_yaml(stream)
+        return original(stream)
+
+    set_loader("yaml", limited_load, exceptions=(yaml.YAMLError,))
+    _installed = True

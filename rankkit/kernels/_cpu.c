@@ -1,0 +1,484 @@
+/* rankkit's compiled CPU kernels: histograms, split scan, routing, leaves and binning of the
+   LambdaMART booster, called through ctypes on torch tensors' memory (rankkit/kernels/cpu.py).
+
+   Built at install by setup.py (the extension rankkit.kernels._cpu, with OpenMP where the
+   compiler has it); where it is not built, rankkit runs the torch reference backend
+   (rankkit/kernels/torch_ref.py), which grows the same trees. */
+#ifdef RANKKIT_PYTHON_MODULE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>  /* first, as Python asks */
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void) 0)
+#endif
+
+#ifdef _OPENMP
+#define THREAD_IDS(t, n_t) do { t = omp_get_thread_num(); n_t = omp_get_num_threads(); } while (0)
+#else
+#define THREAD_IDS(t, n_t) do { } while (0)
+#endif
+
+/* The histogram builder, written once for two cell types by a macro: VAL is the type of the
+   per-document (grad, hess) pair, ACC of the block's cells, OUT of the output histograms.
+   rankkit_histograms: double, double, double. rankkit_histograms_q (quantized gradients):
+   int32, int32, int64 -- 12 bytes a cell instead of 24, and integer sums, which are exact, so
+   the result does not depend on the order of the additions at all (the caller keeps every
+   slot's |sum| below 2^31: documents x the largest |quantized value|). */
+#define RANKKIT_HISTOGRAMS(NAME, VAL, ACC, OUT)                                                          \
+static void NAME##_accumulate(const uint8_t *restrict codes, const int64_t *restrict at,                 \
+                              const VAL *restrict gh, int64_t k0, int64_t k1,                            \
+                              const int64_t *restrict cols, int64_t f0, int64_t fb, int64_t lo,          \
+                              int64_t hi, ACC *restrict acc, const int with_count) {                     \
+    for (int64_t k = k0; k < k1; ++k) {                                                                  \
+        if (k + 8 < k1) {  /* the rows of a deep node are sparse: fetch them early */                    \
+            const uint8_t *ahead = codes + at[k + 8];                                                    \
+            for (int64_t o = lo; o < hi; o += 64) PREFETCH(ahead + o);                                   \
+            PREFETCH(ahead + hi);                                                                        \
+        }                                                                                                \
+        const uint8_t *restrict c = codes + at[k];                                                       \
+        const VAL g = gh[2 * k], h = gh[2 * k + 1];                                                      \
+        for (int64_t j = 0; j < fb; ++j) {  /* the compiler unswitches the invariant tests */            \
+            ACC *x = acc + 3 * (256 * j + (cols ? c[cols[j]] : c[f0 + j]));                             \
+            x[0] += g; x[1] += h;                                                                        \
+            if (with_count) x[2] += 1;                                                                   \
+        }                                                                                                \
+    }                                                                                                    \
+}                                                                                                        \
+                                                                                                         \
+int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,                    \
+         int64_t n, const int64_t *restrict features, int64_t n_feat,                                    \
+         const int64_t *restrict node, const int64_t *restrict slot, int64_t n_slots,                    \
+         const VAL *restrict grad, const VAL *restrict hess,                                             \
+         const OUT *restrict parent, const int64_t *restrict dest, int64_t n_out,                        \
+         OUT *restrict out, int n_threads, int64_t n_blocks, int with_count) {                           \
+    if (n_feat <= 0 || n_slots <= 0) return 0;                                                           \
+    if (n_threads < 1) n_threads = 1;                                                                    \
+    if (n_blocks < 1) n_blocks = 1;                                                                      \
+    if (n_blocks > n_feat) n_blocks = n_feat;                                                            \
+    const int64_t plane = n_feat * n_out * 256, pplane = n_feat * n_slots * 256;                         \
+    int64_t *start = (int64_t *) malloc(sizeof(int64_t) * (size_t) (n_slots + 1));                      \
+    int64_t *count = (int64_t *) calloc((size_t) (n_threads * n_slots), sizeof(int64_t));               \
+    int64_t *at = (int64_t *) malloc(sizeof(int64_t) * (size_t) (n > 0 ? n : 1));                       \
+    VAL *gh = (VAL *) malloc(sizeof(VAL) * 2 * (size_t) (n > 0 ? n : 1));                               \
+    if (!start || !count || !at || !gh) { free(start); free(count); free(at); free(gh); return -1; }     \
+    /* The bucketing, in parallel: each thread counts then places a fixed range of documents. */         \
+    _Pragma("omp parallel num_threads(n_threads)")                                                       \
+    {                                                                                                    \
+        int t = 0, n_t = 1;                                                                              \
+        THREAD_IDS(t, n_t);                                                                              \
+        const int64_t i0 = n * t / n_t, i1 = n * (t + 1) / n_t;                                          \
+        int64_t *mine = count + (int64_t) t * n_slots;                                                   \
+        for (int64_t i = i0; i < i1; ++i) {                                                              \
+            const int64_t s = slot ? slot[node[i]] : node[i];                                            \
+            if (s >= 0) ++mine[s];                                                                       \
+        }                                                                                                \
+        _Pragma("omp barrier")                                                                           \
+        _Pragma("omp single")                                                                            \
+        {                                                                                                \
+            int64_t pos = 0;                                                                             \
+            for (int64_t s = 0; s < n_slots; ++s) {                                                      \
+                start[s] = pos;                                                                          \
+                for (int u = 0; u < n_t; ++u) {                                                          \
+                    const int64_t c = count[(int64_t) u * n_slots + s];                                  \
+                    count[(int64_t) u * n_slots + s] = pos;                                              \
+                    pos += c;                                                                            \
+                }                                                                                        \
+            }                                                                                            \
+            start[n_slots] = pos;                                                                        \
+        }                                                                                                \
+        for (int64_t i = i0; i < i1; ++i) {                                                              \
+            const int64_t s = slot ? slot[node[i]] : node[i];                                            \
+            if (s >= 0) {                                                                                \
+                const int64_t k = mine[s]++;                                                             \
+                at[k] = (rows ? rows[i] : i) * n_cols;                                                   \
+                gh[2 * k] = grad[i];                                                                     \
+                gh[2 * k + 1] = hess[i];                                                                 \
+            }                                                                                            \
+        }                                                                                                \
+    }                                                                                                    \
+    const int64_t fb_max = (n_feat + n_blocks - 1) / n_blocks;                                           \
+    int failed = 0;                                                                                      \
+    _Pragma("omp parallel num_threads(n_threads)")                                                       \
+    {                                                                                                    \
+        /* The block's cells: (grad, hess, count) side by side, [fb, 256, 3]. */                         \
+        ACC *acc = (ACC *) malloc(sizeof(ACC) * 3 * 256 * (size_t) fb_max);                              \
+        int64_t *col = (int64_t *) malloc(sizeof(int64_t) * (size_t) fb_max);                            \
+        if (!acc || !col) {                                                                              \
+            _Pragma("omp atomic write")                                                                  \
+            failed = 1;                                                                                  \
+        }                                                                                                \
+        _Pragma("omp for schedule(static)")                                                              \
+        for (int64_t blk = 0; blk < n_blocks; ++blk) {                                                   \
+            const int64_t f0 = n_feat * blk / n_blocks, fb = n_feat * (blk + 1) / n_blocks - f0;         \
+            if (!acc || !col || fb <= 0) continue;                                                       \
+            for (int64_t j = 0; j < fb; ++j) col[j] = features ? features[f0 + j] : f0 + j;              \
+            int64_t lo = col[0], hi = col[0];                                                            \
+            for (int64_t j = 1; j < fb; ++j) {                                                           \
+                if (col[j] < lo) lo = col[j];                                                            \
+                if (col[j] > hi) hi = col[j];                                                            \
+            }                                                                                            \
+            for (int64_t s = 0; s < n_slots; ++s) {                                                      \
+                memset(acc, 0, sizeof(ACC) * 3 * 256 * (size_t) fb);                                     \
+                NAME##_accumulate(codes, at, gh, start[s], start[s + 1], features ? col : NULL, f0, fb,  \
+                                  lo, hi, acc, with_count);                                              \
+                const int64_t d = dest ? dest[s] : s;                                                    \
+                for (int64_t j = 0; j < fb; ++j) {                                                       \
+                    const ACC *a = acc + 3 * 256 * j;                                                    \
+                    OUT *G = out + ((f0 + j) * n_out + d) * 256, *H = G + plane, *C = H + plane;         \
+                    for (int64_t b = 0; b < 256; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }          \
+                    if (with_count) for (int64_t b = 0; b < 256; ++b) C[b] = a[3 * b + 2];               \
+                    if (parent) {                                                                        \
+                        const OUT *PG = parent + ((f0 + j) * n_slots + s) * 256, *PH = PG + pplane,      \
+                                  *PC = PH + pplane;                                                     \
+                        G = out + ((f0 + j) * n_out + dest[n_slots + s]) * 256; H = G + plane;           \
+                        C = H + plane;                                                                   \
+                        for (int64_t b = 0; b < 256; ++b) {                                              \
+                            G[b] = PG[b] - a[3 * b]; H[b] = PH[b] - a[3 * b + 1];                        \
+                            C[b] = PC[b] - a[3 * b + 2];                                                 \
+                        }                                                                                \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        free(acc);                                                                                       \
+        free(col);                                                                                       \
+    }                                                                                                    \
+    free(start);                                                                                         \
+    free(count);                                                                                         \
+    free(at);                                                                                            \
+    free(gh);                                                                                            \
+    return failed ? -1 : 0;                                                                              \
+}
+
+/* Histograms of (grad, hess, 1) per (feature, slot, code).
+   codes [N_all, n_cols] uint8, one row per document; rows [n] int64, the rows of codes of the
+   n documents (NULL: 0..n-1); features [n_feat] int64, the columns of codes (NULL: 0..n_feat-1);
+   node [n] int64; slot [n_nodes] int64, the slot (0..n_slots-1) of each node's documents or -1
+   to skip them (NULL: slot = node, all nodes < n_slots); grad, hess [n].
+   out [3, n_feat, n_out, 256] gets slot s's sums at out slot s (dest NULL, n_out = n_slots), or
+   at dest[s] and, with parent [3, n_feat, n_slots, 256], parent[s] - sums at dest[n_slots + s]
+   (the subtraction trick's sibling).
+   The documents are bucketed by slot (a stable counting sort: document order within a slot)
+   with their code row, grad and hess copied in that order; the features are cut into n_blocks
+   blocks shared out between the threads, and for each block and slot one thread walks the
+   slot's documents in order, adding each document to the block's cells (a few hundred KiB that
+   stay in the core's cache). So every cell is summed by one thread in document order: the
+   result does not depend on the number of threads or blocks. Returns 0, or -1 when out of
+   memory. with_count 0: the count channel of out is left as it is (the caller knows the counts,
+   e.g. those of the root, which do not change between trees). */
+RANKKIT_HISTOGRAMS(rankkit_histograms, double, double, double)
+RANKKIT_HISTOGRAMS(rankkit_histograms_q, int32_t, int32_t, int64_t)
+
+/* Quantile codes of raw features, one pass: x [n, n_feat] float32 row-major, borders
+   [n_feat, 256] float32 ascending, padded with +inf, out [n, n_feat] uint8: 0 for NaN and -inf,
+   else 1 + #{j : borders[f, j] < x}, as binning.QuantileBinner.transform. The count is a
+   branchless binary search of 8 fixed steps over the 256 padded borders (no mispredicted
+   branches; the searches of a row's features are independent, so they overlap), and the rows
+   are shared out between the threads. */
+void rankkit_bin(const float *restrict x, int64_t n, int64_t n_feat, const float *restrict borders,
+                 uint8_t *restrict out, int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float *row = x + i * n_feat;
+        uint8_t *code = out + i * n_feat;
+        for (int64_t f = 0; f < n_feat; ++f) {
+            const float v = row[f];
+            const float *b = borders + f * 256;
+            int lo = 0;  /* #{j < lo : b[j] < v} = lo, kept while halving the step */
+            for (int step = 128; step > 0; step >>= 1) lo += (b[lo + step - 1] < v) ? step : 0;
+            code[f] = (isnan(v) || v == -INFINITY) ? 0 : (uint8_t) (1 + lo);
+        }
+    }
+}
+
+/* node[i] += sum_k [codes[rows[i], feats[k]] > cuts[k]] * weights[k] for i < n (rows NULL: row
+   i): one level's split (depth 1, weight 2^level) or a whole tree's leaves. */
+void rankkit_route(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,
+                   int64_t n, const int64_t *restrict feats, const int64_t *restrict cuts,
+                   const int64_t *restrict weights, int64_t depth, int64_t *restrict node,
+                   int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const uint8_t *c = codes + (rows ? rows[i] : i) * n_cols;
+        int64_t add = 0;
+        for (int64_t k = 0; k < depth; ++k) add += c[feats[k]] > cuts[k] ? weights[k] : 0;
+        node[i] += add;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+   The fused tree grower: one call for the root, one per level, one for the leaves.
+
+   The n documents (positions 0..n-1 of the round's sample; position i is row rows[i] of codes,
+   or row i when rows is NULL) are kept partitioned by node: order[seg[2p] .. seg[2p] + seg[2p+1])
+   lists node p's positions in increasing order. A level's split partitions each node's segment
+   in place, stably (left child first), so a child's documents are again in document order:
+   its histogram adds them in the same order as the torch reference's index_add_, and the sums
+   are the same bits. Only the smaller child of each pair is read; the larger is parent - smaller
+   (the subtraction trick), as in the reference.
+
+   Histograms are [3, n_feat, K, 256] (G, H, count) of OUT, the documents' values VAL: double
+   and double, or int32 quantized gradients summed into int64 (exact). The split scan reads
+   them times scale[0], scale[1] (NULL: 1), as the reference's dequantize.
+   --------------------------------------------------------------------------------------------- */
+
+/* The thread-private cells of one feature block, summed over the positions order[k0..k1). */
+#define RANKKIT_NODE_SUMS(NAME, VAL, ACC)                                                                \
+static void NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,            \
+                 const int64_t *restrict order, int64_t k0, int64_t k1, const VAL *restrict g,           \
+                 const VAL *restrict h, const int64_t *restrict col, int64_t fb, ACC *restrict acc,      \
+                 int with_count) {                                                                       \
+    for (int64_t k = k0; k < k1; ++k) {                                                                  \
+        const int64_t i = order[k];                                                                      \
+        if (k + 8 < k1) PREFETCH(codes + (rows ? rows[order[k + 8]] : order[k + 8]) * n_cols + col[0]);  \
+        const uint8_t *restrict c = codes + (rows ? rows[i] : i) * n_cols;                               \
+        const VAL gi = g[i], hi = h[i];                                                                  \
+        for (int64_t j = 0; j < fb; ++j) {                                                               \
+            ACC *x = acc + 3 * (256 * j + c[col[j]]);                                                    \
+            x[0] += gi; x[1] += hi;                                                                      \
+            if (with_count) x[2] += 1;                                                                   \
+        }                                                                                                \
+    }                                                                                                    \
+}
+RANKKIT_NODE_SUMS(rk_node_sums_d, double, double)
+RANKKIT_NODE_SUMS(rk_node_sums_q, int32_t, int64_t)
+
+/* Histograms of the nodes `small[0..n_small)` into out [3, n_feat, n_out, 256] at slot
+   small[s] (and, with parent [3, n_feat, n_par, 256], parent[:, :, s] - that into slot
+   large[s]). Feature blocks are shared out between the threads; each cell is summed by one
+   thread in document order, so the bits do not depend on the thread count. */
+#define RANKKIT_NODE_HISTOGRAMS(NAME, SUMS, VAL, OUT)                                                    \
+static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,             \
+                const int64_t *restrict features, int64_t n_feat, const int64_t *restrict order,         \
+                const int64_t *restrict seg, const VAL *restrict g, const VAL *restrict h,               \
+                const int64_t *small, const int64_t *large, int64_t n_small, const OUT *restrict parent, \
+                int64_t n_par, OUT *restrict out, int64_t n_out, const int64_t *nbins, int with_count,   \
+                int n_threads) {                                                                         \
+    if (n_threads < 1) n_threads = 1;                                                                    \
+    int64_t n_blocks = (n_feat + 35) / 36;                                                               \
+    n_blocks = n_threads * ((n_blocks + n_threads - 1) / n_threads);                                     \
+    if (n_blocks > n_feat) n_blocks = n_feat;                                                            \
+    if (n_blocks < 1) return 0;                                                                          \
+    const int64_t fb_max = (n_feat + n_blocks - 1) / n_blocks;                                           \
+    const int64_t plane = n_feat * n_out * 256, pplane = n_feat * n_par * 256;                           \
+    int failed = 0;                                                                                      \
+    _Pragma("omp parallel num_threads(n_threads)")                                                       \
+    {                                                                                                    \
+        OUT *acc = (OUT *) malloc(sizeof(OUT) * 3 * 256 * (size_t) fb_max);                              \
+        int64_t col[64];                                                                                 \
+        if (!acc) {                                                                                      \
+            _Pragma("omp atomic write")                                                                  \
+            failed = 1;                                                                                  \
+        }                                                                                                \
+        _Pragma("omp for schedule(dynamic, 1)")                                                          \
+        for (int64_t blk = 0; blk < n_blocks; ++blk) {                                                   \
+            const int64_t f0 = n_feat * blk / n_blocks, fb = n_feat * (blk + 1) / n_blocks - f0;         \
+            if (!acc || fb <= 0) continue;                                                               \
+            for (int64_t j = 0; j < fb; ++j) col[j] = features ? features[f0 + j] : f0 + j;              \
+            for (int64_t s = 0; s < n_small; ++s) {                                                      \
+                const int64_t d = small[s], k0 = seg[2 * d], k1 = k0 + seg[2 * d + 1];                   \
+                for (int64_t j = 0; j < fb; ++j)  /* only the codes that occur: the rest stay 0 */       \
+                    memset(acc + 3 * 256 * j, 0, sizeof(OUT) * 3 * (size_t) (nbins ? nbins[f0 + j] : 256)); \
+                SUMS(codes, n_cols, rows, order, k0, k1, g, h, col, fb, acc, with_count);                \
+                for (int64_t j = 0; j < fb; ++j) {                                                       \
+                    const OUT *a = acc + 3 * 256 * j;                                                    \
+                    const int nb = (int) (nbins ? nbins[f0 + j] : 256);                                  \
+                    OUT *G = out + ((f0 + j) * n_out + d) * 256, *H = G + plane, *C = H + plane;         \
+                    for (int b = 0; b < nb; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }               \
+                    if (with_count) for (int b = 0; b < nb; ++b) C[b] = a[3 * b + 2];                    \
+                    if (parent) {                                                                        \
+                        const OUT *PG = parent + ((f0 + j) * n_par + s) * 256, *PH = PG + pplane,        \
+                                  *PC = PH + pplane;                                                     \
+                        OUT *LG = out + ((f0 + j) * n_out + large[s]) * 256, *LH = LG + plane,           \
+                            *LC = LH + plane;                                                            \
+                        for (int b = 0; b < nb; ++b) {                                                   \
+                            LG[b] = PG[b] - G[b]; LH[b] = PH[b] - H[b]; LC[b] = PC[b] - C[b];            \
+                        }                                                                                \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        free(acc);                                                                                       \
+    }                                                                                                    \
+    return failed ? -1 : 0;                                                                              \
+}
+RANKKIT_NODE_HISTOGRAMS(rk_node_histograms_d, rk_node_sums_d, double, double)
+RANKKIT_NODE_HISTOGRAMS(rk_node_histograms_q, rk_node_sums_q, int32_t, int64_t)
+
+/* The root: order = 0..n-1, one segment, and its histograms [3, n_feat, 1, 256] into out.
+   with_count 0 leaves the count channel of out as it is (the caller knows it). quantized:
+   g, h are int32 and out int64, else double. Returns 0, or -1 when out of memory. */
+int rankkit_tree_root(const uint8_t *codes, int64_t n_cols, const int64_t *rows, int64_t n,
+                      const int64_t *features, int64_t n_feat, const void *g, const void *h, int quantized,
+                      int64_t *order, int64_t *seg, int64_t *node, void *out, int with_count, int n_threads) {
+    for (int64_t i = 0; i < n; ++i) { order[i] = i; node[i] = 0; }
+    seg[0] = 0; seg[1] = n;
+    const int64_t zero = 0;
+    if (quantized)
+        return rk_node_histograms_q(codes, n_cols, rows, features, n_feat, order, seg, (const int32_t *) g,
+                                    (const int32_t *) h, &zero, NULL, 1, NULL, 0, (int64_t *) out, 1, NULL,
+                                    with_count, n_threads);
+    return rk_node_histograms_d(codes, n_cols, rows, features, n_feat, order, seg, (const double *) g,
+                                (const double *) h, &zero, NULL, 1, NULL, 0, (double *) out, 1, NULL,
+                                with_count, n_threads);
+}
+
+/* The split scan of one level, fused with its argmax: gains[f, c] as torch_ref.split_scores
+   (per node GL^2/(HL+l2) + GR^2/(HR+l2) - G^2/(H+l2), the node's totals from the same prefix
+   sums, so a cut that moves nobody gains exactly 0; summed over the K nodes in node order; -inf
+   where c is not valid[f, c] or a non-empty child of some node has fewer than min_data
+   documents, or a hessian sum below min_hess when min_hess > 0). Returns the flat index of
+   the first maximum of gains (a NaN counts as the maximum, as in torch.argmax), and in
+   *best_gain its gain. With noise [n_feat, 256] (NULL: none) the index returned in *noisy is the
+   first maximum of gains + noise instead. hist [3, n_feat, K, 256]: double, or int64 when
+   quantized, read times scale[0] (G) and scale[1] (H). */
+int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scale, int64_t n_feat,
+                           int64_t n_nodes, const int64_t *nbins, const uint8_t *restrict valid, double l2,
+                           double min_data,
+                           double min_hess, double tiny, const double *restrict noise,
+                           double *restrict gains, double *best_gain, int64_t *noisy, int n_threads) {
+    const int64_t plane = n_feat * n_nodes * 256;
+    const double sg = scale ? scale[0] : 1.0, sh = scale ? scale[1] : 1.0;
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t f = 0; f < n_feat; ++f) {
+        double sum[256], gl[256], hl[256], nl[256];
+        uint8_t bad[256];
+        const int nb = (int) (nbins ? nbins[f] : 256);  /* codes >= nb are empty: not read */
+        for (int b = 0; b < nb; ++b) { sum[b] = 0.0; bad[b] = 0; }
+        for (int64_t k = 0; k < n_nodes; ++k) {
+            const int64_t at = (f * n_nodes + k) * 256;
+            double tg = 0.0, th = 0.0, tc = 0.0;
+            if (quantized) {
+                const int64_t *G = (const int64_t *) hist_v + at, *H = G + plane, *C = H + plane;
+                for (int b = 0; b < nb; ++b) {
+                    tg += (double) G[b] * sg; th += (double) H[b] * sh; tc += (double) C[b];
+                    gl[b] = tg; hl[b] = th; nl[b] = tc;
+                }
+            } else {
+                const double *G = (const double *) hist_v + at, *H = G + plane, *C = H + plane;
+                for (int b = 0; b < nb; ++b) {
+                    tg += G[b]; th += H[b]; tc += C[b];
+                    gl[b] = tg; hl[b] = th; nl[b] = tc;
+                }
+            }
+            if (tc == 0.0) continue;  /* an empty node adds 0 to every score and blocks nothing */
+            double dn = th + l2;
+            dn = dn < tiny ? tiny : dn;
+            const double own = tg * tg / dn;  /* the node's own score, from this feature's totals */
+            for (int b = 0; b < nb; ++b) {
+                const double gr = tg - gl[b], hr = th - hl[b], nr = tc - nl[b];
+                double dl = hl[b] + l2, dr = hr + l2;
+                dl = dl < tiny ? tiny : dl;
+                dr = dr < tiny ? tiny : dr;
+                sum[b] += (gl[b] * gl[b] / dl + gr * gr / dr) - own;
+                const int few = (nl[b] > 0 && nl[b] < min_data) | (nr > 0 && nr < min_data);
+                const int light = min_hess > 0 && ((nl[b] > 0 && hl[b] < min_hess) | (nr > 0 && hr < min_hess));
+                bad[b] |= (uint8_t) (few | light);
+            }
+        }
+        double *out = gains + f * 256;
+        for (int b = 0; b < nb; ++b)
+            out[b] = (valid[f * 256 + b] && !bad[b]) ? sum[b] : -INFINITY;
+        for (int b = nb; b < 256; ++b) out[b] = -INFINITY;  /* the caller keeps every valid code < nb */
+    }
+    int64_t best = 0, best_noisy = 0;
+    double top = gains[0], top_noisy = noise ? gains[0] + noise[0] : 0.0;
+    for (int64_t j = 1; j < n_feat * 256; ++j) {
+        const double v = gains[j];
+        if (!isnan(top) && (v > top || isnan(v))) { top = v; best = j; }
+        if (noise) {
+            const double w = v + noise[j];
+            if (!isnan(top_noisy) && (w > top_noisy || isnan(w))) { top_noisy = w; best_noisy = j; }
+        }
+    }
+    *best_gain = top;
+    *noisy = noise ? best_noisy : best;
+    return best;
+}
+
+/* One level's split (feature column f_col of codes, threshold cut: right when code > cut) of
+   the K = n_nodes nodes: each node p's segment is partitioned stably into p (left) and p + K
+   (right), node[i] += K for the documents that go right, and unless last, the children's
+   histograms [3, n_feat, 2K, 256] are written to out from the parents' hist [3, n_feat, K, 256]:
+   the smaller child of each pair summed (the right one when it has no more documents than the
+   left, as the reference), the other one parent - smaller. tmp [n] is scratch. */
+int rankkit_tree_split(const uint8_t *codes, int64_t n_cols, const int64_t *rows, const int64_t *features,
+                       int64_t n_feat, int64_t f_col, int64_t cut, int64_t n_nodes, const void *g,
+                       const void *h, int quantized, int64_t *order, int64_t *tmp, int64_t *seg,
+                       int64_t *node, const void *hist, void *out, const int64_t *nbins, int last,
+                       int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    for (int64_t p = 0; p < n_nodes; ++p) {
+        const int64_t s = seg[2 * p], len = seg[2 * p + 1];
+        int64_t nl = 0, nr = 0;
+        for (int64_t k = s; k < s + len; ++k) {
+            const int64_t i = order[k];
+            if (codes[(rows ? rows[i] : i) * n_cols + f_col] > cut) { tmp[s + nr++] = i; node[i] += n_nodes; }
+            else order[s + nl++] = i;
+        }
+        memcpy(order + s + nl, tmp + s, sizeof(int64_t) * (size_t) nr);
+        seg[2 * p + 1] = nl;
+        seg[2 * (p + n_nodes)] = s + nl;
+        seg[2 * (p + n_nodes) + 1] = nr;
+    }
+    if (last) return 0;
+    int64_t *small = (int64_t *) malloc(sizeof(int64_t) * 2 * (size_t) n_nodes);
+    if (!small) return -1;
+    int64_t *large = small + n_nodes;
+    for (int64_t p = 0; p < n_nodes; ++p) {
+        const int right_small = seg[2 * (p + n_nodes) + 1] <= seg[2 * p + 1];
+        small[p] = right_small ? p + n_nodes : p;
+        large[p] = right_small ? p : p + n_nodes;
+    }
+    int status;
+    if (quantized)
+        status = rk_node_histograms_q(codes, n_cols, rows, features, n_feat, order, seg, (const int32_t *) g,
+                                      (const int32_t *) h, small, large, n_nodes, (const int64_t *) hist,
+                                      n_nodes, (int64_t *) out, 2 * n_nodes, nbins, 1, n_threads);
+    else
+        status = rk_node_histograms_d(codes, n_cols, rows, features, n_feat, order, seg, (const double *) g,
+                                      (const double *) h, small, large, n_nodes, (const double *) hist,
+                                      n_nodes, (double *) out, 2 * n_nodes, nbins, 1, n_threads);
+    free(small);
+    return status;
+}
+
+/* The leaves: sums [2, n_leaves] (G, H per leaf, each summed in document order, as the
+   reference's index_add_) of the n documents' g, h (double) at their leaf node[i], and the
+   Newton steps values[j] = -lr * G / (H + l2), 0 where H + l2 < max(min_hess, 1e-300).
+   Returns the first leaf whose value is not finite, or -1. */
+int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict g, const double *restrict h,
+                            int64_t n, int64_t n_leaves, double lr, double l2, double min_hess,
+                            double *restrict sums, double *restrict values) {
+    for (int64_t j = 0; j < 2 * n_leaves; ++j) sums[j] = 0.0;
+    for (int64_t i = 0; i < n; ++i) { sums[node[i]] += g[i]; sums[n_leaves + node[i]] += h[i]; }
+    const double floor_ = min_hess > 1e-300 ? min_hess : 1e-300;
+    int64_t bad = -1;
+    for (int64_t j = 0; j < n_leaves; ++j) {
+        const double d = sums[n_leaves + j] + l2;
+        /* a NaN sum gives a NaN value (as the reference), which the engine reports */
+        values[j] = d < floor_ ? 0.0 : -lr * sums[j] / ((d > 1e-300 || isnan(d)) ? d : 1e-300);
+        if (bad < 0 && !isfinite(values[j])) bad = j;
+    }
+    return bad;
+}
+
+#ifdef RANKKIT_PYTHON_MODULE
+/* Built by setup.py as the extension module rankkit.kernels._cpu: an empty module whose file
+   rankkit.kernels.cpu loads with ctypes (the functions above take raw pointers, so neither the
+   build nor the module needs torch's headers). */
+static struct PyModuleDef rankkit_cpu_module = {
+    PyModuleDef_HEAD_INIT, "_cpu", "rankkit's compiled CPU kernels (called through ctypes).", -1, NULL,
+};
+PyMODINIT_FUNC PyInit__cpu(void) { return PyModule_Create(&rankkit_cpu_module); }
+#endif

@@ -1,0 +1,388 @@
+"""The compiled CPU backend: rankkit/kernels/_cpu.c through ctypes on the tensors' memory.
+
+The C source is built at install by setup.py into the extension module ``rankkit.kernels._cpu``
+(``pip install -e .``, ``make venv``, or ``python setup.py build_ext --inplace`` in a checkout);
+nothing is compiled at run time. This module finds that file and loads it with ctypes; when it
+was not built (no compiler at install) or ``RANKKIT_CPU_KERNEL=0`` is set, :func:`available`
+is False and the booster runs the torch reference backend (:mod:`rankkit.kernels.torch_ref`),
+which grows the same trees.
+
+Two layers of kernels:
+
+* the fused tree grower (:class:`TreeKernels`): one call for the root's histograms, one per
+  level (split scan with its argmax, the noise and the min-data / min-hessian masks inside;
+  then the routing, which keeps the documents partitioned by node, and the histograms of the
+  smaller children with the larger ones by subtraction), one for the leaves. A depth-D tree is
+  D + 2 calls.
+* the unfused kernels (:func:`histograms`, :func:`children`, :func:`route`,
+  :func:`split_scan`, :func:`bin_codes`), for a run whose histograms pass through a
+  reduction point (data-parallel training) and for binning.
+
+Determinism: each (feature, node, code) cell is summed by one thread in document order, so
+the result does not depend on the number of threads, and it is the same sum, in the same
+order, as the torch reference's ``index_add_``.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+
+import torch
+
+N_CODES = 256
+
+
+def enabled() -> bool:
+    """False when ``RANKKIT_CPU_KERNEL=0`` asks for the torch backend."""
+    return os.environ.get("RANKKIT_CPU_KERNEL", "1").lower() not in ("0", "false", "no", "off")
+
+
+def _load() -> ctypes.CDLL | None:
+    """The built extension rankkit.kernels._cpu as a ctypes library, or None when not built."""
+    try:
+        spec = importlib.util.find_spec("rankkit.kernels._cpu")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None
+    dll = ctypes.CDLL(spec.origin)
+    p, i64, cint, dbl = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
+    dll.rankkit_histograms.argtypes = [p, i64, p, i64, p, i64, p, p, i64, p, p, p, p, i64, p, cint, i64, cint]
+    dll.rankkit_histograms.restype = cint
+    dll.rankkit_histograms_q.argtypes = dll.rankkit_histograms.argtypes
+    dll.rankkit_histograms_q.restype = cint
+    dll.rankkit_route.argtypes = [p, i64, p, i64, p, p, p, i64, p, cint]
+    dll.rankkit_route.restype = None
+    dll.rankkit_bin.argtypes = [p, i64, i64, p, p, cint]
+    dll.rankkit_bin.restype = None
+    dll.rankkit_tree_root.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, cint, cint]
+    dll.rankkit_tree_root.restype = cint
+    dll.rankkit_split_scan.argtypes = [p, cint, p, i64, i64, p, p, dbl, dbl, dbl, dbl, p, p, p, p, cint]
+    dll.rankkit_split_scan.restype = i64
+    dll.rankkit_tree_split.argtypes = [p, i64, p, p, i64, i64, i64, i64, p, p, cint, p, p, p, p, p, p, p, cint, cint]
+    dll.rankkit_tree_split.restype = cint
+    dll.rankkit_tree_leaves.argtypes = [p, p, p, i64, i64, dbl, dbl, dbl, p, p]
+    dll.rankkit_tree_leaves.restype = i64
+    return dll
+
+
+_DLL = _load()
+
+
+def available() -> bool:
+    """Whether the compiled kernels were built (and are not switched off by ``RANKKIT_CPU_KERNEL=0``)."""
+    return _DLL is not None and enabled()
+
+
+def _threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+# At most this many features per block: 3 doubles x 256 codes x 36 features = 216 KiB of cells,
+# inside a core's L2 cache; fewer blocks read the rows fewer times (on 1.2M x 136 features, 4
+# blocks of 34 were a little faster than 3 of 46 and than 8 of 17).
+_MAX_BLOCK = 36
+
+
+def _dll() -> ctypes.CDLL:
+    """The loaded library; an error when it is unavailable (the callers check :func:`available`)."""
+    if not available():
+        raise RuntimeError("the compiled CPU kernels are not available (rankkit was installed without them)")
+    return _DLL  # type: ignore[return-value]
+
+
+def small_child_slots(small_is_right: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For the K parents p split into nodes p and p + K: (slot, small, large), where ``small``
+    and ``large`` [K] are the smaller and the larger child of each parent and ``slot`` [2K]
+    maps the smaller child to p and every other node to −1 (left out)."""
+    k = small_is_right.shape[0]
+    parents = torch.arange(k)
+    small = parents + k * small_is_right.long()
+    slot = torch.full((2 * k,), -1, dtype=torch.long)
+    slot[small] = parents
+    return slot, small, parents + k * (~small_is_right).long()
+
+
+def _check_codes(codes: torch.Tensor) -> None:
+    assert codes.dtype == torch.uint8 and codes.dim() == 2 and codes.is_contiguous() and codes.device.type == "cpu"
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def histograms(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Tensor | None,
+                   node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_nodes: int,
+                   slot: torch.Tensor | None = None, n_slots: int | None = None, *,
+                   counts: torch.Tensor | None = None) -> torch.Tensor:
+    """[3, F, S, 256] float64 (int64 for int32 grad/hess) histograms (ΣG, ΣH, count) of the
+    documents ``rows``.
+
+    Args:
+        codes: [N_all, F_all] uint8, contiguous, one row per document.
+        rows: [n] int64, the documents (rows of ``codes``); None: all N_all, in order.
+        features: [F] int64, the columns of ``codes`` to histogram; None: all F_all.
+        node: [n] int64 in 0..n_nodes-1; grad, hess: [n] float64, or int32 quantized
+            gradients (then the histograms are int64 and exact; the caller keeps each slot's
+            |sum| below 2^31).
+        slot: [n_nodes] int64, the output slot (0..n_slots-1) of each node's documents, or -1
+            to leave them out; None: slot = node (S = n_nodes).
+        counts: [F, S, 256], the count channel when the caller already knows it (then
+            the kernel adds only grad and hess, about 12% faster); None: counted.
+    """
+    if slot is None:
+        n_slots = n_nodes
+    assert n_slots is not None and (slot is None or slot.shape[0] == n_nodes)
+    return _histograms(codes, rows, features, node, grad, hess, slot, n_slots, None, None, n_slots, counts)
+
+
+def children(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Tensor | None,
+                 node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, parent: torch.Tensor,
+                 small_is_right: torch.Tensor) -> torch.Tensor:
+    """The [3, F, 2K, 256] histograms of the children after a level's split (the subtraction trick).
+
+    The K parents' documents were routed to node p + K·bit; only the documents of the smaller
+    child p + K·small_is_right[p] are read, and its sibling is ``parent[:, :, p] − child`` (the
+    same floating-point subtraction as torch's, written straight into place).
+
+    Args:
+        codes, rows, features, grad, hess: as for :func:`histograms`.
+        node: [n] int64 in 0..2K-1, after the split.
+        parent: [3, F, K, 256], the parents' histograms (float64, or int64 for int32 grad/hess).
+        small_is_right: [K] bool.
+    """
+    k = parent.shape[2]
+    slot, small, large = small_child_slots(small_is_right)
+    dest = torch.cat([small, large])
+    return _histograms(codes, rows, features, node, grad, hess, slot, k, parent, dest, 2 * k)
+
+
+def _histograms(codes, rows, features, node, grad, hess, slot, n_slots, parent, dest, n_out,
+                counts=None) -> torch.Tensor:
+    _check_codes(codes)
+    n = node.shape[0] if rows is None else rows.shape[0]
+    assert rows is not None or n == codes.shape[0]
+    assert node.shape[0] == grad.shape[0] == hess.shape[0] == n
+    feats = None if features is None else features.long().contiguous()
+    n_feat = codes.shape[1] if feats is None else feats.shape[0]
+    assert parent is None or (dest is not None and parent.shape == (3, n_feat, n_slots, 256))
+    keep = [None if t is None else t.long().contiguous() for t in (slot, dest, rows, node)]
+    # Quantized gradients (int32) take the integer kernel: int32 cells, int64 histograms.
+    quantized = grad.dtype == torch.int32
+    value, hist = (torch.int32, torch.int64) if quantized else (torch.float64, torch.float64)
+    grad, hess = grad.to(value).contiguous(), hess.to(value).contiguous()
+    parent = None if parent is None else parent.to(hist).contiguous()
+    threads = _threads()
+    # Feature blocks: at most _MAX_BLOCK features each, a multiple of the threads (balanced).
+    blocks = -(-n_feat // _MAX_BLOCK)  # ceil
+    blocks = threads * -(-blocks // threads)
+    out = torch.empty(3, n_feat, n_out, 256, dtype=hist)
+    if counts is not None:
+        assert parent is None and counts.shape == (n_feat, n_out, 256)
+        out[2].copy_(counts)
+    kernel = _dll().rankkit_histograms_q if quantized else _dll().rankkit_histograms
+    status = kernel(
+        codes.data_ptr(), codes.shape[1], _ptr(keep[2]), n, _ptr(feats), n_feat, keep[3].data_ptr(),
+        _ptr(keep[0]), n_slots, grad.data_ptr(), hess.data_ptr(), _ptr(parent), _ptr(keep[1]), n_out,
+        out.data_ptr(), threads, blocks, int(counts is None))
+    if status != 0:
+        raise MemoryError("the CPU histogram kernel could not allocate its buffers")
+    return out
+
+
+def route(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Tensor, cuts: torch.Tensor,
+              weights: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
+    """``node += Σ_k [codes[rows, features[k]] > cuts[k]] · weights[k]`` in place; returns node.
+
+    Args:
+        codes: [N_all, F_all] uint8, contiguous, one row per document.
+        rows: [n] int64, the documents; None: all N_all, in order.
+        features, cuts, weights: [D] int64, the tests and what passing each adds.
+        node: [n] int64, contiguous, updated in place.
+    """
+    _check_codes(codes)
+    n = node.shape[0]
+    assert node.dtype == torch.int64 and node.is_contiguous() and (rows is not None or n == codes.shape[0])
+    assert rows is None or rows.shape[0] == n
+    keep = [t.long().contiguous() for t in (features, cuts, weights)]
+    rows = None if rows is None else rows.long().contiguous()
+    _dll().rankkit_route(
+        codes.data_ptr(), codes.shape[1], _ptr(rows), n, keep[0].data_ptr(), keep[1].data_ptr(),
+        keep[2].data_ptr(), keep[0].shape[0], node.data_ptr(), _threads())
+    return node
+
+
+def split_scan(hist: torch.Tensor, valid_codes: torch.Tensor, params, scale: torch.Tensor | None = None,
+               noise: torch.Tensor | None = None) -> tuple[torch.Tensor, int, int]:
+    """One level's split scan fused with its argmax (the same kernel as the fused grower's).
+
+    Args:
+        hist: [3, F, K, 256] float64 (ΣG, ΣH, count), or int64 quantized sums read times
+            ``scale`` [2] (ΣG, ΣH).
+        valid_codes: [F, 256] bool.
+        params: λ, min_data_in_leaf, min_sum_hessian.
+        noise: [F, 256] float64 split noise, or None.
+    Returns:
+        (gains [F, 256] float64 as :func:`rankkit.kernels.torch_ref.split_scores`, −inf where
+        not allowed; the flat index of the first maximum; that of gains + noise, or the first
+        again without noise).
+    """
+    quantized = scale is not None
+    hist = hist.contiguous() if quantized else hist.double().contiguous()
+    n_feat, n_nodes = hist.shape[1], hist.shape[2]
+    assert hist.shape == (3, n_feat, n_nodes, 256) and valid_codes.shape == (n_feat, 256)
+    valid = valid_codes.to(torch.uint8).contiguous()
+    scale = None if scale is None else scale.double().contiguous()
+    noise = None if noise is None else noise.double().contiguous()
+    gains = torch.empty(n_feat, 256, dtype=torch.float64)
+    top, noisy = torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.int64)
+    best = _dll().rankkit_split_scan(
+        hist.data_ptr(), int(quantized), _ptr(scale), n_feat, n_nodes, None, valid.data_ptr(), float(params.l2),
+        float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY, _ptr(noise), gains.data_ptr(),
+        top.data_ptr(), noisy.data_ptr(), _threads())
+    return gains, int(best), int(noisy[0])
+
+
+def bin_codes(x: torch.Tensor, borders: torch.Tensor) -> torch.Tensor:
+    """[N, F] uint8 codes of x [N, F] (float32, CPU) under the borders [F, M] (ascending, padded
+    with +inf, M <= 255; see :class:`rankkit.boosting.binning.QuantileBinner`), in one
+    compiled pass."""
+    n, n_feat = x.shape
+    assert borders.shape[0] == n_feat and borders.shape[1] <= 255
+    x = x.to(torch.float32).contiguous()
+    padded = torch.full((n_feat, 256), torch.inf, dtype=torch.float32)
+    padded[:, : borders.shape[1]] = borders
+    out = torch.empty(n, n_feat, dtype=torch.uint8)
+    _dll().rankkit_bin(x.data_ptr(), n, n_feat, padded.data_ptr(), out.data_ptr(), _threads())
+    return out
+
+
+class TreeKernels:
+    """The fused grower of one training set's trees on the compiled kernels.
+
+    Holds the row-major codes and the buffers a tree needs (the partition of the documents by
+    node, two levels of histograms), allocated once and reused by every tree.
+
+    Args:
+        codes: [N, F] uint8, contiguous, one row per document.
+        depth: D, the levels of every tree.
+        valid_codes: [F, 256] bool, the thresholds each feature allows.
+    """
+
+    def __init__(self, codes: torch.Tensor, depth: int, valid_codes: torch.Tensor):
+        _check_codes(codes)
+        self.codes, self.depth = codes, depth
+        self._buffers: dict[tuple, torch.Tensor] = {}
+        # Per feature, the codes a histogram has to hold: past the largest code that occurs
+        # and past the last allowed threshold (the cells above stay empty and are not read).
+        last_valid = torch.where(valid_codes.cpu(), torch.arange(N_CODES), -1).amax(1)
+        top = codes.amax(0).long() if codes.shape[0] else torch.zeros(codes.shape[1], dtype=torch.long)
+        self.n_bins = torch.maximum(top, last_valid).add_(1).clamp_(1, N_CODES).contiguous()
+
+    def _buffer(self, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (name, dtype)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = self._buffers[key] = torch.empty(max(numel, 1), dtype=dtype)
+        return buf[:numel]
+
+    def grow_levels(self, g: torch.Tensor, h: torch.Tensor, scale: torch.Tensor | None, valid: torch.Tensor,
+                    rows: torch.Tensor | None, features: torch.Tensor | None, noise: torch.Tensor | None,
+                    params, root_counts: torch.Tensor | None = None):
+        """The levels of one tree: (node [n], features [D], codes [D], gains [D], root histogram).
+
+        Args:
+            g, h: [n] float64, or int32 quantized gradients with ``scale`` [2] float64.
+            valid: [F', 256] bool, the allowed thresholds of the sampled features.
+            rows: [n] int64 rows of the codes (None: all N); features: [F'] int64 columns (None: all).
+            noise: [D, F', 256] float64 split noise, or None.
+            params: the :class:`~rankkit.boosting.tree.TreeParams`.
+            root_counts: [F', 1, 256] the root's count channel when known (then not counted).
+        Returns:
+            node: [n] int64, each document's leaf; features [D] (indices into the sampled
+            features), codes [D] (255 for an unsplit level), gains [D] float64; the root's
+            histograms [3, F', 1, 256].
+        """
+        codes, depth = self.codes, self.depth
+        n = g.shape[0]
+        n_feat = codes.shape[1] if features is None else features.shape[0]
+        quantized = scale is not None
+        value, hist_t = (torch.int32, torch.int64) if quantized else (torch.float64, torch.float64)
+        g, h = g.to(value).contiguous(), h.to(value).contiguous()
+        rows_c = None if rows is None else rows.long().contiguous()
+        feats_c = None if features is None else features.long().contiguous()
+        raw = None if features is None else feats_c
+        order, tmp = self._buffer("order", n, torch.int64), self._buffer("tmp", n, torch.int64)
+        seg = self._buffer("seg", 2 << depth, torch.int64)
+        node = torch.empty(n, dtype=torch.int64)  # returned: a fresh tensor
+        plane = n_feat * N_CODES
+        big = 3 * plane << max(depth - 1, 0)
+        bufs = [self._buffer("hist_a", big, hist_t), self._buffer("hist_b", big, hist_t)]
+        valid_u8 = valid.to(torch.uint8).contiguous()
+        nbins = self.n_bins if features is None else self.n_bins.index_select(0, feats_c)
+        noise = None if noise is None else noise.double().contiguous()
+        scale_c = None if scale is None else scale.double().contiguous()
+        gains_buf = torch.empty(n_feat, N_CODES, dtype=torch.float64)
+        best_gain = torch.zeros(1, dtype=torch.float64)
+        noisy = torch.zeros(1, dtype=torch.int64)
+        threads = _threads()
+        dll = _dll()
+        root = bufs[0][: 3 * plane].view(3, n_feat, 1, N_CODES)
+        if root_counts is not None:
+            root[2].copy_(root_counts)
+        status = dll.rankkit_tree_root(codes.data_ptr(), codes.shape[1], _ptr(rows_c), n, _ptr(feats_c), n_feat,
+                                       g.data_ptr(), h.data_ptr(), int(quantized), order.data_ptr(),
+                                       seg.data_ptr(), node.data_ptr(), root.data_ptr(),
+                                       int(root_counts is None), threads)
+        if status != 0:
+            raise MemoryError("the CPU tree kernel could not allocate its buffers")
+        root_hist = root.clone()
+        feats = torch.zeros(depth, dtype=torch.long)
+        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long)
+        gains = torch.zeros(depth, dtype=torch.float64)
+        def scan(hist, n_nodes, level_noise) -> None:  # best_gain, noisy <- the level's split
+            dll.rankkit_split_scan(
+                hist.data_ptr(), int(quantized), _ptr(scale_c), n_feat, n_nodes, nbins.data_ptr(),
+                valid_u8.data_ptr(), float(params.l2), float(params.min_data_in_leaf),
+                float(params.min_sum_hessian), _TINY, _ptr(level_noise), gains_buf.data_ptr(),
+                best_gain.data_ptr(), noisy.data_ptr(), threads)
+
+        for level in range(depth):
+            n_nodes = 1 << level
+            hist, out = bufs[level % 2], bufs[(level + 1) % 2]
+            scan(hist, n_nodes, None if noise is None else noise[level])
+            if not float(best_gain[0]) > 0.0:
+                # No allowed split: this level and the rest send everything left (code 255). As
+                # in the reference, each records its best feature on the unchanged histograms.
+                for rest in range(level, depth):
+                    scan(hist, n_nodes, None if noise is None else noise[rest])
+                    feats[rest] = int(noisy[0]) // N_CODES
+                break
+            f, c = divmod(int(noisy[0]), N_CODES)
+            feats[level], cuts[level], gains[level] = f, c, gains_buf[f, c]
+            col = f if raw is None else int(raw[f])
+            status = dll.rankkit_tree_split(
+                codes.data_ptr(), codes.shape[1], _ptr(rows_c), _ptr(feats_c), n_feat, col, c, n_nodes,
+                g.data_ptr(), h.data_ptr(), int(quantized), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(),
+                node.data_ptr(), hist.data_ptr(), out.data_ptr(), nbins.data_ptr(), int(level + 1 == depth), threads)
+            if status != 0:
+                raise MemoryError("the CPU tree kernel could not allocate its buffers")
+        return node, feats, cuts, gains, root_hist
+
+
+def tree_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: int, params
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values [n_leaves], sums [2, n_leaves]) float64: each leaf's ΣG, ΣH of g, h [n] float64
+    (summed in document order, as :func:`rankkit.kernels.torch_ref.leaf_sums`) and its Newton
+    step −η ΣG / (ΣH + λ), 0 where ΣH + λ < min_sum_hessian."""
+    node, g, h = node.long().contiguous(), g.double().contiguous(), h.double().contiguous()
+    sums = torch.empty(2, n_leaves, dtype=torch.float64)
+    values = torch.empty(n_leaves, dtype=torch.float64)
+    _dll().rankkit_tree_leaves(node.data_ptr(), g.data_ptr(), h.data_ptr(), node.shape[0], n_leaves,
+                               float(params.learning_rate), float(params.l2), float(params.min_sum_hessian),
+                               sums.data_ptr(), values.data_ptr())
+    return values, sums
+
+
+_TINY = 1e-12  # floor of a hessian sum in a denominator (as the torch reference)

@@ -1,0 +1,291 @@
+"""List-aware scorers: the (features [Q, L, F], mask [Q, L]) -> [Q, L] contract, the transformer
+scorer (permutation equivariance, padding invariance), its training, export and serving."""
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankkit.data import make_synthetic
+from rankkit.data.datamodule import RankingDataModule
+from rankkit.data.dataset import pad
+from rankkit.export import export_onnx, export_program, export_torchscript, is_list_aware, load_scorer
+from rankkit.metrics import ndcg
+from rankkit.neural import LambdaRank, MeanEnsemble, MLPScorer, RankNet, TransformerScorer, score_lists
+from rankkit.neural.scorer import FeaturePreprocessor
+from rankkit.serving import as_scorer, predict_file, score_queries
+
+F = 6
+
+
+def transformer(seed=0, **kw):
+    torch.manual_seed(seed)
+    options = dict(hidden=(16, 8), heads=2, layers=2, dropout=0.0)
+    options.update(kw)
+    return TransformerScorer(F, **options).eval()
+
+
+def batch(seed=0, q=3, length=7):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(q, length, F, generator=g) * 3
+    lengths = torch.randint(1, length + 1, (q,), generator=g)
+    lengths[0] = length
+    return x, torch.arange(length) < lengths[:, None]
+
+
+# -- the contract ---------------------------------------------------------------------------------
+def test_a_pointwise_scorer_is_the_special_case():
+    scorer = MLPScorer(F, (8,)).eval()
+    x, mask = batch()
+    with torch.no_grad():
+        scores = score_lists(scorer, x, mask)
+        torch.testing.assert_close(scores[mask], scorer(x[mask]))
+    assert bool((scores[~mask] == 0).all())
+    assert not is_list_aware(scorer) and is_list_aware(transformer())
+
+
+class PointwiseClaimingLists(torch.nn.Module):
+    list_aware = True
+
+    def forward(self, x):
+        return x.sum(-1)
+
+
+class WrongShape(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("scorer, message", [(PointwiseClaimingLists(), "does not fit the list-aware contract"),
+                                             (WrongShape(), r"returned \(3, 7, 1\).*not scores \(3, 7\)")])
+def test_a_module_that_fits_neither_contract_is_refused_clearly(scorer, message):
+    x, mask = batch()
+    with pytest.raises(ValueError, match=message):
+        score_lists(scorer, x, mask)
+
+
+# -- the transformer ------------------------------------------------------------------------------
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), latent_cross=st.booleans())
+def test_the_transformer_is_permutation_equivariant(seed, latent_cross):
+    scorer = transformer(latent_cross=latent_cross)
+    x, mask = batch(seed)
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.stack([torch.randperm(x.shape[1], generator=g) for _ in range(x.shape[0])])
+    with torch.no_grad():
+        scores = scorer(x, mask)
+        permuted = scorer(x.gather(1, perm[..., None].expand_as(x)), mask.gather(1, perm))
+    torch.testing.assert_close(permuted, scores.gather(1, perm), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), extra=st.integers(1, 6), junk=st.sampled_from([0.0, 1e4, float("nan")]))
+def test_padding_changes_no_real_documents_score(seed, extra, junk):
+    scorer = transformer()
+    x, mask = batch(seed)
+    wider = torch.cat([x, torch.full((x.shape[0], extra, F), junk)], 1)
+    wider[:, : x.shape[1]][~mask] = junk  # padding inside the list holds junk too
+    wide_mask = torch.cat([mask, torch.zeros(x.shape[0], extra, dtype=torch.bool)], 1)
+    with torch.no_grad():
+        scores = scorer(x, mask)
+        padded = scorer(wider, wide_mask)
+        one_by_one = [scorer(x[i:i + 1, mask[i]], mask[i:i + 1, mask[i]])[0] for i in range(len(x))]
+    torch.testing.assert_close(padded[wide_mask], scores[mask], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.cat(one_by_one), scores[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_the_context_matters_and_the_latent_cross_is_dasalcs():
+    scorer = transformer()
+    x, mask = batch()
+    mask[:] = True
+    with torch.no_grad():
+        alone = scorer(x[:1, :1], mask[:1, :1])[0, 0]
+        in_list = scorer(x[:1], mask[:1])[0, 0]
+        assert abs(float(alone - in_list)) > 1e-4  # a document's score depends on its list
+        h = scorer.tower(scorer.preprocess(x))
+        c = h
+        for block in scorer.blocks:
+            c = block(c, mask)
+        expected = scorer.head((1 + scorer.norm(c)) * h).squeeze(-1)
+    torch.testing.assert_close(scorer(x, mask), expected)
+
+
+def test_transformer_validates():
+    with pytest.raises(ValueError, match="`heads` has to divide"):
+        TransformerScorer(F, hidden=(10,), heads=4)
+    with pytest.raises(ValueError, match="`hidden` has to hold at least one"):
+        TransformerScorer(F, hidden=())
+    with pytest.raises(ValueError, match="noise"):
+        TransformerScorer(F, noise=-1.0)
+
+
+def test_noise_is_added_in_training_only():
+    pre = FeaturePreprocessor(F, noise=0.5).fit(torch.randn(50, F))
+    x = torch.randn(4, F)
+    pre.train()
+    torch.manual_seed(0)
+    noisy = pre(x)
+    torch.manual_seed(0)
+    expected = ((torch.sign(x) * torch.log1p(x.abs()) - pre.mean) / pre.std + 0.5 * torch.randn(4, F)).clamp(-10, 10)
+    torch.testing.assert_close(noisy, expected)
+    pre.eval()
+    torch.testing.assert_close(pre(x), pre(x))
+    assert not torch.allclose(pre(x), noisy)
+    with pytest.raises(ValueError, match="`noise` is added by the scorer's FeaturePreprocessor"):
+        LambdaRank(scorer=torch.nn.Linear(F, 1), noise=0.1)
+
+
+# -- export and serving ---------------------------------------------------------------------------
+EXPORTERS = {"pt": export_torchscript, "pt2": export_program, "onnx": export_onnx}
+
+
+@pytest.mark.parametrize("ext", list(EXPORTERS))
+def test_every_export_of_a_list_aware_scorer_equals_eager(tmp_path, ext):
+    if ext == "onnx":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnxscript")
+    scorer = transformer()
+    scorer.preprocess.fit(torch.randn(40, F) * 3)
+    path = EXPORTERS[ext](scorer, tmp_path / f"m.{ext}")
+    served = load_scorer(path)
+    assert is_list_aware(served)
+    for seed, (q, length) in enumerate([(3, 7), (1, 1), (5, 12)]):  # dynamic Q and L, unlike the example
+        x, mask = batch(seed, q, length)
+        with torch.no_grad():
+            eager = scorer(x, mask).masked_fill(~mask, 0.0)
+            torch.testing.assert_close(served(x, mask), eager, rtol=1e-5, atol=1e-5)
+            if ext == "pt":  # one query [L, F] -> [L]
+                torch.testing.assert_close(served(x[0]), scorer(x[:1], torch.ones_like(mask[:1]))[0])
+
+
+def test_a_list_aware_scorer_serves_query_by_query(tmp_path):
+    scorer = transformer()
+    data = make_synthetic(12, (2, 9), F, seed=1)
+    scorer.preprocess.fit(data.features)
+    export_torchscript(scorer, tmp_path / "m.pt")
+    lines = []
+    for q, (start, size) in enumerate(zip(data.offsets[:-1].tolist(), data.sizes.tolist())):
+        for i in range(size):
+            row = " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(data.features[start + i]))
+            lines.append(f"{int(data.labels[start + i])} qid:{q} {row}\n")
+    (tmp_path / "d.txt").write_text("".join(lines))
+    padded, mask = pad(data.features, data.sizes)
+    with torch.no_grad():
+        expected = scorer(padded, mask)[mask]
+    for model in (scorer, str(tmp_path / "m.pt")):
+        assert predict_file(model, tmp_path / "d.txt", tmp_path / "s.tsv") == data.n_docs
+        got = torch.tensor([float(line.split("\t")[2]) for line in (tmp_path / "s.tsv").read_text().splitlines()])
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # the same scores whatever the number of queries per padded batch
+    torch.testing.assert_close(score_queries(as_scorer(scorer), data.features, data.sizes, chunk=1), expected,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_list_aware_scorer_sees_whole_queries_when_predict_streams(tmp_path, monkeypatch):
+    # blocks of a few lines cut queries apart; predict_file must still score whole lists
+    import rankkit.data.svmlight as svmlight
+
+    scorer = transformer()
+    data = make_synthetic(9, (1, 9), F, seed=2)
+    scorer.preprocess.fit(data.features)
+    lines = []
+    for q, (start, size) in enumerate(zip(data.offsets[:-1].tolist(), data.sizes.tolist())):
+        for i in range(size):
+            row = " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(data.features[start + i]))
+            lines.append(f"{int(data.labels[start + i])} qid:{q} {row}\n")
+    (tmp_path / "d.txt").write_text("".join(lines))
+    monkeypatch.setattr(svmlight, "_BLOCK_BYTES", 300)
+    assert sum(1 for _ in svmlight.iter_svmlight(tmp_path / "d.txt", n_features=F)) > data.n_queries
+    padded, mask = pad(data.features, data.sizes)
+    with torch.no_grad():
+        expected = scorer(padded, mask)[mask]
+    assert predict_file(scorer, tmp_path / "d.txt", tmp_path / "s.tsv") == data.n_docs
+    rows = [line.split("\t") for line in (tmp_path / "s.tsv").read_text().splitlines()]
+    got = torch.tensor([float(r[2]) for r in rows])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    doc = (torch.arange(data.n_docs) - torch.repeat_interleave(data.offsets[:-1], data.sizes)).tolist()
+    assert [int(r[1]) for r in rows] == doc
+
+
+def test_a_seed_ensemble_is_the_mean_and_exports(tmp_path):
+    members = [transformer(seed=s) for s in range(2)] + [MLPScorer(F, (4,)).eval()]
+    ensemble = MeanEnsemble(members).eval()
+    x, mask = batch()
+    with torch.no_grad():
+        expected = (members[0](x, mask) + members[1](x, mask) + members[2](x)) / 3
+        torch.testing.assert_close(ensemble(x, mask), expected)
+        export_torchscript(ensemble, tmp_path / "e.pt")
+        torch.testing.assert_close(load_scorer(tmp_path / "e.pt")(x, mask), expected.masked_fill(~mask, 0.0))
+    with pytest.raises(ValueError, match="different feature counts"):
+        MeanEnsemble([MLPScorer(3), MLPScorer(4)])
+
+
+# -- training -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_data():
+    full = make_synthetic(90, (5, 25), F, seed=0)
+    return full.subset(range(60)), full.subset(range(60, 90))
+
+
+def make_trainer(tmp_path, epochs, **kw):
+    return pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path, deterministic=True, **kw)
+
+
+def test_the_transformer_trains_from_the_module_options_and_checkpoints(tmp_path, tiny_data):
+    train, val = tiny_data
+    pl.seed_everything(0, verbose=False)
+    model = LambdaRank(n_features=F, architecture="transformer", hidden=[16], heads=2, layers=1, lr=1e-2,
+                       noise=0.1, dropout=0.0)
+    assert isinstance(model.scorer, TransformerScorer) and model.scorer.preprocess.noise == 0.1
+    vb = val.padded()
+    with torch.no_grad():
+        before = ndcg(model.eval()(vb.features, vb.mask), vb.labels, mask=vb.mask, k=10).mean()
+    model.train()
+    trainer = make_trainer(tmp_path, 6, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=128))
+    model.eval()
+    with torch.no_grad():
+        scores = model(vb.features, vb.mask)
+        after = ndcg(scores, vb.labels, mask=vb.mask, k=10).mean()
+    assert after > before + 0.05
+    restored = LambdaRank.load_from_checkpoint(tmp_path / "last.ckpt").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(restored(vb.features, vb.mask), scores)
+        n = int(val.sizes[0])
+        torch.testing.assert_close(restored(val.features[:n]), scores[0, :n])  # one query [L, F]
+
+
+class Bare(torch.nn.Module):
+    """A user's list-aware scorer that does not record its width."""
+
+    list_aware = True
+
+    def __init__(self, n):
+        super().__init__()
+        self.linear = torch.nn.Linear(n, 1)
+
+    def forward(self, x, mask):
+        s = self.linear(x).squeeze(-1)
+        centre = (s * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
+        return s - centre
+
+
+def test_the_module_remembers_the_feature_count_it_trained_on(tmp_path, tiny_data):
+    train, val = tiny_data
+    pl.seed_everything(0, verbose=False)
+    model = RankNet(scorer=Bare(F), lr=1e-2)
+    assert model.n_features is None
+    trainer = make_trainer(tmp_path, 1, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=128))
+    assert model.n_features == F
+    export_torchscript(model, tmp_path / "m.pt")  # no n_features= needed
+    restored = RankNet.load_from_checkpoint(tmp_path / "last.ckpt", scorer=Bare(F))
+    assert restored.n_features == F
+    export_program(restored, tmp_path / "m.pt2")
+    x, mask = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(load_scorer(tmp_path / "m.pt2")(x, mask),
+                                   restored.eval()(x, mask))
