@@ -44,6 +44,26 @@ static int by_rank(const void *pa, const void *pb) {
     return (a->i > b->i) - (a->i < b->i);
 }
 
+/* Queries up to this long are sorted by insertion (inline comparisons, no calls: most of the
+   booster's queries are short); longer ones by qsort. Both give the one order of by_rank. */
+#define INSERTION_MAX 64
+
+static void rank_docs(ranked_doc *docs, int64_t n) {
+    if (n > INSERTION_MAX) {
+        qsort(docs, (size_t) n, sizeof(ranked_doc), by_rank);
+        return;
+    }
+    for (int64_t j = 1; j < n; ++j) {
+        ranked_doc d = docs[j];
+        int64_t p = j;
+        while (p > 0 && by_rank(&d, &docs[p - 1]) < 0) {
+            docs[p] = docs[p - 1];
+            --p;
+        }
+        docs[p] = d;
+    }
+}
+
 /* One query's pairs; every buffer holds n entries. */
 static void query_lambdas(int64_t start, int64_t n, const double *restrict scores,
                           const double *restrict labels, const double *restrict gains,
@@ -59,7 +79,7 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
         docs[j].y = labels[start + j];
         docs[j].i = start + j;
     }
-    qsort(docs, (size_t) n, sizeof(ranked_doc), by_rank);
+    rank_docs(docs, n);
     for (int64_t p = 0; p < n; ++p) {
         int64_t i = docs[p].i;
         s[p] = sigma * docs[p].s;
