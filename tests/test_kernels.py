@@ -117,7 +117,10 @@ def test_fused_levels_write_the_reference_partition_and_histograms():
     assert torch.equal(node, torch_ref.leaf_of(codes_t, feats, cuts))
 
 
-def test_reference_backend_on_the_simulated_device_grows_the_cpu_trees():
+def test_reference_backend_on_the_simulated_device_grows_the_cpu_trees(monkeypatch):
+    # The tree backends: both sides take the torch lambda pass (the compiled one agrees with it to
+    # a float32 rounding, tests/test_kernels_lambdas.py).
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     train = make_synthetic(30, (5, 40), 8, seed=2)
     kwargs = dict(n_estimators=4, depth=4, min_data_in_leaf=5, subsample=0.8, colsample=0.7, seed=1)
     want = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()

@@ -118,9 +118,10 @@ def _padded(scores, labels, sizes):
 @pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
 @pytest.mark.parametrize("k", [None, 1, 4, 1000])
 def test_compiled_lambdas_match_the_torch_path_in_float64(weighting, k):
-    sizes = [1, 30, 2, 17, 9, 9, 64]
+    sizes = [1, 30, 2, 17, 9, 9, 64, 90]  # up to 64 sorted by insertion, longer by qsort
     scores, labels = _data(3, sizes)
     labels[30:32] = 2.0  # a query of two equal labels
+    scores[1:31] *= 40.0  # scores spanning more than 64: the pair exponential per pair
     layout, s, y = _padded(scores, labels, sizes)
     for normalize in (False, True):
         want = lambda_gradients(s, y, mask=layout.mask, weighting=weighting, k=k, sigma=0.7, normalize=normalize)
