@@ -313,7 +313,8 @@ def _neural_ndcg(s, mask, u, d, alpha, iterations):
 
 def neural_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | None = None,
                      weights: torch.Tensor | None = None, temperature: float = 1.0, k: int | None = None,
-                     gain: str = "exp", sinkhorn_iterations: int = 50, workspace: int = 2**22) -> Result:
+                     gain: str = "exp", sinkhorn_iterations: int = 50, workspace: int = 2**22,
+                     plan=None) -> Result:
     r"""NeuralNDCG: one minus NDCG@k of a relaxed sort (Pobrotyn, Białobrzeski, "NeuralNDCG: Direct
     Optimisation of a Ranking Metric via Differentiable Relaxation of Sorting", 2021).
 
@@ -339,7 +340,7 @@ def neural_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.
     Gains are taken over the query's top gain, so any grade works.
 
     Args:
-        scores, labels, mask, weights: as :func:`softmax_loss`.
+        scores, labels, mask, weights, plan: as :func:`softmax_loss`.
         temperature: τ > 0 of NeuralSort (smaller is closer to the true sort).
         k: NDCG truncation (None: the whole list).
         gain: "exp" (2^y − 1) or "linear" (y).
@@ -357,7 +358,7 @@ def neural_ndcg_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.
     _checks.check_gain(gain)
     _checks.check_int(sinkhorn_iterations, "sinkhorn_iterations", low=0)
     _checks.check_int(workspace, "workspace", low=1)
-    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights)
+    out_dtype, s, y, mask, query_w = _prepare(scores, labels, mask, weights, plan)
     n_queries, n_docs = s.shape
     shift = gain_shift(y, mask, gain)
     idcg = ideal_dcg(y, mask, k=k, gain=gain, shift=shift)

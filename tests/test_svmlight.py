@@ -356,3 +356,13 @@ def test_predict_file_memory_does_not_grow_with_the_file(tmp_path):
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
     assert peaks[1] < peaks[0] + 2**19 and peaks[1] < 16000 * 46 * 4, peaks  # below the file's arrays
+
+
+def test_large_dataset_inf_check_runs_in_blocks_and_still_names_the_position():
+    from rankkit.data import RankingDataset
+
+    x = torch.zeros(100_000, 46)  # above the size where the check goes block by block
+    RankingDataset(x, torch.zeros(100_000), [0, 100_000], [1])
+    x[77_777, 5] = float("-inf")
+    with pytest.raises(ValueError, match=r"`features` has to be finite or NaN \(missing\), got -inf at \[77777, 5\]"):
+        RankingDataset(x, torch.zeros(100_000), [0, 100_000], [1])
