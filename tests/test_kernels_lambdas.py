@@ -215,3 +215,27 @@ def test_the_booster_grows_the_same_trees(monkeypatch, case):
             torch.testing.assert_close(fast[name], value, rtol=1e-5, atol=1e-7, msg=name)
         else:
             assert torch.equal(fast[name], value), name
+
+
+def test_the_start_order_changes_nothing_and_becomes_the_ranking():
+    sizes = [3, 70, 1, 12, 40]  # both sorts (insertion up to 64 documents, qsort beyond)
+    scores, labels = _data(8, sizes)
+    layout = QueryLayout(labels.float(), torch.tensor(sizes))
+    args = dict(gains=None, cutoff=layout.shape[1], max_len=layout.shape[1], normalize=True)
+    want = cpu.lambdas(scores, labels, layout.offsets, **args)
+    g = torch.Generator().manual_seed(9)
+    order = torch.cat([int(layout.offsets[q]) + torch.randperm(n, generator=g) for q, n in enumerate(sizes)])
+    for _ in range(2):  # a shuffled start, then the ranking the first call left
+        got = cpu.lambdas(scores, labels, layout.offsets, order=order, **args)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for q, n in enumerate(sizes):  # descending float32 score, equal scores lower label first
+        seg = order[int(layout.offsets[q]):int(layout.offsets[q]) + n]
+        key = [(-float(scores[i].float()), float(labels[i]), int(i)) for i in seg]
+        assert key == sorted(key)
+    # the objective keeps one such buffer per data set: a second layout's first call equals it
+    obj = make_objective("lambdarank", weighting="ndcg", k=5)
+    first = obj.gradients(scores, layout)
+    obj.gradients(scores.flip(0), layout)
+    again = obj.gradients(scores, layout)
+    fresh = obj.gradients(scores, QueryLayout(labels.float(), torch.tensor(sizes)))
+    assert torch.equal(first[0], again[0]) and torch.equal(again[0], fresh[0]) and torch.equal(again[1], fresh[1])

@@ -162,12 +162,15 @@ class RankingObjective:
                 (g,), _ = _ndcg_plan_terms(labels, plan.mask, cutoff, o["gain"], None)
                 gains = layout.flat(g).contiguous()
             half_w = None if layout.weights is None else layout.flat(layout.weights.double() * 0.5).contiguous()
-            return layout.flat(labels).contiguous(), gains, half_w
+            # The last call's rank order of each query, where the next call's sort starts.
+            order = torch.arange(int(layout.offsets[-1]), dtype=torch.int64)
+            return layout.flat(labels).contiguous(), gains, half_w, order
 
-        labels, gains, half_w = layout.plan.cached(("compiled_lambdas", ndcg, cutoff, o["gain"]), make)
+        labels, gains, half_w, order = layout.plan.cached(("compiled_lambdas", ndcg, cutoff, o["gain"]), make)
         return cpu.lambdas(scores.detach().double().contiguous(), labels, layout.offsets, gains=gains,
                            cutoff=cutoff, max_len=n_docs, sigma=o["sigma"], normalize=o["normalize"],
-                           half_weights=half_w, float32_scores=not self.exact, float32_out=True)
+                           half_weights=half_w, float32_scores=not self.exact, float32_out=True,
+                           order=order)
 
 
 @dataclass(frozen=True)

@@ -69,17 +69,21 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
                           const double *restrict labels, const double *restrict gains,
                           const double *restrict disc, const double *restrict half_w, int64_t cutoff,
                           double sigma, int weighting, int normalize, int round_scores, int round_out,
-                          double *restrict grad, double *restrict hess, ranked_doc *restrict docs,
-                          double *restrict work) {
+                          double *restrict grad, double *restrict hess, int64_t *restrict order,
+                          ranked_doc *restrict docs, double *restrict work) {
     double *s = work, *e = work + n, *f = work + 2 * n, *g = work + 3 * n, *w = work + 4 * n;
     double *acc_g = work + 5 * n, *acc_h = work + 6 * n;
     for (int64_t j = 0; j < n; ++j) {
-        double v = scores[start + j];
+        int64_t i = order ? order[start + j] : start + j;
+        double v = scores[i];
         docs[j].s = round_scores ? (double) (float) v : v;
-        docs[j].y = labels[start + j];
-        docs[j].i = start + j;
+        docs[j].y = labels[i];
+        docs[j].i = i;
     }
     rank_docs(docs, n);
+    if (order) {
+        for (int64_t p = 0; p < n; ++p) order[start + p] = docs[p].i;
+    }
     for (int64_t p = 0; p < n; ++p) {
         int64_t i = docs[p].i;
         s[p] = sigma * docs[p].s;
@@ -146,7 +150,10 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
 
 /* grad, hess [N] (float64) of the queries [offsets[q], offsets[q + 1]) of the flat arrays.
 
-   scores, labels [N]; gains [N] the NDCG gains over the query's ideal DCG@cutoff (weighting 1;
+   scores, labels [N]; order [N] or NULL: each query's documents (flat positions) in the order to
+   start sorting from, overwritten with their rank order -- the previous call's ranking, which the
+   insertion sort finishes in few moves when the scores changed little; the result does not
+   depend on it (the ranking is a total order); gains [N] the NDCG gains over the query's ideal DCG@cutoff (weighting 1;
    NULL for RankNet, weighting 0); disc [max_len] the discounts, 0 from the cutoff on; half_w
    [N] half the document weights or NULL. round_scores: rank and pair the float32 values of the
    scores; round_out: round grad and hess to float32 values. Returns 0, or 1 when a buffer could
@@ -155,7 +162,7 @@ int rankkit_lambdas(const double *scores, const double *labels, const double *ga
                     const double *disc, const double *half_w, const int64_t *offsets,
                     int64_t n_queries, int64_t max_len, int64_t cutoff, double sigma, int weighting,
                     int normalize, int round_scores, int round_out, double *grad, double *hess,
-                    int n_threads) {
+                    int64_t *order, int n_threads) {
     int failed = 0;
     if (max_len < 1) return 0;
 #ifdef _OPENMP
@@ -177,7 +184,7 @@ int rankkit_lambdas(const double *scores, const double *labels, const double *ga
                 hess[start] = 0.0;
             } else if (n > 1) {
                 query_lambdas(start, n, scores, labels, gains, disc, half_w, cutoff, sigma, weighting,
-                              normalize, round_scores, round_out, grad, hess, docs, work);
+                              normalize, round_scores, round_out, grad, hess, order, docs, work);
             }
         }
         free(docs);

@@ -66,7 +66,7 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_tree_split.restype = cint
     dll.rankkit_tree_leaves.argtypes = [p, p, p, i64, i64, dbl, dbl, dbl, p, p]
     dll.rankkit_tree_leaves.restype = i64
-    dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, cint]
+    dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
     dll.rankkit_lambdas.restype = cint
     return dll
 
@@ -402,7 +402,7 @@ _TINY = 1e-12  # floor of a hessian sum in a denominator (as the torch reference
 def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *, gains: torch.Tensor | None,
             cutoff: int, max_len: int, sigma: float = 1.0, normalize: bool = False,
             half_weights: torch.Tensor | None = None, float32_scores: bool = True,
-            float32_out: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+            float32_out: bool = True, order: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad, hess) [N] float64 of the pairwise lambda objective over flat queries, in C.
 
     The numbers of :func:`rankkit.lambdas.lambda_gradients` (RankNet when ``gains`` is None,
@@ -424,10 +424,15 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
         float32_out: round grad and hess to float32 values (the booster's gradients are float32
             numbers: the torch path's float32 results, or with ``exact`` its float64 ones
             rounded).
+        order: [N] int64, or None: each query's flat positions in the order to start sorting
+            from, overwritten with the current rank order (pass the same buffer every round:
+            the previous ranking makes the sort cheap). Any permutation within each query gives
+            the same result.
     """
     n = scores.shape[0]
     for t in (scores, labels, gains, half_weights):
         assert t is None or (t.dtype == torch.float64 and t.is_contiguous() and t.shape == (n,))
+    assert order is None or (order.dtype == torch.int64 and order.is_contiguous() and order.shape == (n,))
     assert offsets.dtype == torch.int64 and offsets.is_contiguous() and int(offsets[-1]) == n
     disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
     top = min(cutoff, max_len)
@@ -437,7 +442,8 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
     failed = _dll().rankkit_lambdas(
         scores.data_ptr(), labels.data_ptr(), _ptr(gains), disc.data_ptr(), _ptr(half_weights),
         offsets.data_ptr(), offsets.shape[0] - 1, max_len, cutoff, float(sigma), 0 if gains is None else 1,
-        int(normalize), int(float32_scores), int(float32_out), grad.data_ptr(), hess.data_ptr(), _threads())
+        int(normalize), int(float32_scores), int(float32_out), grad.data_ptr(), hess.data_ptr(),
+        _ptr(order), _threads())
     if failed:
         raise MemoryError("rankkit_lambdas: could not allocate its per-thread buffers")
     return grad, hess
