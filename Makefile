@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py rankkit/kernels/_cpu.c Makefile
+$(VENV)/.installed: pyproject.toml setup.py rankkit/kernels/_cpu.c rankkit/kernels/_lambdas.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	echo "$(TORCH)" > $(VENV)/torch-constraint.txt
 	$(PY) -m pip install -q "$(TORCH)"

@@ -1,4 +1,5 @@
-"""Builds rankkit's one compiled piece, the CPU kernels (rankkit/kernels/_cpu.c).
+"""Builds rankkit's one compiled piece, the CPU kernels (rankkit/kernels/_cpu.c: the tree;
+rankkit/kernels/_lambdas.c: the lambda pass).
 
 Everything else is declared in pyproject.toml. The extension is plain C called through ctypes
 on raw pointers, so the build needs only a C compiler and Python's headers, not torch. It is
@@ -9,7 +10,7 @@ has it (gcc, clang with libomp); otherwise the kernels run on one thread.
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-_SOURCE = "rankkit/kernels/_cpu.c"
+_SOURCES = ["rankkit/kernels/_cpu.c", "rankkit/kernels/_lambdas.c"]
 
 
 class BuildExt(build_ext):
@@ -29,7 +30,7 @@ class BuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("rankkit.kernels._cpu", [_SOURCE], define_macros=[("RANKKIT_PYTHON_MODULE", "1")],
+    ext_modules=[Extension("rankkit.kernels._cpu", _SOURCES, define_macros=[("RANKKIT_PYTHON_MODULE", "1")],
                            extra_compile_args=["-O3"], optional=True)],
     cmdclass={"build_ext": BuildExt},
 )

@@ -117,7 +117,10 @@ def test_fused_levels_write_the_reference_partition_and_histograms():
     assert torch.equal(node, torch_ref.leaf_of(codes_t, feats, cuts))
 
 
-def test_reference_backend_on_the_simulated_device_grows_the_cpu_trees():
+def test_reference_backend_on_the_simulated_device_grows_the_cpu_trees(monkeypatch):
+    # The tree backends: both sides take the torch lambda pass (the compiled one agrees with it to
+    # a float32 rounding, tests/test_kernels_lambdas.py).
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     train = make_synthetic(30, (5, 40), 8, seed=2)
     kwargs = dict(n_estimators=4, depth=4, min_data_in_leaf=5, subsample=0.8, colsample=0.7, seed=1)
     want = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
@@ -199,6 +202,9 @@ def test_cpu_backend_grows_the_reference_trees_on_mq2008(monkeypatch):
     from rankkit.data.bundled import load_mq2008
 
     train, vali, _ = load_mq2008(5)
+    # The tree kernels alone: both runs take the torch lambda pass (the compiled one is tested
+    # against it in test_kernels_lambdas.py; in float32 they agree to a float32 rounding).
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     kwargs = dict(n_estimators=15, depth=6, learning_rate=0.1, l2=1.0, min_data_in_leaf=20, k=10, normalize=True)
     fast = LambdaMART(**kwargs).fit(train, eval_set=[vali])
     monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")

@@ -88,7 +88,10 @@ def test_plan_validates_once_naming_the_first_bad_position():
         QueryPlan(labels.abs(), weights=torch.tensor([[1.0, float("nan")], [1.0, 1.0]]))
 
 
-def test_booster_grads_from_the_plan_equal_the_public_kernel():
+def test_booster_grads_from_the_plan_equal_the_public_kernel(monkeypatch):
+    # The torch planned path (the compiled CPU lambda pass is checked against it in
+    # tests/test_kernels_lambdas.py).
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     data = make_synthetic(12, 15, 5, seed=1)
     engine = BoostingEngine(data.features, data.labels, data.sizes,
                             BoosterConfig(depth=3, min_data_in_leaf=3, k=5, normalize=True))
@@ -102,7 +105,10 @@ def test_booster_grads_from_the_plan_equal_the_public_kernel():
 
 
 @pytest.mark.parametrize("options", [{}, {"quantized_grad": True, "k": 5, "normalize": True}])
-def test_lambda_pass_and_eval_metric_do_not_sync_on_the_device(options):
+def test_lambda_pass_and_eval_metric_do_not_sync_on_the_device(monkeypatch, options):
+    # The CPU side takes the torch path too: the same numbers as the device's, bit for bit (the
+    # compiled CPU lambda pass agrees with it to a float32 rounding: tests/test_kernels_lambdas.py).
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     data = make_synthetic(8, 20, 6, seed=4)
     valid = make_synthetic(4, 20, 6, seed=5)
     with simcuda() as counts:

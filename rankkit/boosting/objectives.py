@@ -34,6 +34,8 @@ class QueryLayout:
     def __init__(self, labels: torch.Tensor, sizes: torch.Tensor, weights: torch.Tensor | None = None,
                  device: torch.device | str = "cpu"):
         rows, cols = padded_layout(sizes)
+        # The flat layout's query bounds [Q + 1], for the compiled lambda pass.
+        self.offsets = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)]).long().cpu()
         length = int(sizes.max()) if len(sizes) else 0
         self.rows, self.cols = rows.to(device), cols.to(device)
         self.shape = (len(sizes), length)
@@ -107,6 +109,8 @@ class RankingObjective:
         from rankkit.lambdas import planned_lambda_gradients
         from rankkit.losses import objective_gradients
 
+        if groups is None and self._compiled(scores):
+            return self._compiled_gradients(scores, layout)
         padded = layout.pad(scores.to(torch.float64 if self.exact else torch.float32))
         options = dict(self.options)
         if groups is not None:
@@ -125,6 +129,48 @@ class RankingObjective:
         if self.exact:
             grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()
+
+    def _compiled(self, scores: torch.Tensor) -> bool:
+        """Whether this call takes the compiled CPU lambda pass (:func:`rankkit.kernels.cpu.lambdas`):
+        CPU scores, the kernels built and not switched off (``RANKKIT_CPU_KERNEL=0`` all of them,
+        ``RANKKIT_CPU_LAMBDAS=0`` this one), the
+        RankNet or NDCG weighting and no propensity weights; anything else runs the torch
+        planned path (the reference)."""
+        from rankkit.kernels import cpu
+        from rankkit.lambdas import WEIGHTINGS
+
+        return (self.pairwise and self.propensity is None and scores.device.type == "cpu"
+                and self.weighting in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) and cpu.lambdas_available())
+
+    def _compiled_gradients(self, scores: torch.Tensor, layout: QueryLayout) -> tuple[torch.Tensor, torch.Tensor]:
+        """(grad, hess) [N] float64 from the compiled kernel: the torch path's numbers computed
+        in float64 (from the scores' float32 values unless ``exact``), rounded to float32 values."""
+        from rankkit._weightings import _ndcg_plan_terms
+        from rankkit.kernels import cpu
+        from rankkit.lambdas import WEIGHTINGS
+
+        o = self.options
+        n_docs = layout.shape[1]
+        cutoff = n_docs if o["k"] is None else min(o["k"], n_docs)
+        ndcg = self.weighting is WEIGHTINGS["ndcg"]
+
+        def make():  # what does not change during a fit, flat and in float64
+            plan = layout.plan
+            labels = plan.labels.detach().double().masked_fill(~plan.mask, 0.0)
+            gains = None
+            if ndcg:
+                (g,), _ = _ndcg_plan_terms(labels, plan.mask, cutoff, o["gain"], None)
+                gains = layout.flat(g).contiguous()
+            half_w = None if layout.weights is None else layout.flat(layout.weights.double() * 0.5).contiguous()
+            # The last call's rank order of each query, where the next call's sort starts.
+            order = torch.arange(int(layout.offsets[-1]), dtype=torch.int64)
+            return layout.flat(labels).contiguous(), gains, half_w, order
+
+        labels, gains, half_w, order = layout.plan.cached(("compiled_lambdas", ndcg, cutoff, o["gain"]), make)
+        return cpu.lambdas(scores.detach().double().contiguous(), labels, layout.offsets, gains=gains,
+                           cutoff=cutoff, max_len=n_docs, sigma=o["sigma"], normalize=o["normalize"],
+                           half_weights=half_w, float32_scores=not self.exact, float32_out=True,
+                           order=order)
 
 
 @dataclass(frozen=True)

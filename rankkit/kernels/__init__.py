@@ -20,7 +20,10 @@ Backends:
   ``TRITON_INTERPRET=1`` runs them on CPU tensors).
 
 The lambda pass and the eval metric take the per-data-set plan; they live with it
-(:mod:`rankkit.lambdas`, :mod:`rankkit.metrics`). See docs/design.md for how to add a kernel.
+(:mod:`rankkit.lambdas`, :mod:`rankkit.metrics`). On CPU tensors the booster's RankNet and NDCG
+objectives take the compiled lambda pass instead (:func:`rankkit.kernels.cpu.lambdas`,
+``_lambdas.c``; ``RANKKIT_CPU_LAMBDAS=0`` or ``RANKKIT_CPU_KERNEL=0`` switch it off).
+See docs/design.md for how to add a kernel.
 """
 from __future__ import annotations
 

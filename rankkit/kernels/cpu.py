@@ -14,6 +14,8 @@ Two layers of kernels:
   then the routing, which keeps the documents partitioned by node, and the histograms of the
   smaller children with the larger ones by subtraction), one for the leaves. A depth-D tree is
   D + 2 calls.
+* the lambda pass (:func:`lambdas`, ``_lambdas.c``): the booster's pairwise (grad, hess) for
+  the RankNet and |ΔNDCG@k| weightings over the flat query layout, one query per thread.
 * the unfused kernels (:func:`histograms`, :func:`children`, :func:`route`,
   :func:`split_scan`, :func:`bin_codes`), for a run whose histograms pass through a
   reduction point (data-parallel training) and for binning.
@@ -64,6 +66,8 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_tree_split.restype = cint
     dll.rankkit_tree_leaves.argtypes = [p, p, p, i64, i64, dbl, dbl, dbl, p, p]
     dll.rankkit_tree_leaves.restype = i64
+    dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
+    dll.rankkit_lambdas.restype = cint
     return dll
 
 
@@ -73,6 +77,13 @@ _DLL = _load()
 def available() -> bool:
     """Whether the compiled kernels were built (and are not switched off by ``RANKKIT_CPU_KERNEL=0``)."""
     return _DLL is not None and enabled()
+
+
+def lambdas_available() -> bool:
+    """Whether the booster's pairwise objectives take the compiled lambda pass (:func:`lambdas`):
+    the kernels are :func:`available` and ``RANKKIT_CPU_LAMBDAS=0`` does not switch off this one
+    kernel (which leaves the compiled tree kernels on: what a test of the tree alone needs)."""
+    return available() and os.environ.get("RANKKIT_CPU_LAMBDAS", "1").lower() not in ("0", "false", "no", "off")
 
 
 def _threads() -> int:
@@ -386,3 +397,53 @@ def tree_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: 
 
 
 _TINY = 1e-12  # floor of a hessian sum in a denominator (as the torch reference)
+
+
+def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *, gains: torch.Tensor | None,
+            cutoff: int, max_len: int, sigma: float = 1.0, normalize: bool = False,
+            half_weights: torch.Tensor | None = None, float32_scores: bool = True,
+            float32_out: bool = True, order: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad, hess) [N] float64 of the pairwise lambda objective over flat queries, in C.
+
+    The numbers of :func:`rankkit.lambdas.lambda_gradients` (RankNet when ``gains`` is None,
+    else |ΔNDCG@cutoff|, no tie term, no groups, no pair weights), computed in float64: query q
+    is ``[offsets[q], offsets[q + 1])`` of the flat arrays; only pairs with a document in the
+    current top ``cutoff`` take part (O(cutoff · L) per query).
+
+    Args:
+        scores, labels: [N] float64 (contiguous).
+        offsets: [Q + 1] int64, the queries' bounds.
+        gains: [N] float64, each document's NDCG gain over its query's ideal DCG@cutoff (0 where
+            that is 0), or None for RankNet.
+        cutoff: the top positions whose pairs count (the longest query's length for none).
+        max_len: the longest query's length.
+        sigma, normalize: the kernel's options.
+        half_weights: [N] float64, half each document's weight, or None.
+        float32_scores: rank and pair the scores' float32 values (as the booster's torch path,
+            which computes in float32 unless ``exact``).
+        float32_out: round grad and hess to float32 values (the booster's gradients are float32
+            numbers: the torch path's float32 results, or with ``exact`` its float64 ones
+            rounded).
+        order: [N] int64, or None: each query's flat positions in the order to start sorting
+            from, overwritten with the current rank order (pass the same buffer every round:
+            the previous ranking makes the sort cheap). Any permutation within each query gives
+            the same result.
+    """
+    n = scores.shape[0]
+    for t in (scores, labels, gains, half_weights):
+        assert t is None or (t.dtype == torch.float64 and t.is_contiguous() and t.shape == (n,))
+    assert order is None or (order.dtype == torch.int64 and order.is_contiguous() and order.shape == (n,))
+    assert offsets.dtype == torch.int64 and offsets.is_contiguous() and int(offsets[-1]) == n
+    disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
+    top = min(cutoff, max_len)
+    disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
+    grad = torch.empty(n, dtype=torch.float64)
+    hess = torch.empty(n, dtype=torch.float64)
+    failed = _dll().rankkit_lambdas(
+        scores.data_ptr(), labels.data_ptr(), _ptr(gains), disc.data_ptr(), _ptr(half_weights),
+        offsets.data_ptr(), offsets.shape[0] - 1, max_len, cutoff, float(sigma), 0 if gains is None else 1,
+        int(normalize), int(float32_scores), int(float32_out), grad.data_ptr(), hess.data_ptr(),
+        _ptr(order), _threads())
+    if failed:
+        raise MemoryError("rankkit_lambdas: could not allocate its per-thread buffers")
+    return grad, hess

@@ -1,0 +1,195 @@
+/* rankkit's compiled lambda pass: the booster's pairwise (grad, hess) over the flat query
+   layout, for the RankNet and |ΔNDCG@k| weightings (rankkit/kernels/cpu.py:lambdas).
+
+   The same pair formula as the torch reference (rankkit/lambdas.py:_accumulate_block; Burges,
+   "From RankNet to LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82, 2010), in float64:
+   each query is ranked by its current scores (descending, equal scores: lower label first, then
+   document order), and for positions a < b with a < cutoff and W = sign(y_a - y_b)|ΔZ_ab| != 0,
+   X = 1 + e^{σ(s_a - s_b)}, u = |W| / X:
+
+       acc_g[a] += ω (min(W, 0) + u),  acc_g[b] -= the same,  acc_h[a], acc_h[b] += ω (u - u / X),
+
+   with ω = (w_a + w_b) / 2 (1 without weights); grad = -σ acc_g, hess = σ² acc_h, times
+   LightGBM's log2(1 + S) / S per query with ``normalize`` (S = 2σ Σ|min(W, 0) + u|, before ω).
+   Built into the extension rankkit.kernels._cpu with _cpu.c (setup.py).
+
+   Determinism: one thread owns a query and adds its pairs in one fixed order (a, then b), so
+   the result does not depend on the number of threads; no atomics. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Queries whose scores (times σ) span at most this much take the pair exponential as the
+   product e^{z_a} e^{-z_b}, z = σ s - centre (no exp per pair, no overflow); others exp(σ(s_a -
+   s_b)) per pair, which may be +inf (then u = 0). The torch reference makes the same choice. */
+#define EXP_SPAN 64.0
+
+typedef struct {
+    double s;   /* score (σ not applied) */
+    double y;   /* label */
+    int64_t i;  /* flat position */
+} ranked_doc;
+
+/* Descending score (NaN above +inf, as torch.sort), then ascending label, then position. */
+static int by_rank(const void *pa, const void *pb) {
+    const ranked_doc *a = (const ranked_doc *) pa, *b = (const ranked_doc *) pb;
+    int na = isnan(a->s), nb = isnan(b->s);
+    if (na != nb) return na ? -1 : 1;
+    if (!na) {
+        if (a->s > b->s) return -1;
+        if (a->s < b->s) return 1;
+    }
+    if (a->y < b->y) return -1;
+    if (a->y > b->y) return 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* Queries up to this long are sorted by insertion (inline comparisons, no calls: most of the
+   booster's queries are short); longer ones by qsort. Both give the one order of by_rank. */
+#define INSERTION_MAX 64
+
+static void rank_docs(ranked_doc *docs, int64_t n) {
+    if (n > INSERTION_MAX) {
+        qsort(docs, (size_t) n, sizeof(ranked_doc), by_rank);
+        return;
+    }
+    for (int64_t j = 1; j < n; ++j) {
+        ranked_doc d = docs[j];
+        int64_t p = j;
+        while (p > 0 && by_rank(&d, &docs[p - 1]) < 0) {
+            docs[p] = docs[p - 1];
+            --p;
+        }
+        docs[p] = d;
+    }
+}
+
+/* One query's pairs; every buffer holds n entries. */
+static void query_lambdas(int64_t start, int64_t n, const double *restrict scores,
+                          const double *restrict labels, const double *restrict gains,
+                          const double *restrict disc, const double *restrict half_w, int64_t cutoff,
+                          double sigma, int weighting, int normalize, int round_scores, int round_out,
+                          double *restrict grad, double *restrict hess, int64_t *restrict order,
+                          ranked_doc *restrict docs, double *restrict work) {
+    double *s = work, *e = work + n, *f = work + 2 * n, *g = work + 3 * n, *w = work + 4 * n;
+    double *acc_g = work + 5 * n, *acc_h = work + 6 * n;
+    for (int64_t j = 0; j < n; ++j) {
+        int64_t i = order ? order[start + j] : start + j;
+        double v = scores[i];
+        docs[j].s = round_scores ? (double) (float) v : v;
+        docs[j].y = labels[i];
+        docs[j].i = i;
+    }
+    rank_docs(docs, n);
+    if (order) {
+        for (int64_t p = 0; p < n; ++p) order[start + p] = docs[p].i;
+    }
+    for (int64_t p = 0; p < n; ++p) {
+        int64_t i = docs[p].i;
+        s[p] = sigma * docs[p].s;
+        g[p] = gains ? gains[i] : 0.0;
+        w[p] = half_w ? half_w[i] : 0.0;
+        acc_g[p] = 0.0;
+        acc_h[p] = 0.0;
+    }
+    double spread = s[0] - s[n - 1], centre = 0.5 * (s[0] + s[n - 1]);
+    int narrow = spread <= EXP_SPAN;  /* false for NaN */
+    if (narrow) {
+        for (int64_t p = 0; p < n; ++p) {
+            double z = s[p] - centre;
+            e[p] = exp(z);
+            f[p] = exp(-z);
+        }
+    }
+    int64_t rows = cutoff < n ? cutoff : n;
+    double abs_sum = 0.0;
+    for (int64_t a = 0; a < rows; ++a) {
+        double ga = 0.0, ha = 0.0;
+        for (int64_t b = a + 1; b < n; ++b) {
+            double W;
+            if (weighting == 0) {
+                W = (docs[a].y > docs[b].y) - (docs[a].y < docs[b].y);
+            } else {
+                W = (g[a] - g[b]) * (disc[a] - disc[b]);
+            }
+            if (W == 0.0) continue;
+            double X = narrow ? 1.0 + e[a] * f[b] : 1.0 + exp(s[a] - s[b]);
+            double u = fabs(W) / X;
+            double lam = (W < 0.0 ? W : 0.0) + u;
+            double h = u - u / X;
+            abs_sum += fabs(lam);
+            if (half_w) {
+                double omega = w[a] + w[b];
+                lam *= omega;
+                h *= omega;
+            }
+            ga += lam;
+            ha += h;
+            acc_g[b] -= lam;
+            acc_h[b] += h;
+        }
+        acc_g[a] += ga;
+        acc_h[a] += ha;
+    }
+    double factor = 1.0;
+    if (normalize) {
+        abs_sum *= 2.0 * sigma;
+        if (abs_sum > 0.0) factor = log2(1.0 + abs_sum) / abs_sum;
+    }
+    double cg = -sigma * factor, ch = sigma * sigma * factor;
+    for (int64_t p = 0; p < n; ++p) {
+        double gv = cg * acc_g[p], hv = ch * acc_h[p];
+        if (round_out) {
+            gv = (double) (float) gv;
+            hv = (double) (float) hv;
+        }
+        grad[docs[p].i] = gv;
+        hess[docs[p].i] = hv;
+    }
+}
+
+/* grad, hess [N] (float64) of the queries [offsets[q], offsets[q + 1]) of the flat arrays.
+
+   scores, labels [N]; order [N] or NULL: each query's documents (flat positions) in the order to
+   start sorting from, overwritten with their rank order -- the previous call's ranking, which the
+   insertion sort finishes in few moves when the scores changed little; the result does not
+   depend on it (the ranking is a total order); gains [N] the NDCG gains over the query's ideal DCG@cutoff (weighting 1;
+   NULL for RankNet, weighting 0); disc [max_len] the discounts, 0 from the cutoff on; half_w
+   [N] half the document weights or NULL. round_scores: rank and pair the float32 values of the
+   scores; round_out: round grad and hess to float32 values. Returns 0, or 1 when a buffer could
+   not be allocated (then grad and hess are incomplete). */
+int rankkit_lambdas(const double *scores, const double *labels, const double *gains,
+                    const double *disc, const double *half_w, const int64_t *offsets,
+                    int64_t n_queries, int64_t max_len, int64_t cutoff, double sigma, int weighting,
+                    int normalize, int round_scores, int round_out, double *grad, double *hess,
+                    int64_t *order, int n_threads) {
+    int failed = 0;
+    if (max_len < 1) return 0;
+#ifdef _OPENMP
+    #pragma omp parallel num_threads(n_threads) reduction(|:failed)
+#endif
+    {
+        ranked_doc *docs = (ranked_doc *) malloc((size_t) max_len * sizeof(ranked_doc));
+        double *work = (double *) malloc((size_t) max_len * 7 * sizeof(double));
+        int ok = docs != NULL && work != NULL;
+        failed |= !ok;
+#ifdef _OPENMP
+        #pragma omp for schedule(dynamic, 8)
+#endif
+        for (int64_t q = 0; q < n_queries; ++q) {
+            int64_t start = offsets[q], n = offsets[q + 1] - offsets[q];
+            if (!ok) continue;
+            if (n == 1) {
+                grad[start] = 0.0;
+                hess[start] = 0.0;
+            } else if (n > 1) {
+                query_lambdas(start, n, scores, labels, gains, disc, half_w, cutoff, sigma, weighting,
+                              normalize, round_scores, round_out, grad, hess, order, docs, work);
+            }
+        }
+        free(docs);
+        free(work);
+    }
+    (void) n_threads;
+    return failed;
+}

@@ -1,0 +1,241 @@
+"""The compiled lambda pass (rankkit/kernels/_lambdas.c through rankkit.kernels.cpu.lambdas).
+
+Checked against an independent float64 double loop (ranking, the pair formula and |ΔNDCG@k|
+by swapping two documents and recomputing NDCG@k) and against the torch planned path
+(rankkit.lambdas), which stays the reference and the fallback: within 1e-9 relative in
+float64, and bit for bit after the booster's rounding to float32 values with ``exact``. The
+booster grows the same trees with it as without it.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rankkit.boosting import LambdaMART
+from rankkit.boosting.objectives import QueryLayout, make_objective
+from rankkit.data import make_synthetic
+from rankkit.kernels import cpu
+from rankkit.lambdas import lambda_gradients
+
+needs_cpu = pytest.mark.skipif(not cpu.available(), reason="the compiled CPU kernels are not built")
+pytestmark = needs_cpu
+
+
+def _loop_reference(scores, labels, sizes, *, weighting, k, sigma, normalize, weights):
+    """float64 (grad, hess) [N] by a plain double loop over each query's pairs."""
+    grad = [0.0] * len(scores)
+    hess = [0.0] * len(scores)
+    start = 0
+    for n in sizes:
+        idx = list(range(start, start + n))
+        start += n
+        # rank: descending score, equal scores lower label first, then document order
+        ranked = sorted(idx, key=lambda i: (-scores[i], labels[i], i))
+        pos = {i: p for p, i in enumerate(ranked)}
+        cut = n if k is None else k
+
+        def dcg(order, cut=cut):
+            return sum((2.0 ** labels[i] - 1.0) / math.log2(p + 2.0) for p, i in enumerate(order) if p < cut)
+
+        ideal = dcg(sorted(idx, key=lambda i: -labels[i]))
+        pairs = []
+        for i in idx:
+            for j in idx:
+                if labels[i] <= labels[j] or min(pos[i], pos[j]) >= cut:
+                    continue
+                if weighting == "ranknet":
+                    dz = 1.0
+                else:
+                    swapped = list(ranked)
+                    swapped[pos[i]], swapped[pos[j]] = j, i
+                    dz = abs(dcg(swapped) - dcg(ranked)) / ideal if ideal > 0 else 0.0
+                rho = 1.0 / (1.0 + math.exp(sigma * (scores[i] - scores[j])))
+                pairs.append((i, j, -sigma * dz * rho, sigma * sigma * dz * rho * (1.0 - rho)))
+        total = sum(2.0 * abs(lam) for _, _, lam, _ in pairs)
+        factor = math.log2(1.0 + total) / total if normalize and total > 0 else 1.0
+        for i, j, lam, h in pairs:
+            omega = 1.0 if weights is None else 0.5 * (weights[i] + weights[j])
+            grad[i] += factor * omega * lam
+            grad[j] -= factor * omega * lam
+            hess[i] += factor * omega * h
+            hess[j] += factor * omega * h
+    return torch.tensor(grad, dtype=torch.float64), torch.tensor(hess, dtype=torch.float64)
+
+
+def _data(seed, sizes, ties=True):
+    g = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    labels = torch.randint(0, 4, (n,), generator=g).double()
+    scores = torch.randn(n, generator=g, dtype=torch.float64) * 2
+    if ties:  # many equal scores, and equal labels among them
+        scores = scores.round()
+    return scores, labels
+
+
+def _compiled(scores, labels, sizes, *, weighting, k, sigma=1.0, normalize=False, weights=None):
+    """The C kernel in float64 throughout (no float32 rounding)."""
+    layout = QueryLayout(labels.float(), torch.tensor(sizes), None if weights is None else weights.float())
+    n_docs = layout.shape[1]
+    cutoff = n_docs if k is None else min(k, n_docs)
+    gains = None
+    if weighting == "ndcg":
+        from rankkit._weightings import _ndcg_plan_terms
+
+        padded = layout.pad(labels)
+        (g,), _ = _ndcg_plan_terms(padded, layout.mask, cutoff, "exp", None)
+        gains = layout.flat(g).contiguous()
+    half_w = None if weights is None else (weights.double() * 0.5).contiguous()
+    return cpu.lambdas(scores.contiguous(), labels.contiguous(), layout.offsets, gains=gains, cutoff=cutoff,
+                       max_len=n_docs, sigma=sigma, normalize=normalize, half_weights=half_w,
+                       float32_scores=False, float32_out=False)
+
+
+SIZES = [1, 5, 8, 3, 12, 2, 7, 1, 4]
+
+
+@pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
+@pytest.mark.parametrize("k", [None, 1, 3, 50])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_compiled_lambdas_match_the_double_loop(weighting, k, normalize):
+    scores, labels = _data(1, SIZES)
+    weights = torch.rand(len(scores), generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.1
+    for w in (None, weights):
+        want = _loop_reference(scores.tolist(), labels.tolist(), SIZES, weighting=weighting, k=k, sigma=1.5,
+                               normalize=normalize, weights=None if w is None else w.tolist())
+        got = _compiled(scores, labels, SIZES, weighting=weighting, k=k, sigma=1.5, normalize=normalize, weights=w)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+        assert got[1].abs().sum() > 0  # a test that can fail
+
+
+def _padded(scores, labels, sizes):
+    layout = QueryLayout(labels.float(), torch.tensor(sizes))
+    return layout, layout.pad(scores), layout.pad(labels)
+
+
+@pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
+@pytest.mark.parametrize("k", [None, 1, 4, 1000])
+def test_compiled_lambdas_match_the_torch_path_in_float64(weighting, k):
+    sizes = [1, 30, 2, 17, 9, 9, 64, 90]  # up to 64 sorted by insertion, longer by qsort
+    scores, labels = _data(3, sizes)
+    labels[30:32] = 2.0  # a query of two equal labels
+    scores[1:31] *= 40.0  # scores spanning more than 64: the pair exponential per pair
+    layout, s, y = _padded(scores, labels, sizes)
+    for normalize in (False, True):
+        want = lambda_gradients(s, y, mask=layout.mask, weighting=weighting, k=k, sigma=0.7, normalize=normalize)
+        got = _compiled(scores, labels, sizes, weighting=weighting, k=k, sigma=0.7, normalize=normalize)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, layout.flat(b), rtol=1e-9, atol=1e-13)
+
+
+def test_single_documents_and_equal_labels_give_zeros():
+    sizes = [1, 4, 1, 3]
+    scores = torch.tensor([0.3, 1.0, 1.0, -2.0, 0.5, 7.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    labels = torch.tensor([2.0, 1.0, 1.0, 1.0, 1.0, 3.0, 0.0, 2.0, 1.0], dtype=torch.float64)
+    for weighting in ("ranknet", "ndcg"):
+        grad, hess = _compiled(scores, labels, sizes, weighting=weighting, k=None)
+        assert torch.equal(grad[:6], torch.zeros(6)) and torch.equal(hess[:6], torch.zeros(6))
+        assert hess[6:].min() > 0  # the last query has pairs
+
+
+def _objective_pair(monkeypatch, scores, layout, **options):
+    obj = make_objective("lambdarank", **options)
+    fast = obj.gradients(scores, layout)
+    monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
+    assert not obj._compiled(scores)
+    slow = obj.gradients(scores, layout)
+    monkeypatch.delenv("RANKKIT_CPU_KERNEL")
+    return fast, slow
+
+
+@pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
+@pytest.mark.parametrize("k", [None, 1, 10])
+def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting, k):
+    sizes = [1, 40, 3, 17, 1, 25]
+    scores, labels = _data(4, sizes)
+    weights = torch.rand(len(scores), generator=torch.Generator().manual_seed(5)) + 0.5
+    for w in (None, weights):
+        layout = QueryLayout(labels.float(), torch.tensor(sizes), w)
+        for normalize in (False, True):
+            options = dict(weighting=weighting, k=k, sigma=1.2, normalize=normalize)
+            # exact (quantized_grad): float64 on both sides, rounded to float32 values: the same bits
+            fast, slow = _objective_pair(monkeypatch, scores, layout, exact=True, **options)
+            assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+            # float32: the torch path computes in float32; the kernel's float64 result rounded
+            fast, slow = _objective_pair(monkeypatch, scores, layout, **options)
+            scale = slow[0].abs().max()
+            torch.testing.assert_close(fast[0], slow[0], rtol=0, atol=2e-6 * float(scale))
+            torch.testing.assert_close(fast[1], slow[1], rtol=0, atol=2e-6 * float(slow[1].abs().max()))
+            assert torch.equal(fast[0].float().double(), fast[0])  # float32 values
+
+
+def test_other_options_fall_back_to_the_torch_path():
+    scores = torch.zeros(4, dtype=torch.float64)
+    for name in ("map", "err", "ndcg_loss2pp"):
+        assert not make_objective("lambdarank", weighting=name)._compiled(scores)
+    assert not make_objective("softmax")._compiled(scores)
+    assert make_objective("lambdarank", weighting="ndcg")._compiled(scores)
+    assert make_objective("ranknet")._compiled(scores)
+
+
+def test_the_result_does_not_depend_on_the_thread_count():
+    sizes = [int(x) for x in torch.randint(1, 60, (80,), generator=torch.Generator().manual_seed(6))]
+    scores, labels = _data(7, sizes, ties=False)
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            results.append(_compiled(scores, labels, sizes, weighting="ndcg", k=10, normalize=True))
+    finally:
+        torch.set_num_threads(before)
+    for got in results[1:]:
+        assert torch.equal(got[0], results[0][0]) and torch.equal(got[1], results[0][1])
+
+
+@pytest.mark.parametrize("case", [dict(), dict(k=5, normalize=True), dict(weighting="ranknet")])
+def test_the_booster_grows_the_same_trees(monkeypatch, case):
+    train = make_synthetic(40, (1, 60), 8, seed=3)
+    kwargs = dict(n_estimators=6, depth=4, min_data_in_leaf=5, seed=1, **case)
+    # Quantized gradients (exact): the same gradient bits, so the same trees bit for bit.
+    fast = LambdaMART(quantized_grad=True, **kwargs).fit(train).ensemble_.state_dict()
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
+    slow = LambdaMART(quantized_grad=True, **kwargs).fit(train).ensemble_.state_dict()
+    for name, value in slow.items():
+        assert torch.equal(fast[name], value), name
+    # float32 gradients: the torch path's float32 sums against the kernel's float64 ones rounded:
+    # the same splits, leaf values equal to float32 rounding.
+    slow = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
+    monkeypatch.delenv("RANKKIT_CPU_LAMBDAS")
+    fast = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
+    for name, value in slow.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(fast[name], value, rtol=1e-5, atol=1e-7, msg=name)
+        else:
+            assert torch.equal(fast[name], value), name
+
+
+def test_the_start_order_changes_nothing_and_becomes_the_ranking():
+    sizes = [3, 70, 1, 12, 40]  # both sorts (insertion up to 64 documents, qsort beyond)
+    scores, labels = _data(8, sizes)
+    layout = QueryLayout(labels.float(), torch.tensor(sizes))
+    args = dict(gains=None, cutoff=layout.shape[1], max_len=layout.shape[1], normalize=True)
+    want = cpu.lambdas(scores, labels, layout.offsets, **args)
+    g = torch.Generator().manual_seed(9)
+    order = torch.cat([int(layout.offsets[q]) + torch.randperm(n, generator=g) for q, n in enumerate(sizes)])
+    for _ in range(2):  # a shuffled start, then the ranking the first call left
+        got = cpu.lambdas(scores, labels, layout.offsets, order=order, **args)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for q, n in enumerate(sizes):  # descending float32 score, equal scores lower label first
+        seg = order[int(layout.offsets[q]):int(layout.offsets[q]) + n]
+        key = [(-float(scores[i].float()), float(labels[i]), int(i)) for i in seg]
+        assert key == sorted(key)
+    # the objective keeps one such buffer per data set: a second layout's first call equals it
+    obj = make_objective("lambdarank", weighting="ndcg", k=5)
+    first = obj.gradients(scores, layout)
+    obj.gradients(scores.flip(0), layout)
+    again = obj.gradients(scores, layout)
+    fresh = obj.gradients(scores, QueryLayout(labels.float(), torch.tensor(sizes)))
+    assert torch.equal(first[0], again[0]) and torch.equal(again[0], fresh[0]) and torch.equal(again[1], fresh[1])
