@@ -153,6 +153,7 @@ def _objective_pair(monkeypatch, scores, layout, **options):
 @pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
 @pytest.mark.parametrize("k", [None, 1, 10])
 def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting, k):
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")  # the float32 gradients too
     sizes = [1, 40, 3, 17, 1, 25]
     scores, labels = _data(4, sizes)
     weights = torch.rand(len(scores), generator=torch.Generator().manual_seed(5)) + 0.5
@@ -176,8 +177,19 @@ def test_other_options_fall_back_to_the_torch_path():
     for name in ("map", "err", "ndcg_loss2pp"):
         assert not make_objective("lambdarank", weighting=name)._compiled(scores)
     assert not make_objective("softmax")._compiled(scores)
+    # by default ("auto") only where the kernel gives the torch path's bits: exact gradients
+    assert make_objective("lambdarank", weighting="ndcg", exact=True)._compiled(scores)
+    assert make_objective("ranknet", exact=True)._compiled(scores)
+    assert not make_objective("lambdarank", weighting="ndcg")._compiled(scores)
+
+
+def test_float32_gradients_take_the_kernel_when_asked(monkeypatch):
+    scores = torch.zeros(4, dtype=torch.float64)
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")
     assert make_objective("lambdarank", weighting="ndcg")._compiled(scores)
     assert make_objective("ranknet")._compiled(scores)
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
+    assert not make_objective("ranknet", exact=True)._compiled(scores)
 
 
 def test_the_result_does_not_depend_on_the_thread_count():
@@ -205,10 +217,16 @@ def test_the_booster_grows_the_same_trees(monkeypatch, case):
     slow = LambdaMART(quantized_grad=True, **kwargs).fit(train).ensemble_.state_dict()
     for name, value in slow.items():
         assert torch.equal(fast[name], value), name
-    # float32 gradients: the torch path's float32 sums against the kernel's float64 ones rounded:
-    # the same splits, leaf values equal to float32 rounding.
+    # float32 gradients by default (RANKKIT_CPU_LAMBDAS unset, "auto"): the torch path, so the
+    # trees are the reference's (and the GPU's) bit for bit.
     slow = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
     monkeypatch.delenv("RANKKIT_CPU_LAMBDAS")
+    default = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
+    for name, value in slow.items():
+        assert torch.equal(default[name], value), name
+    # RANKKIT_CPU_LAMBDAS=1: the kernel's float64 sums rounded against the torch path's float32
+    # ones: the same splits, leaf values equal to float32 rounding.
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")
     fast = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
     for name, value in slow.items():
         if value.is_floating_point():

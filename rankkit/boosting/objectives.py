@@ -132,15 +132,22 @@ class RankingObjective:
 
     def _compiled(self, scores: torch.Tensor) -> bool:
         """Whether this call takes the compiled CPU lambda pass (:func:`rankkit.kernels.cpu.lambdas`):
-        CPU scores, the kernels built and not switched off (``RANKKIT_CPU_KERNEL=0`` all of them,
-        ``RANKKIT_CPU_LAMBDAS=0`` this one), the
-        RankNet or NDCG weighting and no propensity weights; anything else runs the torch
+        CPU scores, the kernels built, the RankNet or NDCG weighting, no propensity weights, and
+        :func:`rankkit.kernels.cpu.lambdas_mode` allowing it: by default (``"auto"``) only where it
+        gives the torch path's bits, i.e. with ``exact`` gradients (``quantized_grad=True``: both
+        compute in float64 and round), so that a seed grows the same trees on CPU and on a GPU;
+        ``RANKKIT_CPU_LAMBDAS=1`` takes it for float32 gradients too (about 1.6x faster rounds on
+        MQ2008, gradients equal to float32 rounding, near-tie splits can differ from the GPU's);
+        ``RANKKIT_CPU_LAMBDAS=0`` or ``RANKKIT_CPU_KERNEL=0`` never. Anything else runs the torch
         planned path (the reference)."""
         from rankkit.kernels import cpu
         from rankkit.lambdas import WEIGHTINGS
 
+        mode = cpu.lambdas_mode()
+        if mode == "off" or (mode == "auto" and not self.exact):
+            return False
         return (self.pairwise and self.propensity is None and scores.device.type == "cpu"
-                and self.weighting in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) and cpu.lambdas_available())
+                and self.weighting in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]))
 
     def _compiled_gradients(self, scores: torch.Tensor, layout: QueryLayout) -> tuple[torch.Tensor, torch.Tensor]:
         """(grad, hess) [N] float64 from the compiled kernel: the torch path's numbers computed

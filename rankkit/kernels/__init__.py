@@ -21,8 +21,10 @@ Backends:
 
 The lambda pass and the eval metric take the per-data-set plan; they live with it
 (:mod:`rankkit.lambdas`, :mod:`rankkit.metrics`). On CPU tensors the booster's RankNet and NDCG
-objectives take the compiled lambda pass instead (:func:`rankkit.kernels.cpu.lambdas`,
-``_lambdas.c``; ``RANKKIT_CPU_LAMBDAS=0`` or ``RANKKIT_CPU_KERNEL=0`` switch it off).
+objectives can take the compiled lambda pass instead (:func:`rankkit.kernels.cpu.lambdas`,
+``_lambdas.c``): by default where it gives the torch path's bits (``quantized_grad=True``),
+for float32 gradients too with ``RANKKIT_CPU_LAMBDAS=1``; ``RANKKIT_CPU_LAMBDAS=0`` or
+``RANKKIT_CPU_KERNEL=0`` switch it off (:func:`rankkit.kernels.cpu.lambdas_mode`).
 See docs/design.md for how to add a kernel.
 """
 from __future__ import annotations

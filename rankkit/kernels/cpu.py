@@ -80,10 +80,23 @@ def available() -> bool:
 
 
 def lambdas_available() -> bool:
-    """Whether the booster's pairwise objectives take the compiled lambda pass (:func:`lambdas`):
-    the kernels are :func:`available` and ``RANKKIT_CPU_LAMBDAS=0`` does not switch off this one
-    kernel (which leaves the compiled tree kernels on: what a test of the tree alone needs)."""
-    return available() and os.environ.get("RANKKIT_CPU_LAMBDAS", "1").lower() not in ("0", "false", "no", "off")
+    """Whether the compiled lambda pass (:func:`lambdas`) can run: the kernels are
+    :func:`available` and ``RANKKIT_CPU_LAMBDAS=0`` does not switch off this one kernel (which
+    leaves the compiled tree kernels on: what a test of the tree alone needs)."""
+    return lambdas_mode() != "off"
+
+
+def lambdas_mode() -> str:
+    """When the booster takes the compiled lambda pass: ``"off"`` (not built, ``RANKKIT_CPU_KERNEL=0``
+    or ``RANKKIT_CPU_LAMBDAS=0``), ``"on"`` (``RANKKIT_CPU_LAMBDAS=1``: for float32 gradients too)
+    or ``"auto"`` (the default: only where its results are the torch path's bits, see
+    :meth:`rankkit.boosting.objectives.RankingObjective._compiled`)."""
+    if not available():
+        return "off"
+    value = os.environ.get("RANKKIT_CPU_LAMBDAS", "auto").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    return "on" if value in ("1", "true", "yes", "on") else "auto"
 
 
 def _threads() -> int:
