@@ -235,3 +235,35 @@ def test_loss_options_are_kept_in_checkpoints_and_read_from_yaml(tmp_path):
     torch.save(bad, tmp_path / "bad.ckpt")
     with pytest.raises(ValueError, match="class_path"):
         load_checkpoint(tmp_path / "bad.ckpt")
+
+
+# -- extreme scores: float64 inside --------------------------------------------------------------
+@pytest.mark.parametrize("temperature", [1e-3, 1.0, 10.0])
+@pytest.mark.parametrize("iterations", [0, 50])
+def test_finite_at_extreme_float32_scores(temperature, iterations):
+    big = 3e38
+    scores = torch.tensor([[big, -big, 0.0, 1.0, 0.0], [big, big, -big, -big, 5.0],
+                           [-big, big / 3, -big / 3, big, 0.0]], dtype=torch.float32)
+    labels = torch.tensor([[0.0, 1.0, 2.0, 1.0, 0.0], [1.0, 0.0, 2.0, 0.0, 3.0], [2.0, 0.0, 1.0, 3.0, 0.0]])
+    mask = torch.ones_like(scores, dtype=torch.bool)
+    mask[0, 4] = mask[2, 4] = False
+    grad, hess, loss = neural_ndcg_loss(scores, labels, mask=mask, temperature=temperature,
+                                        sinkhorn_iterations=iterations)
+    assert grad.dtype == hess.dtype == loss.dtype == torch.float32
+    for t in (grad, hess, loss):
+        assert bool(torch.isfinite(t).all())
+    assert bool(((loss >= 0) & (loss <= 1)).all()) and bool((hess >= 0).all())
+    # four well-separated huge scores: the relaxation is the hard sort, the loss 1 − NDCG
+    torch.testing.assert_close(loss[2], 1.0 - ndcg(scores[2:], labels[2:], mask=mask[2:])[0], rtol=0, atol=1e-6)
+
+
+def test_float32_scores_match_the_float64_reference():
+    scores, labels, mask = batch(seed=4)
+    scores32 = scores.float()
+    grad, _, loss = neural_ndcg_loss(scores32, labels.float(), mask=mask, temperature=0.5, k=4,
+                                     sinkhorn_iterations=20)
+    leaf = scores32.double().requires_grad_(True)
+    expected = reference(leaf, labels, mask, temperature=0.5, k=4, iterations=20)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), leaf)
+    torch.testing.assert_close(loss, expected.detach().float(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad, expected_grad.masked_fill(~mask, 0.0).float(), rtol=1e-6, atol=1e-7)
