@@ -9,8 +9,9 @@ containers: nothing is unpickled), and nothing in it names code to run:
   ``_class_path`` records in the hyper-parameters are ignored (Lightning's own
   ``load_from_checkpoint`` would import and call them);
 * the hyper-parameters must be arguments of that class's ``__init__`` and plain values (numbers,
-  strings, short lists of them): a dict naming a ``class_path`` is refused, so the file cannot
-  choose a scorer class; a scorer of your own is passed in code (``scorer=``);
+  strings, short lists of them, short flat dicts of them such as ``loss_options``): a dict
+  naming a ``class_path`` is refused, so the file cannot choose a scorer class; a scorer of your
+  own is passed in code (``scorer=``);
 * every size is checked before anything is allocated: the sizes in :data:`LIMITS`, then the
   model is built on the ``meta`` device (no memory) and each of its tensors must have the shape
   of the file's tensor of the same name; only then is it built for real. So loading allocates
@@ -105,6 +106,15 @@ def _check_value(path: str, key: str, value, depth: int = 0) -> None:
         if limit is not None and not 0 <= value <= limit:
             raise ValueError(f"{path}: hyper-parameter `{key}` = {value} is beyond the limit {limit} "
                              f"(rankkit._checkpoint.LIMITS)")
+        return
+    if isinstance(value, dict) and depth == 0 and "class_path" not in value:  # loss_options
+        if len(value) > MAX_LIST:
+            raise ValueError(f"{path}: hyper-parameter `{key}` holds {len(value)} entries, more than {MAX_LIST}")
+        for name, v in value.items():
+            if not isinstance(name, str) or isinstance(v, (list, tuple, dict)):
+                raise ValueError(f"{path}: hyper-parameter `{key}` has to map names to plain values, got "
+                                 f"{name!r}: {type(v).__name__}")
+            _check_value(path, key, v, depth + 1)
         return
     if isinstance(value, (list, tuple)) and depth == 0:
         if len(value) > MAX_LIST:

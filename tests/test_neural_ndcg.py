@@ -140,3 +140,130 @@ def test_the_booster_takes_it_with_its_positive_surrogate_hessian():
     trained = ndcg(pad(scores, data.sizes)[0], batch.labels, mask=batch.mask, k=10).mean()
     untrained = ndcg(torch.zeros_like(batch.labels), batch.labels, mask=batch.mask, k=10).mean()
     assert trained > untrained + 0.05
+
+
+# -- loss_options: the listwise loss's own options through the neural modules --------------------
+def _module_gradient(model, scores, labels, mask):
+    from rankkit.data.dataset import PaddedBatch
+
+    s = scores.clone().requires_grad_(True)
+    model.objective(s, PaddedBatch(features=torch.zeros(*scores.shape, 1), labels=labels, mask=mask)).backward()
+    return s.grad
+
+
+def test_loss_options_reach_the_listwise_loss():
+    from rankkit.neural import LambdaRank
+
+    scores, labels, mask = batch(seed=5)
+    plain = LambdaRank(n_features=1, loss="neural_ndcg", reduction="sum")
+    tuned = LambdaRank(n_features=1, loss="neural_ndcg", reduction="sum",
+                       loss_options={"temperature": 0.3, "k": 3, "sinkhorn_iterations": 20})
+    expected = neural_ndcg_loss(scores, labels, mask=mask, temperature=0.3, k=3, sinkhorn_iterations=20)[0]
+    torch.testing.assert_close(_module_gradient(tuned, scores, labels, mask), expected)
+    torch.testing.assert_close(_module_gradient(plain, scores, labels, mask),
+                               neural_ndcg_loss(scores, labels, mask=mask)[0])
+    assert not torch.allclose(expected, neural_ndcg_loss(scores, labels, mask=mask)[0])  # the option matters
+    # and the explicit float64 reference agrees with what the module trains on
+    leaf = scores.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(reference(leaf, labels, mask, temperature=0.3, k=3, iterations=20).sum(), leaf)
+    torch.testing.assert_close(expected, ref.masked_fill(~mask, 0.0), rtol=1e-7, atol=1e-10)
+    # a pairwise weighting takes its kernel's options the same way
+    linear = LambdaRank(n_features=1, weighting="ndcg", reduction="sum", loss_options={"gain": "linear"})
+    exp = LambdaRank(n_features=1, weighting="ndcg", reduction="sum")
+    g_lin = _module_gradient(linear, scores.float(), labels.float(), mask)
+    torch.testing.assert_close(g_lin, lambda_loss_grad(scores.float(), labels.float(), mask, gain="linear"))
+    assert not torch.allclose(g_lin, _module_gradient(exp, scores.float(), labels.float(), mask))
+
+
+def lambda_loss_grad(scores, labels, mask, **options):
+    from rankkit.losses import objective_gradients
+
+    return objective_gradients("ndcg", scores, labels, mask=mask, **options)[0]
+
+
+def test_loss_options_are_validated_naming_the_key():
+    from rankkit.neural import LambdaRank, RankNet
+
+    with pytest.raises(ValueError, match="'temprature' is not an option of the objective 'neural_ndcg'.*temperature"):
+        LambdaRank(n_features=1, loss="neural_ndcg", loss_options={"temprature": 0.5})
+    with pytest.raises(ValueError, match="loss_options.*temperature"):
+        LambdaRank(n_features=1, loss="neural_ndcg", loss_options={"temperature": -1.0})
+    with pytest.raises(ValueError, match="'k' of the pairwise objective 'ndcg' is the module's own.*`k=`"):
+        LambdaRank(n_features=1, loss_options={"k": 3})
+    with pytest.raises(ValueError, match="'generator' is not an option"):
+        LambdaRank(n_features=1, loss="xendcg", loss_options={"generator": 1})
+    with pytest.raises(ValueError, match="'mu' is not an option of the objective 'ranknet'"):
+        RankNet(n_features=1, loss_options={"mu": 2.0})
+    with pytest.raises(ValueError, match="'gain' has to be a plain value"):
+        LambdaRank(n_features=1, loss="neural_ndcg", loss_options={"gain": ["exp"]})
+    with pytest.raises(ValueError, match="`loss_options` has to be a dict"):
+        LambdaRank(n_features=1, loss="neural_ndcg", loss_options=[("k", 3)])
+    RankNet(n_features=1, loss="ndcg_loss2pp", loss_options={"mu": 5.0})
+
+
+def test_loss_options_are_kept_in_checkpoints_and_read_from_yaml(tmp_path):
+    import pytorch_lightning as pl
+    from jsonargparse import ArgumentParser
+
+    from rankkit._checkpoint import load_checkpoint
+    from rankkit.data import make_synthetic
+    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.neural import LambdaRank
+
+    options = {"temperature": 0.5, "k": 5, "sinkhorn_iterations": 5}
+    parser = ArgumentParser()
+    parser.add_class_arguments(LambdaRank, "model")
+    cfg = parser.parse_string("model:\n  n_features: 4\n  hidden: [8]\n  loss: neural_ndcg\n"
+                              "  loss_options: {temperature: 0.5, k: 5, sinkhorn_iterations: 5}\n")
+    model = parser.instantiate(cfg).model
+    assert model.hparams.loss_options == options
+    data = make_synthetic(12, (3, 8), 4, seed=0)
+    pl.seed_everything(0, verbose=False)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=RankingDataModule.from_datasets(data, data, max_docs=64))
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    for loaded in (load_checkpoint(path), LambdaRank.load_from_checkpoint(path)):
+        assert loaded.hparams.loss_options == options
+    bad = torch.load(path, weights_only=True)
+    bad["hyper_parameters"]["loss_options"] = {"temperature": [0.5] * 3}
+    torch.save(bad, tmp_path / "bad.ckpt")
+    with pytest.raises(ValueError, match="`loss_options` has to map names to plain values"):
+        load_checkpoint(tmp_path / "bad.ckpt")
+    bad["hyper_parameters"]["loss_options"] = {"class_path": "os.system"}
+    torch.save(bad, tmp_path / "bad.ckpt")
+    with pytest.raises(ValueError, match="class_path"):
+        load_checkpoint(tmp_path / "bad.ckpt")
+
+
+# -- extreme scores: float64 inside --------------------------------------------------------------
+@pytest.mark.parametrize("temperature", [1e-3, 1.0, 10.0])
+@pytest.mark.parametrize("iterations", [0, 50])
+def test_finite_at_extreme_float32_scores(temperature, iterations):
+    big = 3e38
+    scores = torch.tensor([[big, -big, 0.0, 1.0, 0.0], [big, big, -big, -big, 5.0],
+                           [-big, big / 3, -big / 3, big, 0.0]], dtype=torch.float32)
+    labels = torch.tensor([[0.0, 1.0, 2.0, 1.0, 0.0], [1.0, 0.0, 2.0, 0.0, 3.0], [2.0, 0.0, 1.0, 3.0, 0.0]])
+    mask = torch.ones_like(scores, dtype=torch.bool)
+    mask[0, 4] = mask[2, 4] = False
+    grad, hess, loss = neural_ndcg_loss(scores, labels, mask=mask, temperature=temperature,
+                                        sinkhorn_iterations=iterations)
+    assert grad.dtype == hess.dtype == loss.dtype == torch.float32
+    for t in (grad, hess, loss):
+        assert bool(torch.isfinite(t).all())
+    assert bool(((loss >= 0) & (loss <= 1)).all()) and bool((hess >= 0).all())
+    # four well-separated huge scores: the relaxation is the hard sort, the loss 1 − NDCG
+    torch.testing.assert_close(loss[2], 1.0 - ndcg(scores[2:], labels[2:], mask=mask[2:])[0], rtol=0, atol=1e-6)
+
+
+def test_float32_scores_match_the_float64_reference():
+    scores, labels, mask = batch(seed=4)
+    scores32 = scores.float()
+    grad, _, loss = neural_ndcg_loss(scores32, labels.float(), mask=mask, temperature=0.5, k=4,
+                                     sinkhorn_iterations=20)
+    leaf = scores32.double().requires_grad_(True)
+    expected = reference(leaf, labels, mask, temperature=0.5, k=4, iterations=20)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), leaf)
+    torch.testing.assert_close(loss, expected.detach().float(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad, expected_grad.masked_fill(~mask, 0.0).float(), rtol=1e-6, atol=1e-7)

@@ -27,6 +27,8 @@ Normalisation (``reduction``):
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from rankkit import _checks
@@ -93,8 +95,8 @@ def lambda_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
             listwise loss (``"softmax"``, ``"xendcg"``, ``"listmle"``, ``"approx_ndcg"``).
             Give ``weighting`` or ``loss``, not both.
         sigma: σ of the logistic (pairwise objectives only).
-        k: truncation level (pairwise objectives only; see
-            :func:`rankkit.lambdas.lambda_gradients`).
+        k: truncation level (the pairwise objectives, see
+            :func:`rankkit.lambdas.lambda_gradients`, and NeuralNDCG's NDCG@k).
         reduction: ``"query"``, ``"pair"`` or ``"sum"`` (see module docstring).
         **options: passed to the objective (``gain``, ``normalize``, ``weights``, ``mu``,
             ``temperature``, ``generator``, ...).
@@ -118,8 +120,12 @@ def lambda_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tenso
     if mask is None:
         mask = torch.ones_like(scores, dtype=torch.bool)
     if name in LISTWISE:
-        if sigma != 1.0 or k is not None:
-            raise ValueError(f"`sigma` and `k` apply to the pairwise objectives, not to {name!r}")
+        takes_k = "k" in inspect.signature(OBJECTIVES[name]).parameters  # NeuralNDCG's NDCG@k
+        if sigma != 1.0 or (k is not None and not takes_k):
+            raise ValueError(f"`sigma` and `k` apply to the pairwise objectives (and `k` to 'neural_ndcg'), "
+                             f"not to {name!r}")
+        if k is not None:
+            options["k"] = k
     else:
         options = dict(sigma=sigma, k=k, **options)
     return LambdaLoss.apply(scores, labels, mask, dict(objective=name, reduction=reduction, **options))

@@ -26,6 +26,51 @@ from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer, TransformerSco
 # of about ten batches), so that one small batch cannot swing them.
 BIAS_COST_DECAY = 0.9
 
+#: Objective arguments a ``loss_options`` dict may not set: the batch and what the module supplies
+#: itself (the per-document weights, a query plan, the seeded generator of XE-NDCG and ListMLE,
+#: the unbiased pair weights).
+LOSS_OPTIONS_RESERVED = ("mask", "weights", "plan", "generator", "weighting", "return_loss", "groups",
+                         "pair_weights")
+#: The pairwise kernel's settings that are hyper-parameters of the module itself.
+PAIRWISE_OWN = ("sigma", "k", "normalize")
+
+
+def check_loss_options(options, name: str) -> dict[str, Any]:
+    """``options`` (None or a dict of plain values) checked against the objective ``name`` of
+    :data:`rankkit.losses.OBJECTIVES`: every key one of its keyword arguments, every value
+    accepted by it (it is called once on a two-document query). Returns a copy; ValueError naming
+    the first bad key otherwise."""
+    from rankkit.lambdas import lambda_gradients
+    from rankkit.losses import LISTWISE, OBJECTIVES
+
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"`loss_options` has to be a dict of the objective's options, got {_checks.describe(options)}")
+    pairwise = name not in LISTWISE
+    target = lambda_gradients if pairwise else OBJECTIVES[name]
+    takes = {p.name for p in inspect.signature(target).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    if name == "ndcg_loss2pp":
+        takes.add("mu")
+    allowed = sorted(takes - set(LOSS_OPTIONS_RESERVED) - (set(PAIRWISE_OWN) if pairwise else set()))
+    for key, value in options.items():
+        if pairwise and key in PAIRWISE_OWN:
+            raise ValueError(f"`loss_options`: {key!r} of the pairwise objective {name!r} is the module's own "
+                             f"hyper-parameter: set `{key}=` instead")
+        if key not in allowed:
+            raise ValueError(f"`loss_options`: {key!r} is not an option of the objective {name!r}; it takes "
+                             f"{allowed}")
+        if not (value is None or isinstance(value, (bool, int, float, str))):
+            raise ValueError(f"`loss_options`: {key!r} has to be a plain value (a number, string, bool or "
+                             f"null), got {_checks.describe(value)}")
+    probe = torch.tensor([[0.5, -0.5]], dtype=torch.float64, device="cpu")  # cpu: also under a meta device
+    try:
+        OBJECTIVES[name](probe, torch.tensor([[1.0, 0.0]], dtype=torch.float64, device="cpu"), **options)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"`loss_options` {options!r} of the objective {name!r}: {e}") from None
+    return dict(options)
+
+
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULERS = ("none", "cosine", "plateau")
 ARCHITECTURES = ("mlp", "transformer")
@@ -60,7 +105,16 @@ class NeuralRanker(pl.LightningModule):
             ``"listmle"``, ``"approx_ndcg"``); it replaces ``weighting`` (``sigma``, ``k`` and
             ``normalize`` apply to the pairwise ones). The same names train LambdaMART
             (``LambdaMART(objective=...)``).
-        k: truncation level of the kernel (None: all pairs).
+        loss_options: keyword options of the objective (``loss``, or the ``weighting``'s lambda
+            kernel), as a dict of plain values, e.g. ``{"temperature": 0.5, "k": 10}`` for
+            ``loss="neural_ndcg"``, ``{"gain": "linear"}``, ``{"mu": 10.0}`` for
+            ``"ndcg_loss2pp"``. Each key has to be a keyword argument of that objective in
+            :mod:`rankkit.losses` (:data:`LOSS_OPTIONS_RESERVED` excepted: the batch and the
+            module's own ``sigma``, ``k``, ``normalize``), else a ValueError names the key and the
+            options the objective takes; the values are checked by calling the objective once
+            on a two-document query. Saved in the hyper-parameters and checkpoints.
+        k: truncation level of the kernel (None: all pairs). A listwise loss's own truncation
+            (NeuralNDCG's ``k``) goes in ``loss_options``.
         sigma: σ of the logistic.
         normalize: LightGBM's per-query lambda normalisation.
         reduction: loss normalisation, see :mod:`rankkit.neural.loss`.
@@ -104,7 +158,8 @@ class NeuralRanker(pl.LightningModule):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
-                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0):
+                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
+                 loss_options: dict[str, Any] | None = None):
         super().__init__()
         _checks.check_choice(weighting, self.weighting_choices, "weighting")
         if loss is not None:
@@ -123,6 +178,7 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_number(lr, "lr", low=0, low_open=True)
         _checks.check_number(weight_decay, "weight_decay", low=0)
         _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
+        loss_options = check_loss_options(loss_options, loss if loss is not None else weighting)
         self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
         self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
         _checks.check_choice(architecture, ARCHITECTURES, "architecture")
@@ -261,6 +317,7 @@ class NeuralRanker(pl.LightningModule):
         with ``unbiased``, its pairs weighed by the click biases updated on this batch."""
         h = self.hparams
         debias = {} if self.propensity is None else {"pair_weights": self._pair_weights(scores, batch)}
+        own = dict(h.get("loss_options") or {})
         if h.get("loss") is not None:
             from rankkit.losses import LISTWISE
 
@@ -270,9 +327,9 @@ class NeuralRanker(pl.LightningModule):
                     self._loss_generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
                 options["generator"] = self._loss_generator
             return lambda_loss(scores, batch.labels, mask=batch.mask, loss=h.loss, reduction=h.reduction,
-                               **options, **debias)
+                               **options, **own, **debias)
         return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=h.weighting, sigma=h.sigma,
-                           k=h.k, normalize=h.normalize, reduction=h.reduction, **debias)
+                           k=h.k, normalize=h.normalize, reduction=h.reduction, **own, **debias)
 
     def _pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""
@@ -341,11 +398,12 @@ class RankNet(NeuralRanker):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
-                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0):
+                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
+                 loss_options: dict[str, Any] | None = None):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
                          scorer, loss, unbiased, bias_p, n_positions, architecture, heads, layers,
-                         latent_cross, noise)
+                         latent_cross, noise, loss_options)
 
 
 class LambdaRank(NeuralRanker):
@@ -361,8 +419,9 @@ class LambdaRank(NeuralRanker):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
-                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0):
+                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
+                 loss_options: dict[str, Any] | None = None):
         super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
                          sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
                          scorer, loss, unbiased, bias_p, n_positions, architecture, heads, layers,
-                         latent_cross, noise)
+                         latent_cross, noise, loss_options)
