@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {
     "lambdas_as_forces.ipynb": [],
     "export_and_serve.ipynb": [pytest.mark.slow],  # boosts a few trees: about 30 s on 2 busy cores
-    "compare_rankers.ipynb": [pytest.mark.slow],  # trains three models: about a minute on 2 cores
+    "compare_rankers.ipynb": [pytest.mark.slow],  # trains four models: about a minute on 2 cores
     "btl_convergence.ipynb": [],  # 10 items, two values of m, one seed: a few seconds
 }
 
