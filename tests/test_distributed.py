@@ -157,6 +157,7 @@ def test_torchrun_two_processes_shard_the_queries(tmp_path):
 
 # -- 2 processes, Lightning DDP ------------------------------------------------------------------
 DDP_SCRIPT = f"""
+import os
 import sys
 import pytorch_lightning as pl
 import torch
@@ -189,6 +190,12 @@ if __name__ == "__main__":
     test = trainer.test(model, datamodule=dm, verbose=False)[0]["test/ndcg@10"]
     torch.save({{"state": model.state_dict(), "val": val, "test": test, "steps": trainer.global_step,
                 "seen": seen.queries}}, f"{{out}}/rank{{trainer.global_rank}}.pt")
+    # Both ranks' files are written; leave without C++ static destructors, where a live gloo
+    # thread now and then aborts the exit ("terminate called without an active exception").
+    trainer.strategy.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 """
 
 

@@ -71,7 +71,7 @@ def test_two_processes_grow_the_single_process_trees(tmp_path):
 def test_lambdamart_module_under_lightning_ddp_grows_the_single_process_trees(tmp_path):
     kw = {k: v for k, v in KW.items() if k not in ("n_estimators", "early_stopping_rounds")}
     run_ranks(f"""
-        import sys, torch, pytorch_lightning as pl
+        import os, sys, torch, pytorch_lightning as pl
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from test_distributed_boosting import KW, data
         from rankkit.boosting import LambdaMARTModule
@@ -88,6 +88,11 @@ def test_lambdamart_module_under_lightning_ddp_grows_the_single_process_trees(tm
         torch.save({{"features": e.features, "thresholds": e.thresholds, "leaf_values": e.leaf_values,
                     "val": float(trainer.callback_metrics["val/ndcg@10"])}},
                    f"{{sys.argv[1]}}/rank{{trainer.global_rank}}.pt")
+        # both files written: exit without C++ static destructors (a live gloo thread can abort there)
+        trainer.strategy.barrier()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     """, tmp_path)
     train, vali = data()
     single = LambdaMART(n_estimators=4, **kw).fit(train).ensemble_
