@@ -10,9 +10,9 @@ import torch
 
 from rankkit.cli import main
 from rankkit.compare.protocol import compare
-from rankkit.data import make_synthetic
 from rankkit.export import load_scorer
 from rankkit.serving import as_scorer, score_queries
+from test_cli import write_letor
 
 CONFIGS = Path(__file__).resolve().parents[1] / "rankkit" / "configs"
 
@@ -21,13 +21,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "rankkit" / "configs"
 def letor(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("letor")
     for seed, name in enumerate(("train.txt", "vali.txt", "test.txt")):
-        ds = make_synthetic(24, 12, 5, seed=seed)
-        lines = []
-        for q in range(ds.n_queries):
-            for i in range(int(ds.offsets[q]), int(ds.offsets[q + 1])):
-                feats = " ".join(f"{j + 1}:{float(v):.5g}" for j, v in enumerate(ds.features[i]))
-                lines.append(f"{int(ds.labels[i])} qid:{q + 1} {feats}")
-        (folder / name).write_text("\n".join(lines) + "\n")
+        write_letor(folder / name, seed)
     return folder
 
 

@@ -160,17 +160,22 @@ def test_every_export_of_a_list_aware_scorer_equals_eager(tmp_path, ext):
                 torch.testing.assert_close(served(x[0]), scorer(x[:1], torch.ones_like(mask[:1]))[0])
 
 
-def test_a_list_aware_scorer_serves_query_by_query(tmp_path):
-    scorer = transformer()
-    data = make_synthetic(12, (2, 9), F, seed=1)
-    scorer.preprocess.fit(data.features)
-    export_torchscript(scorer, tmp_path / "m.pt")
+def write_exact_letor(data, path) -> None:
+    """``data`` as a LETOR file whose values read back to the same float32 numbers."""
     lines = []
     for q, (start, size) in enumerate(zip(data.offsets[:-1].tolist(), data.sizes.tolist())):
         for i in range(size):
             row = " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(data.features[start + i]))
             lines.append(f"{int(data.labels[start + i])} qid:{q} {row}\n")
-    (tmp_path / "d.txt").write_text("".join(lines))
+    path.write_text("".join(lines))
+
+
+def test_a_list_aware_scorer_serves_query_by_query(tmp_path):
+    scorer = transformer()
+    data = make_synthetic(12, (2, 9), F, seed=1)
+    scorer.preprocess.fit(data.features)
+    export_torchscript(scorer, tmp_path / "m.pt")
+    write_exact_letor(data, tmp_path / "d.txt")
     padded, mask = pad(data.features, data.sizes)
     with torch.no_grad():
         expected = scorer(padded, mask)[mask]
@@ -190,12 +195,7 @@ def test_a_list_aware_scorer_sees_whole_queries_when_predict_streams(tmp_path, m
     scorer = transformer()
     data = make_synthetic(9, (1, 9), F, seed=2)
     scorer.preprocess.fit(data.features)
-    lines = []
-    for q, (start, size) in enumerate(zip(data.offsets[:-1].tolist(), data.sizes.tolist())):
-        for i in range(size):
-            row = " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(data.features[start + i]))
-            lines.append(f"{int(data.labels[start + i])} qid:{q} {row}\n")
-    (tmp_path / "d.txt").write_text("".join(lines))
+    write_exact_letor(data, tmp_path / "d.txt")
     monkeypatch.setattr(svmlight, "_BLOCK_BYTES", 300)
     assert sum(1 for _ in svmlight.iter_svmlight(tmp_path / "d.txt", n_features=F)) > data.n_queries
     padded, mask = pad(data.features, data.sizes)

@@ -73,7 +73,7 @@ def reference(text: str, sizes: list[int] | None = None):
     return x, labels, offsets, np.array(qids, dtype=np.int64)
 
 
-def same(ds, ref) -> None:
+def assert_same_as_reference(ds, ref) -> None:
     x, labels, offsets, qids = ref
     assert ds.features.shape == x.shape
     np.testing.assert_array_equal(ds.features.numpy(), x)  # NaN == NaN here
@@ -122,10 +122,10 @@ def test_generated_files_equal_the_reference(tmp_path, seed):
                       crlf=seed == 5)
     p = tmp_path / "f.txt"
     p.write_text(text)
-    same(read_svmlight(p), reference(text))
+    assert_same_as_reference(read_svmlight(p), reference(text))
     # blocks of a few hundred bytes: lines cut across blocks, many blocks, the same result
     with mock.patch.object(svmlight, "_BLOCK_BYTES", 317):
-        same(read_svmlight(p), reference(text))
+        assert_same_as_reference(read_svmlight(p), reference(text))
 
 
 def test_sidecar_grouping_and_gzip_equal_the_reference(tmp_path):
@@ -139,7 +139,7 @@ def test_sidecar_grouping_and_gzip_equal_the_reference(tmp_path):
     with gzip.open(p, "wt") as f:
         f.write(text)
     (tmp_path / "f.txt.gz.query").write_text("\n".join(map(str, sizes)) + "\n")
-    same(read_svmlight(p), reference(text, sizes))
+    assert_same_as_reference(read_svmlight(p), reference(text, sizes))
 
 
 @needs_shared
@@ -153,7 +153,7 @@ def test_real_files_equal_the_reference_and_scikit_learn(name):
     sidecar = Path(str(path) + ".query")
     sizes = [int(v) for v in sidecar.read_text().split()] if sidecar.exists() else None
     ds = read_svmlight(path, with_comments=True)
-    same(ds, reference(text, sizes))
+    assert_same_as_reference(ds, reference(text, sizes))
     from sklearn.datasets import load_svmlight_file
 
     x, y = load_svmlight_file(str(path), dtype=np.float64)[:2]
