@@ -23,6 +23,7 @@ from torch import nn
 from rankkit.boosting import LambdaMART
 from rankkit.data import RankingDataset, make_synthetic, read_svmlight
 from rankkit.export import export_program, export_torchscript, load_scorer
+from test_fuzz_limits import mutate  # flips, cuts, inserts, deletes (this file never asks for "digit")
 
 FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow],
                 max_examples=80)
@@ -123,19 +124,6 @@ mutation = st.lists(st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"
                               st.binary(min_size=1, max_size=4)), min_size=1, max_size=3)
 
 
-def mutate(data: bytes, mutations) -> bytes:
-    out = bytearray(data)
-    for op, where, payload in mutations:
-        i = min(int(where * len(out)), max(len(out) - 1, 0))
-        if op == "flip" and out:
-            out[i] ^= payload[0] or 1
-        elif op == "cut":
-            del out[i:]
-        elif op == "insert":
-            out[i:i] = payload
-        elif op == "delete":
-            del out[i:i + len(payload)]
-    return bytes(out)
 
 
 def assert_scores_or_refuses(path: Path) -> None:
