@@ -121,25 +121,35 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
     raise ValueError(f"`model` has to be a trained rankkit model or a scorer, got {type(model).__name__}")
 
 
-def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor, *, chunk: int = _CHUNK) -> torch.Tensor:
+def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor | None, *, chunk: int = _CHUNK) -> torch.Tensor:
     """Flat scores [N] of flat features [N, F] grouped in queries of ``sizes`` [Q], by any
     callable of :func:`as_scorer`: a pointwise one in chunks of documents, a list-aware one on
     padded batches of whole queries (about ``chunk`` padded entries each; a longer query alone).
+    A pointwise scorer needs no ``sizes`` (None).
+
+    Raises:
+        ValueError: ``sizes`` do not add up to the N documents (or are None for a list-aware scorer).
     """
     from rankkit.data.dataset import pad
     from rankkit.export import is_list_aware
 
+    list_aware = is_list_aware(scorer)
+    if sizes is None and list_aware:
+        raise ValueError("`sizes` is required: a list-aware scorer scores whole queries")
+    if sizes is not None and int(sizes.sum()) != len(features):
+        raise ValueError(f"`sizes` add up to {int(sizes.sum())} documents, but `features` holds {len(features)}")
     if not len(features):
         return torch.zeros(0)
-    if not is_list_aware(scorer):
+    if not list_aware:
         return torch.cat([scorer(part).reshape(-1).float() for part in features.split(chunk)])
     sizes = sizes.long()
+    lengths = sizes.tolist()
     offsets = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)]).tolist()
     out, start = [], 0
-    while start < len(sizes):
-        stop, longest = start + 1, int(sizes[start])
-        while stop < len(sizes) and max(longest, int(sizes[stop])) * (stop + 1 - start) <= chunk:
-            longest = max(longest, int(sizes[stop]))
+    while start < len(lengths):
+        stop, longest = start + 1, lengths[start]
+        while stop < len(lengths) and max(longest, lengths[stop]) * (stop + 1 - start) <= chunk:
+            longest = max(longest, lengths[stop])
             stop += 1
         padded, mask = pad(features[offsets[start]:offsets[stop]], sizes[start:stop])
         out.append(scorer(padded, mask)[mask].float())
@@ -177,32 +187,32 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
     if n_features is None:  # as read_svmlight without n_features=: the file's widest index
         n_features = max(svmlight_width(input), 1)
 
+    list_aware = is_list_aware(scorer)
+
     def emit(f, features, qids, docs) -> int:
         if not len(qids):
             return 0
-        sizes = torch.unique_consecutive(qids, return_counts=True)[1]
+        sizes = torch.unique_consecutive(qids, return_counts=True)[1] if list_aware else None
         scores = score_queries(scorer, features, sizes)
         f.write("".join(f"{q}\t{d}\t{s:.9g}\n"  # float32 round-trips
                         for q, d, s in zip(qids.tolist(), docs.tolist(), scores.tolist())))
         return len(scores)
 
     def write_scores(f) -> int:
-        # Chunks are whole lines, not whole queries: the last query of a chunk waits for the
-        # next one, so a list-aware scorer always sees complete lists.
         n, pending = 0, None
-        list_aware = is_list_aware(scorer)
         for chunk in iter_svmlight(input, n_features=n_features, query_file=query_file):
             parts = (chunk.features, chunk.qids, chunk.docs)
-            if pending is not None:
-                parts = tuple(torch.cat([a, b]) for a, b in zip(pending, parts))
-            qids = parts[1]
-            if not len(qids):
-                continue
-            cut = len(qids)  # a pointwise scorer takes the block as it is
             if list_aware:
-                cut = int((qids != qids[-1]).nonzero().max()) + 1 if bool((qids != qids[-1]).any()) else 0
-            pending = tuple(t[cut:] for t in parts)
-            n += emit(f, *(t[:cut] for t in parts))
+                # Chunks are whole lines, not whole queries: the last query of a chunk waits for
+                # the next one, so a list-aware scorer always sees complete lists. (A pointwise
+                # scorer takes each chunk as it is: the exported scorer's batches, and bits.)
+                if pending is not None:
+                    parts = tuple(torch.cat([a, b]) for a, b in zip(pending, parts))
+                qids = parts[1]
+                last = qids != qids[-1] if len(qids) else qids.bool()
+                cut = int(last.nonzero().max()) + 1 if bool(last.any()) else 0
+                parts, pending = tuple(t[:cut] for t in parts), tuple(t[cut:] for t in parts)
+            n += emit(f, *parts)
         if pending is not None:
             n += emit(f, *pending)
         return n

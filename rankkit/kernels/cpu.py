@@ -79,13 +79,6 @@ def available() -> bool:
     return _DLL is not None and enabled()
 
 
-def lambdas_available() -> bool:
-    """Whether the compiled lambda pass (:func:`lambdas`) can run: the kernels are
-    :func:`available` and ``RANKKIT_CPU_LAMBDAS=0`` does not switch off this one kernel (which
-    leaves the compiled tree kernels on: what a test of the tree alone needs)."""
-    return lambdas_mode() != "off"
-
-
 def lambdas_mode() -> str:
     """When the booster takes the compiled lambda pass: ``"off"`` (not built, ``RANKKIT_CPU_KERNEL=0``
     or ``RANKKIT_CPU_LAMBDAS=0``), ``"on"`` (``RANKKIT_CPU_LAMBDAS=1``: for float32 gradients too)
