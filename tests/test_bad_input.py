@@ -721,7 +721,53 @@ CLI = [
     Case("cli-unknown-config", cli("fit", "--config", "nosuch"), ValueError, r"no packaged config 'nosuch'"),
 ]
 
-CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI
+def new_entry(name: str, *args, **kw):
+    """``rankkit.<module>.<function>(*args, **kw)`` of an entry point added in the third wave."""
+    def call(tmp_path):
+        import importlib
+
+        module, _, fn = name.rpartition(".")
+        return getattr(importlib.import_module(module), fn)(*args, **kw)
+    return call
+
+
+def streamed(n_features):
+    def call(tmp_path):
+        from rankkit.data.svmlight import iter_svmlight
+
+        (tmp_path / "d.txt").write_text("1 qid:1 1:0.5\n")
+        return list(iter_svmlight(tmp_path / "d.txt", n_features=n_features))
+    return call
+
+
+def regression_em_fit(*args):
+    def call(tmp_path):
+        from rankkit.unbiased import RegressionEM
+
+        return RegressionEM(3).fit(*args)
+    return call
+
+
+WAVE3 = [
+    Case("transformer-heads-zero", new_entry("rankkit.neural.TransformerScorer", 5, heads=0), ValueError,
+         r"`heads` has to be an integer >= 1"),
+    Case("mean-ensemble-empty", new_entry("rankkit.neural.MeanEnsemble", []), ValueError,
+         r"`members` has to hold at least one scorer"),
+    Case("neural-ndcg-temperature-zero", new_entry("rankkit.losses.neural_ndcg_loss", torch.zeros(1, 2), torch.ones(1, 2),
+                                                   temperature=0), ValueError, r"`temperature` has to be a finite number"),
+    Case("module-loss-options-unknown", module("LambdaRank", n_features=3, loss="neural_ndcg", loss_options={"tau": 1}),
+         ValueError, r"`loss_options`: 'tau' is not an option of the objective 'neural_ndcg'"),
+    Case("regression-em-negative-position", regression_em_fit(torch.zeros(4, 2), torch.zeros(4), torch.tensor([0, 1, 2, -1])),
+         ValueError, r"`position` has to be non-negative, got -1 at \[3\]"),
+    Case("propensity-clip-below-one", new_entry("rankkit.unbiased.PropensityEstimator", clip=-1), ValueError,
+         r"`clip` has to be a finite number in \[1, inf\]"),
+    Case("iter-svmlight-n-features-zero", streamed(0), ValueError, r"`n_features` has to be an integer >= 1"),
+    Case("score-queries-sizes-mismatch", new_entry("rankkit.serving.score_queries", lambda x: x.sum(-1),
+                                                   torch.zeros(5, 3), torch.tensor([2, 2])), ValueError,
+         r"`sizes` add up to 4 documents, but `features` holds 5"),
+]
+
+CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
