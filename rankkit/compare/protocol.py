@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -466,9 +467,9 @@ def _data_files(data: str) -> list[str]:
         return []
     from rankkit.data.datamodule import available_folds
 
+    folds = set(available_folds(data))  # one listing, the datamodule's rule for a Fold folder
     folders = [data] + [os.path.join(data, name) for name in os.listdir(data)
-                        if name.lower().startswith("fold") and name[4:].isdigit()
-                        and int(name[4:]) in available_folds(data)]
+                        if (m := re.fullmatch(r"fold(\d+)", name, re.IGNORECASE)) and int(m.group(1)) in folds]
     return [os.path.join(d, n) for d in folders for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))]
 
 
