@@ -416,6 +416,11 @@ def em_step(clicks, impressions, position, theta, gamma) -> tuple[torch.Tensor, 
     theta = check_tensor(theta, "theta", ndim=1, kind="float").double()
     clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(theta))
     gamma = check_tensor(gamma, "gamma", shape=clicks.shape, kind="float")
+    return _em_step(clicks, impressions, bucket, theta, gamma)
+
+
+def _em_step(clicks, impressions, bucket, theta, gamma) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`em_step` on checked counts (``bucket``: positions mapped to θ's entries)."""
     examined, relevant = em_posteriors(clicks, impressions, theta[bucket], gamma)
     shown = torch.zeros_like(theta).index_add_(0, bucket, impressions)
     seen = torch.zeros_like(theta).index_add_(0, bucket, examined)
@@ -430,6 +435,11 @@ def click_log_likelihood(clicks, impressions, position, theta, gamma) -> torch.T
     """
     theta = check_tensor(theta, "theta", ndim=1, kind="float").double()
     clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(theta))
+    return _log_likelihood(clicks, impressions, bucket, theta, gamma)
+
+
+def _log_likelihood(clicks, impressions, bucket, theta, gamma) -> torch.Tensor:
+    """:func:`click_log_likelihood` on checked counts."""
     q = (theta[bucket] * gamma.double()).clamp(_PROB_EPS, 1 - _PROB_EPS)
     return (clicks * q.log() + (impressions - clicks) * torch.log1p(-q)).sum() / impressions.sum()
 
@@ -516,7 +526,8 @@ class RegressionEM:
         weight = (impressions / impressions.mean()).float()
         self.history_ = []
         for iteration in range(self.iterations):
-            self.theta_, target = em_step(clicks, impressions, bucket, self.theta_, gamma)
+            # the counts were checked once above: the EM loop takes the unchecked steps
+            self.theta_, target = _em_step(clicks, impressions, bucket, self.theta_, gamma)
             target = target.float()
             self.scorer_.train()
             for _ in range(self.epochs):
@@ -529,7 +540,7 @@ class RegressionEM:
                     opt.step()
             self.scorer_.eval()
             gamma = self.relevance(X)
-            self.history_.append(float(click_log_likelihood(clicks, impressions, bucket, self.theta_, gamma)))
+            self.history_.append(float(_log_likelihood(clicks, impressions, bucket, self.theta_, gamma)))
             if callback is not None:
                 callback(self, iteration)
         return self
