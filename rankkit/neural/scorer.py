@@ -150,6 +150,20 @@ class FeaturePreprocessor(nn.Module):
         return x.clamp(-self.clip, self.clip)
 
 
+def _check_tower(n_features, hidden, activation: str, dropout: float) -> None:
+    """The arguments every scorer's per-document tower shares (MLPScorer, TransformerScorer)."""
+    from rankkit import _checks
+
+    _checks.check_int(n_features, "n_features", low=1)
+    for i, h in enumerate(hidden):
+        if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+            raise ValueError(f"`hidden` has to hold positive layer sizes, got {h!r} at [{i}]")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"`activation` has to be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"`dropout` has to be in [0, 1), got {dropout}")
+
+
 class MLPScorer(nn.Module):
     """A multilayer perceptron scorer: features [..., F] -> scores [...].
 
@@ -171,18 +185,10 @@ class MLPScorer(nn.Module):
                  activation: str = "relu", dropout: float = 0.0, norm: str = "none",
                  log1p: bool = True, standardize: bool = True):
         super().__init__()
-        from rankkit import _checks
 
-        _checks.check_int(n_features, "n_features", low=1)
-        for i, h in enumerate(hidden):
-            if isinstance(h, bool) or not isinstance(h, int) or h < 1:
-                raise ValueError(f"`hidden` has to hold positive layer sizes, got {h!r} at [{i}]")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"`activation` has to be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        _check_tower(n_features, hidden, activation, dropout)
         if norm not in NORMS:
             raise ValueError(f"`norm` has to be one of {NORMS}, got {norm!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` has to be in [0, 1), got {dropout}")
         self.n_features = n_features
         self.preprocess = FeaturePreprocessor(n_features, log1p=log1p, standardize=standardize)
         layers: list[nn.Module] = []
@@ -281,22 +287,15 @@ class TransformerScorer(nn.Module):
         super().__init__()
         from rankkit import _checks
 
-        _checks.check_int(n_features, "n_features", low=1)
         if not len(hidden):
             raise ValueError("`hidden` has to hold at least one width (the attention width is its last)")
-        for i, h in enumerate(hidden):
-            if isinstance(h, bool) or not isinstance(h, int) or h < 1:
-                raise ValueError(f"`hidden` has to hold positive layer sizes, got {h!r} at [{i}]")
+        _check_tower(n_features, hidden, activation, dropout)
         _checks.check_int(heads, "heads", low=1)
         _checks.check_int(layers, "layers", low=0)
         width = hidden[-1]
         if width % heads:
             raise ValueError(f"`heads` has to divide the attention width hidden[-1] = {width}, got {heads}")
         feedforward = 2 * width if feedforward is None else _checks.check_int(feedforward, "feedforward", low=1)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"`activation` has to be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` has to be in [0, 1), got {dropout}")
         _checks.check_number(noise, "noise", low=0)
         self.n_features = n_features
         self.latent_cross = _checks.check_bool(latent_cross, "latent_cross")
