@@ -81,23 +81,13 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
     if isinstance(model, torch.fx.GraphModule):
         # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the
         # graph when it was exported (in eval mode), and it refuses `.train()`/`.eval()`.
-        program = model
-        if is_list_aware(program):  # (features [Q, L, F], mask [Q, L]) -> [Q, L]
-            def score_program_lists(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-                with torch.no_grad():
-                    return program(x, mask).float().masked_fill(~mask, 0.0)
-
-            score_program_lists.list_aware = True
-            return score_program_lists
-
-        def score_program(x: torch.Tensor) -> torch.Tensor:
-            with torch.no_grad():
-                return program(x).reshape(-1).float()
-
-        return score_program
-    if isinstance(model, (HasScorer, nn.Module)):
+        module = model
+    elif isinstance(model, (HasScorer, nn.Module)):
         module = unwrap(model).to("cpu").eval()
-        if is_list_aware(module):
+    else:
+        module = None
+    if module is not None:
+        if is_list_aware(module):  # (features [Q, L, F], mask [Q, L]) -> [Q, L]
             def score_lists(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
                 with torch.no_grad():
                     return module(x, mask).float().masked_fill(~mask, 0.0)
