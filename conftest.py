@@ -2,4 +2,4 @@
 installs (`.ci/run` does); without it their doctests are skipped and tests/test_triton.py skips."""
 import importlib.util
 
-collect_ignore = [] if importlib.util.find_spec("triton") else ["rankkit/_triton"]
+collect_ignore = [] if importlib.util.find_spec("triton") else ["rankkit/kernels/triton"]

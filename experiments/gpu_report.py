@@ -12,7 +12,7 @@ Three sources, each labelled on the page:
 2. **Counted** under Triton's interpreter (a subprocess with ``TRITON_INTERPRET=1``): the
    Triton kernels launched by one depth-6 tree on the Triton backend and by one lambda pass.
 3. **Compiled** for an H100 (sm_90) with the ``ptxas`` / ``cuobjdump`` that Triton ships
-   (:mod:`rankkit._triton.aot`): registers, spills, shared memory and atomics of every kernel
+   (:mod:`rankkit.kernels.triton.aot`): registers, spills, shared memory and atomics of every kernel
    configuration the trainers launch, in float32 and float64; occupancy from those
    figures by the CUDA occupancy rules (**modelled**).
 4. **Modelled** H100 times at MSLR-WEB30K size (a roofline with the constants stated on the
@@ -160,7 +160,7 @@ def occupancy(registers: int, shared: int, warps: int) -> float:
 
 
 def compile_report() -> list[dict]:
-    from rankkit._triton.aot import KERNELS, compile_kernel
+    from rankkit.kernels.triton.aot import KERNELS, compile_kernel
 
     out = []
     for name in KERNELS:
@@ -246,7 +246,7 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "",
         "## Where the Triton kernels run",
         "",
-        "`rankkit._triton.backend` is the Triton backend of the booster's kernels (the torch "
+        "`rankkit.kernels.triton.backend` is the Triton backend of the booster's kernels (the torch "
         "reference's signatures): `lambdas` (grad, hess, the loss when asked), `level_histogram`, "
         "`split_scan`, `route`, `grow_levels` (all levels of a tree, fused) and `score_update`. "
         "They run when the tensors are on a CUDA device of a CUDA build of torch and Triton is "

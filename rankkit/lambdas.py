@@ -32,7 +32,6 @@ temporaries exist at once. With a truncation ``k`` only the rows a < k are visit
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
@@ -182,16 +181,20 @@ def planned_lambda_gradients(
     pair_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
     workspace_bytes: int = 2**28,
     return_loss: bool = False,
+    triton: bool | None = None,
 ):
     """:func:`lambda_gradients` of ``scores`` [Q, L] on the queries of ``plan``
     (:class:`rankkit._plan.QueryPlan`: labels, mask and weights), for a caller that scores the
     same queries many times (the boosters). Trusts its arguments: the plan validated the labels
     once, the caller the options; ``weighting`` is a :class:`Weighting`. Everything that does
     not depend on the scores (query order, blocks, ideal DCG, ...) comes from the plan, so a
-    call makes no host synchronisation on a GPU. The loss only with ``return_loss``."""
+    call makes no host synchronisation on a GPU. The loss only with ``return_loss``.
+    ``triton``: take the fused Triton kernel where it computes these options (True), never
+    (False), or where the kernels' switches take the scores' device (None, the default:
+    :func:`rankkit.kernels.backends.triton_takes`); the booster's backend decides it."""
     fn = weighting
-    if _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, return_loss):
-        from rankkit._triton.lambdas import lambda_gradients_triton
+    if _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, triton):
+        from rankkit.kernels.triton.lambdas import lambda_gradients_triton
 
         name = next(n for n, w in WEIGHTINGS.items() if w is fn)
         return lambda_gradients_triton(scores, plan.labels, mask=plan.mask, weighting=name, sigma=sigma,
@@ -350,22 +353,23 @@ def planned_lambda_gradients(
 _TRITON_MAX_GRADE = 64
 
 
-def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, return_loss) -> bool:
-    """Whether this call runs the fused Triton kernel (:mod:`rankkit._triton.lambdas`): the
-    default on a CUDA device with Triton installed, for the RankNet and NDCG weightings without
-    the options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``; the loss
-    is one of its outputs)
-    and grades below 64; everything else runs the torch path (the reference and the fallback).
-    ``RANKKIT_TRITON=0`` turns the kernel off; ``RANKKIT_TRITON=force`` also runs it on CPU
-    tensors (under ``TRITON_INTERPRET=1``, for tests)."""
-    mode = os.environ.get("RANKKIT_TRITON", "auto")
-    # A real CUDA build of torch: a tensor that only reports cuda (the tests' simulated device on
-    # a CPU build) runs the torch path.
-    if mode == "0" or not ((scores.is_cuda and torch.version.cuda is not None) or mode == "force"):
+def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, triton) -> bool:
+    """Whether this call runs the fused Triton kernel (:mod:`rankkit.kernels.triton.lambdas`):
+    where ``triton`` asks for it (None: where :func:`rankkit.kernels.backends.triton_takes` the
+    scores' device, i.e. a CUDA device with Triton installed unless ``RANKKIT_TRITON=0``; CPU
+    tensors too with ``RANKKIT_TRITON=force``), for the RankNet and NDCG weightings without the
+    options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``; the loss is one
+    of its outputs) and grades below 64; everything else runs the torch path (the reference and
+    the fallback)."""
+    if triton is None:
+        from rankkit.kernels.backends import triton_takes
+
+        triton = triton_takes(scores.device)
+    if not triton or importlib.util.find_spec("triton") is None:
         return False
     if fn not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]) or tie_term or normalize:
         return False
-    if groups is not None or pair_weights is not None or importlib.util.find_spec("triton") is None:
+    if groups is not None or pair_weights is not None:
         return False
     return plan.max_label < _TRITON_MAX_GRADE
 

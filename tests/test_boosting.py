@@ -208,7 +208,7 @@ def test_known_root_counts_give_the_same_histograms_and_trees():
     params = TreeParams(depth=3, min_data_in_leaf=30)
     grower = ObliviousTreeGrower(codes, valid, params)
     grower.grow(grad, hess)
-    assert grower._root_counts is not None
+    assert grower.state.root_counts(None, None, False) is not None
     grad2 = torch.randn(2000, generator=g, dtype=torch.float64)
     again = grower.grow(grad2, hess, features=torch.tensor([1, 3, 4]))
     fresh = ObliviousTreeGrower(codes, valid, params).grow(grad2, hess, features=torch.tensor([1, 3, 4]))

@@ -17,7 +17,7 @@ from simcuda import from_sim, simcuda
 from rankkit.boosting import LambdaMART
 from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
 from rankkit.data import make_synthetic
-from rankkit.kernels import cpu, torch_ref, tree_backend
+from rankkit.kernels import backends, cpu, torch_ref
 
 needs_cpu = pytest.mark.skipif(not cpu.available(), reason="the compiled CPU kernels are not built")
 
@@ -67,8 +67,8 @@ def test_cpu_backend_grows_the_reference_trees(case, sample):
     if sample == "rows+features":
         g = torch.Generator().manual_seed(4)
         kw = dict(rows=torch.randperm(4000, generator=g)[:2500].sort().values, features=torch.tensor([0, 2, 3, 5, 8]))
-    fast_grower = ObliviousTreeGrower(codes, valid, params, use_kernel=True)
-    slow_grower = ObliviousTreeGrower(codes, valid, params, use_kernel=False)
+    fast_grower = ObliviousTreeGrower(codes, valid, params, backend="cpu")
+    slow_grower = ObliviousTreeGrower(codes, valid, params, backend="torch")
     for tree_no in range(2):  # the second tree reuses the fused backend's buffers and root counts
         extra = {}
         if sample == "noise" or params.quantized_grad:
@@ -92,7 +92,7 @@ def test_cpu_backend_does_not_depend_on_the_thread_count():
     try:
         for n in (1, 2, 3):
             torch.set_num_threads(n)
-            trees.append(ObliviousTreeGrower(codes, valid, params, use_kernel=True).grow(grad, hess))
+            trees.append(ObliviousTreeGrower(codes, valid, params, backend="cpu").grow(grad, hess))
     finally:
         torch.set_num_threads(threads)
     for t in trees[1:]:
@@ -106,10 +106,14 @@ def test_fused_levels_write_the_reference_partition_and_histograms():
     codes, valid, grad, hess = _problem(n=3000, n_feat=5)
     params = TreeParams(depth=3, min_data_in_leaf=5)
     kernels = cpu.TreeKernels(codes.contiguous(), params.depth, valid)
-    node, feats, cuts, gains, root = kernels.grow_levels(grad, hess, None, valid, None, None, None, params)
+    node, feats, cuts, gains, values = kernels.grow(grad, hess, None, valid, None, None, None, params,
+                                                    leaf_g=grad, leaf_h=hess)
+    root = kernels.root_counts(None, None, False)
     codes_t = codes.t().contiguous()
+    want = torch_ref.leaf_sums(node, grad, hess, 8)
+    torch.testing.assert_close(values, torch_ref.newton_leaf_values(want, params), rtol=0, atol=0)
     torch.testing.assert_close(root, torch_ref.build_histograms(codes_t, torch.zeros(3000, dtype=torch.long),
-                                                                grad, hess, 1), rtol=0, atol=0)
+                                                                grad, hess, 1)[2], rtol=0, atol=0)
     order, seg = kernels._buffers[("order", torch.int64)], kernels._buffers[("seg", torch.int64)]
     for leaf in range(8):
         start, length = int(seg[2 * leaf]), int(seg[2 * leaf + 1])
@@ -131,13 +135,17 @@ def test_reference_backend_on_the_simulated_device_grows_the_cpu_trees(monkeypat
 
 
 def test_backend_choice(monkeypatch):
-    assert tree_backend("cpu", "torch") == "torch"
-    with pytest.raises(ValueError, match="tree backend"):
-        tree_backend("cpu", "numba")
+    assert backends.choose("cpu", "torch").name == "torch"
+    with pytest.raises(ValueError, match="`backend`"):
+        backends.choose("cpu", "numba")
     monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
-    assert tree_backend("cpu") == "torch" and not cpu.available()
+    assert backends.choose("cpu").name == "torch" and not cpu.available()
     with pytest.raises(ValueError, match="compiled kernels"):
-        tree_backend("cpu", "cpu")
+        backends.choose("cpu", "cpu")
+    monkeypatch.setenv("RANKKIT_CPU_KERNEL", "1")
+    monkeypatch.setenv("RANKKIT_BACKEND", "torch")
+    assert backends.choose("cpu").name == "torch"
+    assert backends.choose("cpu", "cpu").name == ("cpu" if cpu.built() else "torch") or not cpu.built()
 
 
 def test_the_compiled_kernels_are_an_installed_extension_not_a_runtime_build():

@@ -16,7 +16,7 @@ import torch
 from rankkit.boosting import LambdaMART
 from rankkit.boosting.objectives import QueryLayout, make_objective
 from rankkit.data import make_synthetic
-from rankkit.kernels import cpu
+from rankkit.kernels import backends, cpu
 from rankkit.lambdas import lambda_gradients
 
 needs_cpu = pytest.mark.skipif(not cpu.available(), reason="the compiled CPU kernels are not built")
@@ -142,18 +142,15 @@ def test_single_documents_and_equal_labels_give_zeros():
 
 def _objective_pair(monkeypatch, scores, layout, **options):
     obj = make_objective("lambdarank", **options)
-    fast = obj.gradients(scores, layout)
-    monkeypatch.setenv("RANKKIT_CPU_KERNEL", "0")
-    assert not obj._compiled(scores)
-    slow = obj.gradients(scores, layout)
-    monkeypatch.delenv("RANKKIT_CPU_KERNEL")
+    assert obj.flat_lambda_inputs(layout) is not None
+    fast = obj.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))
+    slow = obj.gradients(scores, layout, backend=backends.choose("cpu", "torch"))
     return fast, slow
 
 
 @pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
 @pytest.mark.parametrize("k", [None, 1, 10])
 def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting, k):
-    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")  # the float32 gradients too
     sizes = [1, 40, 3, 17, 1, 25]
     scores, labels = _data(4, sizes)
     weights = torch.rand(len(scores), generator=torch.Generator().manual_seed(5)) + 0.5
@@ -172,24 +169,24 @@ def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting,
             assert torch.equal(fast[0].float().double(), fast[0])  # float32 values
 
 
-def test_other_options_fall_back_to_the_torch_path():
-    scores = torch.zeros(4, dtype=torch.float64)
+def test_other_options_fall_back_to_the_torch_path(monkeypatch):
+    layout = QueryLayout(torch.tensor([1.0, 0.0, 2.0, 0.0]), torch.tensor([2, 2]))
     for name in ("map", "err", "ndcg_loss2pp"):
-        assert not make_objective("lambdarank", weighting=name)._compiled(scores)
-    assert not make_objective("softmax")._compiled(scores)
-    # by default ("auto") only where the kernel gives the torch path's bits: exact gradients
-    assert make_objective("lambdarank", weighting="ndcg", exact=True)._compiled(scores)
-    assert make_objective("ranknet", exact=True)._compiled(scores)
-    assert not make_objective("lambdarank", weighting="ndcg")._compiled(scores)
-
-
-def test_float32_gradients_take_the_kernel_when_asked(monkeypatch):
-    scores = torch.zeros(4, dtype=torch.float64)
-    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")
-    assert make_objective("lambdarank", weighting="ndcg")._compiled(scores)
-    assert make_objective("ranknet")._compiled(scores)
+        assert make_objective("lambdarank", weighting=name).flat_lambda_inputs(layout) is None
+    assert make_objective("softmax").flat_lambda_inputs(layout) is None
+    # the compiled pass takes RankNet and NDCG, float32 and exact gradients alike
+    for obj in (make_objective("lambdarank", weighting="ndcg"), make_objective("ranknet", exact=True)):
+        assert obj.flat_lambda_inputs(layout) is not None
+    # RANKKIT_CPU_LAMBDAS=0: the compiled trees, the torch lambda pass (the calls are counted)
+    calls = []
+    monkeypatch.setattr(cpu, "lambdas", lambda *a, **k: calls.append(1))
+    obj, scores = make_objective("ranknet"), torch.zeros(4, dtype=torch.float64)
     monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
-    assert not make_objective("ranknet", exact=True)._compiled(scores)
+    obj.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))
+    assert calls == []
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")
+    obj.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))
+    assert calls == [1]
 
 
 def test_the_result_does_not_depend_on_the_thread_count():
@@ -217,16 +214,11 @@ def test_the_booster_grows_the_same_trees(monkeypatch, case):
     slow = LambdaMART(quantized_grad=True, **kwargs).fit(train).ensemble_.state_dict()
     for name, value in slow.items():
         assert torch.equal(fast[name], value), name
-    # float32 gradients by default (RANKKIT_CPU_LAMBDAS unset, "auto"): the torch path, so the
-    # trees are the reference's (and the GPU's) bit for bit.
+    # float32 gradients: the torch path computes them in float32, the compiled pass (the
+    # default, RANKKIT_CPU_LAMBDAS unset) in float64 rounded to float32: on a fixture without
+    # near-ties the same splits, leaf values equal to float32 rounding.
     slow = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
     monkeypatch.delenv("RANKKIT_CPU_LAMBDAS")
-    default = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
-    for name, value in slow.items():
-        assert torch.equal(default[name], value), name
-    # RANKKIT_CPU_LAMBDAS=1: the kernel's float64 sums rounded against the torch path's float32
-    # ones: the same splits, leaf values equal to float32 rounding.
-    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "1")
     fast = LambdaMART(**kwargs).fit(train).ensemble_.state_dict()
     for name, value in slow.items():
         if value.is_floating_point():

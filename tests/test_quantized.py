@@ -101,8 +101,8 @@ def test_exactly_representable_gradients_grow_the_unquantized_tree():
     plain = TreeParams(depth=4, min_data_in_leaf=10)
     quant = TreeParams(depth=4, min_data_in_leaf=10, quantized_grad=True, num_grad_quant_bins=4)
     for use_kernel in ((True, False) if _cpu_kernel.available() else (False,)):
-        a = ObliviousTreeGrower(codes, valid, plain, use_kernel=use_kernel).grow(grad, hess)
-        b = ObliviousTreeGrower(codes, valid, quant, use_kernel=use_kernel).grow(
+        a = ObliviousTreeGrower(codes, valid, plain, backend="cpu" if use_kernel else "torch").grow(grad, hess)
+        b = ObliviousTreeGrower(codes, valid, quant, backend="cpu" if use_kernel else "torch").grow(
             grad, hess, generator=torch.Generator().manual_seed(0))
         for x, y in zip(a, b):
             assert torch.equal(x, y)
@@ -187,12 +187,12 @@ def test_torch_path_runs_under_deterministic_algorithms(quantized):
     # checks the op choice against torch's CPU checks and that the result is unchanged.
     codes, grad, hess, valid = _problem(seed=8)
     params = TreeParams(depth=4, min_data_in_leaf=10, quantized_grad=quantized)
-    free = ObliviousTreeGrower(codes, valid, params, use_kernel=False).grow(
+    free = ObliviousTreeGrower(codes, valid, params, backend="torch").grow(
         grad, hess, generator=torch.Generator().manual_seed(0))
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        strict = ObliviousTreeGrower(codes, valid, params, use_kernel=False).grow(
+        strict = ObliviousTreeGrower(codes, valid, params, backend="torch").grow(
             grad, hess, generator=torch.Generator().manual_seed(0))
         with simcuda():
             device = ObliviousTreeGrower(codes.cuda(), valid, params).grow(

@@ -1,4 +1,4 @@
-"""The Triton kernels of rankkit._triton, checked without a GPU.
+"""The Triton kernels of rankkit.kernels.triton, checked without a GPU.
 
 1. Under Triton's interpreter (``TRITON_INTERPRET=1`` on CPU tensors, in a subprocess so that
    the variable is set before triton is imported and no other test module is affected): the
@@ -103,8 +103,8 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 import torch
 sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
 from test_triton import LAMBDA_CASES, _batch
-from rankkit._triton.lambdas import lambda_gradients_triton
-from rankkit._triton.histogram import level_histogram_triton, quantize
+from rankkit.kernels.triton.lambdas import lambda_gradients_triton
+from rankkit.kernels.triton.histogram import level_histogram_triton, quantize
 out = {}
 scores, labels, mask, weights = _batch()
 for name, case in LAMBDA_CASES.items():
@@ -139,7 +139,7 @@ hist = level_histogram_triton(codes, node.long(), gf, hf, n_nodes, out=buffer, b
 assert hist is buffer
 out["histogram"]["float64"] = hist.tolist()
 # rankkit.lambdas.lambda_gradients routes to the fused kernel (forced here on CPU tensors).
-import rankkit._triton.lambdas as fused
+import rankkit.kernels.triton.lambdas as fused
 calls = []
 kernel = fused.lambda_gradients_triton
 fused.lambda_gradients_triton = lambda *a, **k: (calls.append(1), kernel(*a, **k))[1]
@@ -156,7 +156,7 @@ with open(sys.argv[2], "w") as f:
 
 _AOT = r"""
 import json, sys
-from rankkit._triton.aot import compile_kernel
+from rankkit.kernels.triton.aot import compile_kernel
 json.dump([compile_kernel(name) for name in sys.argv[2:]], open(sys.argv[1], "w"))
 """
 
@@ -164,7 +164,7 @@ json.dump([compile_kernel(name) for name in sys.argv[2:]], open(sys.argv[1], "w"
 # specialises an int argument equal to 1: one feature, one document, the root's single node).
 _ONES = r"""
 import json, sys
-from rankkit._triton.aot import compile_kernel, int_args
+from rankkit.kernels.triton.aot import compile_kernel, int_args
 out = []
 for name in sys.argv[2:]:
     for arg in int_args(name):
@@ -253,7 +253,7 @@ def test_triton_histogram_interpreted_equals_torch_reference_with_left_out_node(
 
 
 def test_triton_quantize_round_trips_within_half_a_step():
-    from rankkit._triton.histogram import quantize
+    from rankkit.kernels.triton.histogram import quantize
 
     values = torch.linspace(-3.0, 2.0, 101, dtype=torch.float64)
     q, scale = quantize(values, bits=16)
@@ -262,7 +262,7 @@ def test_triton_quantize_round_trips_within_half_a_step():
 
 
 def test_triton_histogram_rejects_float_gradients_in_integer_cells():
-    from rankkit._triton.histogram import level_histogram_triton
+    from rankkit.kernels.triton.histogram import level_histogram_triton
 
     codes = torch.zeros(2, 4, dtype=torch.uint8)
     with pytest.raises(ValueError, match="`dtype`"):
@@ -307,7 +307,7 @@ def test_triton_histogram_compiles_with_one_feature_or_one_document(tmp_path_fac
 
 @pytest.mark.slow
 def test_triton_every_kernel_compiles_with_each_int_argument_equal_to_one(tmp_path_factory):
-    from rankkit._triton.aot import KERNELS
+    from rankkit.kernels.triton.aot import KERNELS
 
     names = [n for n in KERNELS if not n.endswith("_fp64") or n.startswith(("topk", "rank"))]
     done = _compile_ones(tmp_path_factory, names)
@@ -316,7 +316,7 @@ def test_triton_every_kernel_compiles_with_each_int_argument_equal_to_one(tmp_pa
 
 @pytest.mark.slow
 def test_triton_every_kernel_compiles_for_sm90_without_spills(tmp_path_factory):
-    from rankkit._triton.aot import KERNELS
+    from rankkit.kernels.triton.aot import KERNELS
 
     compiled = _compile(tmp_path_factory, list(KERNELS))
     for name, info in compiled.items():

@@ -1,8 +1,8 @@
-"""The Triton tree kernels (:mod:`rankkit._triton.tree`, :mod:`rankkit._triton.backend`)
+"""The Triton tree kernels (:mod:`rankkit.kernels.triton.tree`, :mod:`rankkit.kernels.triton.backend`)
 against the torch reference, under Triton's interpreter (``TRITON_INTERPRET=1`` on CPU
 tensors, in one subprocess per module so that the variable is set before triton is imported).
 
-* The fused levels (:func:`rankkit._triton.tree.grow_levels_triton`: histograms of the smaller
+* The fused levels (:func:`rankkit.kernels.triton.tree.grow_levels_triton`: histograms of the smaller
   children, split scan, pick, routing, siblings) grow the torch path's levels
   (``ObliviousTreeGrower._levels_torch``): the same leaves, features and codes, for float and
   quantized gradients, int32 and int64 cells, with and without split noise, and a level that
@@ -36,8 +36,8 @@ os.environ["RANKKIT_CPU_KERNEL"] = "0"  # the reference is the torch path
 import warnings
 warnings.simplefilter("ignore")
 import torch
-from rankkit._triton import backend
-from rankkit._triton.tree import grow_levels_triton
+from rankkit.kernels.triton import backend
+from rankkit.kernels.triton.tree import grow_levels_triton
 from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, quantize_gradients, leaf_of
 
 out = {}
@@ -54,13 +54,13 @@ cases = {"float": (False, False, 5, None), "float_noise": (False, True, 5, None)
          "stops": (False, False, 241, None)}
 for name, (quant, noisy, min_data, cells) in cases.items():
     p = TreeParams(depth=depth, min_data_in_leaf=min_data, quantized_grad=quant)
-    grower = ObliviousTreeGrower(codes, valid, p, use_kernel=False)
+    grower = ObliviousTreeGrower(codes, valid, p, backend="torch")
     g, h, scale = grad, hess, None
     if quant:
         g, h, scale = quantize_gradients(grad, hess, 4, torch.Generator().manual_seed(0))
     noise = (torch.randn(depth, F, 256, generator=gen, dtype=torch.float64) * 20.0) if noisy else None
-    ref = grower._levels_torch(g, h, scale, valid, None, None, noise)
-    got = grow_levels_triton(grower.codes_t, g, h, scale, valid, depth=depth, l2=p.l2,
+    ref = grower.backend.grow_levels(grower, g, h, scale, valid, None, None, noise)
+    got = grow_levels_triton(grower.codes, g, h, scale, valid, depth=depth, l2=p.l2,
                              min_data_in_leaf=min_data, min_sum_hessian=p.min_sum_hessian,
                              noise=noise, hist_dtype=cells, block_n=64)
     out[name] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got]}
@@ -78,7 +78,7 @@ out["update"] = {"routed": routed.tolist(), "given": given.tolist(),
 
 # Fixed-point leaf sums, with values that land exactly on .5 after scaling (half to even).
 import math
-from rankkit._triton.tree import exact_leaf_sums_triton
+from rankkit.kernels.triton.tree import exact_leaf_sums_triton
 from rankkit.kernels.torch_ref import exact_leaf_sums
 leaf8 = torch.randint(0, 8, (n,), generator=gen)
 shift = math.floor(62 - math.log2(n) - math.log2(4.0))
@@ -114,7 +114,7 @@ for quant in (True, False):
                                random_strength=0.5, seed=4)
         engine = BoostingEngine(data.features, data.labels, data.sizes, config)
         engine.add_eval_set(valid.features, valid.labels, valid.sizes)
-        backends[route] = engine.grower.triton
+        backends[route] = engine.backend.name == "triton"
         trees = [engine.update() for _ in range(3)]
         runs[route] = [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()] for t in trees]
         runs[route + "/history"] = engine.history

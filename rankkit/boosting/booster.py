@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -143,6 +144,8 @@ class LambdaMART(BaseEstimator):
             trees); the last round without an eval set.
         best_score_: the best eval metric, or None.
         evals_result_: ``{"valid_0": {"ndcg@10": [...]}, ...}``, one value per round.
+        backend_: the kernels that grew the trees, chosen once per fit by
+            :func:`rankkit.kernels.backends.choose`: ``"cpu"`` (compiled), ``"triton"`` or ``"torch"``.
         feature_importances_: [F] numpy, the total split gain per feature, normalised to sum 1.
         propensities_: with ``unbiased``, ``{"clicked": t⁺ [n_positions], "unclicked": t⁻
             [n_positions]}`` (numpy, position 0 = 1), the learned position biases.
@@ -250,6 +253,9 @@ class LambdaMART(BaseEstimator):
             if eval_init_score is not None and eval_init_score[i] is not None:
                 e_init = vector(eval_init_score[i], len(el), f"eval_init_score[{i}]", kind="double")
             engine.add_eval_set(ef, el, es, init_score=e_init)
+        self.backend_ = engine.backend.name
+        if self.verbose:
+            print(f"LambdaMART: {engine.backend.name} backend on {engine.device}", file=sys.stderr)
         bar = _progress(self.verbose, self.n_estimators)
         for _ in range(self.n_estimators):
             engine.update()

@@ -37,7 +37,8 @@ from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
 from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, check_leaf_values,
-                                   exact_leaf_sums, identity_reduce, leaf_of, leaf_sums, newton_leaf_values)
+                                   exact_leaf_sums, identity_reduce, leaf_sums, newton_leaf_values)
+from rankkit.kernels.backends import Backend, choose
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,10 @@ _DEVICE_STREAM = 1 << 40
 
 
 class _EvalSet:
-    """One eval set: its codes (feature-major, for routing), layout and running scores."""
+    """One eval set: its codes (in the backend's layout, for routing), layout and running scores."""
 
-    def __init__(self, name: str, codes_t: torch.Tensor, layout: QueryLayout, scores: torch.Tensor):
-        self.name, self.codes_t, self.layout, self.scores = name, codes_t, layout, scores
+    def __init__(self, name: str, codes: torch.Tensor, layout: QueryLayout, scores: torch.Tensor):
+        self.name, self.codes, self.layout, self.scores = name, codes, layout, scores
 
 
 class BoostingEngine:
@@ -155,6 +156,10 @@ class BoostingEngine:
             (see :mod:`rankkit.boosting.distributed`): this process holds a shard of whole
             queries, and ``reduce`` becomes an all-reduce. None: when a process group of more
             than one rank is initialised.
+        backend: the kernels of every round (:mod:`rankkit.kernels.backends`): a
+            :class:`~rankkit.kernels.backends.Backend`, "torch", "cpu" or "triton", or None to
+            let :func:`~rankkit.kernels.backends.choose` pick one for ``device`` (and
+            ``RANKKIT_BACKEND``). Chosen once, here; ``engine.backend.name`` says which.
 
     >>> from rankkit.data import make_synthetic
     >>> d = make_synthetic(20, 10, 5, seed=0)
@@ -169,11 +174,13 @@ class BoostingEngine:
                  init_score: torch.Tensor | None = None, device: torch.device | str = "cpu",
                  start_round: int = 0, init_scores: torch.Tensor | None = None,
                  reduce: Reduce | None = None, positions: torch.Tensor | None = None,
-                 distributed: bool | None = None):
+                 distributed: bool | None = None, backend: Backend | str | None = None):
         from rankkit.boosting import distributed as dp
 
         self.config = config
         self.device = torch.device(device)
+        # The one choice of kernels for this fit: every step of a round asks this object.
+        self.backend = backend if isinstance(backend, Backend) else choose(self.device, backend)
         self.reduce: Reduce = reduce or identity_reduce
         self.parallel = None
         if distributed or (distributed is None and reduce is None and dp.world()[1] > 1):
@@ -210,7 +217,7 @@ class BoostingEngine:
         self._thresholds = self.binner.thresholds()
         codes = transform(self.binner, matrix)[:, self.used].to(self.device)
         self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
-                                          reduce=self.reduce, shard=self.parallel)
+                                          backend=self.backend, reduce=self.reduce, shard=self.parallel)
         self.sizes = sizes.cpu()
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
@@ -247,15 +254,15 @@ class BoostingEngine:
         if init_score is not None:
             scores += init_score.to(self.device, torch.float64)
         matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-        codes_t = transform(self.binner, matrix)[:, self.used].to(self.device).t().contiguous()
-        self.eval_sets.append(_EvalSet(name, codes_t, QueryLayout(labels, sizes.cpu(), None, self.device), scores))
+        codes = self.backend.codes_layout(transform(self.binner, matrix)[:, self.used].to(self.device))
+        self.eval_sets.append(_EvalSet(name, codes, QueryLayout(labels, sizes.cpu(), None, self.device), scores))
         self.history[name] = {self.config.eval_metric: []}
 
     # -- one round ----------------------------------------------------------------------------
     def update(self) -> Tree:
         """Grow one tree, add it to the scores of the training and eval sets, and score them."""
         c = self.config
-        grad, hess = self.objective.gradients(self.scores, self.layout)
+        grad, hess = self.objective.gradients(self.scores, self.layout, backend=self.backend)
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
@@ -263,20 +270,11 @@ class BoostingEngine:
         # scores take a zero update in its place, so a failed round leaves them as they were.
         finite = torch.isfinite(tree.leaf_values).all()
         update = torch.where(finite, tree.leaf_values, torch.zeros_like(tree.leaf_values))
-        fused = getattr(self.grower, "triton", False)  # the Triton backend: one launch per update
-        if fused:
-            from rankkit._triton import backend as triton_backend
-
-            triton_backend.score_update(self.scores, update, leaf=tree.leaf_index)
-        else:
-            self.scores += update[tree.leaf_index]
+        self.backend.add_tree(self.scores, update, leaf=tree.leaf_index)
         values = []
         for e in self.eval_sets:
-            if len(self.used) and fused:
-                triton_backend.score_update(e.scores, update, codes_t=e.codes_t,
-                                            features=tree.features, cuts=tree.codes)
-            elif len(self.used):
-                e.scores += update[leaf_of(e.codes_t, tree.features, tree.codes)]
+            if len(self.used):
+                self.backend.add_tree(e.scores, update, codes=e.codes, features=tree.features, cuts=tree.codes)
             values.append(self.metric(e.scores, e.layout))
         # The round's one host synchronisation: the tree and the eval metrics in one copy.
         host_tree, values = _tree_on_host(tree, values)

@@ -102,15 +102,23 @@ class RankingObjective:
     def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None, reduce=None) -> float:
         return 0.0  # a constant shift changes no ranking
 
-    def gradients(self, scores: torch.Tensor, layout: QueryLayout,
-                  groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """scores [N] -> (grad, hess), each [N] float64; ``groups`` [N] (e.g. leaf indices):
-        leave out the pairs inside a group (see ``lambda_gradients``)."""
+    def gradients(self, scores: torch.Tensor, layout: QueryLayout, groups: torch.Tensor | None = None, *,
+                  backend=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """scores [N] -> (grad, hess), each [N] float64, from the fit's ``backend``
+        (:class:`rankkit.kernels.backends.Backend`; None: the torch path). ``groups`` [N] (e.g.
+        leaf indices): leave out the pairs inside a group (see ``lambda_gradients``), on the
+        torch path."""
+        if groups is None and backend is not None:
+            return backend.lambdas(self, scores, layout)
+        return self.torch_gradients(scores, layout, groups=groups)
+
+    def torch_gradients(self, scores: torch.Tensor, layout: QueryLayout, groups: torch.Tensor | None = None,
+                        *, triton: bool | None = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(grad, hess) [N] float64 on the padded queries by the planned torch kernel (the
+        reference), or its fused Triton version where ``triton`` and the options allow."""
         from rankkit.lambdas import planned_lambda_gradients
         from rankkit.losses import objective_gradients
 
-        if groups is None and self._compiled(scores):
-            return self._compiled_gradients(scores, layout)
         padded = layout.pad(scores.to(torch.float64 if self.exact else torch.float32))
         options = dict(self.options)
         if groups is not None:
@@ -122,7 +130,8 @@ class RankingObjective:
                 estimator.update(padded, layout.labels, pos, layout.mask)
             options["pair_weights"] = estimator.pair_factors(pos, layout.mask)
         if self.pairwise:  # the planned kernel, without the loss nobody reads
-            grad, hess = planned_lambda_gradients(padded, layout.plan, weighting=self.weighting, **options)
+            grad, hess = planned_lambda_gradients(padded, layout.plan, weighting=self.weighting, triton=triton,
+                                                  **options)
         else:
             grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
                                                 weights=layout.weights, plan=layout.plan, **options)
@@ -130,32 +139,21 @@ class RankingObjective:
             grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()
 
-    def _compiled(self, scores: torch.Tensor) -> bool:
-        """Whether this call takes the compiled CPU lambda pass (:func:`rankkit.kernels.cpu.lambdas`):
-        CPU scores, the kernels built, the RankNet or NDCG weighting, no propensity weights, and
-        :func:`rankkit.kernels.cpu.lambdas_mode` allowing it: by default (``"auto"``) only where it
-        gives the torch path's bits, i.e. with ``exact`` gradients (``quantized_grad=True``: both
-        compute in float64 and round), so that a seed grows the same trees on CPU and on a GPU;
-        ``RANKKIT_CPU_LAMBDAS=1`` takes it for float32 gradients too (about 1.6x faster rounds on
-        MQ2008, gradients equal to float32 rounding, near-tie splits can differ from the GPU's);
-        ``RANKKIT_CPU_LAMBDAS=0`` or ``RANKKIT_CPU_KERNEL=0`` never. Anything else runs the torch
-        planned path (the reference)."""
-        from rankkit.kernels import cpu
-        from rankkit.lambdas import WEIGHTINGS
+    def flat_lambda_inputs(self, layout: QueryLayout) -> dict | None:
+        """The arguments of the compiled lambda pass (:func:`rankkit.kernels.cpu.lambdas`) on
+        ``layout``'s flat queries, built once per data set; None where that pass does not
+        compute this objective (weightings other than RankNet and NDCG, propensity weights).
 
-        mode = cpu.lambdas_mode()
-        if mode == "off" or (mode == "auto" and not self.exact):
-            return False
-        return (self.pairwise and self.propensity is None and scores.device.type == "cpu"
-                and self.weighting in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]))
-
-    def _compiled_gradients(self, scores: torch.Tensor, layout: QueryLayout) -> tuple[torch.Tensor, torch.Tensor]:
-        """(grad, hess) [N] float64 from the compiled kernel: the torch path's numbers computed
-        in float64 (from the scores' float32 values unless ``exact``), rounded to float32 values."""
+        The pass computes the torch path's numbers in float64 (from the scores' float32 values
+        unless ``exact``) and rounds them to float32 values: with ``exact``
+        (``quantized_grad=True``) the same bits as the torch path; otherwise within float32
+        roundings of it, which can decide a near-tie split differently from a GPU's."""
         from rankkit._weightings import _ndcg_plan_terms
-        from rankkit.kernels import cpu
         from rankkit.lambdas import WEIGHTINGS
 
+        if not self.pairwise or self.propensity is not None or \
+                self.weighting not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]):
+            return None
         o = self.options
         n_docs = layout.shape[1]
         cutoff = n_docs if o["k"] is None else min(o["k"], n_docs)
@@ -174,10 +172,9 @@ class RankingObjective:
             return layout.flat(labels).contiguous(), gains, half_w, order
 
         labels, gains, half_w, order = layout.plan.cached(("compiled_lambdas", ndcg, cutoff, o["gain"]), make)
-        return cpu.lambdas(scores.detach().double().contiguous(), labels, layout.offsets, gains=gains,
-                           cutoff=cutoff, max_len=n_docs, sigma=o["sigma"], normalize=o["normalize"],
-                           half_weights=half_w, float32_scores=not self.exact, float32_out=True,
-                           order=order)
+        return dict(labels=labels, offsets=layout.offsets, gains=gains, cutoff=cutoff, max_len=n_docs,
+                    sigma=o["sigma"], normalize=o["normalize"], half_weights=half_w,
+                    float32_scores=not self.exact, float32_out=True, order=order)
 
 
 @dataclass(frozen=True)
@@ -192,7 +189,8 @@ class SquaredError:
             sums = reduce(sums)
         return float(sums[0] / sums[1].clamp_min(1e-300))
 
-    def gradients(self, scores: torch.Tensor, layout: QueryLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    def gradients(self, scores: torch.Tensor, layout: QueryLayout, *, backend=None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
         y = layout.flat(layout.labels).double()
         w = torch.ones_like(y) if layout.weights is None else layout.flat(layout.weights).double()
         return w * (scores.double() - y), w

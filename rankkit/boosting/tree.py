@@ -16,13 +16,11 @@ mean residual of the leaf, as in Friedman's MART, 2001).
 
 Split candidates come from histograms of (G, H, count) over (feature, node, code); from the
 second level on only the smaller child of each pair is summed and its sibling is the parent
-minus it (the subtraction trick). The kernels come from a backend (:mod:`rankkit.kernels`):
-the compiled CPU kernels when they are built and the codes are on the CPU (a depth-D tree in
-D + 2 calls, the documents kept partitioned by node), else the torch reference
-(:mod:`rankkit.kernels.torch_ref`, on any device, no host sync). Both grow the same trees.
-Every sum that crosses documents -- the histograms and the leaf sums -- goes through one
-``reduce`` function, the identity by default, so a data-parallel version can all-reduce there
-(it takes the unfused kernels).
+minus it (the subtraction trick). The levels and the leaves are grown by the fit's backend
+(:mod:`rankkit.kernels.backends`: the compiled CPU kernels, a whole tree in one call; the
+Triton kernels on a GPU; the torch reference anywhere), which all grow the same trees. Every
+sum that crosses documents -- the histograms and the leaf sums -- goes through one ``reduce``
+function, the identity by default, so a data-parallel version can all-reduce there.
 """
 from __future__ import annotations
 
@@ -31,9 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from rankkit.kernels import cpu as _cpu
-from rankkit.kernels import tree_backend
-from rankkit.kernels import torch_ref
+from rankkit.kernels.backends import Backend, choose
 from rankkit.kernels.torch_ref import (_CHUNK_ROWS, _TINY, N_CODES, Reduce, build_histograms,  # noqa: F401
                                        dequantize, exact_leaf_sums, identity_reduce, leaf_of, leaf_sums,
                                        newton_leaf_values, split_scores)
@@ -144,37 +140,31 @@ def check_leaf_values(values: torch.Tensor, round_index: int) -> None:
 
 
 class ObliviousTreeGrower:
-    """Grows oblivious trees on a fixed binned training set.
+    """Grows oblivious trees on a fixed binned training set, on one backend.
+
+    The grower does what every backend shares (the round's row and feature sample, the
+    quantization of the gradients, the split noise) and hands the tree to its backend
+    (:class:`rankkit.kernels.backends.Backend`), which grows every level and the leaves.
 
     Args:
-        codes: [N, F] uint8 codes of the training documents (CPU or CUDA).
+        codes: [N, F] uint8 codes of the training documents (on the backend's device).
         valid_codes: [F, 256] bool, the thresholds each feature allows (see the binner).
         params: the tree hyperparameters.
+        backend: the backend, or its name (None: :func:`rankkit.kernels.backends.choose` for
+            the codes' device).
         reduce: the reduction point of every document sum.
-        use_kernel: grow with the compiled CPU backend (None: the backend of
-            :func:`rankkit.kernels.tree_backend` -- the compiled CPU kernels for CPU codes when
-            they are built, the Triton kernels on a GPU with Triton, else the torch
-            reference); False runs the torch reference backend.
+        shard: data-parallel: the AllReduce that knows this rank's documents.
     """
 
     def __init__(self, codes: torch.Tensor, valid_codes: torch.Tensor, params: TreeParams, *,
-                 reduce: Reduce = identity_reduce, use_kernel: bool | None = None, shard=None):
-        # The compiled CPU kernels read the row-major codes [N, F] (a document's codes are one
-        # row); the torch ops (and CUDA) a feature-major copy [F, N]. Only one of them is kept.
-        on_cpu = codes.device.type == "cpu"
-        self.kernel = on_cpu and _cpu.available() if use_kernel is None else bool(use_kernel)
-        self.triton = use_kernel is None and tree_backend(codes.device) == "triton"
-        if self.kernel:
-            assert on_cpu, "the compiled kernels read CPU codes"
-            self.codes = codes.contiguous()
-            self._fused = _cpu.TreeKernels(self.codes, params.depth, valid_codes)
-        else:
-            self.codes_t = codes.t().contiguous()
+                 backend: Backend | str | None = None, reduce: Reduce = identity_reduce, shard=None):
+        self.backend = backend if isinstance(backend, Backend) else choose(codes.device, backend)
+        self.codes = self.backend.codes_layout(codes)  # only the backend's layout is kept
+        self.state = self.backend.prepare(self.codes, valid_codes, params.depth)
         self.valid_codes = valid_codes.to(codes.device)
-        self._root_counts: torch.Tensor | None = None  # [F, 1, 256], the kernel path's cache
         self.params = params
         self.reduce = reduce
-        self.shard = shard  # data-parallel: the AllReduce that knows this rank's documents
+        self.shard = shard
 
     def grow(self, grad: torch.Tensor, hess: torch.Tensor, *, rows: torch.Tensor | None = None,
              features: torch.Tensor | None = None, noise_sd: float | torch.Tensor = 0.0,
@@ -210,140 +200,15 @@ class ObliviousTreeGrower:
                 raise ValueError("quantized_grad: rows x num_grad_quant_bins has to stay below 2^31")
             hg, hh, scale = quantize_gradients(g, h, p.num_grad_quant_bins, generator, shard=self.shard)
         # The noise of every level is drawn at once, before the levels (so a tree that stops
-        # early draws as much as one that does not, on every path).
+        # early draws as much as one that does not, on every backend).
         noise = None
         if noisy:
             noise = torch.randn((p.depth, *valid.shape), generator=generator, dtype=torch.float64,
                                 device=grad.device).mul_(noise_sd)
-        n_leaves = 1 << p.depth
-        fused = self.kernel and self.reduce is identity_reduce
-        if fused:
-            node, feats, cuts, gains = self._levels_fused(hg, hh, scale, valid, rows, features, noise)
-        elif self.triton and self.reduce is identity_reduce:
-            node, feats, cuts, gains = self._levels_triton(hg, hh, scale, valid, rows, features, noise)
-        else:
-            grow_levels = self._levels_kernel if self.kernel else self._levels_torch
-            node, feats, cuts, gains = grow_levels(hg, hh, scale, valid, rows, features, noise)
-        if p.quantized_grad and self.triton and self.reduce is identity_reduce and n_leaves <= 256:
-            from rankkit._triton import backend as triton_backend
-
-            values = newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
-        elif p.quantized_grad:  # integer sums throughout: exact, the same in any order or process
-            values = newton_leaf_values(exact_leaf_sums(node, g, h, n_leaves, reduce=self.reduce, shard=self.shard), p)
-        elif fused:
-            values = _cpu.tree_leaves(node, g, h, n_leaves, p)[0]
-        else:
-            values = newton_leaf_values(leaf_sums(node, g, h, n_leaves, reduce=self.reduce), p)
+        node, feats, cuts, gains, values = self.backend.grow(self, hg, hh, scale, valid, rows, features, noise,
+                                                             leaf_g=g, leaf_h=h)
         feats_raw = feats if features is None else features[feats]
-        if rows is None:
-            leaf_index = node  # the training documents' leaves: Σ_k bit_k · 2^k, built level by level
-        elif self.kernel:
-            leaf_index = _cpu.route(self.codes, None, feats_raw, cuts, 1 << torch.arange(p.depth),
-                                    torch.zeros(self.codes.shape[0], dtype=torch.long))
-        else:
-            leaf_index = leaf_of(self.codes_t, feats_raw, cuts)
+        # The training documents' leaves: Σ_k bit_k · 2^k, built level by level; with a row
+        # sample, every document routed through the tree.
+        leaf_index = node if rows is None else self.backend.leaves_of(self.codes, feats_raw, cuts)
         return Tree(feats_raw, cuts, values, gains, leaf_index)
-
-    def _known_root_counts(self, rows, features, quantized: bool) -> torch.Tensor | None:
-        """Without row sampling the root's counts are the same for every tree: counted once."""
-        if rows is not None or self._root_counts is None:
-            return None
-        known = self._root_counts if features is None else self._root_counts.index_select(0, features)
-        return known.to(torch.int64 if quantized else torch.float64)
-
-    def _levels_fused(self, g, h, scale, valid, rows, features, noise):
-        """The levels on the compiled CPU backend's fused kernels: one call per level."""
-        known = self._known_root_counts(rows, features, scale is not None)
-        node, feats, cuts, gains, root = self._fused.grow_levels(g, h, scale, valid, rows, features, noise,
-                                                                 self.params, known)
-        if rows is None and features is None and self._root_counts is None:
-            self._root_counts = root[2].clone()
-        return node, feats, cuts, gains
-
-    def _levels_kernel(self, g, h, scale, valid, rows, features, noise):
-        """The levels on the compiled CPU backend's unfused kernels, every histogram through
-        the reduction point (data-parallel training)."""
-        p, codes = self.params, self.codes
-        n, depth = g.shape[0], p.depth
-        raw = torch.arange(codes.shape[1]) if features is None else features
-        node = torch.zeros(n, dtype=torch.long)
-        feats = torch.zeros(depth, dtype=torch.long)
-        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long)
-        gains = torch.zeros(depth, dtype=torch.float64)
-        known = self._known_root_counts(rows, features, scale is not None)
-        hist = _cpu.histograms(codes, rows, features, node, g, h, 1, counts=known)
-        if rows is None and features is None and self._root_counts is None:
-            self._root_counts = hist[2].clone()
-        hist = self.reduce(hist)
-        for level in range(depth):
-            n_nodes = 1 << level
-            scores, best, noisy = _cpu.split_scan(hist, valid, p, scale, None if noise is None else noise[level])
-            if not float(scores.view(-1)[best]) > 0.0:  # best: the first maximum, lowest (feature, code)
-                # No allowed split: this level and the rest send everything left (code 255),
-                # each recording its best feature on the unchanged histograms, as the reference.
-                for rest in range(level, depth):
-                    noisy = _cpu.split_scan(hist, valid, p, scale, None if noise is None else noise[rest])[2]
-                    feats[rest] = noisy // N_CODES
-                break
-            f, c = divmod(noisy, N_CODES)
-            feats[level], cuts[level], gains[level] = f, c, scores[f, c]
-            _cpu.route(codes, rows, raw[f: f + 1], torch.tensor([c]), torch.tensor([n_nodes]), node)
-            if level + 1 == depth:
-                break
-            # Children of the next level: the smaller child of each parent p goes to slot p,
-            # the others are skipped; the larger is parent − smaller after the reduction.
-            left_count = hist[2, f, :, : c + 1].sum(-1)
-            small_is_right = hist[2, f, :, c + 1:].sum(-1) <= left_count  # [K]
-            slot = _cpu.small_child_slots(small_is_right)[0]
-            small = self.reduce(_cpu.histograms(codes, rows, features, node, g, h, 2 * n_nodes, slot, n_nodes))
-            hist = torch_ref.siblings(hist, small, small_is_right)
-        return node, feats, cuts, gains
-
-    def _levels_triton(self, g, h, scale, valid, rows, features, noise):
-        """The levels on the Triton backend (:func:`rankkit._triton.backend.grow_levels`): the
-        torch reference's decisions, 5 launches per level, no host sync. Quantized gradients
-        sum in int32 cells (exact: rows × num_grad_quant_bins < 2^31 is checked above)."""
-        from rankkit._triton import backend as triton_backend
-
-        codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
-        codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
-        return triton_backend.grow_levels(codes_t, g, h, scale, valid, self.params, noise,
-                                          hist_dtype=torch.int32 if scale is not None else None)
-
-    def _levels_torch(self, g, h, scale, valid, rows, features, noise):
-        """The levels on the torch reference backend, every decision a device tensor: no host sync."""
-        p = self.params
-        device, n, depth = g.device, g.shape[0], self.params.depth
-        codes_all = self.codes_t if features is None else self.codes_t.index_select(0, features)
-        codes_t = codes_all if rows is None else codes_all.index_select(1, rows)
-        if scale is not None:
-            g, h = g.long(), h.long()  # int64 sums (index_add_ on int32 would overflow sooner)
-        code_range = torch.arange(N_CODES, device=device)
-        node = torch.zeros(n, dtype=torch.long, device=device)
-        feats = torch.zeros(depth, dtype=torch.long, device=device)
-        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
-        gains = torch.zeros(depth, dtype=torch.float64, device=device)
-        stopped = torch.zeros((), dtype=torch.bool, device=device)
-        hist = build_histograms(codes_t, node, g, h, 1, reduce=self.reduce)
-        for level in range(depth):
-            n_nodes = 1 << level
-            # A level without an allowed split, and every level after it, sends everything
-            # left (code 255); its children's histograms are then its own (an empty right).
-            f, c, gain, stopped = torch_ref.split_scan(hist if scale is None else dequantize(hist, scale), valid,
-                                                       p, None if noise is None else noise[level], stopped)
-            feats[level], cuts[level], gains[level] = f, c, gain
-            torch_ref.route(codes_t, f, c, node, n_nodes)
-            if level + 1 == depth:
-                break
-            # Children: sum only the smaller child of each pair (the subtraction trick); the
-            # other documents go to a node that is left out, so no row selection (no sync).
-            counts = hist[2].index_select(0, f.view(1))[0]  # [K, 256]
-            left_count = (counts * (code_range <= c)).sum(-1)
-            small_is_right = counts.sum(-1) - left_count <= left_count  # [K]
-            bit = node >= n_nodes
-            parent = node - bit.long() * n_nodes
-            slot = torch.where(bit == small_is_right[parent], parent, n_nodes)
-            small = build_histograms(codes_t, slot, g, h, n_nodes, reduce=self.reduce)
-            hist = torch_ref.siblings(hist, small, small_is_right)
-        return node, feats, cuts, gains
-

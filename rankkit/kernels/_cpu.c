@@ -453,6 +453,79 @@ int rankkit_tree_split(const uint8_t *codes, int64_t n_cols, const int64_t *rows
     return status;
 }
 
+int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict g, const double *restrict h,
+                            int64_t n, int64_t n_leaves, double lr, double l2, double min_hess,
+                            double *restrict sums, double *restrict values);
+
+/* A whole tree in one call: the root's histograms, then per level the split scan (with that
+   level's noise) and the split with the children's histograms, then the leaves. The levels are
+   the reference's: a level whose best gain is not positive sends everything left (cut 255), and
+   it and every later level record the best feature of the unchanged histograms.
+
+   hist_a, hist_b: two [3, n_feat, 2^(D-1), 256] buffers (root in hist_a; with_count 0: its
+   count channel holds the root's counts already). root_counts (NULL: not wanted) receives the
+   root's count channel [n_feat, 256]. noise: [D, n_feat, 256] or NULL. Outputs feats, cuts
+   [D] int64 and gains [D] double; node [n] each document's leaf; with lg (double, NULL: skip
+   the leaves) sums [2, 2^D] and values [2^D] as rankkit_tree_leaves. Returns 0, or -1 when out
+   of memory. */
+int rankkit_tree_grow(const uint8_t *codes, int64_t n_cols, const int64_t *rows, int64_t n,
+                      const int64_t *features, int64_t n_feat, const void *g, const void *h, int quantized,
+                      const double *scale, int64_t *order, int64_t *tmp, int64_t *seg, int64_t *node,
+                      void *hist_a, void *hist_b, const int64_t *nbins, const uint8_t *valid, double l2,
+                      double min_data, double min_hess, double tiny, const double *noise, double *gains_buf,
+                      int64_t depth, int with_count, void *root_counts, int64_t *feats, int64_t *cuts,
+                      double *gains, const double *lg, const double *lh, double lr, double *sums,
+                      double *values, int n_threads) {
+    const size_t cell = quantized ? sizeof(int64_t) : sizeof(double);
+    const int64_t plane = n_feat * 256;
+    int status = rankkit_tree_root(codes, n_cols, rows, n, features, n_feat, g, h, quantized, order, seg, node,
+                                   hist_a, with_count, n_threads);
+    if (status != 0) return status;
+    if (root_counts) memcpy(root_counts, (char *) hist_a + 2 * plane * cell, (size_t) plane * cell);
+    for (int64_t k = 0; k < depth; ++k) { feats[k] = 0; cuts[k] = 255; gains[k] = 0.0; }
+    void *bufs[2] = {hist_a, hist_b};
+    double best_gain = 0.0;
+    int64_t noisy = 0;
+    for (int64_t level = 0; level < depth; ++level) {
+        const int64_t n_nodes = (int64_t) 1 << level;
+        void *hist = bufs[level % 2], *out = bufs[(level + 1) % 2];
+        const double *lvl_noise = noise ? noise + level * plane : NULL;
+        rankkit_split_scan(hist, quantized, scale, n_feat, n_nodes, nbins, valid, l2, min_data, min_hess, tiny,
+                           lvl_noise, gains_buf, &best_gain, &noisy, n_threads);
+        if (!(best_gain > 0.0)) {
+            for (int64_t rest = level; rest < depth; ++rest) {
+                rankkit_split_scan(hist, quantized, scale, n_feat, n_nodes, nbins, valid, l2, min_data, min_hess,
+                                   tiny, noise ? noise + rest * plane : NULL, gains_buf, &best_gain, &noisy,
+                                   n_threads);
+                feats[rest] = noisy / 256;
+            }
+            break;
+        }
+        const int64_t f = noisy / 256, c = noisy % 256;
+        feats[level] = f; cuts[level] = c; gains[level] = gains_buf[noisy];
+        status = rankkit_tree_split(codes, n_cols, rows, features, n_feat, features ? features[f] : f, c, n_nodes,
+                                    g, h, quantized, order, tmp, seg, node, hist, out, nbins,
+                                    (int) (level + 1 == depth), n_threads);
+        if (status != 0) return status;
+    }
+    if (lg) rankkit_tree_leaves(node, lg, lh, n, (int64_t) 1 << depth, lr, l2, min_hess, sums, values);
+    return 0;
+}
+
+/* scores[i] += values[leaf_i] for the n rows of codes [n, n_cols] (row-major), leaf_i =
+   sum_k [codes[i, feats[k]] > cuts[k]] 2^k: a tree added to an eval set's scores in one pass. */
+void rankkit_add_tree(const uint8_t *restrict codes, int64_t n_cols, int64_t n, const int64_t *restrict feats,
+                      const int64_t *restrict cuts, int64_t depth, const double *restrict values,
+                      double *restrict scores, int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; ++i) {
+        const uint8_t *c = codes + i * n_cols;
+        int64_t leaf = 0;
+        for (int64_t k = 0; k < depth; ++k) leaf |= (int64_t) (c[feats[k]] > cuts[k]) << k;
+        scores[i] += values[leaf];
+    }
+}
+
 /* The leaves: sums [2, n_leaves] (G, H per leaf, each summed in document order, as the
    reference's index_add_) of the n documents' g, h (double) at their leaf node[i], and the
    Newton steps values[j] = -lr * G / (H + l2), 0 where H + l2 < max(min_hess, 1e-300).

@@ -35,11 +35,6 @@ import torch
 N_CODES = 256
 
 
-def enabled() -> bool:
-    """False when ``RANKKIT_CPU_KERNEL=0`` asks for the torch backend."""
-    return os.environ.get("RANKKIT_CPU_KERNEL", "1").lower() not in ("0", "false", "no", "off")
-
-
 def _load() -> ctypes.CDLL | None:
     """The built extension rankkit.kernels._cpu as a ctypes library, or None when not built."""
     try:
@@ -68,28 +63,28 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_tree_leaves.restype = i64
     dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
     dll.rankkit_lambdas.restype = cint
+    dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, dbl, dbl, dbl,
+                                      dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, cint]
+    dll.rankkit_tree_grow.restype = cint
+    dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
+    dll.rankkit_add_tree.restype = None
     return dll
 
 
 _DLL = _load()
 
 
+def built() -> bool:
+    """Whether the compiled kernels were built (at install)."""
+    return _DLL is not None
+
+
 def available() -> bool:
-    """Whether the compiled kernels were built (and are not switched off by ``RANKKIT_CPU_KERNEL=0``)."""
-    return _DLL is not None and enabled()
+    """Whether the compiled kernels were built and are not switched off (``RANKKIT_CPU_KERNEL=0``,
+    read by :func:`rankkit.kernels.backends.read_switches`)."""
+    from rankkit.kernels.backends import cpu_takes
 
-
-def lambdas_mode() -> str:
-    """When the booster takes the compiled lambda pass: ``"off"`` (not built, ``RANKKIT_CPU_KERNEL=0``
-    or ``RANKKIT_CPU_LAMBDAS=0``), ``"on"`` (``RANKKIT_CPU_LAMBDAS=1``: for float32 gradients too)
-    or ``"auto"`` (the default: only where its results are the torch path's bits, see
-    :meth:`rankkit.boosting.objectives.RankingObjective._compiled`)."""
-    if not available():
-        return "off"
-    value = os.environ.get("RANKKIT_CPU_LAMBDAS", "auto").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return "off"
-    return "on" if value in ("1", "true", "yes", "on") else "auto"
+    return cpu_takes("cpu")
 
 
 def _threads() -> int:
@@ -103,8 +98,8 @@ _MAX_BLOCK = 36
 
 
 def _dll() -> ctypes.CDLL:
-    """The loaded library; an error when it is unavailable (the callers check :func:`available`)."""
-    if not available():
+    """The loaded library; an error when it was not built (the callers check :func:`available`)."""
+    if _DLL is None:
         raise RuntimeError("the compiled CPU kernels are not available (rankkit was installed without them)")
     return _DLL  # type: ignore[return-value]
 
@@ -291,6 +286,7 @@ class TreeKernels:
         _check_codes(codes)
         self.codes, self.depth = codes, depth
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self._root_counts: torch.Tensor | None = None  # [F, 1, 256], counted by the first full tree
         # Per feature, the codes a histogram has to hold: past the largest code that occurs
         # and past the last allowed threshold (the cells above stay empty and are not read).
         last_valid = torch.where(valid_codes.cpu(), torch.arange(N_CODES), -1).amax(1)
@@ -304,10 +300,20 @@ class TreeKernels:
             buf = self._buffers[key] = torch.empty(max(numel, 1), dtype=dtype)
         return buf[:numel]
 
-    def grow_levels(self, g: torch.Tensor, h: torch.Tensor, scale: torch.Tensor | None, valid: torch.Tensor,
-                    rows: torch.Tensor | None, features: torch.Tensor | None, noise: torch.Tensor | None,
-                    params, root_counts: torch.Tensor | None = None):
-        """The levels of one tree: (node [n], features [D], codes [D], gains [D], root histogram).
+    def root_counts(self, rows: torch.Tensor | None, features: torch.Tensor | None,
+                    quantized: bool) -> torch.Tensor | None:
+        """The root's count channel [F', 1, 256] when it is known: without row sampling it is the
+        same for every tree (counted by the first one)."""
+        if rows is not None or self._root_counts is None:
+            return None
+        known = self._root_counts if features is None else self._root_counts.index_select(0, features)
+        return known.to(torch.int64 if quantized else torch.float64)
+
+    def grow(self, g: torch.Tensor, h: torch.Tensor, scale: torch.Tensor | None, valid: torch.Tensor,
+             rows: torch.Tensor | None, features: torch.Tensor | None, noise: torch.Tensor | None,
+             params, root_counts: torch.Tensor | None = None, *, leaf_g: torch.Tensor | None = None,
+             leaf_h: torch.Tensor | None = None):
+        """One tree, every level and the leaves, in one call into C (``rankkit_tree_grow``).
 
         Args:
             g, h: [n] float64, or int32 quantized gradients with ``scale`` [2] float64.
@@ -316,10 +322,11 @@ class TreeKernels:
             noise: [D, F', 256] float64 split noise, or None.
             params: the :class:`~rankkit.boosting.tree.TreeParams`.
             root_counts: [F', 1, 256] the root's count channel when known (then not counted).
+            leaf_g, leaf_h: [n] float64, the gradients the leaves sum (None: no leaves).
         Returns:
             node: [n] int64, each document's leaf; features [D] (indices into the sampled
-            features), codes [D] (255 for an unsplit level), gains [D] float64; the root's
-            histograms [3, F', 1, 256].
+            features), codes [D] (255 for an unsplit level), gains [D] float64; the leaf values
+            [2^D] float64, or None without ``leaf_g``.
         """
         codes, depth = self.codes, self.depth
         n = g.shape[0]
@@ -329,63 +336,124 @@ class TreeKernels:
         g, h = g.to(value).contiguous(), h.to(value).contiguous()
         rows_c = None if rows is None else rows.long().contiguous()
         feats_c = None if features is None else features.long().contiguous()
-        raw = None if features is None else feats_c
+        _check_sizes(codes, rows_c, feats_c, n, (g, h, leaf_g, leaf_h), noise, depth, n_feat)
         order, tmp = self._buffer("order", n, torch.int64), self._buffer("tmp", n, torch.int64)
         seg = self._buffer("seg", 2 << depth, torch.int64)
         node = torch.empty(n, dtype=torch.int64)  # returned: a fresh tensor
         plane = n_feat * N_CODES
         big = 3 * plane << max(depth - 1, 0)
-        bufs = [self._buffer("hist_a", big, hist_t), self._buffer("hist_b", big, hist_t)]
+        hist_a, hist_b = self._buffer("hist_a", big, hist_t), self._buffer("hist_b", big, hist_t)
         valid_u8 = valid.to(torch.uint8).contiguous()
         nbins = self.n_bins if features is None else self.n_bins.index_select(0, feats_c)
         noise = None if noise is None else noise.double().contiguous()
         scale_c = None if scale is None else scale.double().contiguous()
-        gains_buf = torch.empty(n_feat, N_CODES, dtype=torch.float64)
-        best_gain = torch.zeros(1, dtype=torch.float64)
-        noisy = torch.zeros(1, dtype=torch.int64)
-        threads = _threads()
-        dll = _dll()
-        root = bufs[0][: 3 * plane].view(3, n_feat, 1, N_CODES)
         if root_counts is not None:
-            root[2].copy_(root_counts)
-        status = dll.rankkit_tree_root(codes.data_ptr(), codes.shape[1], _ptr(rows_c), n, _ptr(feats_c), n_feat,
-                                       g.data_ptr(), h.data_ptr(), int(quantized), order.data_ptr(),
-                                       seg.data_ptr(), node.data_ptr(), root.data_ptr(),
-                                       int(root_counts is None), threads)
+            hist_a[2 * plane: 3 * plane].copy_(root_counts.reshape(-1))
+        keep_root = rows is None and features is None and self._root_counts is None
+        root_out = torch.empty(n_feat, 1, N_CODES, dtype=hist_t) if keep_root else None
+        feats = torch.empty(depth, dtype=torch.long)
+        cuts = torch.empty(depth, dtype=torch.long)
+        gains = torch.empty(depth, dtype=torch.float64)
+        gains_buf = self._buffer("gains", plane, torch.float64)
+        n_leaves = 1 << depth
+        values = sums = None
+        if leaf_g is not None:
+            leaf_g, leaf_h = leaf_g.double().contiguous(), leaf_h.double().contiguous()
+            values = torch.empty(n_leaves, dtype=torch.float64)
+            sums = self._buffer("sums", 2 * n_leaves, torch.float64)
+        status = _dll().rankkit_tree_grow(
+            codes.data_ptr(), codes.shape[1], _ptr(rows_c), n, _ptr(feats_c), n_feat, g.data_ptr(), h.data_ptr(),
+            int(quantized), _ptr(scale_c), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(), node.data_ptr(),
+            hist_a.data_ptr(), hist_b.data_ptr(), nbins.data_ptr(), valid_u8.data_ptr(), float(params.l2),
+            float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY, _ptr(noise), gains_buf.data_ptr(),
+            depth, int(root_counts is None), _ptr(root_out), feats.data_ptr(), cuts.data_ptr(), gains.data_ptr(),
+            _ptr(leaf_g), _ptr(leaf_h), float(params.learning_rate), _ptr(sums), _ptr(values), _threads())
         if status != 0:
             raise MemoryError("the CPU tree kernel could not allocate its buffers")
-        root_hist = root.clone()
-        feats = torch.zeros(depth, dtype=torch.long)
-        cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long)
-        gains = torch.zeros(depth, dtype=torch.float64)
-        def scan(hist, n_nodes, level_noise) -> None:  # best_gain, noisy <- the level's split
-            dll.rankkit_split_scan(
-                hist.data_ptr(), int(quantized), _ptr(scale_c), n_feat, n_nodes, nbins.data_ptr(),
-                valid_u8.data_ptr(), float(params.l2), float(params.min_data_in_leaf),
-                float(params.min_sum_hessian), _TINY, _ptr(level_noise), gains_buf.data_ptr(),
-                best_gain.data_ptr(), noisy.data_ptr(), threads)
+        if keep_root:
+            self._root_counts = root_out
+        return node, feats, cuts, gains, values
 
-        for level in range(depth):
-            n_nodes = 1 << level
-            hist, out = bufs[level % 2], bufs[(level + 1) % 2]
-            scan(hist, n_nodes, None if noise is None else noise[level])
-            if not float(best_gain[0]) > 0.0:
-                # No allowed split: this level and the rest send everything left (code 255). As
-                # in the reference, each records its best feature on the unchanged histograms.
-                for rest in range(level, depth):
-                    scan(hist, n_nodes, None if noise is None else noise[rest])
-                    feats[rest] = int(noisy[0]) // N_CODES
-                break
-            f, c = divmod(int(noisy[0]), N_CODES)
-            feats[level], cuts[level], gains[level] = f, c, gains_buf[f, c]
-            col = f if raw is None else int(raw[f])
-            status = dll.rankkit_tree_split(
-                codes.data_ptr(), codes.shape[1], _ptr(rows_c), _ptr(feats_c), n_feat, col, c, n_nodes,
-                g.data_ptr(), h.data_ptr(), int(quantized), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(),
-                node.data_ptr(), hist.data_ptr(), out.data_ptr(), nbins.data_ptr(), int(level + 1 == depth), threads)
-            if status != 0:
-                raise MemoryError("the CPU tree kernel could not allocate its buffers")
-        return node, feats, cuts, gains, root_hist
+
+def _check_sizes(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Tensor | None, n: int,
+                 per_document, noise: torch.Tensor | None, depth: int, n_feat: int) -> None:
+    """Every size and index the C tree reads, checked before the call (the C code trusts them):
+    the per-document vectors [n], rows within the codes' rows, features within its columns,
+    the noise [D, F', 256]. A failure is a bug of the caller, reported as a ValueError."""
+    n_rows, n_cols = codes.shape
+    if not 1 <= depth <= 30:
+        raise ValueError(f"depth {depth} out of 1..30")
+    if rows is None and n != n_rows:
+        raise ValueError(f"{n} gradients for {n_rows} rows of codes")
+    for t in per_document:
+        if t is not None and t.shape != (n,):
+            raise ValueError(f"a per-document vector has shape {tuple(t.shape)}, expected ({n},)")
+    for name, idx, top in (("rows", rows, n_rows), ("features", features, n_cols)):
+        if idx is not None and idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= top):
+            raise ValueError(f"`{name}` holds an index outside 0..{top - 1}")
+    if rows is not None and rows.shape != (n,):
+        raise ValueError(f"`rows` has shape {tuple(rows.shape)}, expected ({n},)")
+    if noise is not None and noise.shape != (depth, n_feat, N_CODES):
+        raise ValueError(f"`noise` has shape {tuple(noise.shape)}, expected ({depth}, {n_feat}, 256)")
+
+
+def add_tree(scores: torch.Tensor, values: torch.Tensor, codes: torch.Tensor, features: torch.Tensor,
+             cuts: torch.Tensor) -> torch.Tensor:
+    """``scores += values[leaf]`` in place, each row's leaf routed from ``codes`` [n, F] uint8
+    (row-major) by the tree's ``features`` and ``cuts`` [D]: one pass. Returns scores [n] float64."""
+    _check_codes(codes)
+    n, depth = scores.shape[0], features.shape[0]
+    if codes.shape[0] != n or values.shape != (1 << depth,) or cuts.shape != (depth,):
+        raise ValueError(f"add_tree: {n} scores, codes {tuple(codes.shape)}, {values.shape[0]} leaf values, "
+                         f"{depth} features and {cuts.shape[0]} cuts do not agree")
+    if depth and (int(features.min()) < 0 or int(features.max()) >= codes.shape[1]):
+        raise ValueError(f"add_tree: a feature index outside 0..{codes.shape[1] - 1}")
+    assert scores.dtype == torch.float64 and scores.is_contiguous()
+    feats, cut = features.long().contiguous(), cuts.long().contiguous()
+    vals = values.double().contiguous()
+    _dll().rankkit_add_tree(codes.data_ptr(), codes.shape[1], n, feats.data_ptr(), cut.data_ptr(), depth,
+                            vals.data_ptr(), scores.data_ptr(), _threads())
+    return scores
+
+
+def grow_levels_unfused(codes: torch.Tensor, g, h, scale, valid, rows, features, noise, params, *,
+                        reduce) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The levels of one tree on the unfused kernels, every histogram through the reduction
+    point ``reduce`` (data-parallel training): one histogram call per level, the split scan
+    and the routing in C, the decisions on the host. Arguments and result as
+    :func:`rankkit.kernels.torch_ref.grow_levels`, with ``codes`` [N, F] row-major."""
+    from rankkit.kernels import torch_ref
+
+    n, depth = g.shape[0], params.depth
+    raw = torch.arange(codes.shape[1]) if features is None else features
+    node = torch.zeros(n, dtype=torch.long)
+    feats = torch.zeros(depth, dtype=torch.long)
+    cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long)
+    gains = torch.zeros(depth, dtype=torch.float64)
+    hist = reduce(histograms(codes, rows, features, node, g, h, 1))
+    for level in range(depth):
+        n_nodes = 1 << level
+        scores, best, noisy = split_scan(hist, valid, params, scale, None if noise is None else noise[level])
+        if not float(scores.view(-1)[best]) > 0.0:  # best: the first maximum, lowest (feature, code)
+            # No allowed split: this level and the rest send everything left (code 255), each
+            # recording its best feature on the unchanged histograms, as the reference.
+            for rest in range(level, depth):
+                noisy = split_scan(hist, valid, params, scale, None if noise is None else noise[rest])[2]
+                feats[rest] = noisy // N_CODES
+            break
+        f, c = divmod(noisy, N_CODES)
+        feats[level], cuts[level], gains[level] = f, c, scores[f, c]
+        route(codes, rows, raw[f: f + 1], torch.tensor([c]), torch.tensor([n_nodes]), node)
+        if level + 1 == depth:
+            break
+        # Children of the next level: the smaller child of each parent p goes to slot p, the
+        # others are skipped; the larger is parent − smaller after the reduction.
+        left_count = hist[2, f, :, : c + 1].sum(-1)
+        small_is_right = hist[2, f, :, c + 1:].sum(-1) <= left_count  # [K]
+        slot = small_child_slots(small_is_right)[0]
+        small = reduce(histograms(codes, rows, features, node, g, h, 2 * n_nodes, slot, n_nodes))
+        hist = torch_ref.siblings(hist, small, small_is_right)
+    return node, feats, cuts, gains
 
 
 def tree_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: int, params

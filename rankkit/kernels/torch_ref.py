@@ -1,7 +1,7 @@
 """The torch reference backend: every tree kernel in plain torch ops, on any device.
 
 It is the oracle the other backends are tested against (the compiled CPU backend,
-:mod:`rankkit.kernels.cpu`, and the Triton kernels of :mod:`rankkit._triton`), and the path of
+:mod:`rankkit.kernels.cpu`, and the Triton kernels of :mod:`rankkit.kernels.triton`), and the path of
 a GPU without Triton and of a CPU without the compiled kernels. Every decision stays a device
 tensor (argmax, ``torch.where``), so a tree costs no host sync.
 
@@ -192,3 +192,49 @@ def route(codes_t: torch.Tensor, f: torch.Tensor, c: torch.Tensor, node: torch.T
     """``node += [codes_t[f] > c] · K`` in place (codes_t [F, n], f and c 0-dim tensors); returns node."""
     right = codes_t.index_select(0, f.view(1))[0] > c
     return node.add_(right.long() * n_nodes)
+
+
+def grow_levels(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor, scale: torch.Tensor | None,
+                valid: torch.Tensor, params, noise: torch.Tensor | None, *,
+                reduce: Reduce = identity_reduce) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every level of one oblivious tree, each decision a device tensor (no host sync).
+
+    Args:
+        codes_t: [F, n] uint8, the round's features and documents, feature-major.
+        g, h: [n] float64, or int64 quantized gradients read times ``scale`` [2].
+        valid: [F, 256] bool; noise: [D, F, 256] float64 split noise or None.
+        params: depth, l2, min_data_in_leaf, min_sum_hessian.
+        reduce: the reduction point of every histogram.
+    Returns:
+        (node [n] long, each document's leaf; features [D]; codes [D], 255 for a level that
+        did not split; gains [D] float64).
+    """
+    device, n, depth = g.device, g.shape[0], params.depth
+    code_range = torch.arange(N_CODES, device=device)
+    node = torch.zeros(n, dtype=torch.long, device=device)
+    feats = torch.zeros(depth, dtype=torch.long, device=device)
+    cuts = torch.full((depth,), N_CODES - 1, dtype=torch.long, device=device)
+    gains = torch.zeros(depth, dtype=torch.float64, device=device)
+    stopped = torch.zeros((), dtype=torch.bool, device=device)
+    hist = build_histograms(codes_t, node, g, h, 1, reduce=reduce)
+    for level in range(depth):
+        n_nodes = 1 << level
+        # A level without an allowed split, and every level after it, sends everything left
+        # (code 255); its children's histograms are then its own (an empty right).
+        f, c, gain, stopped = split_scan(hist if scale is None else dequantize(hist, scale), valid, params,
+                                         None if noise is None else noise[level], stopped)
+        feats[level], cuts[level], gains[level] = f, c, gain
+        route(codes_t, f, c, node, n_nodes)
+        if level + 1 == depth:
+            break
+        # Children: sum only the smaller child of each pair (the subtraction trick); the other
+        # documents go to a node that is left out, so no row selection (no sync).
+        counts = hist[2].index_select(0, f.view(1))[0]  # [K, 256]
+        left_count = (counts * (code_range <= c)).sum(-1)
+        small_is_right = counts.sum(-1) - left_count <= left_count  # [K]
+        bit = node >= n_nodes
+        parent = node - bit.long() * n_nodes
+        slot = torch.where(bit == small_is_right[parent], parent, n_nodes)
+        small = build_histograms(codes_t, slot, g, h, n_nodes, reduce=reduce)
+        hist = siblings(hist, small, small_is_right)
+    return node, feats, cuts, gains

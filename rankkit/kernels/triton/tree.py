@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rankkit._triton.histogram import level_histogram_triton
+from rankkit.kernels.triton.histogram import level_histogram_triton
 
 N_CODES = 256
 _TINY = 1e-12  # the reference's floor of a hessian sum in a denominator

@@ -7,16 +7,14 @@ The round on this backend (every decision a device tensor, no host sync inside t
     per level: split scan (1) ─► pick (1) ─► route + slots (1) ─► smaller children (1)
                ─► siblings (1) ─► leaves (torch) ─► score update (1 per data set)
 
-Where it runs: :func:`enabled` -- Triton importable and the tensors on a CUDA device of a CUDA
-build of torch; ``RANKKIT_TRITON=0`` turns it off, and ``RANKKIT_TRITON=force`` also takes CPU
-tensors, which Triton's interpreter runs (``TRITON_INTERPRET=1``, set before triton is
-imported: how the tests prove these kernels against the torch reference on a machine without
-a GPU).
+Where it runs is decided once per fit by :func:`rankkit.kernels.backends.choose` (its
+:class:`~rankkit.kernels.backends.TritonBackend` calls these functions): Triton importable and
+the tensors on a CUDA device of a CUDA build of torch; ``RANKKIT_TRITON=0`` turns it off, and
+``RANKKIT_TRITON=force`` also takes CPU tensors, which Triton's interpreter runs
+(``TRITON_INTERPRET=1``, set before triton is imported: how the tests prove these kernels
+against the torch reference on a machine without a GPU).
 """
 from __future__ import annotations
-
-import importlib.util
-import os
 
 import torch
 
@@ -24,43 +22,18 @@ KERNELS = ("lambdas", "level_histogram", "split_scan", "route", "grow_levels", "
            "score_update")
 
 
-def mode() -> str:
-    """``RANKKIT_TRITON``: "auto" (default), "0" (off) or "force" (CPU tensors too)."""
-    value = os.environ.get("RANKKIT_TRITON", "auto").lower()
-    return {"off": "0", "false": "0", "no": "0"}.get(value, value)
-
-
-def enabled(tensor: torch.Tensor) -> bool:
-    """Whether the Triton kernels take ``tensor``'s device: a real CUDA device (not the tests'
-    simulated one, which reports cuda on a CPU build of torch), or any device with
-    ``RANKKIT_TRITON=force``; never with ``RANKKIT_TRITON=0`` or without triton."""
-    m = mode()
-    if m == "0" or importlib.util.find_spec("triton") is None:
-        return False
-    return m == "force" or (tensor.is_cuda and torch.version.cuda is not None)
-
-
-def enabled_on(device: torch.device | str) -> bool:
-    """:func:`enabled` for tensors on ``device``."""
-    device = torch.device(device)
-    m = mode()
-    if m == "0" or importlib.util.find_spec("triton") is None:
-        return False
-    return m == "force" or (device.type == "cuda" and torch.version.cuda is not None)
-
-
 def lambdas(scores, labels, *, mask=None, weighting="ndcg", sigma=1.0, k=None, gain="exp",
             weights=None, return_loss=False):
-    """(grad, hess[, loss]) of padded queries: :func:`rankkit._triton.lambdas.lambda_gradients_triton`."""
-    from rankkit._triton.lambdas import lambda_gradients_triton
+    """(grad, hess[, loss]) of padded queries: :func:`rankkit.kernels.triton.lambdas.lambda_gradients_triton`."""
+    from rankkit.kernels.triton.lambdas import lambda_gradients_triton
 
     return lambda_gradients_triton(scores, labels, mask=mask, weighting=weighting, sigma=sigma, k=k,
                                    gain=gain, weights=weights, return_loss=return_loss)
 
 
 def level_histogram(codes_t, node, grad, hess, n_nodes, *, dtype=None, out=None):
-    """[3, F, K, 256] histograms: :func:`rankkit._triton.histogram.level_histogram_triton`."""
-    from rankkit._triton.histogram import level_histogram_triton
+    """[3, F, K, 256] histograms: :func:`rankkit.kernels.triton.histogram.level_histogram_triton`."""
+    from rankkit.kernels.triton.histogram import level_histogram_triton
 
     return level_histogram_triton(codes_t, node, grad, hess, n_nodes, dtype=dtype, out=out)
 
@@ -70,7 +43,7 @@ def split_scan(hist, valid_codes, params, noise, stopped, *, scale=None):
     reference's ``split_scan`` (first maximum; the noisy choice records the noise-free gain;
     a level without a positive gain stops this and every later level). ``hist`` may be the
     integer histograms with their ``scale`` (exact scans) or float64 ones."""
-    from rankkit._triton.tree import _pick_kernel, split_scan_triton
+    from rankkit.kernels.triton.tree import _pick_kernel, split_scan_triton
 
     import triton
 
@@ -91,7 +64,7 @@ def split_scan(hist, valid_codes, params, noise, stopped, *, scale=None):
 
 def route(codes_t, f, c, node, n_nodes):
     """``node += [codes_t[f] > c] · K`` in place (f, c 0-dim tensors); returns node."""
-    from rankkit._triton.tree import _route_kernel
+    from rankkit.kernels.triton.tree import _route_kernel
 
     import triton
 
@@ -105,8 +78,8 @@ def route(codes_t, f, c, node, n_nodes):
 
 def grow_levels(codes_t, g, h, scale, valid, params, noise, *, hist_dtype=None):
     """Every level of one tree, fused: (node, feats, cuts, gains), as the torch reference's
-    levels (:func:`rankkit._triton.tree.grow_levels_triton`)."""
-    from rankkit._triton.tree import grow_levels_triton
+    levels (:func:`rankkit.kernels.triton.tree.grow_levels_triton`)."""
+    from rankkit.kernels.triton.tree import grow_levels_triton
 
     if scale is not None:
         g, h = g.to(torch.int32), h.to(torch.int32)
@@ -118,14 +91,14 @@ def grow_levels(codes_t, g, h, scale, valid, params, noise, *, hist_dtype=None):
 
 def exact_leaf_sums(node, grad, hess, n_leaves):
     """[2, n_leaves] fixed-point leaf sums, bit for bit the torch reference's (one process)."""
-    from rankkit._triton.tree import exact_leaf_sums_triton
+    from rankkit.kernels.triton.tree import exact_leaf_sums_triton
 
     return exact_leaf_sums_triton(node, grad, hess, n_leaves)
 
 
 def score_update(scores, leaf_values, *, leaf=None, codes_t=None, features=None, cuts=None):
     """``scores += leaf_values[leaf]`` in place, the leaf given or routed from the codes."""
-    from rankkit._triton.tree import score_update_triton
+    from rankkit.kernels.triton.tree import score_update_triton
 
     return score_update_triton(scores, leaf_values, leaf=leaf, codes_t=codes_t, features=features,
                                cuts=cuts)

@@ -17,9 +17,9 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from rankkit._triton.histogram import _histogram_kernel
-from rankkit._triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
-from rankkit._triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
+from rankkit.kernels.triton.histogram import _histogram_kernel
+from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
+from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
                                   _siblings_kernel, _split_kernel)
 
 H100 = GPUTarget("cuda", 90, 32)

@@ -1,0 +1,344 @@
+"""The seam between the booster and its kernels: one :class:`Backend` object per fit.
+
+A boosting round asks its backend for five things, and nothing else in the booster knows which
+backend runs them::
+
+    lambdas(objective, scores, layout) ─► grow(tree, g, h, ...) (every level and the leaves)
+        ─► add_tree(scores, values, leaf) ─► add_tree(eval scores, values, codes, features, cuts)
+        ─► the eval metric (torch, on the plan)
+
+Three backends implement it (all in this folder):
+
+* :class:`TorchBackend` ("torch"): plain torch ops on any device (:mod:`rankkit.kernels.torch_ref`),
+  no host sync; the reference every other backend is tested against.
+* :class:`CpuBackend` ("cpu"): the compiled C kernels (:mod:`rankkit.kernels.cpu`): the lambda
+  pass in one call, a whole tree with its leaves in one call, each eval set's update in one.
+* :class:`TritonBackend` ("triton"): the Triton kernels (:mod:`rankkit.kernels.triton`) on a
+  CUDA device, or on CPU tensors under Triton's interpreter with ``RANKKIT_TRITON=force``.
+
+:func:`choose` picks one from the device and the request; :func:`read_switches` reads every
+``RANKKIT_*`` switch of the kernels, in this one place, with one parsing rule:
+
+===================== ========================================================================
+``RANKKIT_BACKEND``     ``auto`` (default), ``torch``, ``cpu`` or ``triton``: the backend to use
+``RANKKIT_CPU_KERNEL``  ``off`` never takes the compiled CPU kernels (tree nor lambdas)
+``RANKKIT_CPU_LAMBDAS`` ``off`` keeps the compiled backend's trees but runs the torch lambda pass
+``RANKKIT_TRITON``      ``off`` never takes the Triton kernels (trees nor lambdas); ``force``
+                        takes them for CPU tensors too (with ``TRITON_INTERPRET=1``: the tests)
+===================== ========================================================================
+
+The rule: unset or empty is ``auto``; ``0``/``false``/``no``/``off`` is ``off``;
+``1``/``true``/``yes``/``on`` is ``on`` (the same as ``auto`` where there is nothing more to
+allow); anything else a switch does not take is a ValueError naming the variable.
+
+To add a backend: subclass :class:`Backend`, implement :meth:`Backend.grow` (and whichever of
+the other steps it does faster than the torch defaults), and add it to :func:`choose`. The
+identity tests (tests/test_kernels.py) then grow every fixture's trees on it against the torch
+backend's.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+from rankkit.kernels import torch_ref
+from rankkit.kernels.torch_ref import N_CODES, identity_reduce
+
+BACKENDS = ("torch", "cpu", "triton")
+
+_OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+
+
+def _switch(environ: Mapping[str, str], name: str, extra: tuple[str, ...] = ()) -> str:
+    """The value of switch ``name``: "auto", "off", "on" or one of ``extra``."""
+    raw = environ.get(name, "")
+    value = raw.strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in _OFF:
+        return "off"
+    if value in _ON:
+        return "on"
+    if value in extra:
+        return value
+    allowed = ", ".join(("auto", "0/off", "1/on", *extra))
+    raise ValueError(f"environment variable {name}={raw!r}: expected one of {allowed}")
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The kernels' ``RANKKIT_*`` switches, parsed (see the module docstring)."""
+
+    backend: str = "auto"
+    cpu_kernel: str = "auto"
+    cpu_lambdas: str = "auto"
+    triton: str = "auto"
+
+
+def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
+    """Every ``RANKKIT_*`` switch of the kernels, read now from ``environ`` (default
+    ``os.environ``) by one rule.
+
+    >>> read_switches({"RANKKIT_TRITON": "Force", "RANKKIT_CPU_LAMBDAS": "0"})
+    Switches(backend='auto', cpu_kernel='auto', cpu_lambdas='off', triton='force')
+    """
+    env = os.environ if environ is None else environ
+    return Switches(backend=_switch(env, "RANKKIT_BACKEND", BACKENDS),
+                    cpu_kernel=_switch(env, "RANKKIT_CPU_KERNEL"),
+                    cpu_lambdas=_switch(env, "RANKKIT_CPU_LAMBDAS"),
+                    triton=_switch(env, "RANKKIT_TRITON", ("force",)))
+
+
+def triton_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
+    """Whether the Triton kernels run on ``device``: Triton importable, not switched off, and a
+    CUDA device of a CUDA build of torch (the tests' simulated device reports cuda on a CPU build
+    and is not taken) or any device with ``RANKKIT_TRITON=force``."""
+    s = read_switches() if switches is None else switches
+    if s.triton == "off" or importlib.util.find_spec("triton") is None:
+        return False
+    device = torch.device(device)
+    return s.triton == "force" or (device.type == "cuda" and torch.version.cuda is not None)
+
+
+def cpu_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
+    """Whether the compiled CPU kernels run on ``device``: CPU tensors, the kernels built, and
+    not switched off by ``RANKKIT_CPU_KERNEL=0``."""
+    from rankkit.kernels import cpu
+
+    s = read_switches() if switches is None else switches
+    return torch.device(device).type == "cpu" and cpu.built() and s.cpu_kernel != "off"
+
+
+def choose(device: torch.device | str, requested: str | None = None,
+           switches: Switches | None = None) -> "Backend":
+    """The backend of one fit on ``device``.
+
+    ``requested`` (else ``RANKKIT_BACKEND``, else automatic): "torch", "cpu" or "triton",
+    checked against the device. Automatic: Triton with ``RANKKIT_TRITON=force``; else the
+    compiled CPU kernels for CPU tensors when they are built; else Triton where it takes the
+    device (CUDA); else torch.
+
+    >>> choose("cpu", "torch").name
+    'torch'
+    """
+    s = read_switches() if switches is None else switches
+    device = torch.device(device)
+    name = requested if requested is not None else (None if s.backend == "auto" else s.backend)
+    if name is not None:
+        if name not in BACKENDS:
+            raise ValueError(f"`backend` has to be one of {BACKENDS} or None, got {name!r}")
+        if name == "triton" and not triton_takes(device, s):
+            raise ValueError("backend 'triton' needs Triton and CUDA tensors (or RANKKIT_TRITON=force "
+                             "with TRITON_INTERPRET=1 for CPU tensors), and RANKKIT_TRITON not off")
+        if name == "cpu" and not cpu_takes(device, s):
+            raise ValueError("backend 'cpu' needs CPU tensors and the compiled kernels (built by "
+                             "`pip install -e .` or `python setup.py build_ext --inplace`), and "
+                             "RANKKIT_CPU_KERNEL not off")
+    elif s.triton == "force" and triton_takes(device, s):
+        name = "triton"  # force means force, whatever else is built
+    elif cpu_takes(device, s):
+        name = "cpu"
+    else:
+        name = "triton" if triton_takes(device, s) else "torch"
+    return {"torch": TorchBackend, "cpu": CpuBackend, "triton": TritonBackend}[name](device, s)
+
+
+class Backend:
+    """The steps of one boosting round on one device (the torch implementation by default).
+
+    A backend is chosen once per fit (:func:`choose`) and passed down: the engine calls
+    :meth:`lambdas` through the objective, the grower calls :meth:`prepare` once and
+    :meth:`grow` every round, and the engine calls :meth:`add_tree` for the training scores
+    and every eval set.
+
+    Attributes:
+        name: "torch", "cpu" or "triton".
+        device: the device of every tensor it is given.
+        switches: the parsed switches it was chosen under.
+    """
+
+    name = "torch"
+
+    def __init__(self, device: torch.device | str = "cpu", switches: Switches | None = None):
+        self.device = torch.device(device)
+        self.switches = read_switches() if switches is None else switches
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={str(self.device)!r})"
+
+    # -- the lambda pass ----------------------------------------------------------------------
+    def lambdas(self, objective, scores: torch.Tensor, layout) -> tuple[torch.Tensor, torch.Tensor]:
+        """(grad, hess) [N] float64 of ``objective`` at ``scores`` [N] on ``layout``'s queries."""
+        return objective.torch_gradients(scores, layout, triton=False)
+
+    # -- the tree -----------------------------------------------------------------------------
+    def codes_layout(self, codes: torch.Tensor) -> torch.Tensor:
+        """The codes [N, F] uint8 as this backend reads them: feature-major [F, N] here."""
+        return codes.t().contiguous()
+
+    def prepare(self, codes: torch.Tensor, valid_codes: torch.Tensor, depth: int):
+        """Per-training-set state of the tree kernels (buffers), built once; None here."""
+        return None
+
+    def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
+        """Every level of one tree and its leaf values.
+
+        Args:
+            tree: the :class:`~rankkit.boosting.tree.ObliviousTreeGrower` (its ``codes`` in this
+                backend's layout, ``state`` from :meth:`prepare`, ``params``, ``reduce``, ``shard``).
+            g, h: [n] float64, or int32 quantized gradients with ``scale`` [2] float64.
+            valid: [F', 256] bool; rows [n] / features [F'] long or None (all); noise
+                [D, F', 256] float64 or None.
+            leaf_g, leaf_h: [n] float64, the full-precision gradients the leaves sum.
+        Returns:
+            (node [n] long: each document's leaf, features [D] (into the sampled features),
+            codes [D], gains [D] float64, leaf values [2^D] float64).
+        """
+        node, feats, cuts, gains = self.grow_levels(tree, g, h, scale, valid, rows, features, noise)
+        return (node, feats, cuts, gains, self.leaf_values(tree, node, leaf_g, leaf_h))
+
+    def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
+        """The levels of one tree on the torch reference, every decision a device tensor."""
+        codes_t = _sample(tree.codes, rows, features)
+        if scale is not None:
+            g, h = g.long(), h.long()  # int64 sums (index_add_ on int32 would overflow sooner)
+        return torch_ref.grow_levels(codes_t, g, h, scale, valid, tree.params, noise, reduce=tree.reduce)
+
+    def leaf_values(self, tree, node, g, h) -> torch.Tensor:
+        """[2^D] float64 Newton steps of the leaves (fixed-point sums with ``quantized_grad``)."""
+        p, n_leaves = tree.params, 1 << tree.params.depth
+        if p.quantized_grad:  # integer sums throughout: exact, the same in any order or process
+            sums = torch_ref.exact_leaf_sums(node, g, h, n_leaves, reduce=tree.reduce, shard=tree.shard)
+        else:
+            sums = torch_ref.leaf_sums(node, g, h, n_leaves, reduce=tree.reduce)
+        return torch_ref.newton_leaf_values(sums, p)
+
+    def leaves_of(self, codes: torch.Tensor, features: torch.Tensor, cuts: torch.Tensor) -> torch.Tensor:
+        """[N] long: the leaf of every document of ``codes`` (this backend's layout) under a tree."""
+        return torch_ref.leaf_of(codes, features, cuts)
+
+    # -- the scores ---------------------------------------------------------------------------
+    def add_tree(self, scores: torch.Tensor, values: torch.Tensor, *, leaf: torch.Tensor | None = None,
+                 codes: torch.Tensor | None = None, features: torch.Tensor | None = None,
+                 cuts: torch.Tensor | None = None) -> torch.Tensor:
+        """``scores += values[leaf]`` in place, the leaf given, or routed from ``codes`` (this
+        backend's layout) by the tree's ``features`` and ``cuts`` [D]. Returns scores."""
+        if leaf is None:
+            leaf = self.leaves_of(codes, features, cuts)
+        return scores.add_(values[leaf])
+
+
+def _sample(codes_t: torch.Tensor, rows, features) -> torch.Tensor:
+    """The feature-major codes of the round's sampled features and rows."""
+    out = codes_t if features is None else codes_t.index_select(0, features)
+    return out if rows is None else out.index_select(1, rows)
+
+
+class TorchBackend(Backend):
+    """The torch reference on any device (the defaults of :class:`Backend`)."""
+
+    name = "torch"
+
+
+class CpuBackend(Backend):
+    """The compiled C kernels on CPU tensors (:mod:`rankkit.kernels.cpu`).
+
+    A round is three calls into C: the lambda pass (RankNet and NDCG weightings; the others
+    take the torch pass), the tree (every level and the leaves, no Python per level), and the
+    eval sets' score update. A data-parallel run (a reduction point other than the identity)
+    takes the unfused kernels, one histogram call per level through the reduction point.
+    """
+
+    name = "cpu"
+
+    def lambdas(self, objective, scores, layout):
+        from rankkit.kernels import cpu
+
+        inputs = None if self.switches.cpu_lambdas == "off" else objective.flat_lambda_inputs(layout)
+        if inputs is None:
+            return objective.torch_gradients(scores, layout, triton=False)
+        return cpu.lambdas(scores.detach().double().contiguous(), **inputs)
+
+    def codes_layout(self, codes):
+        return codes.contiguous()  # row-major: a document's codes are one row
+
+    def prepare(self, codes, valid_codes, depth):
+        from rankkit.kernels import cpu
+
+        return cpu.TreeKernels(codes, depth, valid_codes)
+
+    def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
+        if tree.reduce is not identity_reduce:
+            return super().grow(tree, g, h, scale, valid, rows, features, noise, leaf_g=leaf_g, leaf_h=leaf_h)
+        p = tree.params
+        known = tree.state.root_counts(rows, features, scale is not None)
+        node, feats, cuts, gains, values = tree.state.grow(g, h, scale, valid, rows, features, noise, p, known,
+                                                           leaf_g=None if p.quantized_grad else leaf_g,
+                                                           leaf_h=None if p.quantized_grad else leaf_h)
+        if p.quantized_grad:
+            values = self.leaf_values(tree, node, leaf_g, leaf_h)
+        return node, feats, cuts, gains, values
+
+    def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
+        from rankkit.kernels import cpu
+
+        return cpu.grow_levels_unfused(tree.codes, g, h, scale, valid, rows, features, noise, tree.params,
+                                       reduce=tree.reduce)
+
+    def leaves_of(self, codes, features, cuts):
+        from rankkit.kernels import cpu
+
+        depth = features.shape[0]
+        return cpu.route(codes, None, features, cuts, 1 << torch.arange(depth),
+                         torch.zeros(codes.shape[0], dtype=torch.long))
+
+    def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
+        from rankkit.kernels import cpu
+
+        if leaf is not None or scores.dtype != torch.float64 or not scores.is_contiguous():
+            return super().add_tree(scores, values, leaf=leaf, codes=codes, features=features, cuts=cuts)
+        return cpu.add_tree(scores, values, codes, features, cuts)
+
+
+class TritonBackend(Backend):
+    """The Triton kernels (:mod:`rankkit.kernels.triton.backend`): the lambda pass, the levels
+    (5 launches a level, no host sync), the fixed-point leaf sums and the score updates."""
+
+    name = "triton"
+
+    def lambdas(self, objective, scores, layout):
+        return objective.torch_gradients(scores, layout, triton=True)
+
+    def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
+        from rankkit.kernels.triton import backend as triton_backend
+
+        if tree.reduce is not identity_reduce:
+            return super().grow_levels(tree, g, h, scale, valid, rows, features, noise)
+        codes_t = _sample(tree.codes, rows, features)
+        return triton_backend.grow_levels(codes_t, g, h, scale, valid, tree.params, noise,
+                                          hist_dtype=torch.int32 if scale is not None else None)
+
+    def leaf_values(self, tree, node, g, h):
+        from rankkit.kernels.triton import backend as triton_backend
+
+        p, n_leaves = tree.params, 1 << tree.params.depth
+        if p.quantized_grad and tree.reduce is identity_reduce and n_leaves <= 256:
+            return torch_ref.newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
+        return super().leaf_values(tree, node, g, h)
+
+    def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
+        from rankkit.kernels.triton import backend as triton_backend
+
+        if leaf is None and (features is None or features.numel() == 0):
+            return scores
+        return triton_backend.score_update(scores, values, leaf=leaf, codes_t=None if leaf is not None else codes,
+                                           features=features, cuts=cuts)
+
+
+__all__ = ["BACKENDS", "Backend", "CpuBackend", "Switches", "TorchBackend", "TritonBackend", "choose",
+           "cpu_takes", "read_switches", "triton_takes", "N_CODES"]
