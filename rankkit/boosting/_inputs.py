@@ -162,6 +162,8 @@ def query_sizes(qid, group, n: int, *, qid_name: str = "qid", group_name: str = 
         raise ValueError(f"`{group_name}` has to hold integer sizes")
     sizes = sizes.long()
     _checks.check_tensors((group_name, sizes, sizes < 1, "positive"))
+    # Checked before summing: sizes near 2^63 would wrap the int64 sum around to N.
+    _checks.check_tensors((group_name, sizes, sizes > n, f"at most the number of documents N={n}"))
     if int(sizes.sum()) != n:
         raise ValueError(f"`{group_name}` has to sum to the number of documents N={n}, got {int(sizes.sum())}")
     return sizes

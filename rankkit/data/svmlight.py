@@ -547,8 +547,20 @@ def _read_integers(path: str, what: str, rule: str, low: int) -> np.ndarray:
 
 
 def read_query_file(path: str) -> np.ndarray:
-    """Group sizes from a LightGBM ``.query`` file (one positive integer per line)."""
-    return _read_integers(path, "a group size", "group size must be positive", 1)
+    """Group sizes from a LightGBM ``.query`` file (one positive integer per line). Their exact
+    total (Python integers: it never wraps) has to stay below 2^62, so that every running sum
+    of them fits int64; the comparison with the data file's rows comes later."""
+    sizes = _read_integers(path, "a group size", "group size must be positive", 1)
+    running = 0
+    for i, v in enumerate(sizes.tolist()):
+        running += v
+        if running >= _MAX_TOTAL:
+            raise ValueError(f"{path}: group sizes up to group {i + 1} already sum to {running}, more rows "
+                             f"than any data file holds (a corrupt .query file?)")
+    return sizes
+
+
+_MAX_TOTAL = 2 ** 62
 
 
 def read_position_file(path: str) -> np.ndarray:

@@ -17,7 +17,8 @@ Three backends implement it (all in this folder):
   CUDA device, or on CPU tensors under Triton's interpreter with ``RANKKIT_TRITON=force``.
 
 :func:`choose` picks one from the device and the request; :func:`read_switches` reads every
-``RANKKIT_*`` switch of the kernels, in this one place, with one parsing rule:
+``RANKKIT_*`` switch of the kernels (:mod:`rankkit.kernels.switches`), in one place, with one
+parsing rule:
 
 ===================== ========================================================================
 ``RANKKIT_BACKEND``     ``auto`` (default), ``torch``, ``cpu`` or ``triton``: the backend to use
@@ -25,6 +26,8 @@ Three backends implement it (all in this folder):
 ``RANKKIT_CPU_LAMBDAS`` ``off`` keeps the compiled backend's trees but runs the torch lambda pass
 ``RANKKIT_TRITON``      ``off`` never takes the Triton kernels (trees nor lambdas); ``force``
                         takes them for CPU tensors too (with ``TRITON_INTERPRET=1``: the tests)
+``RANKKIT_CPU_LIBRARY`` a path: load that build of the C kernels instead of the installed one
+                        (the tests' AddressSanitizer build; read once, at import)
 ===================== ========================================================================
 
 The rule: unset or empty is ``auto``; ``0``/``false``/``no``/``off`` is ``off``;
@@ -39,60 +42,12 @@ backend's.
 from __future__ import annotations
 
 import importlib.util
-import os
-from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 
 from rankkit.kernels import torch_ref
+from rankkit.kernels.switches import BACKENDS, Switches, read_switches
 from rankkit.kernels.torch_ref import N_CODES, identity_reduce
-
-BACKENDS = ("torch", "cpu", "triton")
-
-_OFF = ("0", "false", "no", "off")
-_ON = ("1", "true", "yes", "on")
-
-
-def _switch(environ: Mapping[str, str], name: str, extra: tuple[str, ...] = ()) -> str:
-    """The value of switch ``name``: "auto", "off", "on" or one of ``extra``."""
-    raw = environ.get(name, "")
-    value = raw.strip().lower()
-    if value in ("", "auto"):
-        return "auto"
-    if value in _OFF:
-        return "off"
-    if value in _ON:
-        return "on"
-    if value in extra:
-        return value
-    allowed = ", ".join(("auto", "0/off", "1/on", *extra))
-    raise ValueError(f"environment variable {name}={raw!r}: expected one of {allowed}")
-
-
-@dataclass(frozen=True)
-class Switches:
-    """The kernels' ``RANKKIT_*`` switches, parsed (see the module docstring)."""
-
-    backend: str = "auto"
-    cpu_kernel: str = "auto"
-    cpu_lambdas: str = "auto"
-    triton: str = "auto"
-
-
-def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
-    """Every ``RANKKIT_*`` switch of the kernels, read now from ``environ`` (default
-    ``os.environ``) by one rule.
-
-    >>> read_switches({"RANKKIT_TRITON": "Force", "RANKKIT_CPU_LAMBDAS": "0"})
-    Switches(backend='auto', cpu_kernel='auto', cpu_lambdas='off', triton='force')
-    """
-    env = os.environ if environ is None else environ
-    return Switches(backend=_switch(env, "RANKKIT_BACKEND", BACKENDS),
-                    cpu_kernel=_switch(env, "RANKKIT_CPU_KERNEL"),
-                    cpu_lambdas=_switch(env, "RANKKIT_CPU_LAMBDAS"),
-                    triton=_switch(env, "RANKKIT_TRITON", ("force",)))
-
 
 def triton_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
     """Whether the Triton kernels run on ``device``: Triton importable, not switched off, and a
@@ -112,6 +67,7 @@ def cpu_takes(device: torch.device | str, switches: Switches | None = None) -> b
 
     s = read_switches() if switches is None else switches
     return torch.device(device).type == "cpu" and cpu.built() and s.cpu_kernel != "off"
+
 
 
 def choose(device: torch.device | str, requested: str | None = None,

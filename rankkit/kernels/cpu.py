@@ -32,18 +32,25 @@ import os
 
 import torch
 
+from rankkit.kernels.switches import library_override, read_switches
+
 N_CODES = 256
 
 
 def _load() -> ctypes.CDLL | None:
-    """The built extension rankkit.kernels._cpu as a ctypes library, or None when not built."""
-    try:
-        spec = importlib.util.find_spec("rankkit.kernels._cpu")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
-        return None
-    dll = ctypes.CDLL(spec.origin)
+    """The built extension rankkit.kernels._cpu as a ctypes library, or None when not built
+    (``RANKKIT_CPU_LIBRARY``: another build of the same C files instead, e.g. the tests'
+    AddressSanitizer build)."""
+    path = library_override()
+    if path is None:
+        try:
+            spec = importlib.util.find_spec("rankkit.kernels._cpu")
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+            return None
+        path = spec.origin
+    dll = ctypes.CDLL(path)
     p, i64, cint, dbl = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
     dll.rankkit_histograms.argtypes = [p, i64, p, i64, p, i64, p, p, i64, p, p, p, p, i64, p, cint, i64, cint]
     dll.rankkit_histograms.restype = cint
@@ -81,10 +88,8 @@ def built() -> bool:
 
 def available() -> bool:
     """Whether the compiled kernels were built and are not switched off (``RANKKIT_CPU_KERNEL=0``,
-    read by :func:`rankkit.kernels.backends.read_switches`)."""
-    from rankkit.kernels.backends import cpu_takes
-
-    return cpu_takes("cpu")
+    read by :func:`rankkit.kernels.switches.read_switches`)."""
+    return built() and read_switches().cpu_kernel != "off"
 
 
 def _threads() -> int:
@@ -473,6 +478,18 @@ def tree_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: 
 _TINY = 1e-12  # floor of a hessian sum in a denominator (as the torch reference)
 
 
+def _check_offsets(offsets: torch.Tensor, n: int, max_len: int) -> None:
+    """The query bounds the C lambda pass reads, checked before the call: int64, contiguous,
+    from 0 to n, non-decreasing, no query longer than ``max_len`` (its per-thread buffers)."""
+    if offsets.dtype != torch.int64 or not offsets.is_contiguous() or offsets.dim() != 1 or not len(offsets):
+        raise ValueError("`offsets` has to be a contiguous 1-D int64 tensor [Q + 1]")
+    sizes = offsets.diff()
+    if int(offsets[0]) != 0 or int(offsets[-1]) != n or (len(sizes) and (int(sizes.min()) < 0
+                                                                        or int(sizes.max()) > max_len)):
+        raise ValueError(f"`offsets` has to run from 0 to N={n} without decreasing, no query longer than "
+                         f"max_len={max_len}")
+
+
 def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *, gains: torch.Tensor | None,
             cutoff: int, max_len: int, sigma: float = 1.0, normalize: bool = False,
             half_weights: torch.Tensor | None = None, float32_scores: bool = True,
@@ -507,7 +524,7 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
     for t in (scores, labels, gains, half_weights):
         assert t is None or (t.dtype == torch.float64 and t.is_contiguous() and t.shape == (n,))
     assert order is None or (order.dtype == torch.int64 and order.is_contiguous() and order.shape == (n,))
-    assert offsets.dtype == torch.int64 and offsets.is_contiguous() and int(offsets[-1]) == n
+    _check_offsets(offsets, n, max_len)
     disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
     top = min(cutoff, max_len)
     disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)

@@ -1,0 +1,61 @@
+"""The kernels' ``RANKKIT_*`` switches, read by one rule (see :mod:`rankkit.kernels.backends`
+for what each does). Imports nothing of rankkit: every kernel module may read it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+BACKENDS = ("torch", "cpu", "triton")
+
+_OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+
+
+def _switch(environ: Mapping[str, str], name: str, extra: tuple[str, ...] = ()) -> str:
+    """The value of switch ``name``: "auto", "off", "on" or one of ``extra``."""
+    raw = environ.get(name, "")
+    value = raw.strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value in _OFF:
+        return "off"
+    if value in _ON:
+        return "on"
+    if value in extra:
+        return value
+    allowed = ", ".join(("auto", "0/off", "1/on", *extra))
+    raise ValueError(f"environment variable {name}={raw!r}: expected one of {allowed}")
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The kernels' ``RANKKIT_*`` switches, parsed (see the module docstring)."""
+
+    backend: str = "auto"
+    cpu_kernel: str = "auto"
+    cpu_lambdas: str = "auto"
+    triton: str = "auto"
+
+
+def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
+    """Every ``RANKKIT_*`` switch of the kernels, read now from ``environ`` (default
+    ``os.environ``) by one rule.
+
+    >>> read_switches({"RANKKIT_TRITON": "Force", "RANKKIT_CPU_LAMBDAS": "0"})
+    Switches(backend='auto', cpu_kernel='auto', cpu_lambdas='off', triton='force')
+    """
+    env = os.environ if environ is None else environ
+    return Switches(backend=_switch(env, "RANKKIT_BACKEND", BACKENDS),
+                    cpu_kernel=_switch(env, "RANKKIT_CPU_KERNEL"),
+                    cpu_lambdas=_switch(env, "RANKKIT_CPU_LAMBDAS"),
+                    triton=_switch(env, "RANKKIT_TRITON", ("force",)))
+
+
+def library_override(environ: Mapping[str, str] | None = None) -> str | None:
+    """``RANKKIT_CPU_LIBRARY``: the path of another build of the compiled CPU kernels to load
+    instead of the installed one (the tests' AddressSanitizer build), or None. Read once, when
+    :mod:`rankkit.kernels.cpu` is imported."""
+    env = os.environ if environ is None else environ
+    return env.get("RANKKIT_CPU_LIBRARY") or None
