@@ -10,6 +10,7 @@ queries x 120 documents x 136 features = 1.2M rows. Each library runs in its own
     python experiments/bench_boosting.py --mode fit --rounds 30 --write # whole fit, binning included
     python experiments/bench_boosting.py --mode scaling --write         # ms per round by rows, threads
     python experiments/bench_boosting.py --mode mq2008 --write          # MQ2008 5-fold training time
+    python experiments/bench_boosting.py --mode round_mq2008 --threads 1 --write  # four boosters, ms/round
 
 rankkit's round is split into the lambda kernel (``rankkit.lambdas.lambda_gradients``, not
 part of this package) and the tree (histograms, split search, leaf values, score update).
@@ -275,13 +276,102 @@ def mq2008_lightgbm(args) -> dict:
     return out
 
 
+def round_mq2008(name: str, args) -> dict:
+    """ms per round of one library on MQ2008 Fold1: 200 depth-6 rounds (64 leaves for the
+    leaf-wise ones), lr 0.1, NDCG@10 truncation, vali as the one eval set scored every round, no
+    early stopping; best of ``--repeats`` fits (binning and data set building not counted:
+    rankkit's rounds are ``BoostingEngine.update`` calls, the engine built before)."""
+    import torch
+
+    from rankkit.data.bundled import load_mq2008
+
+    torch.set_num_threads(args.threads)
+    train, vali, _ = load_mq2008(1)
+    x, y, g = train.features.numpy(), train.labels.numpy(), train.sizes.numpy()
+    xv, yv, gv = vali.features.numpy(), vali.labels.numpy(), vali.sizes.numpy()
+    n = 200
+    times = []
+    for _ in range(args.repeats):
+        if name == "rankkit":
+            from mq2008_lambdamart import SETTINGS
+
+            from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+
+            engine = BoostingEngine(train.features, train.labels, train.sizes,
+                                    BoosterConfig(eval_metric="ndcg@10", **SETTINGS))
+            engine.add_eval_set(vali.features, vali.labels, vali.sizes)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                engine.update()
+            info = engine.backend.name
+        elif name == "lightgbm":
+            import lightgbm as lgb
+
+            params = {"objective": "lambdarank", "max_depth": 6, "num_leaves": 64, "learning_rate": 0.1,
+                      "lambda_l2": 1.0, "min_data_in_leaf": 20, "lambdarank_truncation_level": 10,
+                      "metric": "ndcg", "eval_at": [10], "num_threads": args.threads, "verbosity": -1}
+            ds = lgb.Dataset(x, y, group=g, params={"verbosity": -1}).construct()
+            dv = lgb.Dataset(xv, yv, group=gv, reference=ds).construct()
+            t0 = time.perf_counter()
+            lgb.train(params, ds, num_boost_round=n, valid_sets=[dv])
+            info = lgb.__version__
+        elif name == "xgboost":
+            import xgboost as xgb
+
+            dt, dv = xgb.DMatrix(x, y, group=g), xgb.DMatrix(xv, yv, group=gv)
+            params = {"objective": "rank:ndcg", "max_depth": 6, "eta": 0.1, "lambda": 1.0, "eval_metric": "ndcg@10",
+                      "nthread": args.threads, "tree_method": "hist", "lambdarank_num_pair_per_sample": 10}
+            t0 = time.perf_counter()
+            xgb.train(params, dt, num_boost_round=n, evals=[(dv, "vali")], verbose_eval=False)
+            info = xgb.__version__
+        else:
+            import catboost as cb
+            import numpy as np
+
+            pool, pv = cb.Pool(x, y, group_id=np.repeat(np.arange(len(g)), g)), \
+                cb.Pool(xv, yv, group_id=np.repeat(np.arange(len(gv)), gv))
+            t0 = time.perf_counter()
+            cb.CatBoost({"loss_function": "LambdaMart:metric=NDCG;top=10", "depth": 6, "learning_rate": 0.1,
+                         "iterations": n, "thread_count": args.threads, "verbose": False,
+                         "eval_metric": "NDCG:top=10"}).fit(pool, eval_set=pv)
+            info = cb.__version__
+        times.append(time.perf_counter() - t0)
+    return {"ms_per_round": 1e3 * min(times) / n, "all": [1e3 * t / n for t in times], "info": info}
+
+
+def main_round_mq2008(args, passthrough) -> None:
+    """Four boosters' ms per round on MQ2008 Fold1, side by side in one run."""
+    lines = ["| library | ms per round (best of %d) | all fits | vs LightGBM | version / backend |" % args.repeats,
+             "|---|---:|---|---:|---|"]
+    results = {}
+    for name in _libraries(args):
+        r = run_one(name, passthrough)
+        if r is None:
+            continue
+        results[name] = r
+        print(name, r, flush=True)
+    base = results.get("lightgbm", {}).get("ms_per_round")
+    for name, r in results.items():
+        ratio = f"{r['ms_per_round'] / base:.2f}x" if base else "-"
+        lines.append(f"| {name} | {r['ms_per_round']:.2f} | {', '.join(f'{v:.2f}' for v in r['all'])} | {ratio} | "
+                     f"{r['info']} |")
+    cmd = " ".join(["python experiments/bench_boosting.py", *passthrough, "--write"])
+    body = (f"## Boosting: ms per round on MQ2008 Fold1, four boosters ({args.threads} thread(s))\n\n"
+            f"{_machine(args)}, {args.threads} thread(s). Command: `{cmd}`.\n\n200 rounds of depth 6 (LightGBM: "
+            f"64 leaves, max_depth 6; CatBoost LambdaMart top 10, oblivious), lr 0.1, NDCG@10, vali as the one eval "
+            f"set scored every round, no early stopping; each library in its own process, best of the fits. rankkit "
+            f"with experiments/mq2008_lambdamart.py's settings.\n\n" + "\n".join(lines) + "\n")
+    _write(args, f"bench_boosting_round_mq2008_t{args.threads}", body)
+
+
 def main_trees(args, passthrough) -> None:
     """One depth-D tree on MQ2008 Fold1 (the first round's lambdas) by each tree backend: the
     fused compiled CPU kernels, the unfused ones (a data-parallel run's path) and the torch
     reference; median wall and process CPU ms of --rounds trees after a warm-up tree."""
     import torch
 
-    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+    from rankkit.boosting._inputs import FeatureMatrix
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine, transform
     from rankkit.boosting.tree import ObliviousTreeGrower
     from rankkit.data.bundled import load_mq2008
     from rankkit.kernels import cpu
@@ -291,12 +381,12 @@ def main_trees(args, passthrough) -> None:
     engine = BoostingEngine(train.features, train.labels, train.sizes,
                             BoosterConfig(depth=args.depth, k=10, normalize=True))
     grad, hess = engine.objective.gradients(engine.scores, engine.layout)
-    codes = engine.grower.codes if engine.grower.kernel else engine.grower.codes_t.t().contiguous()
+    codes = transform(engine.binner, FeatureMatrix(train.features, "features"))[:, engine.used]
     valid = engine.grower.valid_codes
-    variants = [("torch reference", dict(use_kernel=False))]
+    variants = [("torch reference", dict(backend="torch"))]
     if cpu.available():
-        variants = [("compiled, fused (D + 2 calls)", {}), ("compiled, unfused", dict(reduce=lambda t: t)),
-                    *variants]
+        variants = [("compiled, one call per tree", dict(backend="cpu")),
+                    ("compiled, unfused (data-parallel path)", dict(backend="cpu", reduce=lambda t: t)), *variants]
     lines = ["| backend | wall ms per tree | CPU ms per tree |", "|---|---:|---:|"]
     for name, kw in variants:
         grower = ObliviousTreeGrower(codes, valid, engine.config.tree, **kw)
@@ -345,7 +435,7 @@ def main(argv=None) -> None:
     ap.add_argument("--libraries", default=",".join(LIBRARIES))
     ap.add_argument("--exact-newton", action="store_true",
                     help="rankkit also runs exact_newton's extra lambda-kernel pass (timed separately)")
-    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008", "trees"),
+    ap.add_argument("--mode", default="round", choices=("round", "fit", "scaling", "mq2008", "trees", "round_mq2008"),
                     help="round: ms per round (default); fit: whole fit incl. binning; scaling: ms per "
                          "round by rows and threads; mq2008: MQ2008 5-fold training time")
     ap.add_argument("--rows", default="100000,300000,1200000,3800000",
@@ -354,16 +444,21 @@ def main(argv=None) -> None:
     ap.add_argument("--quantized", action="store_true", help="rankkit with quantized_grad")
     ap.add_argument("--shape", default="uniform", choices=("uniform", "heavy"),
                     help="heavy: ~queries x docs rows in log-uniform 5..1000-document queries, heavy-tailed features")
+    ap.add_argument("--repeats", type=int, default=3, help="--mode round_mq2008: fits per library (best kept)")
     ap.add_argument("--only", help=argparse.SUPPRESS)
     ap.add_argument("--write", action="store_true", help="write the docs/benchmarks.md section")
     args = ap.parse_args(argv)
+    if args.only and args.mode == "round_mq2008":
+        print(json.dumps(round_mq2008(args.only, args)))
+        return
     if args.only:
         prefix = {"round": "bench", "scaling": "bench"}.get(args.mode, args.mode)
         print(json.dumps(globals()[f"{prefix}_{args.only}"](args)))
         return
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--write"]
     if args.mode != "round":
-        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008, "trees": main_trees}[args.mode](args, passthrough)
+        {"fit": main_fit, "scaling": main_scaling, "mq2008": main_mq2008, "trees": main_trees,
+         "round_mq2008": main_round_mq2008}[args.mode](args, passthrough)
         return
     results = {}
     for name in args.libraries.split(","):

@@ -257,6 +257,9 @@ RANKKIT_NODE_SUMS(rk_node_sums_q, int32_t, int64_t)
    small[s] (and, with parent [3, n_feat, n_par, 256], parent[:, :, s] - that into slot
    large[s]). Feature blocks are shared out between the threads; each cell is summed by one
    thread in document order, so the bits do not depend on the thread count. */
+#ifndef RK_BLOCK
+#define RK_BLOCK 36
+#endif
 #define RANKKIT_NODE_HISTOGRAMS(NAME, SUMS, VAL, OUT)                                                    \
 static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,             \
                 const int64_t *restrict features, int64_t n_feat, const int64_t *restrict order,         \
@@ -265,7 +268,7 @@ static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *re
                 int64_t n_par, OUT *restrict out, int64_t n_out, const int64_t *nbins, int with_count,   \
                 int n_threads) {                                                                         \
     if (n_threads < 1) n_threads = 1;                                                                    \
-    int64_t n_blocks = (n_feat + 35) / 36;                                                               \
+    int64_t n_blocks = (n_feat + RK_BLOCK - 1) / RK_BLOCK;                                               \
     n_blocks = n_threads * ((n_blocks + n_threads - 1) / n_threads);                                     \
     if (n_blocks > n_feat) n_blocks = n_feat;                                                            \
     if (n_blocks < 1) return 0;                                                                          \
@@ -342,6 +345,36 @@ int rankkit_tree_root(const uint8_t *codes, int64_t n_cols, const int64_t *rows,
    *best_gain its gain. With noise [n_feat, 256] (NULL: none) the index returned in *noisy is the
    first maximum of gains + noise instead. hist [3, n_feat, K, 256]: double, or int64 when
    quantized, read times scale[0] (G) and scale[1] (H). */
+/* One node's contribution to a feature's split scores: sum[b] += the node's gain at cut b, and
+   bad[b] set where a non-empty child would keep too few documents or too little hessian. Written
+   without branches so that the compiler vectorises it (the same operations per element as the
+   scalar loop, so the same bits). */
+static inline void rk_node_gain(double *restrict sum, double *restrict bad, const double *restrict gl,
+                                const double *restrict hl, const double *restrict nl, double tg, double th,
+                                double tc, int nb, double l2, double min_data, double min_hess, double tiny) {
+    if (tc == 0.0) return;  /* an empty node adds 0 to every score and blocks nothing */
+    double dn = th + l2;
+    dn = dn < tiny ? tiny : dn;
+    const double own = tg * tg / dn;  /* the node's own score, from this feature's totals */
+    const double mh = min_hess > 0 ? min_hess : -INFINITY;  /* no hessian rule: nothing is below -inf */
+    for (int b = 0; b < nb; ++b) {
+        const double gr = tg - gl[b], hr = th - hl[b], nr = tc - nl[b];
+        double dl = hl[b] + l2, dr = hr + l2;
+        dl = dl < tiny ? tiny : dl;
+        dr = dr < tiny ? tiny : dr;
+        sum[b] += (gl[b] * gl[b] / dl + gr * gr / dr) - own;
+        /* the number of rules this cut breaks in this node (0 to 4), as a double: counts of
+           doubles vectorise where 64-bit integer masks do not (SSE2) */
+        const double l = nl[b] > 0 ? 1.0 : 0.0, r = nr > 0 ? 1.0 : 0.0;
+        bad[b] += ((nl[b] < min_data ? l : 0.0) + (nr < min_data ? r : 0.0))
+                + ((hl[b] < mh ? l : 0.0) + (hr < mh ? r : 0.0));
+    }
+}
+
+/* Nodes whose prefix sums are taken together: their dependency chains interleave (a prefix sum
+   is one chain of dependent additions per node; four of them keep the adder busy). */
+#define RK_SCAN_NODES 4
+
 int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scale, int64_t n_feat,
                            int64_t n_nodes, const int64_t *nbins, const uint8_t *restrict valid, double l2,
                            double min_data,
@@ -349,46 +382,48 @@ int64_t rankkit_split_scan(const void *hist_v, int quantized, const double *scal
                            double *restrict gains, double *best_gain, int64_t *noisy, int n_threads) {
     const int64_t plane = n_feat * n_nodes * 256;
     const double sg = scale ? scale[0] : 1.0, sh = scale ? scale[1] : 1.0;
+    static const int64_t zeros[256];  /* the cells of a node past the last one (int64 0 == double 0.0) */
     #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t f = 0; f < n_feat; ++f) {
-        double sum[256], gl[256], hl[256], nl[256];
-        uint8_t bad[256];
+        double sum[256], bad[256], gl[RK_SCAN_NODES][256], hl[RK_SCAN_NODES][256], nl[RK_SCAN_NODES][256];
         const int nb = (int) (nbins ? nbins[f] : 256);  /* codes >= nb are empty: not read */
-        for (int b = 0; b < nb; ++b) { sum[b] = 0.0; bad[b] = 0; }
-        for (int64_t k = 0; k < n_nodes; ++k) {
-            const int64_t at = (f * n_nodes + k) * 256;
-            double tg = 0.0, th = 0.0, tc = 0.0;
+        for (int b = 0; b < nb; ++b) { sum[b] = 0.0; bad[b] = 0.0; }
+        for (int64_t k0 = 0; k0 < n_nodes; k0 += RK_SCAN_NODES) {
+            const int m = (int) (n_nodes - k0 < RK_SCAN_NODES ? n_nodes - k0 : RK_SCAN_NODES);
+            double tg[RK_SCAN_NODES] = {0}, th[RK_SCAN_NODES] = {0}, tc[RK_SCAN_NODES] = {0};
             if (quantized) {
-                const int64_t *G = (const int64_t *) hist_v + at, *H = G + plane, *C = H + plane;
-                for (int b = 0; b < nb; ++b) {
-                    tg += (double) G[b] * sg; th += (double) H[b] * sh; tc += (double) C[b];
-                    gl[b] = tg; hl[b] = th; nl[b] = tc;
+                const int64_t *G[RK_SCAN_NODES], *H[RK_SCAN_NODES], *C[RK_SCAN_NODES];
+                for (int j = 0; j < RK_SCAN_NODES; ++j) {
+                    const int64_t at = (f * n_nodes + k0 + j) * 256;
+                    G[j] = j < m ? (const int64_t *) hist_v + at : zeros;
+                    H[j] = j < m ? G[j] + plane : zeros;
+                    C[j] = j < m ? H[j] + plane : zeros;
                 }
+                for (int b = 0; b < nb; ++b)
+                    for (int j = 0; j < RK_SCAN_NODES; ++j) {
+                        tg[j] += (double) G[j][b] * sg; th[j] += (double) H[j][b] * sh; tc[j] += (double) C[j][b];
+                        gl[j][b] = tg[j]; hl[j][b] = th[j]; nl[j][b] = tc[j];
+                    }
             } else {
-                const double *G = (const double *) hist_v + at, *H = G + plane, *C = H + plane;
-                for (int b = 0; b < nb; ++b) {
-                    tg += G[b]; th += H[b]; tc += C[b];
-                    gl[b] = tg; hl[b] = th; nl[b] = tc;
+                const double *G[RK_SCAN_NODES], *H[RK_SCAN_NODES], *C[RK_SCAN_NODES];
+                for (int j = 0; j < RK_SCAN_NODES; ++j) {
+                    const int64_t at = (f * n_nodes + k0 + j) * 256;
+                    G[j] = j < m ? (const double *) hist_v + at : (const double *) zeros;
+                    H[j] = j < m ? G[j] + plane : (const double *) zeros;
+                    C[j] = j < m ? H[j] + plane : (const double *) zeros;
                 }
+                for (int b = 0; b < nb; ++b)
+                    for (int j = 0; j < RK_SCAN_NODES; ++j) {
+                        tg[j] += G[j][b]; th[j] += H[j][b]; tc[j] += C[j][b];
+                        gl[j][b] = tg[j]; hl[j][b] = th[j]; nl[j][b] = tc[j];
+                    }
             }
-            if (tc == 0.0) continue;  /* an empty node adds 0 to every score and blocks nothing */
-            double dn = th + l2;
-            dn = dn < tiny ? tiny : dn;
-            const double own = tg * tg / dn;  /* the node's own score, from this feature's totals */
-            for (int b = 0; b < nb; ++b) {
-                const double gr = tg - gl[b], hr = th - hl[b], nr = tc - nl[b];
-                double dl = hl[b] + l2, dr = hr + l2;
-                dl = dl < tiny ? tiny : dl;
-                dr = dr < tiny ? tiny : dr;
-                sum[b] += (gl[b] * gl[b] / dl + gr * gr / dr) - own;
-                const int few = (nl[b] > 0 && nl[b] < min_data) | (nr > 0 && nr < min_data);
-                const int light = min_hess > 0 && ((nl[b] > 0 && hl[b] < min_hess) | (nr > 0 && hr < min_hess));
-                bad[b] |= (uint8_t) (few | light);
-            }
+            for (int j = 0; j < m; ++j)  /* in node order: the sums' order is the reference's */
+                rk_node_gain(sum, bad, gl[j], hl[j], nl[j], tg[j], th[j], tc[j], nb, l2, min_data, min_hess, tiny);
         }
         double *out = gains + f * 256;
         for (int b = 0; b < nb; ++b)
-            out[b] = (valid[f * 256 + b] && !bad[b]) ? sum[b] : -INFINITY;
+            out[b] = (valid[f * 256 + b] && bad[b] == 0.0) ? sum[b] : -INFINITY;
         for (int b = nb; b < 256; ++b) out[b] = -INFINITY;  /* the caller keeps every valid code < nb */
     }
     int64_t best = 0, best_noisy = 0;
