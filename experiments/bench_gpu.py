@@ -262,6 +262,40 @@ def environment(device) -> dict:
     return env
 
 
+def gpu_baselines(train, valid, args) -> dict:
+    """Seconds of XGBoost's (``device="cuda"``, hist) and LightGBM's (``device_type="cuda"``)
+    GPU lambdarank on the same data, ``--fit-rounds`` rounds of depth ``--depth`` with the eval
+    set, data set building included (as rankkit's fit includes binning); None where the library
+    or its GPU build is missing."""
+    out = {}
+    x, y, g = train.features.numpy(), train.labels.numpy(), train.sizes.numpy()
+    xv, yv, gv = valid.features.numpy(), valid.labels.numpy(), valid.sizes.numpy()
+    try:
+        import xgboost as xgb
+
+        t0 = time.perf_counter()
+        dt, dv = xgb.DMatrix(x, y, group=g), xgb.DMatrix(xv, yv, group=gv)
+        xgb.train({"objective": "rank:ndcg", "max_depth": args.depth, "eta": 0.1, "device": "cuda",
+                   "tree_method": "hist", "eval_metric": "ndcg@10"}, dt, num_boost_round=args.fit_rounds,
+                  evals=[(dv, "vali")], verbose_eval=False)
+        out["XGBoost"] = time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - not installed, or a CPU-only build: recorded as missing
+        out["XGBoost"] = None
+    try:
+        import lightgbm as lgb
+
+        t0 = time.perf_counter()
+        ds = lgb.Dataset(x, y, group=g)
+        dv = lgb.Dataset(xv, yv, group=gv, reference=ds)
+        lgb.train({"objective": "lambdarank", "max_depth": args.depth, "num_leaves": 2 ** args.depth,
+                   "learning_rate": 0.1, "device_type": "cuda", "metric": "ndcg", "eval_at": [10],
+                   "verbosity": -1}, ds, num_boost_round=args.fit_rounds, valid_sets=[dv])
+        out["LightGBM"] = time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - not installed, or built without CUDA
+        out["LightGBM"] = None
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu (a smoke run)")
@@ -323,6 +357,11 @@ def main(argv=None):
     rows.append(f"| LambdaMART.fit, {args.fit_rounds} rounds incl. binning, eval set | "
                 f"{record['fit_s'] * 1e3:,.0f} | – |")
     print(rows[-1], flush=True)
+    for name, seconds in gpu_baselines(train, valid, args).items():
+        record[f"{name}_fit_s"] = seconds
+        took = "not installed or no GPU build" if seconds is None else f"{seconds * 1e3:,.0f}"
+        rows.append(f"| {name} GPU, {args.fit_rounds} rounds incl. its data set, eval set | {took} | – |")
+        print(rows[-1], flush=True)
     record["identity"] = identity(train, valid, args, device)
     print(f"identity: {record['identity']}", flush=True)
 

@@ -129,7 +129,7 @@ for label, quant in (("default", False), ("quantized", True)):
     engine = BoostingEngine(data.features, data.labels, data.sizes,
                             BoosterConfig(depth=6, min_data_in_leaf=2, k=10, quantized_grad=quant))
     engine.add_eval_set(valid.features, valid.labels, valid.sizes)
-    assert engine.grower.triton
+    assert engine.backend.name == "triton"
     engine.update()
     counts.clear()
     with Ops():
@@ -252,7 +252,7 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "They run when the tensors are on a CUDA device of a CUDA build of torch and Triton is "
         "importable (`RANKKIT_TRITON=0` turns them off; `RANKKIT_TRITON=force` runs them on CPU "
         "tensors under `TRITON_INTERPRET=1`, which is how the tests prove them). "
-        "`rankkit.kernels.tree_backend` picks `\"triton\"` for such tensors, so "
+        "`rankkit.kernels.backends.choose` picks `\"triton\"` for such tensors, so "
         "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels` and updates the "
         "training and eval scores with `score_update`; `rankkit.lambdas` routes RankNet / NDCG "
         "lambdas (the loss included) to the Triton kernels, for the booster and the neural "

@@ -72,7 +72,8 @@ def test_the_asan_run_can_fail(asan_build, tmp_path):
     # reported by the sanitizer and fails the process.
     runtime, _ = asan_build
     src, lib = tmp_path / "oob.c", tmp_path / "oob.so"
-    src.write_text("#include <stdlib.h>\nvoid oob(int n) { volatile char *p = malloc(n); p[n] = 1; free((void *) p); }\n")
+    src.write_text("#include <stdlib.h>\n"
+                   "void oob(int n) { volatile char *p = malloc(n); p[n] = 1; free((void *) p); }\n")
     cmd = ["gcc", "-shared", "-fPIC", "-O1", "-fsanitize=address", str(src), "-o", str(lib)]
     assert subprocess.run(cmd, capture_output=True).returncode == 0
     env = dict(os.environ, LD_PRELOAD=runtime, ASAN_OPTIONS="detect_leaks=0")

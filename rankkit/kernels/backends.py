@@ -42,6 +42,7 @@ backend's.
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import torch
 
@@ -261,9 +262,30 @@ class CpuBackend(Backend):
         return cpu.add_tree(scores, values, codes, features, cuts)
 
 
+def fixed_point(g: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Float gradients [n] as 64-bit fixed-point integers with this round's scales (no host
+    sync): x ≈ x_q · 2^−S, S the largest shift with n · max|x| · 2^S ≤ 2^62 (per channel), so no
+    sum of them overflows int64 and every sum is exact, in any order. Returns (g_q, h_q int64
+    [n], scale [2] float64 = (2^−S_g, 2^−S_h)). Each value moves by at most half a step, about
+    n · 2^−63 of the largest: 4e−13 relative at MSLR-WEB30K's 3.8M documents.
+
+    >>> g_q, h_q, scale = fixed_point(torch.tensor([0.5, -1.0], dtype=torch.float64),
+    ...                               torch.ones(2, dtype=torch.float64))
+    >>> bool((g_q.double() * scale[0] == torch.tensor([0.5, -1.0])).all())
+    True
+    """
+    values = torch.stack([g, h]).double()
+    n = values.shape[1]
+    top = values.abs().amax(dim=1) if n else values.new_zeros(2)
+    shift = torch.floor(62.0 - math.log2(max(n, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
+    fixed = torch.round(values * torch.exp2(shift)[:, None]).to(torch.int64)
+    return fixed[0], fixed[1], torch.exp2(-shift)
+
+
 class TritonBackend(Backend):
     """The Triton kernels (:mod:`rankkit.kernels.triton.backend`): the lambda pass, the levels
-    (5 launches a level, no host sync), the fixed-point leaf sums and the score updates."""
+    (5 launches a level, no host sync) on 64-bit fixed-point histograms (deterministic: integer
+    atomics), the fixed-point leaf sums and the score updates."""
 
     name = "triton"
 
@@ -272,18 +294,27 @@ class TritonBackend(Backend):
 
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
         from rankkit.kernels.triton import backend as triton_backend
+        from rankkit.kernels.triton.tree import grow_levels_triton
 
         if tree.reduce is not identity_reduce:
             return super().grow_levels(tree, g, h, scale, valid, rows, features, noise)
         codes_t = _sample(tree.codes, rows, features)
-        return triton_backend.grow_levels(codes_t, g, h, scale, valid, tree.params, noise,
-                                          hist_dtype=torch.int32 if scale is not None else None)
+        if scale is not None:  # quantized gradients: small integers, int32 cells
+            return triton_backend.grow_levels(codes_t, g, h, scale, valid, tree.params, noise,
+                                              hist_dtype=torch.int32)
+        # Float gradients as 64-bit fixed point (as XGBoost's GPU histograms): integer atomics
+        # add in any order to the same bits, so a GPU tree does not change from run to run.
+        g, h, scale = fixed_point(g, h)
+        p = tree.params
+        return grow_levels_triton(codes_t, g, h, scale, valid, depth=p.depth, l2=p.l2,
+                                  min_data_in_leaf=p.min_data_in_leaf, min_sum_hessian=p.min_sum_hessian,
+                                  noise=noise, hist_dtype=torch.int64)
 
     def leaf_values(self, tree, node, g, h):
         from rankkit.kernels.triton import backend as triton_backend
 
         p, n_leaves = tree.params, 1 << tree.params.depth
-        if p.quantized_grad and tree.reduce is identity_reduce and n_leaves <= 256:
+        if tree.reduce is identity_reduce and n_leaves <= 256:  # fixed-point sums: deterministic
             return torch_ref.newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
         return super().leaf_values(tree, node, g, h)
 
@@ -296,5 +327,5 @@ class TritonBackend(Backend):
                                            features=features, cuts=cuts)
 
 
-__all__ = ["BACKENDS", "Backend", "CpuBackend", "Switches", "TorchBackend", "TritonBackend", "choose",
+__all__ = ["BACKENDS", "Backend", "CpuBackend", "fixed_point", "Switches", "TorchBackend", "TritonBackend", "choose",
            "cpu_takes", "read_switches", "triton_takes", "N_CODES"]
