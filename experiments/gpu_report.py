@@ -372,15 +372,28 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "documents partitioned by node (so a level reads only the smaller children's codes) "
         "are the two changes the model says matter; neither is built.",
         "",
-        "## Not done (issue 25)",
+        "## Deterministic histograms (the backend-seam issue)",
         "",
-        "* No timing on a GPU: `experiments/bench_gpu.py` is the first thing to run on one.",
+        "The Triton backend turns float gradients into 64-bit fixed-point integers each round "
+        "(`rankkit.kernels.backends.fixed_point`: a per-round scale 2^-S from the gradients' range, "
+        "S the largest shift with n max|g| 2^S <= 2^62), so its histograms and leaf sums are integer "
+        "atomics, the same bits in any order: a seed grows the same trees run after run on one GPU. "
+        "`tests/test_triton_tree.py` shows it under the interpreter (permuted documents, the same "
+        "tree bit for bit; float64 cells give another sum on a fixture).",
+        "",
+        "## Not done",
+        "",
+        "* No timing on a GPU yet: no GPU was lent to the sessions so far. `bash experiments/gpu_check.sh` "
+        "(at most 8 minutes) runs the CUDA-guarded tests and `experiments/bench_gpu.py` at MSLR-WEB30K "
+        "size with XGBoost's and LightGBM's GPU trainers beside it, and writes docs/gpu_check.md.",
+        "* The round in at most 30 launches with one host sync, and its capture in a CUDA graph: the "
+        "round is still 33 Triton launches + 78-88 torch ops under the interpreter.",
         "* Per-block shared-memory histograms; documents partitioned by node; a sort-based rank "
         "for k > 32 or no k (that kernel counts in O(n²)); each pair evaluated once (both sides "
         "today, no atomics).",
         "* The round captured in a CUDA graph with preallocated buffers (the histogram takes an "
         "`out=` buffer; nothing captures yet).",
-        "* The eval metric, the float (non-quantized) leaf sums and the gradient quantization in "
+        "* The eval metric and the gradient quantization in "
         "Triton (torch ops, counted above); the lambda kernel taking the plan's ideal DCG "
         "instead of recomputing it; reusing the per-level buffers (`zeros`, dtype copies).",
         "* The neural step's syncs: the public `lambda_gradients` validates its arguments and "

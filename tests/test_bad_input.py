@@ -145,6 +145,10 @@ READER = [
          r"f\.txt\.query:1: expected a group size"),
     Case("reader-query-file-zero", with_query("1 1:1\n0 1:2\n", "2\n0\n"), ValueError,
          r"f\.txt\.query:2: group size must be positive"),
+    # sizes whose int64 sum wraps around to N (a segfault in the compiled kernels before)
+    Case("reader-query-file-wraps", with_query("2 1:1\n1 1:2\n0 1:3\n",
+                                               "9223372036854775807\n9223372036854775807\n5\n"), ValueError,
+         r"f\.txt\.query: group sizes up to group 2 already sum to 18446744073709551614"),
     # issue 30: wrong results with exit 0 before, and a file asking for gigabytes
     Case("reader-underscore-in-number", line2("0 qid:1 1:1_000"), ValueError,
          r"f\.txt:2: malformed line \('1:1_000' is not <index>:<value>\)"),
@@ -600,6 +604,8 @@ ESTIMATOR = [
     Case("est-qid-not-contiguous", fit(qid=[1, 2] * 6), ValueError, r"`qid`: .* contiguous"),
     Case("est-group-wrong-sum", fit(group=[5, 5]), ValueError, r"`group` has to sum to the number of documents N=12"),
     Case("est-group-zero", fit(group=[12, 0]), ValueError, r"`group` has to be positive, got 0 at \[1\]"),
+    Case("est-group-wraps", fit(group=[2**63 - 1, 2**63 - 1, 14]), ValueError,
+         r"`group` has to be at most the number of documents N=12, got 9223372036854775807 at \[0\]"),
     Case("est-y-wrong-length", fit(y=torch.ones(5)), ValueError, r"`y` has to have shape \[12\]"),
     Case("est-x-1d", fit(x=torch.ones(12)), ValueError, r"`X` has to be a \[N, F\] matrix"),
     Case("est-x-strings", fit(x=[["a", "b", "c"]] * 12), ValueError, r"`X` has to be a numeric"),
