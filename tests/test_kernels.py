@@ -219,4 +219,6 @@ def test_cpu_backend_grows_the_reference_trees_on_mq2008(monkeypatch):
     slow = LambdaMART(**kwargs).fit(train, eval_set=[vali])
     for name, value in slow.ensemble_.state_dict().items():
         assert torch.equal(fast.ensemble_.state_dict()[name], value), name
-    assert fast.evals_result_ == slow.evals_result_
+    # The eval metric: the compiled NDCG sums in float64, the torch one in float32.
+    fast_h, slow_h = fast.evals_result_["valid_0"]["ndcg@10"], slow.evals_result_["valid_0"]["ndcg@10"]
+    assert len(fast_h) == len(slow_h) and max(abs(a - b) for a, b in zip(fast_h, slow_h)) < 1e-6

@@ -252,7 +252,29 @@ def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayou
                                                                        device=values.device)]))
         return sums[0] / sums[1]
 
+    # What a backend needs to compute this metric its own way (Backend.eval_metric); a
+    # data-parallel metric always takes the torch path (its sums cross the ranks).
+    metric.kind, metric.k, metric.gain, metric.empty = (base if reduce is None else None), k, "exp", 1.0
     return metric
+
+
+def flat_ndcg_inputs(layout: QueryLayout, k: int | None, gain: str = "exp") -> dict:
+    """The arguments of the compiled NDCG (:func:`rankkit.kernels.cpu.ndcg_mean`) on
+    ``layout``'s flat queries, built once per data set (cached on its plan)."""
+    from rankkit._weightings import _ndcg_plan_terms
+
+    n_docs = layout.shape[1]
+    cutoff = n_docs if k is None else min(k, n_docs)
+
+    def make():
+        plan = layout.plan
+        labels = plan.labels.detach().double().masked_fill(~plan.mask, 0.0)
+        (g,), _ = _ndcg_plan_terms(labels, plan.mask, cutoff, gain, None)
+        order = torch.arange(int(layout.offsets[-1]), dtype=torch.int64)
+        return layout.flat(labels).contiguous(), layout.flat(g).contiguous(), order
+
+    labels, gains, order = layout.plan.cached(("compiled_ndcg", cutoff, gain), make)
+    return dict(labels=labels, gains=gains, offsets=layout.offsets, cutoff=cutoff, max_len=n_docs, order=order)
 
 
 OBJECTIVES = objective_names()

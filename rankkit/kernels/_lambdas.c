@@ -193,3 +193,55 @@ int rankkit_lambdas(const double *scores, const double *labels, const double *ga
     (void) n_threads;
     return failed;
 }
+
+/* The mean NDCG@cutoff of the queries (the booster's eval metric, rankkit.metrics.planned_ndcg
+   with empty = `empty`): each query ranked by its scores rounded to float32 (as the torch
+   metric, which ranks float32 scores), worst case among equal scores (lower label first: the
+   same order as the lambda pass's), then sum_{r < cutoff} gains[doc_r] disc[r], gains being each
+   document's gain over its query's ideal DCG@cutoff (0 where that is 0: such a query scores
+   `empty`). Summed in float64 (the torch metric sums in float32: the two agree to ~1e-7).
+   order: as in rankkit_lambdas, each query's previous ranking, where the sort starts (updated).
+   Returns the mean in *out; 0, or 1 when out of memory. Each query's value is written to
+   per_query (a buffer of n_queries) and the mean is summed in query order, so the result does
+   not depend on the threads. */
+int rankkit_ndcg_mean(const double *scores, const double *labels, const double *gains, const double *disc,
+                      const int64_t *offsets, int64_t n_queries, int64_t max_len, int64_t cutoff,
+                      double empty, int64_t *order, double *per_query, double *out, int n_threads) {
+    int failed = 0;
+    if (max_len < 1 || n_queries < 1) { *out = 0.0; return 0; }
+#ifdef _OPENMP
+    #pragma omp parallel num_threads(n_threads) reduction(|:failed) if (n_queries >= 4096)
+#endif
+    {
+        ranked_doc *docs = (ranked_doc *) malloc((size_t) max_len * sizeof(ranked_doc));
+        failed |= docs == NULL;
+#ifdef _OPENMP
+        #pragma omp for schedule(dynamic, 64)
+#endif
+        for (int64_t q = 0; q < n_queries; ++q) {
+            const int64_t start = offsets[q], n = offsets[q + 1] - offsets[q];
+            if (!docs) continue;
+            int any = 0;
+            for (int64_t j = 0; j < n; ++j) any |= gains[start + j] != 0.0;
+            if (!any) { per_query[q] = empty; continue; }
+            for (int64_t j = 0; j < n; ++j) {
+                const int64_t i = order[start + j];
+                docs[j].s = (double) (float) scores[i];
+                docs[j].y = labels[i];
+                docs[j].i = i;
+            }
+            rank_docs(docs, n);
+            double v = 0.0;
+            const int64_t top = n < cutoff ? n : cutoff;
+            for (int64_t r = 0; r < top; ++r) v += gains[docs[r].i] * disc[r];
+            for (int64_t j = 0; j < n; ++j) order[start + j] = docs[j].i;
+            per_query[q] = v;
+        }
+        free(docs);
+    }
+    (void) n_threads;
+    double total = 0.0;
+    for (int64_t q = 0; q < n_queries; ++q) total += per_query[q];
+    *out = total / (double) n_queries;
+    return failed;
+}

@@ -75,6 +75,8 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_tree_grow.restype = cint
     dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
     dll.rankkit_add_tree.restype = None
+    dll.rankkit_ndcg_mean.argtypes = [p, p, p, p, p, i64, i64, i64, dbl, p, p, p, cint]
+    dll.rankkit_ndcg_mean.restype = cint
     return dll
 
 
@@ -538,3 +540,41 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
     if failed:
         raise MemoryError("rankkit_lambdas: could not allocate its per-thread buffers")
     return grad, hess
+
+
+def ndcg_mean(scores: torch.Tensor, labels: torch.Tensor, gains: torch.Tensor, offsets: torch.Tensor, *,
+              cutoff: int, max_len: int, empty: float = 1.0, order: torch.Tensor | None = None) -> float:
+    """The mean NDCG@cutoff of flat queries in one C call (the booster's eval metric).
+
+    Args:
+        scores: [N] float64 (ranked by their float32 values, worst case among ties, as
+            :func:`rankkit.metrics.planned_ndcg`).
+        labels: [N] float64; gains: [N] float64, each document's gain over its query's ideal
+            DCG@cutoff (0 where that is 0: the query then scores ``empty``).
+        offsets: [Q + 1] int64 query bounds; cutoff: k (the longest query's length for none);
+        max_len: the longest query's length.
+        order: [N] int64, each query's flat positions in the order to start sorting from
+            (updated to the ranking; pass the same buffer every round), or None.
+    Returns:
+        The mean over the queries, a float (summed in float64 in query order).
+    """
+    n = scores.shape[0]
+    for t in (scores, labels, gains):
+        if t.dtype != torch.float64 or not t.is_contiguous() or t.shape != (n,):
+            raise ValueError("ndcg_mean: scores, labels and gains have to be contiguous float64 [N]")
+    _check_offsets(offsets, n, max_len)
+    if order is None:
+        order = torch.arange(n, dtype=torch.int64)
+    elif order.dtype != torch.int64 or not order.is_contiguous() or order.shape != (n,):
+        raise ValueError("ndcg_mean: `order` has to be a contiguous int64 [N]")
+    n_q = offsets.shape[0] - 1
+    disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
+    top = min(cutoff, max_len)
+    disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
+    per_query = torch.empty(max(n_q, 1), dtype=torch.float64)
+    out = torch.zeros(1, dtype=torch.float64)
+    if _dll().rankkit_ndcg_mean(scores.data_ptr(), labels.data_ptr(), gains.data_ptr(), disc.data_ptr(),
+                                offsets.data_ptr(), n_q, max_len, cutoff, float(empty), order.data_ptr(),
+                                per_query.data_ptr(), out.data_ptr(), _threads()):
+        raise MemoryError("rankkit_ndcg_mean: could not allocate its per-thread buffers")
+    return float(out[0])
