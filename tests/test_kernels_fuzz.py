@@ -68,6 +68,14 @@ def test_random_eval_updates_equal_the_reference(seed):
     got = cpu.add_tree(start.clone(), values, codes.contiguous(), feats, cuts)
     want = start + values[torch_ref.leaf_of(codes.t().contiguous(), feats, cuts)]
     assert torch.equal(got, want)
+    # the eval set's round in one call: the same update, then the metric of the updated scores
+    sizes = torch.tensor([codes.shape[0]])
+    layout = QueryLayout(torch.randint(0, 3, (codes.shape[0],), generator=g).float(), sizes)
+    from rankkit.boosting.objectives import flat_ndcg_inputs
+
+    fused = start.clone()
+    value = cpu.ndcg_mean(fused, tree=(values, codes.contiguous(), feats, cuts), **flat_ndcg_inputs(layout, 10))
+    assert torch.equal(fused, want) and value == cpu.ndcg_mean(want.clone(), **flat_ndcg_inputs(layout, 10))
     with pytest.raises(ValueError, match="feature index"):
         cpu.add_tree(start.clone(), values, codes.contiguous(), feats + n_feat, cuts)
 

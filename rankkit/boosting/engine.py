@@ -274,8 +274,10 @@ class BoostingEngine:
         values = []
         for e in self.eval_sets:
             if len(self.used):
-                self.backend.add_tree(e.scores, update, codes=e.codes, features=tree.features, cuts=tree.codes)
-            values.append(self.backend.eval_metric(self.metric, e.scores, e.layout))
+                values.append(self.backend.score_eval_set(self.metric, e.scores, e.layout, update, e.codes,
+                                                          tree.features, tree.codes))
+            else:
+                values.append(self.backend.eval_metric(self.metric, e.scores, e.layout))
         # The round's one host synchronisation: the tree and the eval metrics in one copy.
         host_tree, values = _tree_on_host(tree, values)
         check_leaf_values(host_tree.leaf_values, self.n_rounds)

@@ -245,3 +245,17 @@ int rankkit_ndcg_mean(const double *scores, const double *labels, const double *
     *out = total / (double) n_queries;
     return failed;
 }
+
+void rankkit_add_tree(const uint8_t *codes, int64_t n_cols, int64_t n, const int64_t *feats, const int64_t *cuts,
+                      int64_t depth, const double *values, double *scores, int n_threads);
+
+/* An eval set's round in one call: the new tree added to its scores (rankkit_add_tree, codes
+   [n, n_cols] row-major), then its mean NDCG (rankkit_ndcg_mean). Returns as that. */
+int rankkit_eval_ndcg(const uint8_t *codes, int64_t n_cols, const int64_t *feats, const int64_t *cuts, int64_t depth,
+                      const double *values, double *scores, const double *labels, const double *gains,
+                      const double *disc, const int64_t *offsets, int64_t n_queries, int64_t max_len,
+                      int64_t cutoff, double empty, int64_t *order, double *per_query, double *out, int n_threads) {
+    rankkit_add_tree(codes, n_cols, offsets[n_queries], feats, cuts, depth, values, scores, n_threads);
+    return rankkit_ndcg_mean(scores, labels, gains, disc, offsets, n_queries, max_len, cutoff, empty, order,
+                             per_query, out, n_threads);
+}

@@ -185,6 +185,13 @@ class Backend:
         device, or a float), the torch path here."""
         return metric(scores, layout)
 
+    def score_eval_set(self, metric, scores: torch.Tensor, layout, values: torch.Tensor, codes: torch.Tensor,
+                       features: torch.Tensor, cuts: torch.Tensor) -> torch.Tensor | float:
+        """An eval set's part of a round: the new tree (``values``, ``features``, ``cuts``)
+        added to its ``scores`` (routed from its ``codes``), then its eval metric."""
+        self.add_tree(scores, values, codes=codes, features=features, cuts=cuts)
+        return self.eval_metric(metric, scores, layout)
+
     def add_tree(self, scores: torch.Tensor, values: torch.Tensor, *, leaf: torch.Tensor | None = None,
                  codes: torch.Tensor | None = None, features: torch.Tensor | None = None,
                  cuts: torch.Tensor | None = None) -> torch.Tensor:
@@ -268,6 +275,16 @@ class CpuBackend(Backend):
         if getattr(metric, "kind", None) != "ndcg" or scores.dtype != torch.float64:
             return metric(scores, layout)
         return cpu.ndcg_mean(scores.contiguous(), empty=metric.empty,
+                             **flat_ndcg_inputs(layout, metric.k, metric.gain))
+
+    def score_eval_set(self, metric, scores, layout, values, codes, features, cuts):
+        """The tree's update and NDCG in one C call (``rankkit_eval_ndcg``)."""
+        from rankkit.boosting.objectives import flat_ndcg_inputs
+        from rankkit.kernels import cpu
+
+        if getattr(metric, "kind", None) != "ndcg" or scores.dtype != torch.float64 or not scores.is_contiguous():
+            return super().score_eval_set(metric, scores, layout, values, codes, features, cuts)
+        return cpu.ndcg_mean(scores, empty=metric.empty, tree=(values, codes, features, cuts),
                              **flat_ndcg_inputs(layout, metric.k, metric.gain))
 
     def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):

@@ -77,6 +77,8 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_add_tree.restype = None
     dll.rankkit_ndcg_mean.argtypes = [p, p, p, p, p, i64, i64, i64, dbl, p, p, p, cint]
     dll.rankkit_ndcg_mean.restype = cint
+    dll.rankkit_eval_ndcg.argtypes = [p, i64, p, p, i64, p, p, p, p, p, p, i64, i64, i64, dbl, p, p, p, cint]
+    dll.rankkit_eval_ndcg.restype = cint
     return dll
 
 
@@ -404,10 +406,9 @@ def _check_sizes(codes: torch.Tensor, rows: torch.Tensor | None, features: torch
         raise ValueError(f"`noise` has shape {tuple(noise.shape)}, expected ({depth}, {n_feat}, 256)")
 
 
-def add_tree(scores: torch.Tensor, values: torch.Tensor, codes: torch.Tensor, features: torch.Tensor,
-             cuts: torch.Tensor) -> torch.Tensor:
-    """``scores += values[leaf]`` in place, each row's leaf routed from ``codes`` [n, F] uint8
-    (row-major) by the tree's ``features`` and ``cuts`` [D]: one pass. Returns scores [n] float64."""
+def _check_tree(scores, values, codes, features, cuts):
+    """The sizes and indices a routed score update reads, checked before the C call; returns the
+    contiguous int64 features, cuts and float64 values."""
     _check_codes(codes)
     n, depth = scores.shape[0], features.shape[0]
     if codes.shape[0] != n or values.shape != (1 << depth,) or cuts.shape != (depth,):
@@ -415,11 +416,18 @@ def add_tree(scores: torch.Tensor, values: torch.Tensor, codes: torch.Tensor, fe
                          f"{depth} features and {cuts.shape[0]} cuts do not agree")
     if depth and (int(features.min()) < 0 or int(features.max()) >= codes.shape[1]):
         raise ValueError(f"add_tree: a feature index outside 0..{codes.shape[1] - 1}")
-    assert scores.dtype == torch.float64 and scores.is_contiguous()
-    feats, cut = features.long().contiguous(), cuts.long().contiguous()
-    vals = values.double().contiguous()
-    _dll().rankkit_add_tree(codes.data_ptr(), codes.shape[1], n, feats.data_ptr(), cut.data_ptr(), depth,
-                            vals.data_ptr(), scores.data_ptr(), _threads())
+    if scores.dtype != torch.float64 or not scores.is_contiguous():
+        raise ValueError("add_tree: `scores` has to be contiguous float64 (updated in place)")
+    return features.long().contiguous(), cuts.long().contiguous(), values.double().contiguous()
+
+
+def add_tree(scores: torch.Tensor, values: torch.Tensor, codes: torch.Tensor, features: torch.Tensor,
+             cuts: torch.Tensor) -> torch.Tensor:
+    """``scores += values[leaf]`` in place, each row's leaf routed from ``codes`` [n, F] uint8
+    (row-major) by the tree's ``features`` and ``cuts`` [D]: one pass. Returns scores [n] float64."""
+    feats, cut, vals = _check_tree(scores, values, codes, features, cuts)
+    _dll().rankkit_add_tree(codes.data_ptr(), codes.shape[1], scores.shape[0], feats.data_ptr(), cut.data_ptr(),
+                            feats.shape[0], vals.data_ptr(), scores.data_ptr(), _threads())
     return scores
 
 
@@ -543,7 +551,8 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
 
 
 def ndcg_mean(scores: torch.Tensor, labels: torch.Tensor, gains: torch.Tensor, offsets: torch.Tensor, *,
-              cutoff: int, max_len: int, empty: float = 1.0, order: torch.Tensor | None = None) -> float:
+              cutoff: int, max_len: int, empty: float = 1.0, order: torch.Tensor | None = None,
+              tree: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> float:
     """The mean NDCG@cutoff of flat queries in one C call (the booster's eval metric).
 
     Args:
@@ -555,6 +564,8 @@ def ndcg_mean(scores: torch.Tensor, labels: torch.Tensor, gains: torch.Tensor, o
         max_len: the longest query's length.
         order: [N] int64, each query's flat positions in the order to start sorting from
             (updated to the ranking; pass the same buffer every round), or None.
+        tree: (values [2^D], codes [N, F] uint8 row-major, features [D], cuts [D]): first add
+            this tree to ``scores`` in place (as :func:`add_tree`), in the same call.
     Returns:
         The mean over the queries, a float (summed in float64 in query order).
     """
@@ -573,8 +584,15 @@ def ndcg_mean(scores: torch.Tensor, labels: torch.Tensor, gains: torch.Tensor, o
     disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
     per_query = torch.empty(max(n_q, 1), dtype=torch.float64)
     out = torch.zeros(1, dtype=torch.float64)
-    if _dll().rankkit_ndcg_mean(scores.data_ptr(), labels.data_ptr(), gains.data_ptr(), disc.data_ptr(),
-                                offsets.data_ptr(), n_q, max_len, cutoff, float(empty), order.data_ptr(),
-                                per_query.data_ptr(), out.data_ptr(), _threads()):
+    common = (labels.data_ptr(), gains.data_ptr(), disc.data_ptr(), offsets.data_ptr(), n_q, max_len, cutoff,
+              float(empty), order.data_ptr(), per_query.data_ptr(), out.data_ptr(), _threads())
+    if tree is None:
+        failed = _dll().rankkit_ndcg_mean(scores.data_ptr(), *common)
+    else:
+        values, codes, features, cuts = tree
+        feats, cut, vals = _check_tree(scores, values, codes, features, cuts)
+        failed = _dll().rankkit_eval_ndcg(codes.data_ptr(), codes.shape[1], feats.data_ptr(), cut.data_ptr(),
+                                          feats.shape[0], vals.data_ptr(), scores.data_ptr(), *common)
+    if failed:
         raise MemoryError("rankkit_ndcg_mean: could not allocate its per-thread buffers")
     return float(out[0])
