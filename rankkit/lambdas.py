@@ -191,7 +191,7 @@ def planned_lambda_gradients(
     call makes no host synchronisation on a GPU. The loss only with ``return_loss``.
     ``triton``: take the fused Triton kernel where it computes these options (True), never
     (False), or where the kernels' switches take the scores' device (None, the default:
-    :func:`rankkit.kernels.backends.triton_takes`); the booster's backend decides it."""
+    :func:`rankkit.kernels.switches.triton_takes`); the booster's backend decides it."""
     fn = weighting
     if _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, triton):
         from rankkit.kernels.triton.lambdas import lambda_gradients_triton
@@ -355,14 +355,14 @@ _TRITON_MAX_GRADE = 64
 
 def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, triton) -> bool:
     """Whether this call runs the fused Triton kernel (:mod:`rankkit.kernels.triton.lambdas`):
-    where ``triton`` asks for it (None: where :func:`rankkit.kernels.backends.triton_takes` the
+    where ``triton`` asks for it (None: where :func:`rankkit.kernels.switches.triton_takes` the
     scores' device, i.e. a CUDA device with Triton installed unless ``RANKKIT_TRITON=0``; CPU
     tensors too with ``RANKKIT_TRITON=force``), for the RankNet and NDCG weightings without the
     options it lacks (``tie_term``, ``normalize``, ``groups``, ``pair_weights``; the loss is one
     of its outputs) and grades below 64; everything else runs the torch path (the reference and
     the fallback)."""
     if triton is None:
-        from rankkit.kernels.backends import triton_takes
+        from rankkit.kernels.switches import triton_takes
 
         triton = triton_takes(scores.device)
     if not triton or importlib.util.find_spec("triton") is None:

@@ -155,6 +155,7 @@ class LambdaMARTModule(pl.LightningModule):
                                       device=self.device, start_round=self.current_epoch,
                                       init_scores=init_scores)
         self._engine_data = train
+        self.backend_ = self._engine.backend.name  # the kernels of this fit ("cpu", "triton", "torch")
         expected = self.hparams.n_features
         if expected is not None and expected != train.n_features:
             raise ValueError(f"`n_features` is {expected}, but the training data has {train.n_features} features")

@@ -252,9 +252,11 @@ def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayou
                                                                        device=values.device)]))
         return sums[0] / sums[1]
 
-    # What a backend needs to compute this metric its own way (Backend.eval_metric); a
-    # data-parallel metric always takes the torch path (its sums cross the ranks).
-    metric.kind, metric.k, metric.gain, metric.empty = (base if reduce is None else None), k, "exp", 1.0
+    # What a backend needs to compute this metric its own way (Backend.eval_metric): its kind,
+    # cutoff, gain, empty value, reduction point (data-parallel: the sums cross the ranks) and
+    # the flat inputs of a layout.
+    metric.kind, metric.k, metric.gain, metric.empty, metric.reduce = base, k, "exp", 1.0, reduce
+    metric.flat_inputs = lambda layout: flat_ndcg_inputs(layout, k, "exp")
     return metric
 
 

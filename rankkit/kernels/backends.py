@@ -41,25 +41,13 @@ backend's.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 
 from rankkit.kernels import torch_ref
-from rankkit.kernels.switches import BACKENDS, Switches, read_switches
+from rankkit.kernels.switches import BACKENDS, Switches, read_switches, triton_takes
 from rankkit.kernels.torch_ref import N_CODES, identity_reduce
-
-def triton_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
-    """Whether the Triton kernels run on ``device``: Triton importable, not switched off, and a
-    CUDA device of a CUDA build of torch (the tests' simulated device reports cuda on a CPU build
-    and is not taken) or any device with ``RANKKIT_TRITON=force``."""
-    s = read_switches() if switches is None else switches
-    if s.triton == "off" or importlib.util.find_spec("triton") is None:
-        return False
-    device = torch.device(device)
-    return s.triton == "force" or (device.type == "cuda" and torch.version.cuda is not None)
-
 
 def cpu_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
     """Whether the compiled CPU kernels run on ``device``: CPU tensors, the kernels built, and
@@ -268,24 +256,28 @@ class CpuBackend(Backend):
 
     def eval_metric(self, metric, scores, layout):
         """NDCG in one C call (:func:`rankkit.kernels.cpu.ndcg_mean`, summed in float64: within
-        ~1e-7 of the torch metric's float32 sums); MAP and data-parallel metrics on torch."""
-        from rankkit.boosting.objectives import flat_ndcg_inputs
-        from rankkit.kernels import cpu
-
-        if getattr(metric, "kind", None) != "ndcg" or scores.dtype != torch.float64:
-            return metric(scores, layout)
-        return cpu.ndcg_mean(scores.contiguous(), empty=metric.empty,
-                             **flat_ndcg_inputs(layout, metric.k, metric.gain))
+        ~1e-7 of the torch metric's float32 sums); MAP on torch."""
+        return self._ndcg(metric, scores, layout, None)
 
     def score_eval_set(self, metric, scores, layout, values, codes, features, cuts):
         """The tree's update and NDCG in one C call (``rankkit_eval_ndcg``)."""
-        from rankkit.boosting.objectives import flat_ndcg_inputs
+        return self._ndcg(metric, scores, layout, (values, codes, features, cuts))
+
+    def _ndcg(self, metric, scores, layout, tree):
         from rankkit.kernels import cpu
 
         if getattr(metric, "kind", None) != "ndcg" or scores.dtype != torch.float64 or not scores.is_contiguous():
-            return super().score_eval_set(metric, scores, layout, values, codes, features, cuts)
-        return cpu.ndcg_mean(scores, empty=metric.empty, tree=(values, codes, features, cuts),
-                             **flat_ndcg_inputs(layout, metric.k, metric.gain))
+            if tree is None:
+                return metric(scores, layout)
+            return super().score_eval_set(metric, scores, layout, *tree)
+        inputs = metric.flat_inputs(layout)
+        mean = cpu.ndcg_mean(scores, empty=metric.empty, tree=tree, **inputs)
+        if metric.reduce is None:
+            return mean
+        # data-parallel: the mean over every rank's queries, from all-reduced (sum, count)
+        n_q = float(inputs["offsets"].shape[0] - 1)
+        sums = metric.reduce(torch.tensor([mean * n_q, n_q], dtype=torch.float64))
+        return float(sums[0] / sums[1])
 
     def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
         from rankkit.kernels import cpu

@@ -1,11 +1,15 @@
 """The kernels' ``RANKKIT_*`` switches, read by one rule (see :mod:`rankkit.kernels.backends`
-for what each does). Imports nothing of rankkit: every kernel module may read it.
+for what each does). Imports nothing of rankkit: every module may read it (the lambda kernel asks
+:func:`triton_takes` here).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Mapping
+
+import torch
 
 BACKENDS = ("torch", "cpu", "triton")
 
@@ -59,3 +63,14 @@ def library_override(environ: Mapping[str, str] | None = None) -> str | None:
     :mod:`rankkit.kernels.cpu` is imported."""
     env = os.environ if environ is None else environ
     return env.get("RANKKIT_CPU_LIBRARY") or None
+
+
+def triton_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
+    """Whether the Triton kernels run on ``device``: Triton importable, not switched off, and a
+    CUDA device of a CUDA build of torch (the tests' simulated device reports cuda on a CPU build
+    and is not taken) or any device with ``RANKKIT_TRITON=force``."""
+    s = read_switches() if switches is None else switches
+    if s.triton == "off" or importlib.util.find_spec("triton") is None:
+        return False
+    device = torch.device(device)
+    return s.triton == "force" or (device.type == "cuda" and torch.version.cuda is not None)
