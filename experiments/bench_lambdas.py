@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from rankkit._ranking import discounts, gain_values, ideal_dcg
+from rankkit.lambdas.ranking import discounts, gain_values, ideal_dcg
 from rankkit.lambdas import lambda_gradients
 
 ROOT = Path(__file__).resolve().parents[1]

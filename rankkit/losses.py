@@ -29,8 +29,8 @@ from typing import Callable
 import torch
 
 from rankkit import _checks
-from rankkit._ranking import gain_shift, gain_values, ideal_dcg
-from rankkit._weightings import WEIGHTINGS, ndcg_loss2pp
+from rankkit.lambdas.ranking import gain_shift, gain_values, ideal_dcg
+from rankkit.lambdas.weightings import WEIGHTINGS, ndcg_loss2pp
 from rankkit.lambdas import lambda_gradients, planned_lambda_gradients
 
 __all__ = ["OBJECTIVES", "PAIRWISE", "LISTWISE", "objective_gradients", "softmax_loss",
@@ -42,7 +42,7 @@ Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def _prepare(scores, labels, mask, weights, plan=None):
     """Checked inputs in the compute dtype (float64 for float64 scores, else float32), padding
     zeroed, and the per-query weight [Q] (None without ``weights``). With a ``plan``
-    (:class:`rankkit._plan.QueryPlan`) its labels, mask and weights, validated when it was
+    (:class:`rankkit.lambdas.plan.QueryPlan`) its labels, mask and weights, validated when it was
     built, are not checked again."""
     if plan is None:
         scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
@@ -107,7 +107,7 @@ def softmax_loss(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tens
         mask: [Q, L] bool, True on real documents; None means all True.
         weights: [Q, L] non-negative document weights; the query counts their mean.
         target: "label" or "gain".
-        plan: the batch's :class:`rankkit._plan.QueryPlan`, for a caller that scores the same
+        plan: the batch's :class:`rankkit.lambdas.plan.QueryPlan`, for a caller that scores the same
             queries many times (the booster): its labels, mask and weights are used (those
             arguments are then ignored) and not validated again. None: check the arguments.
     Returns:
@@ -437,7 +437,7 @@ def objective_gradients(name: str, scores: torch.Tensor, labels: torch.Tensor, *
     The entry point for every trainer: ``scores``, ``labels``, ``mask`` and ``weights`` are
     padded [Q, L]; ``options`` go to the objective (pairwise: ``sigma``, ``k``, ``gain``,
     ``normalize``, ``groups``, ``pair_weights``, ``mu`` for "ndcg_loss2pp", ...; listwise:
-    see each loss; every objective: ``plan``, a :class:`rankkit._plan.QueryPlan` of these
+    see each loss; every objective: ``plan``, a :class:`rankkit.lambdas.plan.QueryPlan` of these
     labels, mask and weights, built once by a caller that scores them often, which are then
     not validated again). Returns grad and hess [Q, L] (descent follows −grad, hess ≥ 0) and the
     per-query loss [Q].

@@ -15,7 +15,7 @@ Conventions (see ``docs/metrics.md`` for how they compare with LightGBM, XGBoost
 and scikit-learn):
 
 * ranking and ties: documents are sorted by descending score; among equal scores the **lower
-  label is ranked first** (worst case, :func:`rankkit._ranking.rank_order`), so a constant
+  label is ranked first** (worst case, :func:`rankkit.lambdas.ranking.rank_order`), so a constant
   scorer never looks better than it is and the result does not depend on document order;
 * gain ``2**rel - 1`` ("exp", default) or ``rel`` ("linear"); discount ``1 / log2(rank + 1)``
   for 1-based ranks;
@@ -34,8 +34,8 @@ import torch
 from torchmetrics import Metric, MetricCollection
 
 from rankkit._checks import check_batch, check_gain, check_k, check_number
-from rankkit._plan import QueryPlan
-from rankkit._ranking import discounts, gain_values, rank_order
+from rankkit.lambdas.plan import QueryPlan
+from rankkit.lambdas.ranking import discounts, gain_values, rank_order
 
 __all__ = [
     "dcg",
@@ -120,7 +120,7 @@ def _fill_empty(values: torch.Tensor, is_empty: torch.Tensor, empty: float | str
 
 
 def _dcg(scores, labels, mask, k, gain, shift=None):
-    """DCG@k of each query, over 2^shift (see :func:`rankkit._ranking.gain_values`)."""
+    """DCG@k of each query, over 2^shift (see :func:`rankkit.lambdas.ranking.gain_values`)."""
     ranked, real = _ranked(scores, labels, mask)
     g = gain_values(ranked, gain, shift=shift).masked_fill(~real, 0.0)
     d = discounts(g.shape[1], dtype=g.dtype, device=g.device)
@@ -203,7 +203,7 @@ def ndcg(scores: torch.Tensor, labels: torch.Tensor, *, mask: torch.Tensor | Non
 def planned_ndcg(scores: torch.Tensor, plan: QueryPlan, *, k: int | None = None, gain: str = "exp",
                  empty: float | str = 1.0) -> torch.Tensor:
     """:func:`ndcg` of ``scores`` [Q, L] on the queries of ``plan``
-    (:class:`rankkit._plan.QueryPlan`), for a caller that scores the same queries many times
+    (:class:`rankkit.lambdas.plan.QueryPlan`), for a caller that scores the same queries many times
     (the boosters' eval sets). Trusts its arguments. The gains over the query's top gain, the
     discounts and the ideal DCG@k come from the plan (computed once); a call ranks the scores,
     gathers the gains and sums, with no host synchronisation.
@@ -263,7 +263,7 @@ def average_precision(scores: torch.Tensor, labels: torch.Tensor, *,
 def planned_average_precision(scores: torch.Tensor, plan: QueryPlan, *, k: int | None = None,
                               threshold: float = 0.0, empty: float | str = 1.0) -> torch.Tensor:
     """:func:`average_precision` of ``scores`` [Q, L] on the queries of ``plan``
-    (:class:`rankkit._plan.QueryPlan`); trusts its arguments. The relevant documents and their
+    (:class:`rankkit.lambdas.plan.QueryPlan`); trusts its arguments. The relevant documents and their
     number per query come from the plan; a call makes no host synchronisation.
 
     Returns:

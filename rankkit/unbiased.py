@@ -56,7 +56,7 @@ from rankkit._checks import (
     to_device,
     weights_condition,
 )
-from rankkit._ranking import discounts, ideal_dcg, ranks
+from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
 
 __all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "PropensityEstimator", "RegressionEM", "click_log_likelihood",
            "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step", "ips_relevance", "pair_costs",

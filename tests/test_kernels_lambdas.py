@@ -81,7 +81,7 @@ def _compiled(scores, labels, sizes, *, weighting, k, sigma=1.0, normalize=False
     cutoff = n_docs if k is None else min(k, n_docs)
     gains = None
     if weighting == "ndcg":
-        from rankkit._weightings import _ndcg_plan_terms
+        from rankkit.lambdas.weightings import _ndcg_plan_terms
 
         padded = layout.pad(labels)
         (g,), _ = _ndcg_plan_terms(padded, layout.mask, cutoff, "exp", None)

@@ -543,7 +543,7 @@ def test_float32_ties_match_reference(weighting, seed):
 
 
 def test_one_sort_tie_order_equals_rank_order():
-    from rankkit._ranking import _packed_order, rank_order
+    from rankkit.lambdas.ranking import _packed_order, rank_order
 
     gen = torch.Generator().manual_seed(5)
     for trial in range(60):

@@ -114,7 +114,7 @@ def test_lambdaloss_weightings_match_the_papers_formulas(name, k, options):
 
 @pytest.mark.parametrize("mu", [0.0, 2.5])
 def test_ndcg_loss2pp_takes_its_mu(mu):
-    from rankkit._weightings import ndcg_loss2pp
+    from rankkit.lambdas.weightings import ndcg_loss2pp
 
     scores, labels, mask = random_batch(seed=4)
     got = objective_gradients("ndcg_loss2pp", scores, labels, mask=mask, mu=mu, k=4)

@@ -581,7 +581,7 @@ def test_cuda_matches_cpu():
 @pytest.mark.parametrize("grades", ["integer", "fractional", "large"])
 def test_ideal_dcg_counting_and_sorting_paths_match_loop(k, gain, grades):
     """The counting path (integer grades 0..31) and the sort path both equal a float64 loop."""
-    from rankkit._ranking import ideal_dcg
+    from rankkit.lambdas.ranking import ideal_dcg
 
     rng = np.random.default_rng(7)
     labels = rng.integers(0, 5, size=(12, 30)).astype(float)
@@ -624,7 +624,7 @@ def _loop_rank_order(scores, labels, mask):
        label_kind=st.sampled_from(["float32", "float64", "int64", "bool", "halves"]))
 def test_rank_order_fast_paths_equal_the_three_sort_reference(n_q, n_d, data, score_dtype,
                                                               label_kind):
-    from rankkit._ranking import _reference_rank_order, rank_order
+    from rankkit.lambdas.ranking import _reference_rank_order, rank_order
 
     cells = n_q * n_d
     values = data.draw(st.lists(st.sampled_from([-1.5, -0.0, 0.0, 0.5, 1.0, 3e30, -1e-30,

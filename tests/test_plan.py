@@ -1,4 +1,4 @@
-"""The per-data-set plan (rankkit._plan.QueryPlan): the planned lambda kernel and metrics against
+"""The per-data-set plan (rankkit.lambdas.plan.QueryPlan): the planned lambda kernel and metrics against
 the float64 double loops, a plan reused over many score vectors against one rebuilt each time,
 and the booster's planned round on the simulated device (no sync in the lambda pass or the eval
 metric)."""
@@ -11,7 +11,7 @@ from test_lambdas import WEIGHTING_NAMES, assert_matches, random_batch, referenc
 from test_metrics import pad, random_queries, ref_ap, ref_ndcg
 
 from rankkit import metrics as M
-from rankkit._plan import QueryPlan
+from rankkit.lambdas.plan import QueryPlan
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.data import make_synthetic
 from rankkit.lambdas import WEIGHTINGS, lambda_gradients, planned_lambda_gradients
@@ -133,7 +133,8 @@ def test_lambda_pass_and_eval_metric_do_not_sync_on_the_device(monkeypatch, opti
 @pytest.mark.parametrize("options", [{}, {"exact_newton": True, "bagging_temperature": 1.0, "subsample": 0.8},
                                      {"objective": "softmax"}, {"objective": "listmle"}])
 def test_nothing_is_validated_or_planned_inside_the_boosting_loop(monkeypatch, options):
-    from rankkit import _checks, _plan
+    from rankkit import _checks
+    from rankkit.lambdas import plan as _plan
 
     data = make_synthetic(10, 12, 5, seed=2)
     valid = make_synthetic(5, 12, 5, seed=3)

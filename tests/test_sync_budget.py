@@ -3,7 +3,7 @@ simulated CUDA device (tests/simcuda.py), where a blocking host-to-device copy c
 
 A round syncs the host once in all: the finished tree and the eval metrics, in one packed
 device-to-host copy. The lambda pass and the eval metric run on the data set's plan
-(rankkit._plan.QueryPlan: nothing validated or re-planned in the loop), and the round copies
+(rankkit.lambdas.plan.QueryPlan: nothing validated or re-planned in the loop), and the round copies
 nothing per document from the host: row samples, bootstrap weights, split noise and the
 quantization's rounding are made on the device (the host draws only per-query and per-feature
 vectors, copied from pinned memory without blocking).

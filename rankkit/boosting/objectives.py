@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from rankkit._plan import QueryPlan
+from rankkit.lambdas.plan import QueryPlan
 from rankkit.data.dataset import padded_layout
 
 
@@ -148,7 +148,7 @@ class RankingObjective:
         unless ``exact``) and rounds them to float32 values: with ``exact``
         (``quantized_grad=True``) the same bits as the torch path; otherwise within float32
         roundings of it, which can decide a near-tie split differently from a GPU's."""
-        from rankkit._weightings import _ndcg_plan_terms
+        from rankkit.lambdas.weightings import _ndcg_plan_terms
         from rankkit.lambdas import WEIGHTINGS
 
         if not self.pairwise or self.propensity is not None or \
@@ -233,7 +233,7 @@ def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayou
 
     NDCG uses the exp gain; queries with nothing to find count as 1 (``empty=1.0``, as
     LightGBM and the MQ2008 anchors). The metric runs on the layout's
-    :class:`~rankkit._plan.QueryPlan` (ideal DCG computed once). ``reduce`` (data-parallel):
+    :class:`~rankkit.lambdas.plan.QueryPlan` (ideal DCG computed once). ``reduce`` (data-parallel):
     the mean over every rank's queries, from all-reduced sums.
     """
     from rankkit.metrics import planned_average_precision, planned_ndcg
@@ -263,7 +263,7 @@ def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayou
 def flat_ndcg_inputs(layout: QueryLayout, k: int | None, gain: str = "exp") -> dict:
     """The arguments of the compiled NDCG (:func:`rankkit.kernels.cpu.ndcg_mean`) on
     ``layout``'s flat queries, built once per data set (cached on its plan)."""
-    from rankkit._weightings import _ndcg_plan_terms
+    from rankkit.lambdas.weightings import _ndcg_plan_terms
 
     n_docs = layout.shape[1]
     cutoff = n_docs if k is None else min(k, n_docs)

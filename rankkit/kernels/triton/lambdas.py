@@ -12,7 +12,7 @@ LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82, 2010). For a pair with y
 with |ΔZ| = 1 ("ranknet") or |ΔNDCG@k| = |G_i − G_j| |D(r_i) − D(r_j)| ("ndcg"),
 G = (2^y − 1) / IDCG@k (or y / IDCG@k, linear gain), D(r) = 1 / log2(2 + r) for r < k, else 0,
 and r the 0-based rank under the current scores (ties in score: lower label first, then
-index order -- :func:`rankkit._ranking.rank_order`). Only pairs with min(r_i, r_j) < k take
+index order -- :func:`rankkit.lambdas.ranking.rank_order`). Only pairs with min(r_i, r_j) < k take
 part (truncation).
 
 Two launches, both without [Q, L, L] temporaries:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from rankkit import _checks
-from rankkit._blocks import plan_blocks
-from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg, label_key
+from rankkit.lambdas.blocks import plan_blocks
+from rankkit.lambdas.ranking import discounts, gain_shift, gain_values, ideal_dcg, label_key
 
 __all__ = ["QueryPlan"]
 
@@ -123,7 +123,7 @@ class QueryPlan:
         return self.cached(("ranked_mask", plan_order), make)
 
     def label_key(self, plan_order: bool) -> torch.Tensor:
-        """:func:`rankkit._ranking.label_key` of the labels (zero on padding), queries in plan
+        """:func:`rankkit.lambdas.ranking.label_key` of the labels (zero on padding), queries in plan
         order or in the caller's: the labels' half of the packed sort key of ``rank_order``."""
         def make():
             labels = self.labels.detach().float().masked_fill(~self.mask, 0.0)
@@ -131,7 +131,7 @@ class QueryPlan:
         return self.cached(("label_key", plan_order), make)
 
     def blocks(self, cutoff: int, cap: int, cpu: bool) -> list:
-        """The kernel's blocks (:func:`rankkit._blocks.plan_blocks`) for this cutoff and cap."""
+        """The kernel's blocks (:func:`rankkit.lambdas.blocks.plan_blocks`) for this cutoff and cap."""
         return self.cached(("blocks", cutoff, cap, cpu),
                             lambda: list(plan_blocks(self.lengths, cutoff, cap, cpu)))
 

@@ -4,6 +4,13 @@ Every rankkit model gets its gradients here -- RankNet and LambdaRank through an
 ``autograd.Function`` whose backward returns ``grad``, LambdaMART through Newton leaf values
 ``sum(grad) / sum(hess)``. The pairwise formula is written once, in :func:`_accumulate_block`.
 
+The kernel is this package: this module (the public entry points and the pair loop),
+:mod:`~rankkit.lambdas.plan` (what a data set's queries need once: order, blocks, ideal DCG),
+:mod:`~rankkit.lambdas.blocks` (the block plan of the pair loop), :mod:`~rankkit.lambdas.weightings`
+(|ΔZ| of each weighting: NDCG, MAP, ERR, the LambdaLoss family) and :mod:`~rankkit.lambdas.ranking`
+(gains, discounts, rank order with worst-case ties). Its compiled and Triton versions are the
+booster's backends (:mod:`rankkit.kernels`).
+
 Notation: Q queries, L padded list length. For a query, s are the scores, y the labels and
 σ = ``sigma``. For a pair with y_i > y_j (Burges, "From RankNet to LambdaRank to LambdaMART:
 An Overview", Microsoft Research MSR-TR-2010-82, 2010, §2 and §4)::
@@ -19,7 +26,7 @@ follows **−grad** (Burges' λ_i has the opposite sign), and ``hess`` ≥ 0.
 
 |ΔZ_ij| is the weighting: 1 for RankNet, or the size of the change in NDCG@k, AP@k or ERR@k
 when documents i and j swap places in the ranking by the current scores (LambdaRank). The
-ranking uses :func:`rankkit._ranking.rank_order` (worst-case ties: among equal scores the
+ranking uses :func:`rankkit.lambdas.ranking.rank_order` (worst-case ties: among equal scores the
 lower label ranks first), and NDCG uses its gains, discounts and ideal DCG, so the kernel
 and the metrics agree on every convention.
 
@@ -36,10 +43,10 @@ import importlib.util
 import torch
 
 from rankkit import _checks
-from rankkit._blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout
-from rankkit._plan import QueryPlan
-from rankkit._ranking import rank_order
-from rankkit._weightings import WEIGHTINGS, Weighting
+from rankkit.lambdas.blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout
+from rankkit.lambdas.plan import QueryPlan
+from rankkit.lambdas.ranking import rank_order
+from rankkit.lambdas.weightings import WEIGHTINGS, Weighting
 
 __all__ = ["Weighting", "WEIGHTINGS", "lambda_gradients", "planned_lambda_gradients"]
 
@@ -89,7 +96,7 @@ def lambda_gradients(
             of i's current rank r_i (0 beyond k) and δ_ij = 1/log2(1 + n) − 1/log2(2 + n),
             n = |r_i − r_j|: "ndcg_loss1" (G_i/D_i, i the pair's higher label), "ndcg_loss2"
             (δ_ij |G_i − G_j|), "ndcg_loss2pp" ((|1/D_i − 1/D_j| + μ δ_ij) |G_i − G_j|, μ = 10;
-            ``rankkit._weightings.ndcg_loss2pp(mu)`` for another μ), "arp1" (y_i),
+            ``rankkit.lambdas.weightings.ndcg_loss2pp(mu)`` for another μ), "arp1" (y_i),
             "arp2" and "labeldiff" (|y_i − y_j|, ARP-Loss2 and Rax's ``labeldiff``). ARP-Loss1
             in the paper also sums the pairs against label order, which push the scores the
             wrong way; here, as every weighting, it takes the pairs with y_i > y_j only. The Δ are
@@ -98,7 +105,7 @@ def lambda_gradients(
             weighting and :mod:`rankkit.metrics` share conventions. Queries whose metric is
             undefined (ideal DCG = 0, no relevant document) give zeros. Any grade works
             exactly, in float32 too: the NDCG gains are taken over the query's top gain and the
-            ERR terms never divide by 1 − R (see :mod:`rankkit._weightings`).
+            ERR terms never divide by 1 − R (see :mod:`rankkit.lambdas.weightings`).
         sigma: σ > 0, the steepness of the pairwise logistic.
         k: truncation and cutoff, None for the whole list. Only pairs in which at least one
             document ranks in the current top k take part (LightGBM's
@@ -184,7 +191,7 @@ def planned_lambda_gradients(
     triton: bool | None = None,
 ):
     """:func:`lambda_gradients` of ``scores`` [Q, L] on the queries of ``plan``
-    (:class:`rankkit._plan.QueryPlan`: labels, mask and weights), for a caller that scores the
+    (:class:`rankkit.lambdas.plan.QueryPlan`: labels, mask and weights), for a caller that scores the
     same queries many times (the boosters). Trusts its arguments: the plan validated the labels
     once, the caller the options; ``weighting`` is a :class:`Weighting`. Everything that does
     not depend on the scores (query order, blocks, ideal DCG, ...) comes from the plan, so a
@@ -398,7 +405,7 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     ``upper_lower`` (u_a, u_b, l_a, l_b) times u_a l_b when W >= 0 (a is the pair's higher
     label, or a tie oriented a over b) and u_b l_a when W < 0;
     ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a
-    :class:`rankkit._blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
+    :class:`rankkit.lambdas.blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
     ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
     """

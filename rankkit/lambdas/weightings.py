@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from rankkit._ranking import discounts, gain_shift, gain_values, ideal_dcg
+from rankkit.lambdas.ranking import discounts, gain_shift, gain_values, ideal_dcg
 
 Terms = tuple[torch.Tensor, ...]
 
@@ -33,7 +33,7 @@ class Weighting(NamedTuple):
         tie_weight: |ΔZ| of a pair with equal labels, used by ``tie_term=True``.
         plan_terms: None, or ``(labels, mask, k, gain, max_err_label) -> (per_document,
             per_position)``: the part of the terms that does not depend on the ranking,
-            computed once per data set (:class:`rankkit._plan.QueryPlan`) from ``labels`` and
+            computed once per data set (:class:`rankkit.lambdas.plan.QueryPlan`) from ``labels`` and
             ``mask`` in document order. ``per_document`` are [Q, L] terms that the kernel puts
             into rank order each call, ``per_position`` [1, L] terms it passes as they are;
             ``doc_terms`` then gets both as ``constants=(ranked per_document, per_position)``.
