@@ -253,6 +253,29 @@ static void NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *r
 RANKKIT_NODE_SUMS(rk_node_sums_d, double, double)
 RANKKIT_NODE_SUMS(rk_node_sums_q, int32_t, int64_t)
 
+/* A block's cells a [256][3] (interleaved G, H, count) into the planar channels G, H, C of one
+   (feature, node), and -- with the parent's channels P (planes `pstride` apart) -- the sibling's
+   L = P - (G, H, C) (planes `lstride` apart), in one pass; restrict pointers so that the
+   compiler vectorises (the same subtractions, so the same bits). */
+#define RANKKIT_CELLS(COPY, SPLIT, OUT)                                                                  \
+static inline void COPY(const OUT *restrict a, OUT *restrict G, OUT *restrict H, OUT *restrict C, int nb,  \
+                        int with_count) {                                                                \
+    for (int b = 0; b < nb; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }                              \
+    if (with_count) for (int b = 0; b < nb; ++b) C[b] = a[3 * b + 2];                                   \
+}                                                                                                        \
+static inline void SPLIT(const OUT *restrict a, OUT *restrict G, OUT *restrict H, OUT *restrict C,       \
+                         const OUT *restrict P, int64_t pstride, OUT *restrict L, int64_t lstride, int nb) { \
+    const OUT *restrict PG = P, *restrict PH = P + pstride, *restrict PC = P + 2 * pstride;             \
+    OUT *restrict LG = L, *restrict LH = L + lstride, *restrict LC = L + 2 * lstride;                   \
+    for (int b = 0; b < nb; ++b) {                                                                       \
+        const OUT g = a[3 * b], h = a[3 * b + 1], c = a[3 * b + 2];                                      \
+        G[b] = g; H[b] = h; C[b] = c;                                                                    \
+        LG[b] = PG[b] - g; LH[b] = PH[b] - h; LC[b] = PC[b] - c;                                         \
+    }                                                                                                    \
+}
+RANKKIT_CELLS(rk_cells_copy_d, rk_cells_split_d, double)
+RANKKIT_CELLS(rk_cells_copy_q, rk_cells_split_q, int64_t)
+
 /* Histograms of the nodes `small[0..n_small)` into out [3, n_feat, n_out, 256] at slot
    small[s] (and, with parent [3, n_feat, n_par, 256], parent[:, :, s] - that into slot
    large[s]). Feature blocks are shared out between the threads; each cell is summed by one
@@ -264,7 +287,7 @@ RANKKIT_NODE_SUMS(rk_node_sums_q, int32_t, int64_t)
 #define RK_BLOCK 36
 #endif
 _Static_assert(RK_BLOCK >= 1 && RK_BLOCK <= 64, "RK_BLOCK: a block's columns live in col[64]");
-#define RANKKIT_NODE_HISTOGRAMS(NAME, SUMS, VAL, OUT)                                                    \
+#define RANKKIT_NODE_HISTOGRAMS(NAME, SUMS, COPY, SPLIT, VAL, OUT)                                                    \
 static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *restrict rows,             \
                 const int64_t *restrict features, int64_t n_feat, const int64_t *restrict order,         \
                 const int64_t *restrict seg, const VAL *restrict g, const VAL *restrict h,               \
@@ -298,20 +321,14 @@ static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *re
                     memset(acc + 3 * 256 * j, 0, sizeof(OUT) * 3 * (size_t) (nbins ? nbins[f0 + j] : 256)); \
                 SUMS(codes, n_cols, rows, order, k0, k1, g, h, col, fb, acc, with_count);                \
                 for (int64_t j = 0; j < fb; ++j) {                                                       \
-                    const OUT *a = acc + 3 * 256 * j;                                                    \
                     const int nb = (int) (nbins ? nbins[f0 + j] : 256);                                  \
-                    OUT *G = out + ((f0 + j) * n_out + d) * 256, *H = G + plane, *C = H + plane;         \
-                    for (int b = 0; b < nb; ++b) { G[b] = a[3 * b]; H[b] = a[3 * b + 1]; }               \
-                    if (with_count) for (int b = 0; b < nb; ++b) C[b] = a[3 * b + 2];                    \
-                    if (parent) {                                                                        \
-                        const OUT *PG = parent + ((f0 + j) * n_par + s) * 256, *PH = PG + pplane,        \
-                                  *PC = PH + pplane;                                                     \
-                        OUT *LG = out + ((f0 + j) * n_out + large[s]) * 256, *LH = LG + plane,           \
-                            *LC = LH + plane;                                                            \
-                        for (int b = 0; b < nb; ++b) {                                                   \
-                            LG[b] = PG[b] - G[b]; LH[b] = PH[b] - H[b]; LC[b] = PC[b] - C[b];            \
-                        }                                                                                \
-                    }                                                                                    \
+                    OUT *G = out + ((f0 + j) * n_out + d) * 256;                                         \
+                    if (parent)                                                                          \
+                        SPLIT(acc + 3 * 256 * j, G, G + plane, G + 2 * plane,                            \
+                              parent + ((f0 + j) * n_par + s) * 256, pplane,                             \
+                              out + ((f0 + j) * n_out + large[s]) * 256, plane, nb);                     \
+                    else                                                                                 \
+                        COPY(acc + 3 * 256 * j, G, G + plane, G + 2 * plane, nb, with_count);            \
                 }                                                                                        \
             }                                                                                            \
         }                                                                                                \
@@ -319,8 +336,8 @@ static int NAME(const uint8_t *restrict codes, int64_t n_cols, const int64_t *re
     }                                                                                                    \
     return failed ? -1 : 0;                                                                              \
 }
-RANKKIT_NODE_HISTOGRAMS(rk_node_histograms_d, rk_node_sums_d, double, double)
-RANKKIT_NODE_HISTOGRAMS(rk_node_histograms_q, rk_node_sums_q, int32_t, int64_t)
+RANKKIT_NODE_HISTOGRAMS(rk_node_histograms_d, rk_node_sums_d, rk_cells_copy_d, rk_cells_split_d, double, double)
+RANKKIT_NODE_HISTOGRAMS(rk_node_histograms_q, rk_node_sums_q, rk_cells_copy_q, rk_cells_split_q, int32_t, int64_t)
 
 /* The root: order = 0..n-1, one segment, and its histograms [3, n_feat, 1, 256] into out.
    with_count 0 leaves the count channel of out as it is (the caller knows it). quantized:
