@@ -69,7 +69,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   {"model": args.model, "--input": args.input, "--query-file": args.query_file})
     try:
         n = predict_file(args.model, args.input, None if args.output in (None, "-") else args.output,
-                         query_file=args.query_file)
+                         query_file=args.query_file, trust_torchscript=args.trust_torchscript)
     except Exception as e:
         if type(e).__module__.startswith("onnxruntime"):  # e.g. a file of another width
             import re
@@ -102,7 +102,7 @@ def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict
     eager = serving_module(model)
     x = torch.randn(64, eager.n_features, generator=torch.Generator().manual_seed(0)).abs() * 3
     with torch.no_grad():
-        diff = float((load_scorer(output)(x) - eager(x)).abs().max())
+        diff = float((load_scorer(output, trust_torchscript=True)(x) - eager(x)).abs().max())  # just written
     if not diff <= 1e-4:
         raise RuntimeError(f"exported scorer differs from the eager model by {diff:.3g}")
     return {"path": output, "bytes": os.path.getsize(output), "max_abs_diff": diff,
@@ -195,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--query-file", "--query_file", default=None,
                          help="a LightGBM .query sidecar (default: FILE.query when it exists)")
     predict.add_argument("-o", "--output", default=None, help="output file ('-' or none: stdout)")
+    predict.add_argument("--trust-torchscript", "--trust_torchscript", action="store_true",
+                         help="load a TorchScript .pt scorer: loading one runs code from the file, so it is "
+                              "refused unless you trust its source (.pt2, .onnx, .ckpt and LambdaMART files "
+                              "load without running anything)")
     predict.set_defaults(func=cmd_predict)
     export = sub.add_parser("export", help="export a trained model as a TorchScript / torch.export / ONNX scorer",
                             description="Export a trained model as a plain features [N, F] -> scores [N] "

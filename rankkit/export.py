@@ -394,10 +394,14 @@ def _check_pt2(path: str, members: dict[str, bytes]) -> None:
     _check_program(path, program)
 
 
-def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tensor]:
+def load_scorer(path: str | os.PathLike, *, trust_torchscript: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
     """Load either artefact as a callable features [N, F] -> scores [N].
 
-    ``.pt2`` files are read as ``torch.export`` programs, any other name as TorchScript.
+    ``.pt2`` files are read as ``torch.export`` programs, ``.onnx`` by ONNX Runtime, any other
+    name as TorchScript -- **only with** ``trust_torchscript=True``: loading a TorchScript file
+    runs code from it (its classes' ``__setstate__``) before the scorer is ever called, so by
+    default it is refused with a ``ValueError`` that says so (``rankkit predict
+    --trust-torchscript`` on the command line).
 
     Trust model. What ``load_scorer`` guarantees:
 
@@ -415,11 +419,12 @@ def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tenso
       a zip archive, a member whose checksum fails, and anything torch cannot load raise
       ``ValueError`` naming the file. A missing file raises ``FileNotFoundError``.
 
-    What it does not guarantee: a **TorchScript file is a program**. Calling the loaded
-    scorer runs the file's TorchScript code, which can call any operator registered in the
-    process (including ones that read or write files). Load ``.pt`` files only from sources
-    you would run code from; prefer ``.pt2`` for files from elsewhere. Nor does it bound the
-    memory or time a scorer takes on a given input.
+    What it does not guarantee: a **TorchScript file is a program**. Loading it (its
+    ``__setstate__`` methods) and calling the loaded scorer run the file's TorchScript code,
+    which can call any operator registered in the process (including ones that read or write
+    files): hence ``trust_torchscript``. Load ``.pt`` files only from sources you would run code
+    from; prefer ``.pt2`` for files from elsewhere. Nor does it bound the memory or time a
+    scorer takes on a given input.
 
     >>> load_scorer("no-such-model.pt2")
     Traceback (most recent call last):
@@ -429,6 +434,13 @@ def load_scorer(path: str | os.PathLike) -> Callable[[torch.Tensor], torch.Tenso
     path = os.fspath(path)
     if path.endswith(".onnx"):
         return _load_onnx(path)
+    if not path.endswith(".pt2") and not trust_torchscript:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file")
+        raise ValueError(f"{path}: a TorchScript file is a program, and loading it runs code from the file "
+                         f"(before any call); load it only from a source you would run code from, with "
+                         f"load_scorer(path, trust_torchscript=True) or `rankkit predict --trust-torchscript`; "
+                         f"a .pt2 or .onnx export loads without running anything")
     try:
         with open(path, "rb") as f:
             data = f.read()

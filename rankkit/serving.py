@@ -23,7 +23,7 @@ SCORER_SUFFIXES = (".pt", ".pt2", ".onnx", ".jit")
 _CHUNK = 1 << 16
 
 
-def load_model(path: str | os.PathLike):
+def load_model(path: str | os.PathLike, *, trust_torchscript: bool = False):
     """The trained object at ``path``: a LightningModule (``.ckpt``), a fitted
     :class:`rankkit.boosting.LambdaMART` (a safetensors model file) or a loaded scorer
     (``.pt``/``.pt2``/``.onnx``, a callable features [N, F] -> scores [N]).
@@ -42,7 +42,7 @@ def load_model(path: str | os.PathLike):
     if path.endswith(SCORER_SUFFIXES):
         from rankkit.export import load_scorer
 
-        scorer = load_scorer(path)
+        scorer = load_scorer(path, trust_torchscript=trust_torchscript)
         if isinstance(scorer, torch.fx.GraphModule):  # a .pt2: its width is its input's static shape
             scorer.n_features = _program_width(scorer)
         return scorer
@@ -148,7 +148,7 @@ def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor | None, *,
 
 
 def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | None = None, *,
-                 query_file: str | os.PathLike | None = None) -> int:
+                 query_file: str | os.PathLike | None = None, trust_torchscript: bool = False) -> int:
     """Score every document of the LETOR/SVMlight file ``input`` and write ``qid<TAB>doc<TAB>score``
     lines in input order to ``output`` (atomically), or to stdout when ``output`` is None.
 
@@ -164,6 +164,8 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
         input: a LETOR/SVMlight file (``.gz``/``.bz2`` too), with ``qid:`` fields or a
             LightGBM ``.query`` sidecar (``query_file``, default ``input + ".query"``).
         output: the output file; None (or ``"-"``) prints to stdout.
+        trust_torchscript: load a TorchScript ``model`` path (loading one runs its code; see
+            :func:`rankkit.export.load_scorer`).
     Returns:
         The number of documents scored.
     """
@@ -171,7 +173,7 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
     from rankkit.export import is_list_aware
 
     if isinstance(model, (str, os.PathLike)):
-        model = load_model(model)
+        model = load_model(model, trust_torchscript=trust_torchscript)
     scorer = as_scorer(model)
     n_features = _expected_features(model)
     if n_features is None:  # as read_svmlight without n_features=: the file's widest index

@@ -295,7 +295,7 @@ def edited_pt2(edit: Callable[[dict[str, bytes]], None], extra=()) -> bytes:
 def scorer_file(data: Callable[[], bytes], name: str) -> Callable[[Path], Any]:
     def call(tmp_path: Path):
         (tmp_path / name).write_bytes(data())
-        return load_scorer(tmp_path / name)
+        return load_scorer(tmp_path / name, trust_torchscript=True)
     return call
 
 
@@ -355,9 +355,25 @@ def torch_saved() -> bytes:
     return buf.getvalue()
 
 
+def untrusted_scorer(tmp_path: Path):
+    """A valid TorchScript export, loaded without trust_torchscript: refused before torch reads it."""
+    (tmp_path / "m.pt").write_bytes(PT())
+    with mock.patch("torch.jit.load", side_effect=AssertionError("torch.jit.load ran")):
+        return load_scorer(tmp_path / "m.pt")
+
+
+def untrusted_predict(tmp_path: Path):
+    """`rankkit predict m.pt` without --trust-torchscript (the error the CLI prints in one line)."""
+    from rankkit.serving import predict_file
+
+    (tmp_path / "m.pt").write_bytes(PT())
+    (tmp_path / "x.txt").write_text("1 qid:1 1:0.5\n")
+    return predict_file(tmp_path / "m.pt", tmp_path / "x.txt", tmp_path / "s.tsv")
+
+
 def directory_scorer(tmp_path: Path):
     (tmp_path / "m.pt").mkdir()
-    return load_scorer(tmp_path / "m.pt")
+    return load_scorer(tmp_path / "m.pt", trust_torchscript=True)
 
 
 def scores_like_the_model(scorer) -> None:
@@ -375,6 +391,9 @@ PT, PT2 = (lambda: artefacts()[".pt"]), (lambda: artefacts()[".pt2"])
 NOT_LOADABLE = r"not a loadable rankkit scorer file"
 
 SCORER = [
+    Case("scorer-pt-untrusted", untrusted_scorer, ValueError,
+         r"m\.pt: a TorchScript file is a program, and loading it runs code from the file .*trust_torchscript=True"),
+    Case("cli-predict-pt-untrusted", untrusted_predict, ValueError, r"--trust-torchscript"),
     Case("scorer-pt-empty", scorer_file(lambda: b"", "m.pt"), ValueError, r"m\.pt: .*the file is empty"),
     Case("scorer-pt2-empty", scorer_file(lambda: b"", "m.pt2"), ValueError, r"m\.pt2: .*the file is empty"),
     Case("scorer-pt-random-bytes", scorer_file(lambda: os.urandom(200), "m.pt"), ValueError, r"m\.pt: .*not a zip archive"),
@@ -437,7 +456,7 @@ SCORER = [
          scorer_file(lambda: edited_pt2(lambda f: f.update({"models/model.json": b"{"})), "m.pt2"), ValueError,
          r"m\.pt2: .*'models/model\.json' is not JSON"),
     Case("scorer-path-is-a-folder", directory_scorer, ValueError, r"m\.pt: cannot read the file"),
-    Case("scorer-missing-file", lambda tmp: load_scorer(tmp / "m.pt2"), FileNotFoundError, r"m\.pt2: no such file"),
+    Case("scorer-missing-file", lambda tmp: load_scorer(tmp / "m.pt2", trust_torchscript=True), FileNotFoundError, r"m\.pt2: no such file"),
     # documented results
     Case("scorer-pt-valid", scorer_file(PT, "m.pt"), None, check=scores_like_the_model),
     Case("scorer-pt2-valid", scorer_file(PT2, "m.pt2"), None, check=scores_like_the_model),
@@ -807,7 +826,7 @@ def test_pt2_with_a_pickled_weight_is_refused_unread(tmp_path):
                                  f.update({"data/weights/weight_0": pickle.dumps(Plant(marker))})))
     (tmp_path / "evil.pt2").write_bytes(data)
     with pytest.raises(ValueError, match=r"evil\.pt2: .*stored as a pickle"):
-        load_scorer(tmp_path / "evil.pt2")
+        load_scorer(tmp_path / "evil.pt2", trust_torchscript=True)
     assert not marker.exists()
     # the control: torch's own loader runs the pickle
     with pytest.raises(Exception):
@@ -819,7 +838,7 @@ def test_pt2_sample_inputs_pickle_is_dropped_unread(tmp_path):
     marker = tmp_path / "planted"
     data = edited_pt2(lambda f: f.update({"data/sample_inputs/model.pt": pickle.dumps(Plant(marker))}))
     (tmp_path / "evil.pt2").write_bytes(data)
-    scores_like_the_model(load_scorer(tmp_path / "evil.pt2"))
+    scores_like_the_model(load_scorer(tmp_path / "evil.pt2", trust_torchscript=True))
     assert not marker.exists()
     with pytest.raises(Exception):  # the control: torch.export.load falls back to a full unpickle
         torch.export.load(str(tmp_path / "evil.pt2"))
@@ -831,7 +850,7 @@ def test_pt2_shape_expression_never_evaluated(tmp_path):
     expr = f"open({str(marker)!r}, 'w') and Symbol('s97', positive=True, integer=True)"
     (tmp_path / "evil.pt2").write_bytes(edited_pt2(edit_json("models/model.json", set_expr(expr))))
     with pytest.raises(ValueError, match=r"unsupported symbolic shape expression"):
-        load_scorer(tmp_path / "evil.pt2")
+        load_scorer(tmp_path / "evil.pt2", trust_torchscript=True)
     assert not marker.exists()
 
 
@@ -841,7 +860,7 @@ def test_torchscript_loader_never_runs_python_pickles(tmp_path):
     if marker.exists():  # torch.save does not unpickle; a marker here means a broken test
         marker.unlink()
     with pytest.raises(ValueError, match=r"evil\.pt: .*torch cannot load it"):
-        load_scorer(tmp_path / "evil.pt")
+        load_scorer(tmp_path / "evil.pt", trust_torchscript=True)
     assert not marker.exists()
 
 

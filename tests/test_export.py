@@ -39,7 +39,7 @@ def test_every_trained_object_exports_and_scores_like_the_eager_model(trained, t
     x = torch.cat([data.features, data.features[:3] * 100, torch.full((2, 6), float("nan"))])
     with torch.no_grad():
         eager = unwrap(model)(x).reshape(-1)
-        served = load_scorer(path)(x)
+        served = load_scorer(path, trust_torchscript=True)(x)
     assert served.shape == (len(x),)
     torch.testing.assert_close(served, eager, rtol=1e-5, atol=1e-5)
 

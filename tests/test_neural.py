@@ -228,7 +228,7 @@ def test_weight_average_follows_the_ema_rule_and_is_what_serves(tmp_path):
     x = torch.randn(20, 6)
     path = export_torchscript(model, tmp_path / "avg.pt")
     with torch.no_grad():
-        torch.testing.assert_close(load_scorer(path)(x), model(x))
+        torch.testing.assert_close(load_scorer(path, trust_torchscript=True)(x), model(x))
         torch.testing.assert_close(model(x), model.averaged_scorer(x))
         assert not torch.allclose(model(x), model.scorer(x))
     with pytest.raises(ValueError, match="ema_decay"):
@@ -252,7 +252,7 @@ def test_export_roundtrip(tmp_path, fmt):
     model.eval()
     path = tmp_path / ("scorer.pt" if fmt == "torchscript" else "scorer.pt2")
     (export_torchscript if fmt == "torchscript" else export_program)(model, path)
-    served = load_scorer(path)
+    served = load_scorer(path, trust_torchscript=True)
     for n in (1, 10_000):
         x = torch.randn(n, 6) * 5
         with torch.no_grad():
@@ -314,7 +314,7 @@ def test_lambdarank_trains_a_users_scorer_and_exports_it(tmp_path, tiny_data, fm
     (export_torchscript if fmt == "torchscript" else export_program)(model, path, n_features=train.n_features)
     x = val.features
     with torch.no_grad():
-        torch.testing.assert_close(load_scorer(path)(x), model.eval()(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(load_scorer(path, trust_torchscript=True)(x), model.eval()(x), rtol=1e-5, atol=1e-5)
     restored = LambdaRank.load_from_checkpoint(tmp_path / "last.ckpt", scorer=UserScorer(train.n_features))
     with torch.no_grad():
         torch.testing.assert_close(restored.eval()(x), model(x))

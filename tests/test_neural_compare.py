@@ -38,7 +38,7 @@ def test_compare_trains_exports_and_ensembles_a_list_aware_model(letor, tmp_path
     assert len(test) == data.n_docs
 
     def scores(run):
-        served = load_scorer(run["export_path"])
+        served = load_scorer(run["export_path"], trust_torchscript=True)
         return score_queries(as_scorer(served), data.features, data.sizes)
 
     mean = (scores(runs["LambdaRank", 0]) + scores(runs["LambdaRank", 1])) / 2

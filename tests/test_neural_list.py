@@ -149,7 +149,7 @@ def test_every_export_of_a_list_aware_scorer_equals_eager(tmp_path, ext):
     scorer = transformer()
     scorer.preprocess.fit(torch.randn(40, F) * 3)
     path = EXPORTERS[ext](scorer, tmp_path / f"m.{ext}")
-    served = load_scorer(path)
+    served = load_scorer(path, trust_torchscript=True)
     assert is_list_aware(served)
     for seed, (q, length) in enumerate([(3, 7), (1, 1), (5, 12)]):  # dynamic Q and L, unlike the example
         x, mask = batch(seed, q, length)
@@ -180,7 +180,7 @@ def test_a_list_aware_scorer_serves_query_by_query(tmp_path):
     with torch.no_grad():
         expected = scorer(padded, mask)[mask]
     for model in (scorer, str(tmp_path / "m.pt")):
-        assert predict_file(model, tmp_path / "d.txt", tmp_path / "s.tsv") == data.n_docs
+        assert predict_file(model, tmp_path / "d.txt", tmp_path / "s.tsv", trust_torchscript=True) == data.n_docs
         got = torch.tensor([float(line.split("\t")[2]) for line in (tmp_path / "s.tsv").read_text().splitlines()])
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     # the same scores whatever the number of queries per padded batch
@@ -217,7 +217,7 @@ def test_a_seed_ensemble_is_the_mean_and_exports(tmp_path):
         expected = (members[0](x, mask) + members[1](x, mask) + members[2](x)) / 3
         torch.testing.assert_close(ensemble(x, mask), expected)
         export_torchscript(ensemble, tmp_path / "e.pt")
-        torch.testing.assert_close(load_scorer(tmp_path / "e.pt")(x, mask), expected.masked_fill(~mask, 0.0))
+        torch.testing.assert_close(load_scorer(tmp_path / "e.pt", trust_torchscript=True)(x, mask), expected.masked_fill(~mask, 0.0))
     with pytest.raises(ValueError, match="different feature counts"):
         MeanEnsemble([MLPScorer(3), MLPScorer(4)])
 
@@ -287,5 +287,5 @@ def test_the_module_remembers_the_feature_count_it_trained_on(tmp_path, tiny_dat
     export_program(restored, tmp_path / "m.pt2")
     x, mask = batch()
     with torch.no_grad():
-        torch.testing.assert_close(load_scorer(tmp_path / "m.pt2")(x, mask),
+        torch.testing.assert_close(load_scorer(tmp_path / "m.pt2", trust_torchscript=True)(x, mask),
                                    restored.eval()(x, mask))
