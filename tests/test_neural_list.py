@@ -217,7 +217,8 @@ def test_a_seed_ensemble_is_the_mean_and_exports(tmp_path):
         expected = (members[0](x, mask) + members[1](x, mask) + members[2](x)) / 3
         torch.testing.assert_close(ensemble(x, mask), expected)
         export_torchscript(ensemble, tmp_path / "e.pt")
-        torch.testing.assert_close(load_scorer(tmp_path / "e.pt", trust_torchscript=True)(x, mask), expected.masked_fill(~mask, 0.0))
+        served = load_scorer(tmp_path / "e.pt", trust_torchscript=True)
+        torch.testing.assert_close(served(x, mask), expected.masked_fill(~mask, 0.0))
     with pytest.raises(ValueError, match="different feature counts"):
         MeanEnsemble([MLPScorer(3), MLPScorer(4)])
 
