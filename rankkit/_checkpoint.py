@@ -224,6 +224,31 @@ def load_checkpoint(path: str | os.PathLike, *, scorer=None):
     return model.to("cpu").eval()
 
 
+def guard_trainer_restore(module) -> None:
+    """Make the Trainer running ``module`` check a checkpoint before it restores one.
+
+    Called from a rankkit module's ``setup``, which Lightning runs before it restores
+    ``ckpt_path`` (``Trainer.fit/validate/test/predict(..., ckpt_path=...)``); Lightning would fetch
+    a URL and unpickle the file with ``weights_only=False``. From here on that Trainer's restore
+    first refuses a URL or fsspec chain and reads the file with ``weights_only=True`` as
+    :func:`check_checkpoint` does (a rankkit class, its hyper-parameters checked), raising
+    ValueError naming ``ckpt_path`` before anything of the file is unpickled.
+    """
+    trainer = getattr(module, "_trainer", None)
+    connector = getattr(trainer, "_checkpoint_connector", None)
+    if connector is None or getattr(connector, "_rankkit_guarded", False):
+        return
+    restore = connector.resume_start
+
+    def checked_resume_start(checkpoint_path=None, *args, **kwargs):
+        if checkpoint_path is not None and isinstance(checkpoint_path, (str, os.PathLike)):
+            check_checkpoint(checkpoint_path, need_scorer=False)
+        return restore(checkpoint_path, *args, **kwargs)
+
+    connector.resume_start = checked_resume_start
+    connector._rankkit_guarded = True
+
+
 def guarded_load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
                                  weights_only=None, **kwargs):
     """Lightning's ``load_from_checkpoint`` for rankkit's classes, with :func:`load_checkpoint`'s

@@ -416,3 +416,37 @@ def test_lightning_api_load_from_checkpoint_is_guarded(tmp_path, ranknet):
     big = _checkpoint(tmp_path, ranknet, "big.ckpt", hyper_parameters={"hidden": [30000, 30000]})
     with pytest.raises(ValueError, match="does not match the RankNet"):
         RankNet.load_from_checkpoint(big)
+
+
+class _Plant:
+    """Unpickling this creates ``marker`` (a stand-in for any code a pickle can run)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("module", ["RankNet", "LambdaMARTModule"])
+def test_a_trainers_ckpt_path_is_checked_before_lightning_reads_it(tmp_path, module):
+    """``pl.Trainer().test(RankNet(...), datamodule=..., ckpt_path=URL)`` fetched and unpickled the
+    file (``weights_only=False``); a local checkpoint carrying a pickle ran it. rankkit's modules
+    now make the Trainer check the path and read the file with ``weights_only=True`` first."""
+    import pytorch_lightning as pl
+
+    import rankkit
+    from rankkit.data.datamodule import RankingDataModule
+
+    dm = RankingDataModule("mq2008", max_docs=128)
+    model = rankkit.RankNet(n_features=46) if module == "RankNet" else rankkit.LambdaMARTModule(depth=2)
+    trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, accelerator="cpu", devices=1)
+    with pytest.raises(ValueError, match=r"`ckpt_path` has to be a local checkpoint file"):
+        trainer.test(model, datamodule=dm, ckpt_path="http://127.0.0.1:9/x.ckpt")
+    marker = tmp_path / "planted"
+    torch.save({"state_dict": {}, "payload": _Plant(marker)}, tmp_path / "evil.ckpt")
+    assert not marker.exists()
+    with pytest.raises(ValueError, match=r"evil\.ckpt: not a readable Lightning checkpoint"):
+        trainer.test(model, datamodule=dm, ckpt_path=str(tmp_path / "evil.ckpt"))
+    assert not marker.exists()  # the pickle never ran

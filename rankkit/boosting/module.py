@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit import _checks, _quiet
-from rankkit._checkpoint import guarded_load_from_checkpoint, record_class
+from rankkit._checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
@@ -123,6 +123,7 @@ class LambdaMARTModule(pl.LightningModule):
             strategy._setup_model = lambda model: model
             strategy._register_ddp_hooks = lambda: None
         _quiet.hold(self)  # the logging-interval warning is moot: one batch per epoch (rankkit._quiet)
+        guard_trainer_restore(self)  # a ckpt_path given to the Trainer is checked before it is read
 
     def teardown(self, stage: str) -> None:
         _quiet.release(self)

@@ -15,7 +15,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from rankkit import _checks, _quiet
-from rankkit._checkpoint import class_path, guarded_load_from_checkpoint, record_class
+from rankkit._checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
@@ -369,6 +369,7 @@ class NeuralRanker(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit._quiet)
+        guard_trainer_restore(self)  # a ckpt_path given to the Trainer is checked before it is read
 
     def teardown(self, stage: str) -> None:
         _quiet.release(self)
