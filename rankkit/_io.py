@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import stat
+import sys
 import tempfile
 from typing import BinaryIO, Callable, Iterable, Mapping
 
@@ -70,8 +72,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffi
     ``path`` is left as it was and the temporary file is removed; a temporary file left by a
     writer that was killed outright (SIGKILL) is removed by the next write of the same path.
     Creates the directory. When ``path`` is a symbolic link, the file it points to is replaced
-    (the link stays a link). When it is an existing special file (``/dev/null``, ``/dev/stdout``,
-    a named pipe), ``write`` writes straight into it: renaming over it would replace the device.
+    (the link stays a link). When it is an existing special file (``/dev/null``, a named pipe),
+    ``write`` writes straight into it: renaming over it would replace the device. When it names
+    an open descriptor (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``),
+    the bytes go through that descriptor, whatever it is open on (``-o /dev/stdout >> log.txt``
+    appends to log.txt, never renames over it).
 
     The new file gets the permissions of a file created with ``open(path, "w")``:
     ``0o666 & ~umask`` (0644 under the usual umask 022), not the 0600 of ``mkstemp``.
@@ -80,6 +85,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffi
     Returns ``path`` as a string.
     """
     path = os.fspath(path)
+    fd = _stream_fd(path)
+    if fd is not None:  # /dev/stdout and friends: into the open file, never renamed over it
+        return _write_to_fd(path, fd, write, suffix)
     target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
     directory, name = os.path.split(target)
     _check_parents(directory, path)
@@ -111,6 +119,50 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], *, suffi
                 os.unlink(tmp)
             except OSError:
                 pass
+    return path
+
+
+_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+)/fd)/(\d+)")
+
+
+def _stream_fd(path: str) -> int | None:
+    """The file descriptor that ``path`` names (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``, ``/proc/<this pid>/fd/N``), or None. Such a path resolves to whatever
+    the descriptor is open on -- a regular file after ``>> log.txt`` -- and reopening it would
+    truncate that file; rankkit writes through the descriptor instead."""
+    if path in _STREAMS:
+        return _STREAMS[path]
+    m = _FD_PATH.fullmatch(path)
+    if m is None:
+        return None
+    pid = path.split("/")[2]
+    if pid.isdigit() and int(pid) != os.getpid():
+        return None  # another process's descriptor: not ours to write through
+    return int(m.group(1))
+
+
+def _write_to_fd(path: str, fd: int, write: Callable[[str], None], suffix: str) -> str:
+    """``write`` into a private temporary file, then its bytes appended through ``fd`` (a dup of
+    it: the descriptor's own mode, O_APPEND included, is kept; nothing is truncated)."""
+    tmp_fd, tmp = tempfile.mkstemp(prefix=".rankkit-stream-", suffix=suffix)
+    os.close(tmp_fd)
+    try:
+        write(tmp)
+        for stream in (sys.stdout, sys.stderr):  # what Python holds for the descriptor goes first
+            if stream is not None and not stream.closed:
+                stream.flush()
+        with open(tmp, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError as e:
+        if e.errno is None or e.filename not in (None, tmp):
+            raise
+        raise type(e)(e.errno, e.strerror or os.strerror(e.errno), path) from e
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
     return path
 
 

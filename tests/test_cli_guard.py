@@ -182,6 +182,26 @@ def test_a_named_pipe_is_written_into_not_replaced(work, capsys):
     assert not fifo.is_file() and fifo.exists()  # still a pipe, not a regular file renamed over it
 
 
+@pytest.mark.parametrize("target", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_an_open_descriptor_is_appended_through_not_renamed_over(work, target):
+    """``rankkit predict M --input t.txt -o /dev/stdout >> log.txt`` renamed a temporary file over
+    log.txt (the path resolves to it): its old content was lost. Now the scores go through the
+    descriptor, which the shell opened for appending."""
+    import subprocess
+    import sys
+
+    log = work / "log.txt"
+    log.write_text("earlier line\n")
+    with open(log, "a") as out:
+        done = subprocess.run([sys.executable, "-m", "rankkit.cli", "predict", str(work / "m.safetensors"),
+                               "--input", str(work / "test.txt"), "-o", target], stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0] == "earlier line" and len(lines) == 1 + 24 * 12
+    assert temps(work) == []
+
+
 def test_check_outputs_directly(tmp_path):
     a = tmp_path / "a.txt"
     a.write_text("x")
