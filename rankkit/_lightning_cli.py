@@ -39,26 +39,51 @@ def resolve_config_arg(value: str) -> str:
     return str(path)
 
 
+# Every spelling argparse accepts for the config flag: LightningCLI's `-c` alias and the
+# unambiguous abbreviations of `--config`.
+CONFIG_FLAGS = ("-c", "--conf", "--confi", "--config")
+
+
+def _config_flag(arg: str) -> tuple[str, str | None] | None:
+    """(flag, value or None) when ``arg`` is the config flag in any spelling (``-c FILE``,
+    ``-cFILE``, ``--config FILE``, ``--config=FILE``, ``--conf=FILE``), else None."""
+    flag, eq, value = arg.partition("=")
+    if flag in CONFIG_FLAGS:
+        return flag, (value if eq else None)
+    if arg.startswith("-c") and not arg.startswith("--") and len(arg) > 2:
+        return "-c", arg[2:]
+    return None
+
+
 def resolve_config_args(argv: list[str]) -> list[str]:
-    """``argv`` with every ``--config NAME`` turned into the packaged file's path."""
+    """``argv`` with every ``--config NAME`` (in any spelling) turned into the packaged file's path."""
     out, i = [], 0
     while i < len(argv):
-        a = argv[i]
-        if a == "--config" and i + 1 < len(argv):
-            out += [a, resolve_config_arg(argv[i + 1])]
+        found = _config_flag(argv[i])
+        if found is not None and found[1] is None and i + 1 < len(argv):
+            out += [argv[i], resolve_config_arg(argv[i + 1])]
             i += 2
             continue
-        if a.startswith("--config="):
-            a = "--config=" + resolve_config_arg(a.split("=", 1)[1])
-        out.append(a)
+        if found is not None and found[1] is not None:
+            out.append("--config=" + resolve_config_arg(found[1]))
+        else:
+            out.append(argv[i])
         i += 1
     return out
 
 
 def config_paths(argv: list[str]) -> list[str]:
-    """The config files named by ``--config FILE`` / ``--config=FILE`` in ``argv``."""
-    out = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    out += [b for a, b in zip(argv, argv[1:]) if a == "--config"]
+    """The config files named by the config flag in ``argv``, in any spelling (``-c FILE``,
+    ``--config FILE``, ``--config=FILE``, ``--conf FILE``...): the files a run must never write over."""
+    out = []
+    for i, arg in enumerate(argv):
+        found = _config_flag(arg)
+        if found is None:
+            continue
+        if found[1] is not None:
+            out.append(found[1])
+        elif i + 1 < len(argv):
+            out.append(argv[i + 1])
     return out
 
 

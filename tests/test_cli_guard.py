@@ -134,13 +134,15 @@ def test_export_refuses_a_checkpoint_as_its_own_output(work, tmp_path, capsys):
     assert digest(ckpt) == before
 
 
-def test_fit_refuses_to_rewrite_its_own_config(work, tmp_path, capsys):
+@pytest.mark.parametrize("spelling", ["--config", "-c", "--conf"])
+def test_fit_refuses_to_rewrite_its_own_config(work, tmp_path, capsys, spelling):
+    # `-c` (LightningCLI's alias) and abbreviations rewrote the config: the guard knew `--config` only
     runs = tmp_path / "runs"
     runs.mkdir()
     config = runs / "config.yaml"
     config.write_text((CONFIGS / "lambdamart.yaml").read_text())
     before = digest(config)
-    code, err = run(["fit", "--config", config, f"--trainer.default_root_dir={runs}", "--trainer.logger=false",
+    code, err = run(["fit", spelling, config, f"--trainer.default_root_dir={runs}", "--trainer.logger=false",
                      f"--data.data={work}", "--trainer.max_epochs=1", "--model.init_args.min_data_in_leaf=5",
                      "--data.val_fraction=0.25"], capsys)
     assert_one_line(code, err, "--trainer.default_root_dir", "is the input `--config`")
