@@ -4,7 +4,8 @@ PyYAML shares an aliased node instead of copying it, so a few hundred bytes of n
 (a "billion laughs" file) load quickly -- and then explode when anything walks, copies or dumps
 the result (jsonargparse does all three: a 476-byte file grew past 3 GB). Before loading, the
 text is composed into nodes (no Python objects built) and the nodes are counted **as if every
-alias were expanded**, stopping at :data:`MAX_NODES`; the text itself is limited to
+alias were expanded**, stopping at :data:`MAX_NODES` nodes, :data:`MAX_EXPANDED_BYTES`
+characters of values and :data:`MAX_DEPTH` levels; the text itself is limited to
 :data:`MAX_BYTES`. Every YAML rankkit reads goes through :func:`check_yaml`: ``compare``'s model
 configs (:func:`safe_load`) and everything jsonargparse parses for ``rankkit fit|validate|test``
 and ``rankkit compare`` (``--config`` files, values on the command line), by :func:`install`.
@@ -17,6 +18,11 @@ import yaml
 MAX_BYTES = 1 << 20
 #: The most nodes (scalars, lists, mappings) a YAML text may hold with its aliases expanded.
 MAX_NODES = 100_000
+#: The most characters of scalars a YAML text may hold with its aliases expanded (one large
+#: anchored string aliased many times stays under MAX_NODES but not under this).
+MAX_EXPANDED_BYTES = 8 << 20
+#: The deepest nesting of lists and mappings (PyYAML composes recursively).
+MAX_DEPTH = 100
 
 
 class YAMLLimitError(yaml.YAMLError, ValueError):
@@ -38,19 +44,48 @@ def check_yaml(text: str, source: str = "YAML") -> None:
     if len(text) > MAX_BYTES:
         raise YAMLLimitError(f"{source}: {len(text)} characters of YAML, more than rankkit's limit "
                              f"rankkit._yaml.MAX_BYTES = {MAX_BYTES}")
-    stack = [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
-    count = 0
+    _check_depth(text, source)
+    try:
+        roots = [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
+    except RecursionError:
+        raise YAMLLimitError(f"{source}: YAML nested too deeply to read") from None
+    stack = [(node, 1) for node in roots]
+    count = chars = 0
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
             raise YAMLLimitError(f"{source}: more than {MAX_NODES} YAML nodes with aliases expanded (an alias "
                                  f"bomb?); rankkit's limit is rankkit._yaml.MAX_NODES")
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
+        if depth > MAX_DEPTH:
+            raise YAMLLimitError(f"{source}: YAML nested more than {MAX_DEPTH} levels deep; rankkit's limit is "
+                                 f"rankkit._yaml.MAX_DEPTH")
+        if isinstance(node, yaml.ScalarNode):
+            chars += len(node.value)
+            if chars > MAX_EXPANDED_BYTES:
+                raise YAMLLimitError(f"{source}: more than {MAX_EXPANDED_BYTES} characters of YAML values with "
+                                     f"aliases expanded (an alias bomb?); rankkit's limit is "
+                                     f"rankkit._yaml.MAX_EXPANDED_BYTES")
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
         elif isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                stack.extend((key, value))
+                stack.extend(((key, depth + 1), (value, depth + 1)))
+
+
+def _check_depth(text: str, source: str) -> None:
+    """A quick bound on flow nesting (``[[[[...``, ``{{{{...``) before PyYAML's recursive reader
+    sees it: more than :data:`MAX_DEPTH` open brackets at once is refused."""
+    depth = top = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            top = max(top, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    if top > MAX_DEPTH:
+        raise YAMLLimitError(f"{source}: YAML nested more than {MAX_DEPTH} levels deep; rankkit's limit is "
+                             f"rankkit._yaml.MAX_DEPTH")
 
 
 def safe_load(text: str, source: str = "YAML"):

@@ -10,6 +10,9 @@ def build_parser():
     """The ``rankkit compare`` parser (jsonargparse: ``--config compare.yaml`` plus overrides)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
 
+    from rankkit import _yaml
+
+    _yaml.install()  # the YAML limits for --config and every value jsonargparse parses
     p = ArgumentParser(prog="rankkit compare", exit_on_error=False,
                        description="Train RankNet, LambdaRank and LambdaMART (and optionally LightGBM, "
                                    "XGBoost, CatBoost) on the same folds and seeds; write metrics.json, "
