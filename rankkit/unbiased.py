@@ -133,6 +133,10 @@ def pair_costs(scores, clicks, *, mask=None, sigma: float = 1.0, weighting: str 
     return _pair_costs(scores, clicked, mask, sigma, weighting, check_k(k))
 
 
+#: The most position buckets (the estimator keeps a [P, P] float64 table: 128 MiB at 4096).
+MAX_POSITIONS = 4096
+
+
 def _position_pair_costs(scores, clicked, positions, mask, n_positions, sigma, weighting, k):
     n_q, length = scores.shape
     total = torch.zeros(n_positions * n_positions, dtype=torch.float64, device=scores.device)
@@ -261,7 +265,8 @@ class PropensityEstimator:
 
     def __init__(self, n_positions: int = 10, *, p: float = 1.0, sigma: float = 1.0,
                  weighting: str = "ndcg", k: int | None = None, clip: float | None = None):
-        self.n_positions = check_int(n_positions, "n_positions")
+        # a [P, P] table of pair costs is kept: 4096 positions (128 MiB) is far past any click log
+        self.n_positions = check_int(n_positions, "n_positions", low=1, high=MAX_POSITIONS)
         self.clip = None if clip is None else check_number(clip, "clip", low=1.0)
         self.p = check_number(p, "p", low=0.0)
         self.sigma = check_number(sigma, "sigma", low=0.0, low_open=True)
@@ -473,7 +478,8 @@ class RegressionEM:
     def __init__(self, n_positions: int = 10, *, hidden: tuple[int, ...] = (32,), dropout: float = 0.0,
                  iterations: int = 20, epochs: int = 1, lr: float = 3e-3, weight_decay: float = 1e-5,
                  batch_size: int = 1024, seed: int = 0):
-        self.n_positions = check_int(n_positions, "n_positions")
+        # a [P, P] table of pair costs is kept: 4096 positions (128 MiB) is far past any click log
+        self.n_positions = check_int(n_positions, "n_positions", low=1, high=MAX_POSITIONS)
         self.hidden = tuple(hidden)
         self.dropout = check_number(dropout, "dropout", low=0.0, high=1.0, high_open=True)
         self.iterations = check_int(iterations, "iterations")

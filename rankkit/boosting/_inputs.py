@@ -144,6 +144,15 @@ def query_sizes(qid, group, n: int, *, qid_name: str = "qid", group_name: str = 
             raise ValueError(f"`{qid_name}` has to have shape [{n}], got {q.shape}")
         if q.dtype == object:
             q = np.asarray([v.item() if hasattr(v, "item") else v for v in q], dtype=object)
+        # NaN differs from itself: every NaN would start a one-document query of its own
+        if q.dtype.kind == "f":
+            nan = np.isnan(q)
+        elif q.dtype == object:
+            nan = np.fromiter((isinstance(v, float) and v != v for v in q), dtype=bool, count=len(q))
+        else:
+            nan = np.zeros(len(q), dtype=bool)
+        if nan.any():
+            raise ValueError(f"`{qid_name}` has to hold query ids, got nan at [{int(np.flatnonzero(nan)[0])}]")
         starts = np.ones(n, dtype=bool)
         if n:
             starts[1:] = q[1:] != q[:-1]

@@ -108,7 +108,7 @@ class BoosterConfig:
         c.check_int(self.seed, "seed", low=0)
         c.check_bool(self.unbiased, "unbiased")
         c.check_number(self.bias_p, "bias_p", low=0)
-        c.check_int(self.n_positions, "n_positions", low=1)
+        c.check_int(self.n_positions, "n_positions", low=1, high=4096)  # rankkit.unbiased.MAX_POSITIONS
         if self.unbiased and self.objective in ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg"):
             raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {self.objective!r}")
         make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
