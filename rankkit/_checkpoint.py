@@ -221,7 +221,31 @@ def load_checkpoint(path: str | os.PathLike, *, scorer=None):
     except (KeyError, RuntimeError, TypeError, NotImplementedError) as e:
         raise ValueError(f"{path}: the checkpoint does not match {cls.__name__}: {type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]}") from None
+    _check_loaded_values(path, model)
     return model.to("cpu").eval()
+
+
+def _check_loaded_values(path: str, model) -> None:
+    """Every floating tensor of the loaded model finite, and a tree ensemble's trees valid
+    (:meth:`rankkit.boosting.ensemble.ObliviousEnsemble.validate`): a checkpoint with a NaN
+    weight, leaf, threshold or bias would load and score NaN or inf with exit status 0."""
+    import torch
+
+    for name, value in model.state_dict().items():
+        if torch.is_tensor(value) and value.is_floating_point() and value.numel():
+            bad = ~torch.isfinite(value)
+            if name.endswith("thresholds"):
+                bad = torch.isnan(value) | (value == -torch.inf)  # +inf is "never right"
+            if bool(bad.any()):
+                where = ", ".join(map(str, torch.nonzero(bad)[0].tolist()))
+                raise ValueError(f"{path}: `{name}` holds {float(value[bad][0])} at [{where}]: the checkpoint's "
+                                 f"values are not a usable model")
+    scorer = getattr(model, "scorer", None)
+    if hasattr(scorer, "validate"):
+        try:
+            scorer.validate()
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
 
 def guard_trainer_restore(module) -> None:

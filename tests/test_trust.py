@@ -474,3 +474,44 @@ def test_a_trainers_ckpt_path_is_checked_before_lightning_reads_it(tmp_path, mod
     with pytest.raises(ValueError, match=r"evil\.ckpt: not a readable Lightning checkpoint"):
         trainer.test(model, datamodule=dm, ckpt_path=str(tmp_path / "evil.ckpt"))
     assert not marker.exists()  # the pickle never ran
+
+
+def test_checkpoint_values_are_checked_when_loaded(tmp_path, ranknet):
+    """A RankNet checkpoint with a NaN weight, and a LambdaMART one with a NaN leaf, a NaN
+    threshold or an infinite bias, loaded and scored NaN/inf with exit status 0."""
+    from rankkit._checkpoint import load_checkpoint
+
+    name = next(k for k, v in ranknet.state_dict().items() if v.is_floating_point() and v.dim() == 2)
+    weights = ranknet.state_dict()[name].clone()
+    weights[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=rf"bad\.ckpt: `{name}` holds nan at \[1, 2\]"):
+        load_checkpoint(_checkpoint(tmp_path, ranknet, "bad.ckpt", state_dict={name: weights}))
+    assert load_checkpoint(_checkpoint(tmp_path, ranknet)) is not None  # the unedited file loads
+
+
+def test_a_lambdamart_checkpoint_with_bad_trees_is_refused(tmp_path):
+    import pytorch_lightning as pl
+
+    from rankkit._checkpoint import load_checkpoint
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.data.datamodule import RankingDataModule
+
+    module = LambdaMARTModule(depth=2, min_data_in_leaf=5)
+    trainer = pl.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, accelerator="cpu", devices=1)
+    trainer.fit(module, datamodule=RankingDataModule("mq2008", max_docs=128))
+    good = tmp_path / "good.ckpt"
+    trainer.save_checkpoint(good)
+    assert load_checkpoint(good).scorer.n_trees == 2
+    ckpt = torch.load(good, weights_only=True)
+    for key, index, value, message in (("leaf_values", (0, 1), float("nan"), r"`scorer\.leaf_values` holds nan"),
+                                       ("thresholds", (1, 0), float("nan"), r"`scorer\.thresholds` holds nan"),
+                                       ("bias", (), float("inf"), r"`scorer\.bias` holds inf"),
+                                       ("leaf_values", (slice(None), slice(None)), 3e38,
+                                        r"sum to .* beyond float32's range")):
+        edited = {k: v.clone() for k, v in ckpt["state_dict"].items()}
+        edited[f"scorer.{key}"][index] = value
+        path = tmp_path / f"bad-{key}.ckpt"
+        torch.save({**ckpt, "state_dict": edited}, path)
+        with pytest.raises(ValueError, match=message):
+            load_checkpoint(path)

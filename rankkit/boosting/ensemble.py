@@ -62,7 +62,8 @@ class ObliviousEnsemble(nn.Module):
         """Check the values (the constructor checks only shapes and kinds, at no host sync).
 
         Feature indices lie in [0, F); thresholds are finite or +inf ("never right"), never NaN
-        or -inf; leaf values and the bias are finite. Call it on a model read from a file.
+        or -inf; leaf values and the bias are finite, and so is their largest sum (a score) in
+        float32. Call it on a model read from a file.
         Raises ValueError naming the buffer and the first bad position; returns ``self``.
 
         >>> ObliviousEnsemble(2, torch.tensor([[2]]), torch.tensor([[0.5]]),
@@ -79,6 +80,12 @@ class ObliviousEnsemble(nn.Module):
             finite_condition(self.leaf_values, None, "leaf_values"),
             finite_condition(self.bias.reshape(1), None, "bias"),
         )
+        # Each leaf finite is not enough: a score is the bias plus one leaf per tree, in float32.
+        top = float(self.leaf_values.double().abs().amax(dim=1).sum()) if self.n_trees else 0.0
+        top += abs(float(self.bias))
+        if top > torch.finfo(torch.float32).max:
+            raise ValueError(f"`leaf_values`: the largest leaves of the trees and the bias sum to {top:.3g}, "
+                             f"beyond float32's range: a document's score would be inf")
         return self
 
     @property
