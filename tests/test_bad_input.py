@@ -134,6 +134,10 @@ READER = [
     Case("reader-feature-index-beyond-n-features", svm(GOOD, n_features=2), ValueError,
          r"f\.txt:3: feature index 3 gives 3 features, more than the expected n_features=2"),
     Case("reader-too-many-values", small_max_values, ValueError, r"f\.txt: 3 documents x 3 features .*MAX_VALUES"),
+    Case("reader-stray-feature-index", svm(("\n".join(["0 qid:1 1:0.5 2:0.25"] * 200 + ["1 qid:1 1:0.5 1000000:1"])
+                                           + "\n").encode(), "f.txt"), ValueError,
+         r"f\.txt:201: feature index 1000000 makes 201 documents x 1000000 features = 0\.7 GiB dense for 402 "
+         r"stored values .*pass n_features="),
     Case("reader-gz-truncated", svm(GZ[:len(GZ) // 2], "f.txt.gz"), ValueError, r"f\.txt\.gz: cannot read the file"),
     Case("reader-gz-not-compressed", svm(GOOD, "f.txt.gz"), ValueError, r"f\.txt\.gz: cannot read the file"),
     Case("reader-gz-corrupt-body", svm(GZ[:12] + bytes(len(GZ) - 12), "f.txt.gz"), ValueError,

@@ -520,6 +520,29 @@ def _capacity(wanted: int, needed: int, width: int) -> int:
     return max(needed, min(max(wanted, 2**18 // width), MAX_VALUES // width))
 
 
+#: Without ``n_features=``, the dense array may hold at most this many times the values the file
+#: stores (and always 2^26 values, 256 MiB): a file of a few lines with one feature index of a
+#: million would otherwise ask for gigabytes. A dense LETOR file stores about one value per cell.
+DENSE_PER_STORED = 256
+_DENSE_FLOOR = 2**26
+
+
+def _check_dense(path: str, n: int, width: int, stored: int, block: "_Block | None") -> None:
+    """ValueError when ``n`` rows x ``width`` columns is far beyond the ``stored`` values so far
+    (:data:`DENSE_PER_STORED`), naming the line of the widest index when ``block`` has it."""
+    if n * width <= max(_DENSE_FLOOR, DENSE_PER_STORED * stored):
+        return
+    where = ""
+    if block is not None and len(block.cols):
+        line = int(block.lines[block.rows[int(np.argmax(block.cols))]])
+        where = f":{line}: feature index {width} makes"
+    else:
+        where = f": {width} features make"
+    raise ValueError(f"{path}{where} {n} documents x {width} features = {n * width * 4 / 2**30:.1f} GiB dense "
+                     f"for {stored} stored values (a stray feature index?); pass n_features= to read a wide "
+                     f"sparse file")
+
+
 def _check_values(path: str, n: int, width: int) -> None:
     if n * width > MAX_VALUES:
         raise ValueError(f"{path}: {n} documents x {width} features would need "
@@ -616,12 +639,16 @@ def read_svmlight(path: str | os.PathLike, *, query_file: str | os.PathLike | No
         features = np.empty((rows if rows is not None and width else 0, width), dtype=np.float32)
         labels = np.empty(rows if rows is not None else 0, dtype=np.float32)
         comments: list[str] | None = [] if with_comments else None
-        n = 0
+        n = stored = 0
         for block in scan.blocks():
             end = n + block.n
+            stored += len(block.values)
             if n_features is None and block.width() > width:
+                _check_dense(path, end, block.width(), stored, block)
                 width = block.width()
                 _check_values(path, end, width)
+            elif n_features is None:
+                _check_dense(path, end, width, stored, None)
                 if rows is not None and rows * width > MAX_VALUES:
                     rows = None
                 capacity = rows if rows is not None else _capacity(len(features), end, width)
