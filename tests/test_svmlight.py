@@ -366,3 +366,23 @@ def test_large_dataset_inf_check_runs_in_blocks_and_still_names_the_position():
     x[77_777, 5] = float("-inf")
     with pytest.raises(ValueError, match=r"`features` has to be finite or NaN \(missing\), got -inf at \[77777, 5\]"):
         RankingDataset(x, torch.zeros(100_000), [0, 100_000], [1])
+
+
+def test_streamed_chunks_are_bounded_by_the_model_width(tmp_path, monkeypatch):
+    """A model declaring a million features made every streamed block [lines, 10^6] (70 GiB for a
+    LambdaMART checkpoint of 6 KB): chunks now hold at most _STREAM_VALUES dense values, and the
+    rows, labels, qids and positions are those of one unchunked pass."""
+    from rankkit.data import svmlight
+
+    lines = [f"{i % 3} qid:{i // 7} {1 + i % 5}:{i / 10} {6 + i % 3}:1.5" for i in range(50)]
+    path = tmp_path / "d.txt"
+    path.write_text("\n".join(lines) + "\n")
+    whole = list(svmlight.iter_svmlight(path, n_features=9))
+    monkeypatch.setattr(svmlight, "_STREAM_VALUES", 9 * 4)  # 4 rows per chunk
+    small = list(svmlight.iter_svmlight(path, n_features=9))
+    assert max(len(c.features) for c in small) == 4 and len(small) >= 13
+    for name in ("features", "labels", "qids", "docs"):
+        a = torch.cat([getattr(c, name) for c in whole])
+        b = torch.cat([getattr(c, name) for c in small])
+        assert torch.equal(a, b), name
+    assert torch.equal(torch.cat([c.features for c in small]), read_svmlight(path, n_features=9).features)

@@ -693,6 +693,10 @@ class Chunk:
     docs: torch.Tensor      # [n] int64: each document's position within its query
 
 
+#: The most dense values (float32) one streamed chunk holds: 64 MiB.
+_STREAM_VALUES = 2**24
+
+
 def iter_svmlight(path: str | os.PathLike, *, n_features: int, query_file: str | os.PathLike | None = None,
                   zero_based: bool = False) -> Iterator[Chunk]:
     """Stream a LETOR/SVMlight file as :class:`Chunk` s of whole lines (a few MiB of text each),
@@ -710,15 +714,18 @@ def iter_svmlight(path: str | os.PathLike, *, n_features: int, query_file: str |
     with _read_errors(path):
         scan = _Scan(path, n_features=n_features, zero_based=zero_based, with_comments=False,
                      query_file=_sidecar(path, query_file))
+        # Rows per chunk: a block's lines, but never more than _STREAM_VALUES dense values (a model
+        # declaring a million features must not make each chunk gigabytes).
+        step = max(1, _STREAM_VALUES // max(n_features, 1))
         for block in scan.blocks():
-            dense = np.zeros((block.n, n_features), dtype=np.float32)
-            dense[block.rows, block.cols] = block.values
-            if scan.any_qid:
-                qids = block.qids
-            else:
-                qids = block.group.astype(np.int64)
-            yield Chunk(torch.from_numpy(dense), torch.from_numpy(block.labels.astype(np.float32)),
-                        torch.from_numpy(qids), torch.from_numpy(block.doc))
+            qids_all = block.qids if scan.any_qid else block.group.astype(np.int64)
+            for r0 in range(0, block.n, step):
+                r1 = min(block.n, r0 + step)
+                lo, hi = np.searchsorted(block.rows, [r0, r1])  # entries are in line order
+                dense = np.zeros((r1 - r0, n_features), dtype=np.float32)
+                dense[block.rows[lo:hi] - r0, block.cols[lo:hi]] = block.values[lo:hi]
+                yield Chunk(torch.from_numpy(dense), torch.from_numpy(block.labels[r0:r1].astype(np.float32)),
+                            torch.from_numpy(qids_all[r0:r1]), torch.from_numpy(block.doc[r0:r1]))
         scan.finish()
 
 
