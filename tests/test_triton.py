@@ -174,7 +174,8 @@ json.dump(out, open(sys.argv[1], "w"))
 
 # The configurations whose first compile on a GPU failed or misbehaved (issue 25): float64
 # scores in the rank and lambda kernels, the histogram's atomics.
-FIRST_CONTACT = ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64", "histogram_i32", "histogram_fp64"]
+FIRST_CONTACT = ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64", "histogram_i32", "histogram_fp64",
+                 "histogram_i64_fixed"]
 
 
 def _run(code, *args, interpret):
@@ -282,7 +283,7 @@ def test_triton_float64_scores_compile_for_sm90(first_contact, name):
     assert info["registers"] <= 255 and info["spill_stores"] == 0 and info["stack_bytes"] == 0
 
 
-@pytest.mark.parametrize("name", ["histogram_i32", "histogram_fp64"])
+@pytest.mark.parametrize("name", ["histogram_i32", "histogram_fp64", "histogram_i64_fixed"])
 def test_triton_histogram_atomics_are_relaxed_reductions(first_contact, name):
     # The default semantics (acq_rel) orders every add with a GPU-wide fence; the histogram is
     # read only after the kernel, so relaxed adds (plain reductions, "red") suffice.

@@ -148,33 +148,21 @@ class RankingObjective:
         unless ``exact``) and rounds them to float32 values: with ``exact``
         (``quantized_grad=True``) the same bits as the torch path; otherwise within float32
         roundings of it, which can decide a near-tie split differently from a GPU's."""
-        from rankkit.lambdas.weightings import _ndcg_plan_terms
         from rankkit.lambdas import WEIGHTINGS
 
         if not self.pairwise or self.propensity is not None or \
                 self.weighting not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]):
             return None
         o = self.options
-        n_docs = layout.shape[1]
-        cutoff = n_docs if o["k"] is None else min(o["k"], n_docs)
-        ndcg = self.weighting is WEIGHTINGS["ndcg"]
-
-        def make():  # what does not change during a fit, flat and in float64
-            plan = layout.plan
-            labels = plan.labels.detach().double().masked_fill(~plan.mask, 0.0)
-            gains = None
-            if ndcg:
-                (g,), _ = _ndcg_plan_terms(labels, plan.mask, cutoff, o["gain"], None)
-                gains = layout.flat(g).contiguous()
-            half_w = None if layout.weights is None else layout.flat(layout.weights.double() * 0.5).contiguous()
-            # The last call's rank order of each query, where the next call's sort starts.
-            order = torch.arange(int(layout.offsets[-1]), dtype=torch.int64)
-            return layout.flat(labels).contiguous(), gains, half_w, order
-
-        labels, gains, half_w, order = layout.plan.cached(("compiled_lambdas", ndcg, cutoff, o["gain"]), make)
-        return dict(labels=labels, offsets=layout.offsets, gains=gains, cutoff=cutoff, max_len=n_docs,
-                    sigma=o["sigma"], normalize=o["normalize"], half_weights=half_w,
-                    float32_scores=not self.exact, float32_out=True, order=order)
+        inputs = flat_ndcg_inputs(layout, o["k"], o["gain"])
+        if self.weighting is not WEIGHTINGS["ndcg"]:
+            inputs["gains"] = None  # RankNet: |ΔZ| = 1
+        half_w = None
+        if layout.weights is not None:
+            half_w = layout.plan.cached(("compiled_half_weights",),
+                                        lambda: layout.flat(layout.weights.double() * 0.5).contiguous())
+        return dict(inputs, sigma=o["sigma"], normalize=o["normalize"], half_weights=half_w,
+                    float32_scores=not self.exact, float32_out=True)
 
 
 @dataclass(frozen=True)
@@ -261,14 +249,17 @@ def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayou
 
 
 def flat_ndcg_inputs(layout: QueryLayout, k: int | None, gain: str = "exp") -> dict:
-    """The arguments of the compiled NDCG (:func:`rankkit.kernels.cpu.ndcg_mean`) on
-    ``layout``'s flat queries, built once per data set (cached on its plan)."""
+    """The flat queries of ``layout`` as the compiled lambda pass and NDCG read them
+    (:func:`rankkit.kernels.cpu.lambdas`, :func:`rankkit.kernels.cpu.ndcg_mean`), built once per
+    data set (cached on its plan): labels and each document's gain over its query's ideal
+    DCG@cutoff [N] float64, the query bounds, the cutoff, the longest query, and the buffer of
+    the last ranking each call's sort starts from."""
     from rankkit.lambdas.weightings import _ndcg_plan_terms
 
     n_docs = layout.shape[1]
     cutoff = n_docs if k is None else min(k, n_docs)
 
-    def make():
+    def make():  # what does not change during a fit, flat and in float64
         plan = layout.plan
         labels = plan.labels.detach().double().masked_fill(~plan.mask, 0.0)
         (g,), _ = _ndcg_plan_terms(labels, plan.mask, cutoff, gain, None)

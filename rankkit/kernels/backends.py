@@ -41,8 +41,6 @@ backend's.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from rankkit.kernels import torch_ref
@@ -300,11 +298,9 @@ def fixed_point(g: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.T
     True
     """
     values = torch.stack([g, h]).double()
-    n = values.shape[1]
-    top = values.abs().amax(dim=1) if n else values.new_zeros(2)
-    shift = torch.floor(62.0 - math.log2(max(n, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
-    fixed = torch.round(values * torch.exp2(shift)[:, None]).to(torch.int64)
-    return fixed[0], fixed[1], torch.exp2(-shift)
+    top = values.abs().amax(dim=1) if values.shape[1] else values.new_zeros(2)
+    fixed, factor = torch_ref.to_fixed_point(values, top, values.shape[1])
+    return fixed[0], fixed[1], 1.0 / factor
 
 
 class TritonBackend(Backend):

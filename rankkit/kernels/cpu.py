@@ -9,13 +9,13 @@ which grows the same trees.
 
 Two layers of kernels:
 
-* the fused tree grower (:class:`TreeKernels`): one call for the root's histograms, one per
-  level (split scan with its argmax, the noise and the min-data / min-hessian masks inside;
-  then the routing, which keeps the documents partitioned by node, and the histograms of the
-  smaller children with the larger ones by subtraction), one for the leaves. A depth-D tree is
-  D + 2 calls.
+* the fused tree grower (:class:`TreeKernels`): a whole tree in one call (``rankkit_tree_grow``:
+  the root's histograms; per level the split scan with its argmax, the noise and the min-data /
+  min-hessian masks inside, then the routing, which keeps the documents partitioned by node,
+  and the histograms of the smaller children with the larger ones by subtraction; the leaves).
 * the lambda pass (:func:`lambdas`, ``_lambdas.c``): the booster's pairwise (grad, hess) for
-  the RankNet and |ΔNDCG@k| weightings over the flat query layout, one query per thread.
+  the RankNet and |ΔNDCG@k| weightings over the flat query layout, one query per thread; and
+  the eval metric (:func:`ndcg_mean`), with an eval set's tree update in the same call.
 * the unfused kernels (:func:`histograms`, :func:`children`, :func:`route`,
   :func:`split_scan`, :func:`bin_codes`), for a run whose histograms pass through a
   reduction point (data-parallel training) and for binning.
@@ -66,8 +66,6 @@ def _load() -> ctypes.CDLL | None:
     dll.rankkit_split_scan.restype = i64
     dll.rankkit_tree_split.argtypes = [p, i64, p, p, i64, i64, i64, i64, p, p, cint, p, p, p, p, p, p, p, cint, cint]
     dll.rankkit_tree_split.restype = cint
-    dll.rankkit_tree_leaves.argtypes = [p, p, p, i64, i64, dbl, dbl, dbl, p, p]
-    dll.rankkit_tree_leaves.restype = i64
     dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
     dll.rankkit_lambdas.restype = cint
     dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, dbl, dbl, dbl,
@@ -471,21 +469,15 @@ def grow_levels_unfused(codes: torch.Tensor, g, h, scale, valid, rows, features,
     return node, feats, cuts, gains
 
 
-def tree_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: int, params
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values [n_leaves], sums [2, n_leaves]) float64: each leaf's ΣG, ΣH of g, h [n] float64
-    (summed in document order, as :func:`rankkit.kernels.torch_ref.leaf_sums`) and its Newton
-    step −η ΣG / (ΣH + λ), 0 where ΣH + λ < min_sum_hessian."""
-    node, g, h = node.long().contiguous(), g.double().contiguous(), h.double().contiguous()
-    sums = torch.empty(2, n_leaves, dtype=torch.float64)
-    values = torch.empty(n_leaves, dtype=torch.float64)
-    _dll().rankkit_tree_leaves(node.data_ptr(), g.data_ptr(), h.data_ptr(), node.shape[0], n_leaves,
-                               float(params.learning_rate), float(params.l2), float(params.min_sum_hessian),
-                               sums.data_ptr(), values.data_ptr())
-    return values, sums
-
-
 _TINY = 1e-12  # floor of a hessian sum in a denominator (as the torch reference)
+
+
+def _discounts(max_len: int, cutoff: int) -> torch.Tensor:
+    """[max(max_len, 1)] float64: 1 / log2(2 + r) for ranks r < cutoff, 0 beyond."""
+    disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
+    top = min(cutoff, max_len)
+    disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
+    return disc
 
 
 def _check_offsets(offsets: torch.Tensor, n: int, max_len: int) -> None:
@@ -535,9 +527,7 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
         assert t is None or (t.dtype == torch.float64 and t.is_contiguous() and t.shape == (n,))
     assert order is None or (order.dtype == torch.int64 and order.is_contiguous() and order.shape == (n,))
     _check_offsets(offsets, n, max_len)
-    disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
-    top = min(cutoff, max_len)
-    disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
+    disc = _discounts(max_len, cutoff)
     grad = torch.empty(n, dtype=torch.float64)
     hess = torch.empty(n, dtype=torch.float64)
     failed = _dll().rankkit_lambdas(
@@ -579,9 +569,7 @@ def ndcg_mean(scores: torch.Tensor, labels: torch.Tensor, gains: torch.Tensor, o
     elif order.dtype != torch.int64 or not order.is_contiguous() or order.shape != (n,):
         raise ValueError("ndcg_mean: `order` has to be a contiguous int64 [N]")
     n_q = offsets.shape[0] - 1
-    disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
-    top = min(cutoff, max_len)
-    disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
+    disc = _discounts(max_len, cutoff)
     per_query = torch.empty(max(n_q, 1), dtype=torch.float64)
     out = torch.zeros(1, dtype=torch.float64)
     common = (labels.data_ptr(), gains.data_ptr(), disc.data_ptr(), offsets.data_ptr(), n_q, max_len, cutoff,

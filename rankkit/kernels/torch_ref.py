@@ -119,11 +119,19 @@ def exact_leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, 
     total = node.shape[0]
     if shard is not None:
         top, total = shard.max(top), shard.total
-    shift = torch.floor(62.0 - math.log2(max(total, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
-    factor = torch.exp2(shift)
-    fixed = torch.round(values * factor[:, None]).to(torch.int64)
+    fixed, factor = to_fixed_point(values, top, total)
     out = torch.zeros(2, n_leaves, dtype=torch.int64, device=grad.device).index_add_(1, node, fixed)
     return reduce(out).double() / factor[:, None]
+
+
+def to_fixed_point(values: torch.Tensor, top: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``values`` [C, n] float64 as int64 multiples of 2^−S, S per row the largest shift
+    with ``total`` · ``top`` · 2^S < 2^62 (``top`` [C] the largest |value| of each row, ``total``
+    the number of values any sum adds), so no such sum overflows and every sum is exact, in any
+    order (no host sync). Returns (fixed [C, n] int64, factor [C] float64 = 2^S)."""
+    shift = torch.floor(62.0 - math.log2(max(total, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
+    factor = torch.exp2(shift)
+    return torch.round(values * factor[:, None]).to(torch.int64), factor
 
 
 def leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leaves: int, *,

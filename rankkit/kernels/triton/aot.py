@@ -56,11 +56,14 @@ def _configs() -> dict:
             ce = {"WEIGHTING": weighting, "GAIN": 0, "HAS_WEIGHTS": False, "WITH_LOSS": loss,
                   "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
             out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
-    for cell, values in (("i32", "*i32"), ("i64", "*i32"), ("fp32", "*fp32"), ("fp64", "*fp64")):
+    # (name, cells, gradients): quantized int32 into int32 or int64 cells, float gradients as 64-bit
+    # fixed point into int64 cells (the Triton backend's default), float cells.
+    for name, cell, values in (("i32", "i32", "*i32"), ("i64", "i64", "*i32"), ("i64_fixed", "i64", "*i64"),
+                               ("fp32", "fp32", "*fp32"), ("fp64", "fp64", "*fp64")):
         types = {"codes_ptr": "*u8", "node_ptr": "*i64", "g_ptr": values, "h_ptr": values,
                  "out_ptr": f"*{cell}", "N": "i32", "n_feat": "i32", "n_nodes": "i32"}
         ce = {"BLOCK_N": 256}
-        out[f"histogram_{cell}"] = (_histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
+        out[f"histogram_{name}"] = (_histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
     for cell in ("i32", "i64", "fp64"):
         types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
                  "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32", "n_feat": "i32",
