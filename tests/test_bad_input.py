@@ -359,6 +359,20 @@ def torch_saved() -> bytes:
     return buf.getvalue()
 
 
+def _backends():
+    from rankkit.kernels import backends
+
+    return backends
+
+
+def _engine(**kw):
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+    from rankkit.data import make_synthetic
+
+    d = make_synthetic(4, 6, 3, seed=0)
+    return BoostingEngine(d.features, d.labels, d.sizes, BoosterConfig(depth=2), **kw)
+
+
 def untrusted_scorer(tmp_path: Path):
     """A valid TorchScript export, loaded without trust_torchscript: refused before torch reads it."""
     (tmp_path / "m.pt").write_bytes(PT())
@@ -461,6 +475,16 @@ SCORER = [
          r"m\.pt2: .*'models/model\.json' is not JSON"),
     Case("scorer-path-is-a-folder", directory_scorer, ValueError, r"m\.pt: cannot read the file"),
     Case("scorer-missing-file", lambda tmp: load_scorer(tmp / "m.pt2", trust_torchscript=True), FileNotFoundError, r"m\.pt2: no such file"),
+    # the booster's backend seam (rankkit.kernels.backends)
+    Case("backend-unknown", lambda tmp: _backends().choose("cpu", "numba"), ValueError,
+         r"`backend` has to be one of \('torch', 'cpu', 'triton'\) or None, got 'numba'"),
+    Case("backend-triton-on-cpu", lambda tmp: _backends().choose("cpu", "triton", _backends().read_switches({})),
+         ValueError, r"backend 'triton' needs Triton and CUDA tensors"),
+    Case("backend-env-switch", lambda tmp: _backends().read_switches({"RANKKIT_TRITON": "maybe"}), ValueError,
+         r"environment variable RANKKIT_TRITON='maybe': expected one of auto, 0/off, 1/on, force"),
+    Case("backend-env-name", lambda tmp: _backends().read_switches({"RANKKIT_BACKEND": "gpu"}), ValueError,
+         r"environment variable RANKKIT_BACKEND='gpu': expected one of auto, 0/off, 1/on, torch, cpu, triton"),
+    Case("engine-backend-unknown", lambda tmp: _engine(backend="numba"), ValueError, r"`backend` has to be one of"),
     # documented results
     Case("scorer-pt-valid", scorer_file(PT, "m.pt"), None, check=scores_like_the_model),
     Case("scorer-pt2-valid", scorer_file(PT2, "m.pt2"), None, check=scores_like_the_model),
