@@ -429,10 +429,15 @@ OBJECTIVES: dict[str, Callable[..., Result]] = {
 }
 
 
-def objective_gradients(name: str, scores: torch.Tensor, labels: torch.Tensor, *,
+def objective_gradients(name, scores: torch.Tensor, labels: torch.Tensor, *,
                         mask: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                         **options) -> Result:
-    """(grad, hess, loss) of the objective ``name`` (a key of :data:`OBJECTIVES`).
+    """(grad, hess, loss) of the objective ``name``: a key of :data:`OBJECTIVES`, or a custom
+    objective (:mod:`rankkit.custom`): a differentiable ``loss(scores, labels, mask) -> [Q]``,
+    a :class:`~rankkit.custom.TorchLoss` / :class:`~rankkit.custom.ProbabilityLoss`, or a
+    LightGBM-style ``f(y_true, y_pred, group) -> (grad, hess)``. A custom objective takes one
+    option, ``hessian`` (``"exact"``, ``"gauss-newton"``, ``"constant"``), and computes in
+    float64 (returned in the scores' dtype); a numpy objective returns no loss (NaN per query).
 
     The entry point for every trainer: ``scores``, ``labels``, ``mask`` and ``weights`` are
     padded [Q, L]; ``options`` go to the objective (pairwise: ``sigma``, ``k``, ``gain``,
@@ -447,5 +452,28 @@ def objective_gradients(name: str, scores: torch.Tensor, labels: torch.Tensor, *
     >>> grad, loss  # ∓σ/2, log 2
     (tensor([[-0.5000,  0.5000]]), tensor([0.6931]))
     """
+    from rankkit.custom import is_custom
+
+    if is_custom(name):
+        return _custom_gradients(name, scores, labels, mask, weights, **options)
     _checks.check_choice(name, OBJECTIVES, "objective")
     return OBJECTIVES[name](scores, labels, mask=mask, weights=weights, **options)
+
+
+def _custom_gradients(objective, scores, labels, mask, weights, hessian: str = "exact", **options) -> Result:
+    from rankkit.custom import NumpyObjective, as_objective
+
+    if options:
+        raise ValueError(f"a custom objective takes no options but `hessian`, got {sorted(options)}")
+    scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
+    loss = as_objective(objective, hessian)
+    if isinstance(loss, NumpyObjective):
+        flat_w = None if weights is None else weights[mask]
+        g, h = loss.flat_gradients(labels[mask], scores[mask], mask.sum(1), flat_w)
+        grad = torch.zeros(scores.shape, dtype=torch.float64, device=scores.device)
+        hess = torch.zeros_like(grad)
+        grad[mask], hess[mask] = g, h
+        value = torch.full((len(scores),), math.nan, dtype=torch.float64, device=scores.device)
+    else:
+        grad, hess, value = loss.gradients(scores, labels, mask, weights=weights)
+    return grad.to(scores.dtype), hess.to(scores.dtype), value.to(scores.dtype)

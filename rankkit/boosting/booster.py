@@ -28,6 +28,7 @@ from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.custom import qualified_name
 from rankkit.data.dataset import RankingDataset
 
 _FORMAT = "rankkit.LambdaMART/1"
@@ -84,8 +85,18 @@ class LambdaMART(BaseEstimator):
     """Gradient-boosted oblivious trees for ranking (LambdaMART), CPU or CUDA.
 
     Args:
-        objective: ``"lambdarank"`` (|ΔZ| of ``weighting``, truncation ``k``), ``"ranknet"``
-            or ``"pointwise"`` (squared error on the labels).
+        objective: ``"lambdarank"`` (|ΔZ| of ``weighting``, truncation ``k``), ``"ranknet"``,
+            ``"pointwise"`` (squared error on the labels), any other name of
+            :data:`rankkit.losses.OBJECTIVES` (``"softmax"``, ``"xendcg"``, ...), or a custom
+            objective (:mod:`rankkit.custom`): a differentiable torch loss
+            ``loss(scores, labels, mask) -> [Q]`` over padded queries, a LightGBM/XGBoost style
+            ``f(y_true, y_pred[, weight][, group]) -> (grad, hess)`` on numpy arrays, or the text
+            ``"package.module.function"`` naming one (imported when ``fit`` starts). A saved
+            model records a custom objective's qualified name as text, never the code.
+        hessian: the Newton weights of a custom torch loss: ``"exact"`` (the diagonal of its
+            Hessian by forward-over-reverse autograd), ``"gauss-newton"`` (a
+            :class:`rankkit.custom.ProbabilityLoss`) or ``"constant"`` (first-order boosting).
+            Built-in objectives have their own (leave it at ``"exact"``).
         n_estimators: the maximum number of rounds (trees).
         depth: D, levels of every oblivious tree (2^D leaves).
         learning_rate: η, the shrinkage of each leaf.
@@ -159,7 +170,7 @@ class LambdaMART(BaseEstimator):
     (200,)
     """
 
-    def __init__(self, objective: str = "lambdarank", *, n_estimators: int = 100, depth: int = 6,
+    def __init__(self, objective="lambdarank", *, n_estimators: int = 100, depth: int = 6,
                  learning_rate: float = 0.1, l2: float = 1.0, min_data_in_leaf: int = 20,
                  min_sum_hessian: float = 1e-3, weighting: str = "ndcg", k: int | None = None,
                  sigma: float = 1.0, gain: str = "exp", normalize: bool = False,
@@ -168,8 +179,9 @@ class LambdaMART(BaseEstimator):
                  quantized_grad: bool = False, num_grad_quant_bins: int = 4,
                  max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
                  seed: int = 0, device: str = "cpu", verbose: int = 0, unbiased: bool = False,
-                 bias_p: float = 1.0, n_positions: int = 10):
+                 bias_p: float = 1.0, n_positions: int = 10, hessian: str = "exact"):
         self.objective = objective
+        self.hessian = hessian
         self.n_estimators = n_estimators
         self.depth = depth
         self.learning_rate = learning_rate
@@ -370,7 +382,9 @@ class LambdaMART(BaseEstimator):
                    "importance_gain": torch.from_numpy(self.feature_importance_gain_).double(),
                    "importance_split": torch.from_numpy(self.feature_importance_split_).long()}
         names = getattr(self, "feature_names_in_", None)
-        meta = {"format": _FORMAT, "params": self.get_params(), "n_features_in": self.n_features_in_,
+        params = self.get_params()
+        params["objective"] = qualified_name(params["objective"])  # text: a file never holds code
+        meta = {"format": _FORMAT, "params": params, "n_features_in": self.n_features_in_,
                 "best_iteration": self.best_iteration_, "best_score": self.best_score_,
                 "evals_result": self.evals_result_,
                 "feature_names": None if names is None else [str(n) for n in names]}

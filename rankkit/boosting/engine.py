@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Callable
+from typing import Any, Callable
 import numpy as np
 import torch
 
@@ -38,6 +38,7 @@ from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
 from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, check_leaf_values,
                                    exact_leaf_sums, identity_reduce, leaf_sums, newton_leaf_values)
+from rankkit.custom import HESSIANS, NonFiniteGradient, check_spec, is_custom
 from rankkit.kernels.backends import Backend, choose
 
 
@@ -45,7 +46,7 @@ from rankkit.kernels.backends import Backend, choose
 class BoosterConfig:
     """Every hyperparameter of a boosting run (see :class:`rankkit.boosting.LambdaMART`)."""
 
-    objective: str = "lambdarank"
+    objective: Any = "lambdarank"
     depth: int = 6
     learning_rate: float = 0.1
     l2: float = 1.0
@@ -70,6 +71,7 @@ class BoosterConfig:
     unbiased: bool = False
     bias_p: float = 1.0
     n_positions: int = 10
+    hessian: str = "exact"
 
     @classmethod
     def from_params(cls, params: dict) -> "BoosterConfig":
@@ -82,7 +84,18 @@ class BoosterConfig:
     def check(self) -> None:
         """Raise ValueError naming the first hyperparameter out of its range."""
         c = _checks
-        c.check_choice(self.objective, OBJECTIVES, "objective")
+        custom = is_custom(self.objective)
+        if custom:
+            check_spec(self.objective, "objective", OBJECTIVES)
+        else:
+            c.check_choice(self.objective, OBJECTIVES, "objective")
+        c.check_choice(self.hessian, HESSIANS, "hessian")
+        if not custom and self.hessian != "exact":
+            raise ValueError(f"`hessian` applies to custom objectives (a callable loss); objective="
+                             f"{self.objective!r} has its own hessian, got hessian={self.hessian!r}")
+        if custom and (self.exact_newton or self.unbiased):
+            raise ValueError(f"`{'exact_newton' if self.exact_newton else 'unbiased'}` needs a built-in pairwise "
+                             f"objective (it reweighs the lambda kernel's pairs), not a custom one")
         c.check_int(self.depth, "depth", low=1, high=12)
         c.check_number(self.learning_rate, "learning_rate", low=0, low_open=True)
         c.check_number(self.l2, "l2", low=0)
@@ -111,8 +124,9 @@ class BoosterConfig:
         c.check_int(self.n_positions, "n_positions", low=1, high=4096)  # rankkit.unbiased.MAX_POSITIONS
         if self.unbiased and self.objective in ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg"):
             raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {self.objective!r}")
-        make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
-                       gain=self.gain, normalize=self.normalize)
+        if not custom:  # a custom objective is imported and checked when training starts, not here
+            make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
+                           gain=self.gain, normalize=self.normalize)
 
     @property
     def tree(self) -> TreeParams:
@@ -201,7 +215,7 @@ class BoostingEngine:
                                                   k=config.k, weighting="ranknet" if name == "ranknet" else "ndcg")
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
                                         sigma=config.sigma, gain=config.gain, normalize=config.normalize,
-                                        seed=config.seed, exact=config.quantized_grad,
+                                        seed=config.seed, exact=config.quantized_grad, hessian=config.hessian,
                                         propensity=None if self.propensity is None else
                                         (self.propensity, positions.to(self.device).long()))
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
@@ -262,7 +276,10 @@ class BoostingEngine:
     def update(self) -> Tree:
         """Grow one tree, add it to the scores of the training and eval sets, and score them."""
         c = self.config
-        grad, hess = self.objective.gradients(self.scores, self.layout, backend=self.backend)
+        try:
+            grad, hess = self.objective.gradients(self.scores, self.layout, backend=self.backend)
+        except NonFiniteGradient as e:
+            raise ValueError(f"round {self.n_rounds}: {e}") from None
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()

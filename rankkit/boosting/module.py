@@ -28,6 +28,7 @@ from rankkit._checkpoint import guard_trainer_restore, guarded_load_from_checkpo
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.custom import qualified_name
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
 
@@ -63,7 +64,10 @@ class LambdaMARTModule(pl.LightningModule):
     Args: as :class:`rankkit.boosting.LambdaMART` (the epochs play ``n_estimators``, and
         Lightning's EarlyStopping plays ``early_stopping_rounds``), and ``n_features``: the
         feature count the training data must have (linked from the datamodule by
-        ``rankkit fit``), None to take the data's.
+        ``rankkit fit``), None to take the data's. ``objective`` may be a custom objective
+        (a callable, or in a config ``package.module.function``, imported when training
+        starts); the hyper-parameters and checkpoints record its qualified name as text, so a
+        checkpoint loads (to test, predict, export) without it.
 
     Attributes:
         scorer: the :class:`ObliviousEnsemble` grown so far (raw features [N, F] -> scores
@@ -84,17 +88,20 @@ class LambdaMARTModule(pl.LightningModule):
                  colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
                  bagging_temperature: float = 0.0, random_strength: float = 0.0,
                  exact_newton: bool = False, quantized_grad: bool = False, num_grad_quant_bins: int = 4,
-                 n_features: int | None = None):
+                 n_features: int | None = None, hessian: str = "exact"):
         super().__init__()
         _checks.check_int(n_features, "n_features", none=True)
         self.config = BoosterConfig.from_params(dict(
-            objective=objective, depth=depth, learning_rate=learning_rate, l2=l2,
+            objective=objective, hessian=hessian, depth=depth, learning_rate=learning_rate, l2=l2,
             min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, weighting=weighting,
             k=k, sigma=sigma, gain=gain, normalize=normalize, subsample=subsample, colsample=colsample,
             max_bins=max_bins, seed=seed, bagging_temperature=bagging_temperature,
             random_strength=random_strength, exact_newton=exact_newton, quantized_grad=quantized_grad,
             num_grad_quant_bins=num_grad_quant_bins))
         self.save_hyperparameters()
+        # A custom objective (a callable) is recorded as its qualified name: a checkpoint holds
+        # text, never code, and loading one never imports it (it is imported to train only).
+        self.hparams["objective"] = qualified_name(objective)
         self.automatic_optimization = False
         self.scorer: ObliviousEnsemble | None = None
         self.val_metrics = ranking_metrics(prefix="val/")

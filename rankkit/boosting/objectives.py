@@ -192,17 +192,62 @@ def objective_names() -> tuple[str, ...]:
     return ("lambdarank", "pointwise", *LOSSES)
 
 
-def make_objective(name: str, *, weighting: str = "ndcg", propensity=None, seed: int = 0, exact: bool = False,
-                   **options) -> RankingObjective | SquaredError:
+class CustomObjective:
+    """A user's objective (:mod:`rankkit.custom`) on the booster's flat scores: a torch loss
+    differentiated by autograd (grad and the diagonal Hessian of ``hessian``) on the padded
+    queries, or a LightGBM-style numpy callable on the flat arrays.
+
+    Args:
+        objective: a callable, a :mod:`rankkit.custom` wrapper, or ``package.module.function``
+            (imported here, when training starts).
+        hessian: ``"exact"``, ``"gauss-newton"`` or ``"constant"`` (torch losses).
+    """
+
+    def __init__(self, objective, hessian: str = "exact"):
+        from rankkit.custom import as_objective
+
+        self.loss = as_objective(objective, hessian)
+        self.name = _custom_name(objective)
+
+    def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None, reduce=None) -> float:
+        return 0.0
+
+    def gradients(self, scores: torch.Tensor, layout: QueryLayout, groups: torch.Tensor | None = None, *,
+                  backend=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """scores [N] -> (grad, hess) [N] float64 (any backend: the user's code runs on torch)."""
+        from rankkit.custom import NumpyObjective
+
+        if isinstance(self.loss, NumpyObjective):
+            sizes = (layout.offsets[1:] - layout.offsets[:-1])
+            weights = None if layout.weights is None else layout.flat(layout.weights)
+            return self.loss.flat_gradients(layout.flat(layout.labels), scores, sizes, weights)
+        grad, hess, _ = self.loss.gradients(layout.pad(scores.double()), layout.labels, layout.mask,
+                                            weights=layout.weights)
+        return layout.flat(grad), layout.flat(hess)
+
+
+def _custom_name(objective) -> str:
+    from rankkit.custom import qualified_name
+
+    return qualified_name(objective)
+
+
+def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int = 0, exact: bool = False,
+                   hessian: str = "exact", **options) -> RankingObjective | SquaredError | CustomObjective:
     """The one place where objective names become behaviour.
 
     ``"lambdarank"`` uses the kernel's weighting ``weighting`` ("ndcg", "map", "err", ...);
     ``"ranknet"`` |ΔZ| = 1; any other name of :data:`rankkit.losses.OBJECTIVES` that
     objective (``"ndcg_loss2pp"``, ``"softmax"``, ``"xendcg"``, ``"listmle"``, ...);
-    ``"pointwise"`` the squared error, which ignores the ranking options.
+    ``"pointwise"`` the squared error, which ignores the ranking options. A callable, a
+    :mod:`rankkit.custom` wrapper or a ``package.module.function`` is a
+    :class:`CustomObjective` with the Hessian ``hessian`` (the ranking options do not apply).
     """
+    from rankkit.custom import is_custom
     from rankkit.losses import OBJECTIVES as LOSSES
 
+    if is_custom(name):
+        return CustomObjective(name, hessian)
     if name == "pointwise":
         return SquaredError()
     if name == "lambdarank":

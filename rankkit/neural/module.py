@@ -16,6 +16,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from rankkit import _checks, _quiet
 from rankkit._checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
+from rankkit.custom import check_spec, is_custom, qualified_name
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
@@ -104,7 +105,11 @@ class NeuralRanker(pl.LightningModule):
             weighting (``"ndcg_loss2pp"``) or a listwise loss (``"softmax"``, ``"xendcg"``,
             ``"listmle"``, ``"approx_ndcg"``); it replaces ``weighting`` (``sigma``, ``k`` and
             ``normalize`` apply to the pairwise ones). The same names train LambdaMART
-            (``LambdaMART(objective=...)``).
+            (``LambdaMART(objective=...)``). Or a custom loss (:mod:`rankkit.custom`):
+            a differentiable ``loss(scores, labels, mask) -> [Q]`` (a callable, or in a config
+            ``package.module.function``, imported when training starts), trained by plain
+            autograd and normalised by ``reduction``; the same callable trains LambdaMART.
+            Checkpoints record its qualified name as text.
         loss_options: keyword options of the objective (``loss``, or the ``weighting``'s lambda
             kernel), as a dict of plain values, e.g. ``{"temperature": 0.5, "k": 10}`` for
             ``loss="neural_ndcg"``, ``{"gain": "linear"}``, ``{"mu": 10.0}`` for
@@ -162,10 +167,17 @@ class NeuralRanker(pl.LightningModule):
                  loss_options: dict[str, Any] | None = None):
         super().__init__()
         _checks.check_choice(weighting, self.weighting_choices, "weighting")
+        custom = loss is not None and is_custom(loss)
         if loss is not None:
             from rankkit.losses import OBJECTIVES
 
-            _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
+            if custom:
+                check_spec(loss, "loss", tuple(OBJECTIVES))
+                if unbiased or loss_options:
+                    raise ValueError(f"`{'unbiased' if unbiased else 'loss_options'}` applies to the built-in "
+                                     f"objectives; a custom loss takes its options itself")
+            else:
+                _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
             default = inspect.signature(type(self).__init__).parameters["weighting"].default
             if weighting != default:  # `loss` replaces `weighting`: say so rather than drop it
                 raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
@@ -178,7 +190,8 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_number(lr, "lr", low=0, low_open=True)
         _checks.check_number(weight_decay, "weight_decay", low=0)
         _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
-        loss_options = check_loss_options(loss_options, loss if loss is not None else weighting)
+        if not custom:
+            loss_options = check_loss_options(loss_options, loss if loss is not None else weighting)
         self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
         self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
         _checks.check_choice(architecture, ARCHITECTURES, "architecture")
@@ -204,6 +217,11 @@ class NeuralRanker(pl.LightningModule):
             for pre in preprocessors:
                 pre.noise = float(noise)
         self.save_hyperparameters(ignore=["scorer"])
+        # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
+        # its qualified name as text (a checkpoint holds no code; loading one never imports it).
+        self._custom_loss = loss if custom and not isinstance(loss, str) else None
+        if custom:
+            self.hparams["loss"] = qualified_name(loss)
         self.scorer = scorer
         recorded = getattr(scorer, "n_features", None)
         self.n_features: int | None = recorded if isinstance(recorded, int) else n_features
@@ -316,6 +334,8 @@ class NeuralRanker(pl.LightningModule):
         """The training loss of a batch: ``loss`` when given, else the ``weighting``'s lambda loss;
         with ``unbiased``, its pairs weighed by the click biases updated on this batch."""
         h = self.hparams
+        if h.get("loss") is not None and is_custom(h.loss):
+            return self._custom_objective(scores, batch)
         debias = {} if self.propensity is None else {"pair_weights": self._pair_weights(scores, batch)}
         own = dict(h.get("loss_options") or {})
         if h.get("loss") is not None:
@@ -330,6 +350,26 @@ class NeuralRanker(pl.LightningModule):
                                **options, **own, **debias)
         return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=h.weighting, sigma=h.sigma,
                            k=h.k, normalize=h.normalize, reduction=h.reduction, **own, **debias)
+
+    def _custom_objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
+        """A custom loss by plain autograd: Σ of its per-query losses over ``reduction``'s
+        denominator (the built-in loss's normalisation). Imported (a config's
+        ``package.module.function``) and checked for padding on the first batch."""
+        from rankkit.custom import TorchLoss, torch_loss
+        from rankkit.neural.loss import _denominator
+
+        loss = getattr(self, "_custom_wrapped", None)
+        if loss is None:
+            loss = torch_loss(self._custom_loss if self._custom_loss is not None else self.hparams.loss, "loss")
+            if not isinstance(loss, TorchLoss):  # pragma: no cover - torch_loss returns one
+                raise ValueError("`loss` has to be a torch loss")
+            self._custom_wrapped = loss
+        mask = batch.mask
+        loss.check(scores.detach(), batch.labels, mask)
+        total = loss.total(scores.masked_fill(~mask, 0.0), batch.labels.to(scores.dtype).masked_fill(~mask, 0.0), mask)
+        if not bool(torch.isfinite(total)):
+            raise ValueError(f"the loss {self.hparams.loss} is not finite on this batch ({float(total)})")
+        return total / _denominator(batch.labels, mask, self.hparams.reduction).to(total.dtype)
 
     def _pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""

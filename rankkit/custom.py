@@ -1,0 +1,617 @@
+"""Custom ranking objectives: any differentiable PyTorch loss trains trees and neural rankers.
+
+A custom objective is written once, as plain torch code over padded queries::
+
+    def my_loss(scores, labels, mask):      # [Q, L] float, [Q, L], [Q, L] bool
+        ...                                 # differentiable in `scores`
+        return per_query_loss               # [Q] (or a scalar: their sum)
+
+and trains ``LambdaMART(objective=my_loss)`` (gradients by autograd, the Newton leaves from the
+exact diagonal of the Hessian) as well as ``RankNet(loss=my_loss)`` / ``LambdaRank(loss=my_loss)``
+(plain autograd). Padding (``mask`` False) must not change the loss: rankkit checks that on the
+first call and raises a ``ValueError`` if it does. Queries must not interact (the loss of a query
+reads only its own row): the Hessian's diagonal is computed for many queries at once on that
+assumption.
+
+The Hessian (``hessian=``, for the trees):
+
+* ``"exact"`` (default): the diagonal of ∂²(Σ loss)/∂s², one Hessian-vector product H e_j per
+  position j of a query, each e_j one-hot at position j of every query at once, batched as
+  reverse-over-reverse products (``torch.autograd.grad(..., is_grads_batched=True)``; on
+  MQ2008 2-3x faster than ``torch.func``'s forward-over-reverse ``jvp(grad)``, same numbers).
+  Queries are grouped by length (each group padded to its longest query, rounded up to a power
+  of two) so that short queries do not pay for long ones, and a batched product holds about
+  ``workspace`` entries of the loss's largest intermediate tensor (measured once per width: a
+  pairwise loss's [q, L, L] block is the built-in listwise losses' budget). A loss that cannot
+  be batched (``vmap``: in-place updates of its input, ``.item()``, data-dependent Python
+  control flow) falls back to one product per position (slower, same numbers). The cost is L
+  backward passes of the loss per query: about the loss's own cost for a listwise O(L) loss,
+  L times it for a pairwise O(L²) loss (docs/benchmarks.md, "custom_objectives").
+* ``"gauss-newton"``: for a loss given as Bernoulli or categorical log-likelihoods
+  (:class:`ProbabilityLoss`): the generalised Gauss–Newton diagonal Σ_k w_k p_k (1 − p_k)
+  (∂z_k/∂s_i)² of logits z (Schraudolph, "Fast Curvature Matrix-Vector Products for
+  Second-Order Gradient Descent", Neural Computation 2002), which is never negative and, for
+  logits linear in the scores (RankNet's s_i − s_j), equals the exact diagonal.
+* ``"constant"``: every real document's hessian is 1 (first-order boosting: a leaf moves by
+  −η Σg / (n + λ)).
+
+A diagonal entry that is negative or not finite is replaced by a positive surrogate, as the
+built-in listwise losses do where their exact diagonal has no sign (``approx_ndcg_loss`` takes
+an upper bound, ``neural_ndcg_loss`` |grad| / τ): here its absolute value where it is finite and
+the largest finite |h| of its query (or its |grad| if there is none) where it is not. A
+non-finite gradient is an error naming the query (and, in the booster, the round).
+
+The migration path: a LightGBM/XGBoost scikit-learn style callable
+``objective(y_true, y_pred[, weight][, group]) -> (grad, hess)`` on flat numpy arrays runs
+unchanged (:class:`NumpyObjective`). It is recognised by its first two parameters being named
+``y_true`` and ``y_pred`` (LightGBM's and XGBoost's names), or wrapped explicitly.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from typing import Callable
+
+import torch
+
+from rankkit import _checks
+
+__all__ = ["TorchLoss", "ProbabilityLoss", "NumpyObjective", "as_objective", "qualified_name",
+           "HESSIANS", "is_custom"]
+
+HESSIANS = ("exact", "gauss-newton", "constant")
+#: Entries of the loss's largest intermediate tensor per batched evaluation (all queries and
+#: tangents of it): bounds the memory of the exact Hessian's products. 2^18 is 1/16 of the
+#: built-in listwise losses' ``workspace`` (2^22), chosen because the products' temporaries then
+#: stay in cache (MQ2008 Fold1, one thread: a pairwise loss's gradients 0.7 s vs 1.1 s at 2^22).
+WORKSPACE = 2**18
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class NonFiniteGradient(ValueError):
+    """A custom objective returned a non-finite gradient (``query`` is the first bad query)."""
+
+    def __init__(self, message: str, query: int):
+        super().__init__(message)
+        self.query = query
+
+
+def qualified_name(fn) -> str:
+    """``module.qualname`` of a callable (or of a wrapper's callable): what checkpoints and model
+    files record as text instead of the code."""
+    if isinstance(fn, str):
+        return fn
+    inner = getattr(fn, "fn", fn)
+    module = getattr(inner, "__module__", None) or type(inner).__module__
+    name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+    return f"{module}.{name}"
+
+
+_RECORDED = re.compile(r"^[A-Za-z_<][\w<>]*(\.[A-Za-z_<][\w<>]*)+$")
+
+
+def is_recorded_name(value) -> bool:
+    """A custom objective's name as a model file or checkpoint records it (``module.qualname``,
+    ``<locals>`` and ``<lambda>`` included): accepted when loading, imported only to train."""
+    return isinstance(value, str) and len(value) <= 500 and bool(_RECORDED.match(value))
+
+
+def is_dotted_path(value) -> bool:
+    """A text that names an importable callable, ``package.module.function``."""
+    return isinstance(value, str) and bool(_DOTTED.match(value))
+
+
+def import_callable(path: str, name: str = "objective") -> Callable:
+    """Import ``package.module.function`` (a config's custom objective). Called when training
+    starts, never when a checkpoint or model file is loaded."""
+    if not is_dotted_path(path):
+        raise ValueError(f"`{name}` has to be a built-in name or an importable `package.module.function`, "
+                         f"got {path!r}")
+    module_name, _, attr = path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"`{name}`: cannot import {path!r} ({type(e).__name__}: {e}); a model loaded "
+                         f"from a file records its custom objective as text only: pass the callable "
+                         f"itself to train again") from None
+    if not callable(target):
+        raise ValueError(f"`{name}`: {path!r} is not callable, got {_checks.describe(target)}")
+    return target
+
+
+def is_custom(objective) -> bool:
+    """True for a custom objective (a callable, a wrapper, or a dotted path), False for a
+    built-in name."""
+    from rankkit.losses import OBJECTIVES
+
+    return not (isinstance(objective, str) and (objective in OBJECTIVES or objective in ("lambdarank", "pointwise")))
+
+
+def check_spec(objective, name: str = "objective", builtins: tuple = ()) -> None:
+    """Raise ValueError unless ``objective`` is a built-in name, a dotted path or a callable
+    (nothing is imported)."""
+    if isinstance(objective, str):
+        if objective in builtins or is_recorded_name(objective):
+            return
+        raise ValueError(f"`{name}` has to be one of {tuple(builtins)}, an importable `package.module.function` "
+                         f"or a callable loss(scores, labels, mask), got {objective!r}")
+    if not callable(objective):
+        raise ValueError(f"`{name}` has to be a name or a callable loss(scores, labels, mask), got "
+                         f"{_checks.describe(objective)}")
+
+
+def as_objective(objective, hessian: str = "exact", name: str = "objective"):
+    """A custom objective as a :class:`TorchLoss`, :class:`ProbabilityLoss` or
+    :class:`NumpyObjective`: a wrapper is returned as it is (its own ``hessian`` kept unless
+    ``hessian`` asks for another), a dotted path is imported, and a plain callable is a
+    :class:`NumpyObjective` when its first two parameters are named ``y_true`` and ``y_pred``,
+    else a :class:`TorchLoss`."""
+    _checks.check_choice(hessian, HESSIANS, "hessian")
+    if isinstance(objective, str):
+        objective = import_callable(objective, name)
+    if isinstance(objective, NumpyObjective):
+        return objective
+    if isinstance(objective, (TorchLoss, ProbabilityLoss)):
+        return objective if hessian == "exact" or hessian == objective.hessian else objective.with_hessian(hessian)
+    if not callable(objective):
+        raise ValueError(f"`{name}` has to be a callable, got {_checks.describe(objective)}")
+    if _looks_numpy(objective):
+        if hessian != "exact":
+            raise ValueError(f"`hessian={hessian!r}` applies to torch losses; a (y_true, y_pred, ...) objective "
+                             f"returns its own hessian")
+        return NumpyObjective(objective)
+    if hessian == "gauss-newton":
+        raise ValueError("`hessian='gauss-newton'` needs the loss given as log-likelihoods of probabilities: "
+                         "wrap it in rankkit.custom.ProbabilityLoss (see its docstring)")
+    return TorchLoss(objective, hessian=hessian)
+
+
+def _parameter_names(fn) -> list[str]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _looks_numpy(fn) -> bool:
+    return _parameter_names(fn)[:2] == ["y_true", "y_pred"]
+
+
+# -- torch losses -----------------------------------------------------------------------------------
+class TorchLoss:
+    """A differentiable ranking loss ``fn(scores, labels, mask) -> [Q]`` (or a scalar) as an
+    objective: (grad, hess, loss) by autograd.
+
+    Args:
+        fn: the loss; see the module docstring for the contract.
+        hessian: ``"exact"`` or ``"constant"`` (``"gauss-newton"`` needs a :class:`ProbabilityLoss`).
+        workspace: entries of a [q, L, L] block per batched evaluation of ``fn`` for the exact
+            Hessian (memory: about 8 bytes each in float64, times what ``fn`` keeps per pair).
+
+    >>> import torch.nn.functional as F
+    >>> def ranknet(scores, labels, mask):
+    ...     diff = scores[:, :, None] - scores[:, None, :]
+    ...     pairs = (labels[:, :, None] > labels[:, None, :]) & mask[:, :, None] & mask[:, None, :]
+    ...     return (F.softplus(-diff) * pairs).sum((1, 2))
+    >>> g, h, c = TorchLoss(ranknet).gradients(torch.tensor([[0.0, 0.0]], dtype=torch.float64),
+    ...                                        torch.tensor([[1.0, 0.0]]))
+    >>> g, h  # ∓1/2, 1/4: RankNet's lambdas and Newton weights
+    (tensor([[-0.5000,  0.5000]], dtype=torch.float64), tensor([[0.2500, 0.2500]], dtype=torch.float64))
+    """
+
+    def __init__(self, fn: Callable, *, hessian: str = "exact", workspace: int = WORKSPACE):
+        if not callable(fn):
+            raise ValueError(f"`fn` has to be a callable loss(scores, labels, mask), got {_checks.describe(fn)}")
+        self.fn = fn
+        self.hessian = _checks.check_choice(hessian, ("exact", "constant"), "hessian")
+        self.workspace = _checks.check_int(workspace, "workspace", low=1)
+        self.checked = False
+        self._mode = "batched"  # "loop" once fn could not be batched (vmap)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({qualified_name(self.fn)}, hessian={self.hessian!r})"
+
+    def __call__(self, scores, labels, mask) -> torch.Tensor:
+        """The loss per query [Q] (or the scalar the loss returns), differentiable."""
+        return self.per_query(scores, labels, mask)
+
+    def with_hessian(self, hessian: str) -> "TorchLoss":
+        return type(self)(self.fn, hessian=hessian, workspace=self.workspace)
+
+    # The loss the trees and the neural rankers differentiate: per query [Q].
+    def per_query(self, scores, labels, mask) -> torch.Tensor:
+        out = self.fn(scores, labels, mask)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"the loss {qualified_name(self.fn)} has to return a tensor, got {_checks.describe(out)}")
+        return out
+
+    def total(self, scores, labels, mask) -> torch.Tensor:
+        """Σ over queries of the loss (a scalar is taken as that sum)."""
+        out = self.per_query(scores, labels, mask)
+        return out if out.dim() == 0 else out.sum()
+
+    # -- the first call's checks ------------------------------------------------------------------
+    def check(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
+        """On the first call: the loss returns [Q] or a scalar, is finite, depends on the scores
+        differentiably, and ignores padding (its value and gradient do not move when the
+        padded entries' scores and labels do); ValueError saying which otherwise."""
+        if self.checked:
+            return
+        name = qualified_name(self.fn)
+        q, n = scores.shape
+        s = scores.detach().to(torch.float64)
+        y = labels.detach().to(torch.float64)
+        # One extra padded column, so that even full queries are checked.
+        s = torch.cat([s, s.new_zeros(q, 1)], 1).masked_fill(~torch.cat([mask, mask.new_zeros(q, 1)], 1), 0.0)
+        m = torch.cat([mask, mask.new_zeros(q, 1)], 1)
+        y = torch.cat([y, y.new_zeros(q, 1)], 1).masked_fill(~m, 0.0)
+        base, base_grad = self._value_and_grad(s, y, m, name)
+        if base.dim() not in (0, 1) or (base.dim() == 1 and len(base) != q):
+            raise ValueError(f"the loss {name} has to return the loss per query [{q}] or a scalar, got shape "
+                             f"{tuple(base.shape)}")
+        if not bool(torch.isfinite(base).all()):
+            bad = 0 if base.dim() == 0 else int((~torch.isfinite(base)).nonzero()[0, 0])
+            raise ValueError(f"the loss {name} is not finite on the first batch (query {bad})")
+        gen = torch.Generator().manual_seed(0)
+        noise = torch.randn(s.shape, generator=gen, dtype=torch.float64) * 3.0
+        top = float(y[m].max()) if bool(m.any()) else 1.0
+        fake = torch.randint(0, int(top) + 2, s.shape, generator=gen).to(torch.float64)
+        moved, moved_grad = self._value_and_grad(torch.where(m, s, noise), torch.where(m, y, fake), m, name)
+        scale = 1e-8 * (1.0 + base.abs())
+        # (A non-finite gradient is not compared here: it is reported by query once computed.)
+        grad_moved = ((moved_grad - base_grad).abs() > 1e-8 * (1.0 + base_grad.abs())) & m & torch.isfinite(base_grad)
+        if not bool(((moved - base).abs() <= scale).all()) or bool(grad_moved.any()):
+            loss_moved = (moved - base).abs() > scale
+            if base.dim() == 1 and bool(loss_moved.any()):
+                where = int(loss_moved.nonzero()[0, 0])
+            else:
+                where = int(grad_moved.nonzero()[0, 0]) if bool(grad_moved.any()) else 0
+            raise ValueError(f"the loss {name} depends on padded entries (mask False): query {where}'s loss or "
+                             f"gradient changed when only its padding's scores and labels changed; ignore them, "
+                             f"e.g. scores.masked_fill(~mask, 0.0), or mask pairs with mask[:, :, None] & mask[:, None, :]")
+        self.checked = True
+
+    def _value_and_grad(self, s, y, m, name):
+        leaf = s.clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = self.per_query(leaf, y, m)
+            total = out if out.dim() == 0 else out.sum()
+            if not total.requires_grad:
+                raise ValueError(f"the loss {name} does not depend on `scores` differentiably (its result has no "
+                                 f"gradient): compute it from the scores with torch operations")
+            (grad,) = torch.autograd.grad(total, leaf, allow_unused=True)
+        if grad is None:
+            grad = torch.zeros_like(s)
+        return out.detach(), grad
+
+    # -- (grad, hess, loss) -------------------------------------------------------------------------
+    def gradients(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
+                  weights: torch.Tensor | None = None, hessian: str | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(grad, hess, loss): [Q, L], [Q, L] float64 zero on padding, and [Q] (the loss per
+        query; a scalar loss gives each query's own value, computed query by query). ``weights``
+        [Q, L]: each query's loss, gradient and hessian are multiplied by the mean weight of its
+        real documents (the built-in listwise losses' rule)."""
+        hessian = self.hessian if hessian is None else hessian
+        if mask is None:
+            mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+        s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        y = labels.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        self.check(s, y, mask)
+        grad = torch.zeros_like(s)
+        hess = torch.zeros_like(s)
+        loss = torch.zeros(len(s), dtype=torch.float64, device=s.device)
+        for rows, width in _length_groups(mask):
+            height, self._lanes = self._chunk_shape(s[rows, :width], y[rows, :width], mask[rows, :width], hessian)
+            for i in range(0, len(rows), height):
+                chunk = rows[i:i + height]
+                cs, cy, cm = s[chunk, :width], y[chunk, :width], mask[chunk, :width]
+                g, h, c = self._chunk(cs, cy, cm, hessian)
+                grad[chunk, :width], hess[chunk, :width], loss[chunk] = g, h, c
+        _check_grad(grad, mask, qualified_name(self.fn))
+        hess = positive_surrogate(hess, grad, mask)
+        return _weighted(grad, hess, loss, mask, weights)
+
+    def _chunk(self, s, y, m, hessian):
+        """(grad, hess, loss) of one chunk [q, W] of equally padded queries."""
+        leaf = s.clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = self.per_query(leaf, y, m)
+            total = out if out.dim() == 0 else out.sum()
+            (grad,) = torch.autograd.grad(total, leaf, create_graph=hessian == "exact", allow_unused=True)
+        if grad is None:
+            grad = torch.zeros_like(s)
+        if hessian == "constant":
+            hess = m.to(s.dtype)
+        elif hessian == "gauss-newton":
+            hess = self._gauss_newton(s, y, m)
+        elif not grad.requires_grad:
+            raise ValueError(f"the loss {qualified_name(self.fn)}: its gradient has no autograd graph (a linear loss, "
+                             f"or a custom autograd.Function without a differentiable backward), so it has no "
+                             f"exact Hessian; use hessian='constant' (or 'gauss-newton' with a ProbabilityLoss)")
+        else:
+            hess = self._exact_diagonal(grad, leaf)
+        return self._finish(s, y, m, grad.detach(), hess, out.detach())
+
+    def _exact_diagonal(self, grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+        """diag ∂²(Σ loss)/∂s² of one chunk [q, W] from its gradient's graph: W Hessian-vector
+        products H e_j, e_j one-hot at position j of every query at once (queries do not
+        interact), ``lanes`` of them per batched backward (reverse-over-reverse,
+        ``is_grads_batched``); one backward per position where the loss cannot be batched."""
+        q, width = leaf.shape
+        eye = torch.eye(width, dtype=leaf.dtype, device=leaf.device)
+        diag = torch.zeros_like(leaf)
+        for j0 in range(0, width, self._lanes):
+            j1 = min(width, j0 + self._lanes)
+            tangents = eye[j0:j1, None, :].expand(j1 - j0, q, width)
+            if self._mode == "batched":
+                try:
+                    (products,) = torch.autograd.grad(grad, leaf, tangents, is_grads_batched=True,
+                                                      retain_graph=True, allow_unused=True)
+                except Exception as e:  # noqa: BLE001 -- the loss cannot be vmapped: one position at a time
+                    if not _is_transform_error(e):
+                        raise
+                    self._mode = "loop"
+                else:
+                    if products is not None:
+                        diag[:, j0:j1] = products.diagonal(offset=j0, dim1=0, dim2=2)
+                    continue
+            for j in range(j0, j1):
+                (column,) = torch.autograd.grad(grad, leaf, tangents[j - j0], retain_graph=True, allow_unused=True)
+                if column is not None:
+                    diag[:, j] = column[:, j]
+        return diag.detach()
+
+    def _finish(self, s, y, m, grad, hess, out):
+        loss = out if out.dim() == 1 else self._per_query_scalar(s, y, m)
+        return grad.masked_fill(~m, 0.0), hess.masked_fill(~m, 0.0), loss
+
+    def _chunk_shape(self, s, y, m, hessian) -> tuple[int, int]:
+        """(queries per chunk, tangents per batched product) of a group of width W: the loss's
+        largest intermediate tensor per query (measured once per width) times the queries and
+        tangents of one batched evaluation stays within ``workspace`` entries, the built-in
+        listwise losses' budget (a pairwise loss's [q, W, W] block)."""
+        width = s.shape[1]
+        if hessian == "constant":  # one plain evaluation per chunk
+            return max(1, self.workspace // max(1, self._footprint(s, y, m))), 1
+        per_query = self._footprint(s, y, m)
+        height = self.workspace // max(1, width * per_query)
+        if height >= 1:
+            return height, width
+        return 1, max(1, self.workspace // max(1, per_query))
+
+    def _footprint(self, s, y, m) -> int:
+        """Entries per query of the largest tensor the loss keeps for its backward at width W
+        (at least W), from the saved-tensor hooks of one forward on a few queries; cached."""
+        width = s.shape[1]
+        cache = self.__dict__.setdefault("_footprints", {})
+        if width not in cache:
+            probe = slice(0, min(4, len(s)))
+            largest = [0]
+
+            def pack(t):
+                largest[0] = max(largest[0], t.numel())
+                return t
+
+            leaf = s[probe].clone().requires_grad_(True)
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                self.total(leaf, y[probe], m[probe])
+            cache[width] = max(width, -(-largest[0] // max(1, leaf.shape[0])))
+        return cache[width]
+
+    def _per_query_scalar(self, s, y, m) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.stack([self.total(s[i:i + 1], y[i:i + 1], m[i:i + 1]) for i in range(len(s))])
+
+
+def _is_transform_error(e: Exception) -> bool:
+    text = f"{type(e).__name__}: {e}"
+    return isinstance(e, (RuntimeError, NotImplementedError)) and any(
+        key in text for key in ("vmap", "functorch", "torch.func", "jvp", "forward AD", "forward-mode",
+                                "data-dependent", ".item()", "inplace", "in-place", "Batching rule",
+                                "BatchedTensor", "dual"))
+
+
+# -- losses given as probabilities (Gauss–Newton) ---------------------------------------------------------
+class ProbabilityLoss(TorchLoss):
+    """A ranking loss written as log-likelihoods of probabilities, for the Gauss–Newton Hessian.
+
+    ``fn(scores, labels, mask)`` returns ``(logits, targets)`` or ``(logits, targets, weights)``,
+    each [Q, K] (K events per query, e.g. the L² pairs, or the L documents):
+
+    * ``kind="bernoulli"``: each entry is an event of probability p = sigmoid(z) with target
+      t ∈ [0, 1]; the loss is −Σ_k w_k (t_k log p_k + (1 − t_k) log(1 − p_k)) per query and the
+      Gauss–Newton diagonal Σ_k w_k p_k (1 − p_k) (∂z_k/∂s_i)².
+    * ``kind="categorical"``: each row is a softmax over its K logits (−inf where absent) with
+      target mass t ≥ 0; the loss is −Σ_k t_k log p_k and the diagonal
+      T (Σ_k p_k u_k² − (Σ_k p_k u_k)²), u = ∂z/∂s_i, T = Σ_k t_k (``weights`` unused).
+
+    Events where ``weights`` (default 1) are 0 do not count. ``hessian="exact"`` is also
+    available (the exact diagonal of the same loss).
+
+    >>> def ranknet_pairs(scores, labels, mask):
+    ...     pairs = (labels[:, :, None] > labels[:, None, :]) & mask[:, :, None] & mask[:, None, :]
+    ...     logits = (scores[:, :, None] - scores[:, None, :]).flatten(1)
+    ...     return logits, torch.ones_like(logits), pairs.flatten(1).to(logits.dtype)
+    >>> g, h, c = ProbabilityLoss(ranknet_pairs).gradients(torch.tensor([[0.0, 0.0]], dtype=torch.float64),
+    ...                                                    torch.tensor([[1.0, 0.0]]))
+    >>> h  # σ(0)(1 − σ(0)) = 1/4 per document: the exact diagonal, as RankNet's logits are linear
+    tensor([[0.2500, 0.2500]], dtype=torch.float64)
+    """
+
+    KINDS = ("bernoulli", "categorical")
+
+    def __init__(self, fn: Callable, *, kind: str = "bernoulli", hessian: str = "gauss-newton",
+                 workspace: int = WORKSPACE):
+        if not callable(fn):
+            raise ValueError(f"`fn` has to be a callable returning (logits, targets[, weights]), got "
+                             f"{_checks.describe(fn)}")
+        self.fn = fn
+        self.kind = _checks.check_choice(kind, self.KINDS, "kind")
+        self.hessian = _checks.check_choice(hessian, HESSIANS, "hessian")
+        self.workspace = _checks.check_int(workspace, "workspace", low=1)
+        self.checked = False
+        self._mode = "batched"
+
+    def with_hessian(self, hessian: str) -> "ProbabilityLoss":
+        return type(self)(self.fn, kind=self.kind, hessian=hessian, workspace=self.workspace)
+
+    def _events(self, scores, labels, mask):
+        out = self.fn(scores, labels, mask)
+        if not isinstance(out, tuple) or len(out) not in (2, 3):
+            raise ValueError(f"the loss {qualified_name(self.fn)} given as probabilities has to return "
+                             f"(logits, targets) or (logits, targets, weights), got {_checks.describe(out)}")
+        logits, targets = out[0], out[1]
+        weights = out[2] if len(out) == 3 else None
+        if logits.dim() != 2 or logits.shape[0] != scores.shape[0] or targets.shape != logits.shape or \
+                (weights is not None and weights.shape != logits.shape):
+            raise ValueError(f"the loss {qualified_name(self.fn)}: logits, targets (and weights) have to be "
+                             f"[Q, K] with Q = {scores.shape[0]}, got "
+                             f"{[tuple(t.shape) for t in out]}")
+        return logits, targets.detach(), None if weights is None else weights.detach()
+
+    def per_query(self, scores, labels, mask) -> torch.Tensor:
+        logits, t, w = self._events(scores, labels, mask)
+        if self.kind == "bernoulli":
+            nll = -(t * torch.nn.functional.logsigmoid(logits) + (1 - t) * torch.nn.functional.logsigmoid(-logits))
+            if w is not None:
+                nll = torch.where(w != 0, nll * w, 0.0)
+            return nll.sum(1)
+        logp = torch.log_softmax(logits, dim=1)
+        return -torch.where(t != 0, t * logp, 0.0).sum(1)
+
+    def _gauss_newton(self, s, y, m) -> torch.Tensor:
+        """The generalised Gauss–Newton diagonal from W forward-mode products ∂z/∂s · e_j."""
+        from torch.func import jvp, vmap
+
+        q, width = s.shape
+        with torch.no_grad():
+            logits, t, w = self._events(s, y, m)
+        lanes = self._lanes
+
+        def column(tangent):
+            return jvp(lambda x: self._events(x, y, m)[0], (s,), (tangent,))[1]
+
+        eye = torch.eye(width, dtype=s.dtype, device=s.device)
+        u = vmap(column, chunk_size=lanes)(eye[:, None, :].expand(width, q, width))  # [W, q, K]
+        u = torch.nan_to_num(u, nan=0.0, posinf=0.0, neginf=0.0)
+        if self.kind == "bernoulli":
+            p = torch.sigmoid(logits)
+            c = p * (1 - p) * (torch.ones_like(p) if w is None else w)
+            diag = (c[None] * u * u).sum(2)  # [W, q]
+        else:
+            p = torch.softmax(logits, dim=1)
+            total = t.sum(1)
+            diag = total[None] * ((p[None] * u * u).sum(2) - (p[None] * u).sum(2) ** 2)
+        return diag.transpose(0, 1).contiguous()
+
+
+# -- LightGBM/XGBoost style numpy objectives -------------------------------------------------------------
+class NumpyObjective:
+    """A LightGBM/XGBoost scikit-learn style objective ``fn(y_true, y_pred[, weight][, group])
+    -> (grad, hess)`` on flat numpy arrays, as rankkit's booster calls it.
+
+    ``y_true`` [N] float64 labels, ``y_pred`` [N] float64 current scores (documents in input order,
+    each query's documents contiguous), ``group`` [Q] int64 documents per query, ``weight`` [N]
+    float64 (or None). A function that takes no ``weight`` gets its grad and hess multiplied by the
+    sample weights (LightGBM's rule). Its arguments are read by name: a third parameter named
+    ``group`` receives the group sizes, one named ``weight`` the weights (LightGBM's four-argument
+    order is ``(y_true, y_pred, weight, group)``).
+    """
+
+    def __init__(self, fn: Callable):
+        if not callable(fn):
+            raise ValueError(f"`fn` has to be a callable (y_true, y_pred, ...) -> (grad, hess), got "
+                             f"{_checks.describe(fn)}")
+        self.fn = fn
+        names = _parameter_names(fn)
+        extra = names[2:]
+        if any(n not in ("weight", "group") for n in extra):
+            raise ValueError(f"the objective {qualified_name(fn)} takes {names}: after (y_true, y_pred) rankkit "
+                             f"passes `weight` and `group`, by those names")
+        self.arguments = extra
+        self.hessian = "given"
+
+    def __repr__(self) -> str:
+        return f"NumpyObjective({qualified_name(self.fn)})"
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def flat_gradients(self, labels, scores, sizes, weights) -> tuple[torch.Tensor, torch.Tensor]:
+        """(grad, hess) [N] float64 from flat torch tensors."""
+        import numpy as np
+
+        y_true = labels.detach().cpu().double().numpy()
+        y_pred = scores.detach().cpu().double().numpy().copy()
+        given = {"group": sizes.detach().cpu().long().numpy(),
+                 "weight": None if weights is None else weights.detach().cpu().double().numpy()}
+        out = self.fn(y_true, y_pred, *[given[n] for n in self.arguments])
+        name = qualified_name(self.fn)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise ValueError(f"the objective {name} has to return (grad, hess), got {_checks.describe(out)}")
+        result = []
+        for label, value in zip(("grad", "hess"), out):
+            arr = np.asarray(value, dtype=np.float64).reshape(-1)
+            if arr.shape != y_pred.shape:
+                raise ValueError(f"the objective {name} returned {label} of shape {np.shape(value)}, expected "
+                                 f"({len(y_pred)},)")
+            result.append(torch.from_numpy(arr.copy()).to(scores.device))
+        grad, hess = result
+        if weights is not None and "weight" not in self.arguments:
+            grad, hess = grad * weights.double(), hess * weights.double()
+        return grad, hess
+
+
+# -- shared helpers ---------------------------------------------------------------------------------------
+def _length_groups(mask: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+    """Queries grouped by length: (row indices, padded width) with widths powers of two (at most
+    the batch's width), so that each group's padding is under half its entries."""
+    lengths = mask.sum(1).cpu()
+    full = mask.shape[1]
+    widths = torch.where(lengths <= 1, 1, 2 ** torch.ceil(torch.log2(lengths.clamp_min(1).double())).long())
+    widths = widths.clamp(max=full)
+    groups = []
+    for w in torch.unique(widths).tolist():
+        rows = (widths == w).nonzero().flatten().to(mask.device)
+        groups.append((rows, int(w)))
+    return groups
+
+
+def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:
+    bad = ~torch.isfinite(grad) & mask
+    if bool(bad.any()):
+        q, j = (int(v) for v in bad.nonzero()[0])
+        raise NonFiniteGradient(f"the objective {name} gave a non-finite gradient ({float(grad[q, j])}) in query "
+                                f"{q}, document {j}", q)
+
+
+def positive_surrogate(hess: torch.Tensor, grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The diagonal made positive: |h| where finite; where not, the largest finite |h| of the
+    query, or |grad| if the query has none."""
+    finite = torch.isfinite(hess) & mask
+    h = torch.where(finite, hess.abs(), 0.0)
+    top = h.amax(1, keepdim=True) if h.numel() else h
+    fallback = torch.where(top > 0, top.expand_as(h), grad.abs())
+    return torch.where(finite, h, fallback).masked_fill(~mask, 0.0)
+
+
+def _weighted(grad, hess, loss, mask, weights):
+    if weights is None:
+        return grad, hess, loss
+    w = weights.detach().to(grad.dtype).masked_fill(~mask, 0.0)
+    query_w = w.sum(1) / mask.sum(1).clamp(min=1).to(grad.dtype)
+    return grad * query_w[:, None], hess * query_w[:, None], loss * query_w
+
+
+def torch_loss(objective, name: str = "loss") -> TorchLoss:
+    """A custom loss for the neural rankers (plain autograd): a :class:`TorchLoss` (a
+    :class:`ProbabilityLoss` included) or a callable; a numpy objective has no autograd."""
+    obj = as_objective(objective, name=name)
+    if isinstance(obj, NumpyObjective):
+        raise ValueError(f"`{name}`: {qualified_name(obj.fn)} is a (y_true, y_pred, ...) numpy objective, which "
+                         f"gives no autograd graph to train a neural ranker; write it as loss(scores, labels, mask)")
+    return obj

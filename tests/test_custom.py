@@ -1,0 +1,420 @@
+"""Custom objectives (rankkit.custom): any torch loss trains trees and neural rankers.
+
+Every fast path here is checked against an independent slow one: the built-in closed forms,
+float64 finite differences, torch.autograd.functional.hessian per query, the LightGBM-style
+numpy callable, and the built-in neural module.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankkit import LambdaMART
+from rankkit.boosting import LambdaMARTModule
+from rankkit.custom import NumpyObjective, ProbabilityLoss, TorchLoss, positive_surrogate
+from rankkit.data import make_synthetic
+from rankkit.data.datamodule import RankingDataModule
+from rankkit.examples.losses import ranknet, smoothed_softmax, softmax_plus_pointwise, squared_pairwise_hinge
+from rankkit.losses import objective_gradients
+from rankkit.neural import LambdaRank, RankNet
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "MQ2008")
+
+
+def batch(q=6, length=9, seed=0, grades=3):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(q, length, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, grades, (q, length), generator=g).double()
+    lengths = torch.randint(1, length + 1, (q,), generator=g)
+    mask = torch.arange(length) < lengths[:, None]
+    return scores.masked_fill(~mask, 0.0), labels.masked_fill(~mask, 0.0), mask
+
+
+def plain_softmax(scores, labels, mask):
+    return smoothed_softmax(scores, labels, mask, smoothing=0.0)
+
+
+def sigmoid_ndcg_like(scores, labels, mask):
+    """A non-convex loss (negative curvature somewhere): −Σ gain_i σ(s_i − mean s)."""
+    s = scores.masked_fill(~mask, 0.0)
+    mean = s.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
+    return -((2 ** labels - 1) * torch.sigmoid(s - mean)).masked_fill(~mask, 0.0).sum(1)
+
+
+LOSSES = [ranknet, plain_softmax, squared_pairwise_hinge, softmax_plus_pointwise, sigmoid_ndcg_like]
+
+
+# -- gradients against the built-in closed forms ------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(3))
+def test_a_plain_torch_ranknet_loss_gives_the_builtin_grad_and_hess(seed):
+    s, y, m = batch(seed=seed)
+    w = torch.rand(s.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    for weights in (None, w):
+        g, h, c = objective_gradients(ranknet, s, y, mask=m, weights=weights)
+        g0, h0, c0 = objective_gradients("ranknet", s, y, mask=m, weights=None if weights is None else weights)
+        if weights is None:  # the pairwise kernel weighs a pair by its documents' mean weight instead
+            torch.testing.assert_close(g, g0, atol=1e-9, rtol=0)
+            torch.testing.assert_close(h, h0, atol=1e-9, rtol=0)
+            torch.testing.assert_close(c, c0, atol=1e-9, rtol=0)
+    # The listwise softmax: exact diagonal = the built-in's p(1 − p) Σt, with the query weights.
+    g, h, c = objective_gradients(plain_softmax, s, y, mask=m, weights=w)
+    g0, h0, c0 = objective_gradients("softmax", s, y, mask=m, weights=w)
+    for a, b in ((g, g0), (h, h0), (c, c0)):
+        torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+
+
+def test_a_scalar_loss_is_their_sum_and_still_reports_each_querys_loss():
+    s, y, m = batch(seed=4)
+    g, h, c = TorchLoss(lambda s, y, m: ranknet(s, y, m).sum()).gradients(s, y, m)
+    g0, h0, c0 = TorchLoss(ranknet).gradients(s, y, m)
+    for a, b in ((g, g0), (h, h0), (c, c0)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_probability_losses_give_the_gauss_newton_diagonal_of_the_builtins():
+    s, y, m = batch(seed=5)
+
+    def ranknet_pairs(scores, labels, mask):
+        pairs = (labels[:, :, None] > labels[:, None, :]) & mask[:, :, None] & mask[:, None, :]
+        logits = (scores[:, :, None] - scores[:, None, :]).flatten(1)
+        return logits, torch.ones_like(logits), pairs.flatten(1).to(logits.dtype)
+
+    def softmax_events(scores, labels, mask):
+        y = labels.masked_fill(~mask, 0.0)
+        return scores.masked_fill(~mask, float("-inf")), y / y.sum(1, keepdim=True).clamp(min=1e-30)
+
+    for loss, name in ((ProbabilityLoss(ranknet_pairs), "ranknet"),
+                       (ProbabilityLoss(softmax_events, kind="categorical"), "softmax")):
+        g, h, c = loss.gradients(s, y, m)
+        g0, h0, c0 = objective_gradients(name, s, y, mask=m)
+        for a, b in ((g, g0), (h, h0), (c, c0)):
+            torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+        # The exact diagonal of the same log-likelihood agrees (logits linear in the scores).
+        torch.testing.assert_close(loss.with_hessian("exact").gradients(s, y, m)[1], h0, atol=1e-9, rtol=0)
+
+
+# -- the exact diagonal against two slow references ---------------------------------------------------------
+def dense_reference(fn, s, y, m):
+    """Per query: torch.autograd.functional.hessian of its own loss, and float64 central second
+    differences of the loss, both on the query's real documents only."""
+    dense = torch.zeros_like(s)
+    fd = torch.zeros_like(s)
+    for q in range(len(s)):
+        n = int(m[q].sum())
+        if n == 0:
+            continue
+        yq, mq = y[q:q + 1, :n], m[q:q + 1, :n]
+
+        def f(x):
+            return fn(x[None], yq, mq).sum()
+
+        dense[q, :n] = torch.autograd.functional.hessian(f, s[q, :n].clone()).diagonal()
+        step = 1e-4
+        for i in range(n):
+            e = torch.zeros(n, dtype=torch.float64)
+            e[i] = step
+            fd[q, i] = (f(s[q, :n] + e) - 2 * f(s[q, :n]) + f(s[q, :n] - e)) / step ** 2
+    return dense, fd
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), length=st.integers(1, 12), q=st.integers(1, 5), which=st.integers(0, 4))
+def test_the_exact_diagonal_equals_a_dense_hessian_and_finite_differences(seed, length, q, which):
+    fn = LOSSES[which]
+    s, y, m = batch(q=q, length=length, seed=seed)
+    loss = TorchLoss(fn, workspace=7)  # a tiny workspace: several chunks and tangent batches
+    _, h, _ = loss.gradients(s, y, m)
+    dense, fd = dense_reference(fn, s, y, m)
+    # `gradients` returns the positive surrogate of the diagonal (|h| where the loss curves down).
+    torch.testing.assert_close(h, positive_surrogate(dense, torch.zeros_like(s), m), atol=1e-10, rtol=1e-9)
+    kinked = fn is squared_pairwise_hinge  # a kink at the margin: differences straddle it
+    if not kinked:
+        torch.testing.assert_close(h, positive_surrogate(fd, torch.zeros_like(s), m), atol=2e-5, rtol=1e-5)
+
+
+def test_a_loss_that_cannot_be_batched_falls_back_to_one_product_per_position(monkeypatch):
+    real = torch.autograd.grad
+
+    def refuse_batching(*args, is_grads_batched=False, **kwargs):  # as vmap refuses .item() or in-place ops
+        if is_grads_batched:
+            raise RuntimeError("vmap: It looks like you're calling .item() on a Tensor")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", refuse_batching)
+    s, y, m = batch(seed=2)
+    loss = TorchLoss(ranknet)
+    _, h, _ = loss.gradients(s, y, m)
+    assert loss._mode == "loop"
+    torch.testing.assert_close(h, objective_gradients("ranknet", s, y, mask=m)[1], atol=1e-9, rtol=0)
+
+    def broken(*args, is_grads_batched=False, **kwargs):  # any other error is the loss's own: raised
+        if is_grads_batched:
+            raise RuntimeError("the user's own bug")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", broken)
+    with pytest.raises(RuntimeError, match="own bug"):
+        TorchLoss(ranknet).gradients(s, y, m)
+
+
+def test_the_chunks_keep_the_largest_intermediate_within_the_workspace():
+    s, y, m = batch(q=3, length=1000, seed=1)
+    m[:] = True
+    loss = TorchLoss(ranknet, workspace=2**20)
+    height, lanes = loss._chunk_shape(s, y, m, "exact")
+    assert loss._footprint(s, y, m) >= 1000 * 1000  # the [L, L] pair block per query
+    assert height * lanes * loss._footprint(s, y, m) <= 2**20 and height == 1 and lanes == 1
+    softmax = TorchLoss(plain_softmax, workspace=2**22)
+    height, lanes = softmax._chunk_shape(s, y, m, "exact")
+    assert 1000 <= softmax._footprint(s, y, m) <= 4000  # O(L) per query
+    assert lanes == 1000 and 1 <= height and height * lanes * softmax._footprint(s, y, m) <= 2**22
+
+
+def test_surrogate_of_negative_and_non_finite_diagonals():
+    h = torch.tensor([[-2.0, 1.0, float("nan")], [float("inf"), float("nan"), 0.0]], dtype=torch.float64)
+    g = torch.tensor([[0.0, 0.0, 0.0], [0.5, -3.0, 0.0]], dtype=torch.float64)
+    m = torch.tensor([[True, True, True], [True, True, False]])
+    out = positive_surrogate(h, g, m)
+    assert out.tolist() == [[2.0, 1.0, 2.0], [0.5, 3.0, 0.0]]
+
+
+# -- what a bad loss gets ----------------------------------------------------------------------------------
+def test_a_loss_that_reads_padding_is_refused_on_the_first_call():
+    s, y, m = batch(seed=3)
+    with pytest.raises(ValueError, match="depends on padded entries"):
+        TorchLoss(lambda s, y, m: (s ** 2).sum(1)).gradients(s, y, m)
+    with pytest.raises(ValueError, match="depends on padded entries"):  # labels of padding too
+        TorchLoss(lambda s, y, m: ((s - y) ** 2).masked_fill(~m, 0).sum(1) + y.sum(1)).gradients(s, y, m)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda s, y, m: (s * m).sum(), None),  # fine: a scalar
+    (lambda s, y, m: (s * m), "per query"),
+    (lambda s, y, m: y.sum(1), "differentiably"),
+    (lambda s, y, m: (s * m).sum(1).tolist(), "tensor"),
+    (lambda s, y, m: (s * m).sum(1) * float("inf"), "not finite"),
+    (lambda s, y, m: (s * m).sum(1), "no autograd graph"),  # linear: no Hessian
+])
+def test_bad_losses_get_one_clear_error(fn, match):
+    s, y, m = batch(seed=1)
+    if match is None:
+        TorchLoss(fn, hessian="constant").gradients(s, y, m)
+        return
+    with pytest.raises(ValueError, match=match):
+        TorchLoss(fn).gradients(s, y, m)
+
+
+def test_a_non_finite_gradient_names_the_round_and_the_query():
+    data = make_synthetic(8, 6, 4, seed=0)
+
+    def bad(scores, labels, mask):  # √(s²) has no gradient at 0: query 2's scores start there
+        row = torch.arange(len(scores))[:, None]
+        shifted = scores + (row != 2).to(scores.dtype)
+        return torch.sqrt(shifted ** 2).masked_fill(~mask, 0.0).sum(1)
+
+    with pytest.raises(ValueError, match=r"round 0: .*non-finite gradient.* query 2"):
+        LambdaMART(bad, n_estimators=2, depth=2, min_data_in_leaf=1).fit(data)
+
+
+def test_options_that_need_the_builtin_kernel_are_refused():
+    data = make_synthetic(8, 6, 4, seed=0)
+    for kw, match in ((dict(exact_newton=True), "exact_newton"), (dict(hessian="fisher"), "hessian"),
+                      (dict(objective="ranknet", hessian="constant"), "custom objectives")):
+        with pytest.raises(ValueError, match=match):
+            LambdaMART(**{"objective": ranknet, **kw}).fit(data)
+    with pytest.raises(ValueError, match="gauss-newton"):
+        LambdaMART(ranknet, hessian="gauss-newton", n_estimators=1).fit(data)
+    with pytest.raises(ValueError, match="objective"):
+        LambdaMART("no such loss").fit(data)
+
+
+# -- trees --------------------------------------------------------------------------------------------------
+def tie_free(seed=0):
+    """Continuous features and labels: no two split gains within rounding of each other."""
+    return make_synthetic(40, (3, 25), 6, seed=seed)
+
+
+def assert_same_trees(a, b, atol=1e-6):
+    ea, eb = a.ensemble_, b.ensemble_
+    assert torch.equal(ea.features, eb.features)
+    assert torch.equal(ea.thresholds, eb.thresholds)
+    torch.testing.assert_close(ea.leaf_values, eb.leaf_values, atol=atol, rtol=0)
+
+
+def test_a_custom_ranknet_grows_the_builtin_ranknets_trees():
+    data = tie_free()
+    kw = dict(n_estimators=8, depth=3, min_data_in_leaf=3)
+    builtin = LambdaMART("ranknet", **kw).fit(data)
+    assert_same_trees(LambdaMART(ranknet, **kw).fit(data), builtin)
+    assert_same_trees(LambdaMART(TorchLoss(ranknet), **kw).fit(data), builtin)
+
+
+def ranknet_numpy(y_true, y_pred, group):
+    """LightGBM/XGBoost style: per-document RankNet grad and hess from a double loop in numpy."""
+    grad, hess = np.zeros_like(y_pred), np.zeros_like(y_pred)
+    start = 0
+    for n in group:
+        for i in range(start, start + n):
+            for j in range(start, start + n):
+                if y_true[i] > y_true[j]:
+                    rho = 1.0 / (1.0 + np.exp(y_pred[i] - y_pred[j]))
+                    grad[i] -= rho
+                    grad[j] += rho
+                    hess[i] += rho * (1 - rho)
+                    hess[j] += rho * (1 - rho)
+        start += n
+    return grad, hess
+
+
+def test_a_lightgbm_style_numpy_objective_grows_the_same_trees():
+    data = tie_free(1)
+    kw = dict(n_estimators=6, depth=3, min_data_in_leaf=3)
+    builtin = LambdaMART("ranknet", **kw).fit(data)
+    assert_same_trees(LambdaMART(ranknet_numpy, **kw).fit(data), builtin)
+    assert_same_trees(LambdaMART(NumpyObjective(ranknet_numpy), **kw).fit(data), builtin)
+
+    def with_weight(y_true, y_pred, weight, group):
+        assert weight is None
+        return ranknet_numpy(y_true, y_pred, group)
+
+    assert_same_trees(LambdaMART(with_weight, **kw).fit(data), builtin)
+    s, y, m = batch(seed=7)
+    g, h, c = objective_gradients(ranknet_numpy, s, y, mask=m)
+    g0, h0, _ = objective_gradients("ranknet", s, y, mask=m)
+    torch.testing.assert_close(g, g0, atol=1e-9, rtol=0)
+    torch.testing.assert_close(h, h0, atol=1e-9, rtol=0)
+    assert torch.isnan(c).all()
+
+
+def test_a_custom_model_saves_as_text_and_loads_without_its_code(tmp_path):
+    data = tie_free(2)
+    model = LambdaMART(squared_pairwise_hinge, n_estimators=4, depth=2, min_data_in_leaf=3).fit(data)
+    path = tmp_path / "m.safetensors"
+    model.save(path)
+    loaded = LambdaMART.load(path)
+    assert loaded.objective == "rankkit.examples.losses.squared_pairwise_hinge"
+    np.testing.assert_array_equal(loaded.predict(data), model.predict(data))
+
+
+def test_a_config_names_an_importable_loss_and_a_checkpoint_never_imports_it(tmp_path, monkeypatch):
+    (tmp_path / "my_losses_for_rankkit.py").write_text(
+        "from rankkit.examples.losses import ranknet as my_ranknet\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    train, val = tie_free(3), tie_free(4)
+
+    def fit(objective, root):
+        pl.seed_everything(0, verbose=False)
+        module = LambdaMARTModule(objective=objective, depth=3, min_data_in_leaf=3)
+        ckpt = pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True)
+        trainer = pl.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, num_sanity_val_steps=0, callbacks=[ckpt],
+                             default_root_dir=root)
+        trainer.fit(module, datamodule=RankingDataModule.from_datasets(train, val, max_docs=256))
+        return module, root / "last.ckpt"
+
+    named, ckpt = fit("my_losses_for_rankkit.my_ranknet", tmp_path / "a")
+    called, _ = fit(ranknet, tmp_path / "b")
+    builtin, _ = fit("ranknet", tmp_path / "c")
+    for m in (named, called):
+        torch.testing.assert_close(m.scorer.leaf_values, builtin.scorer.leaf_values, atol=1e-6, rtol=0)
+    assert called.hparams.objective == "rankkit.examples.losses.ranknet"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["hyper_parameters"]["objective"] == "my_losses_for_rankkit.my_ranknet"
+    # Point the checkpoint at a module that cannot be imported: loading still works.
+    saved["hyper_parameters"]["objective"] = "no_such_package_anywhere.loss"
+    torch.save(saved, tmp_path / "edited.ckpt")
+    sys.modules.pop("no_such_package_anywhere", None)
+    from rankkit._checkpoint import load_checkpoint
+
+    model = load_checkpoint(tmp_path / "edited.ckpt")
+    assert "no_such_package_anywhere" not in sys.modules
+    x = train.features[:20]
+    torch.testing.assert_close(model(x), named.scorer(x))
+    with pytest.raises(ValueError, match="cannot import 'no_such_package_anywhere.loss'"):
+        pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, num_sanity_val_steps=0).fit(
+            LambdaMARTModule(objective="no_such_package_anywhere.loss"),
+            datamodule=RankingDataModule.from_datasets(train, val, max_docs=256))
+
+
+@pytest.mark.parametrize("loss", [squared_pairwise_hinge, smoothed_softmax, softmax_plus_pointwise])
+def test_the_documented_examples_train_export_and_serve(tmp_path, loss):
+    from rankkit.export import export_program, export_torchscript, load_scorer
+
+    data = tie_free(5)
+    model = LambdaMART(loss, n_estimators=5, depth=3, min_data_in_leaf=3).fit(data)
+    expected = torch.from_numpy(model.predict(data))
+    assert model.ensemble_.leaf_values.abs().sum() > 0
+    for path, export in ((tmp_path / "s.pt", export_torchscript), (tmp_path / "s.pt2", export_program)):
+        export(model.serving_scorer(), path, n_features=data.n_features)
+        scorer = load_scorer(path, trust_torchscript=True) if path.suffix == ".pt" else load_scorer(path)
+        torch.testing.assert_close(scorer(data.features), expected)
+    pl.seed_everything(0, verbose=False)
+    neural = LambdaRank(n_features=data.n_features, hidden=[8], loss=loss, reduction="sum")
+    pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+               enable_model_summary=False, default_root_dir=tmp_path).fit(
+        neural, datamodule=RankingDataModule.from_datasets(data, tie_free(6), max_docs=256))
+    assert neural.hparams.loss == f"rankkit.examples.losses.{loss.__name__}"
+
+
+# -- neural rankers -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reduction", ["query", "pair", "sum"])
+def test_a_neural_lambdarank_with_the_custom_ranknet_loss_is_the_builtin_ranknet(tmp_path, reduction):
+    train, val = make_synthetic(60, (2, 20), 5, seed=0), make_synthetic(20, (2, 20), 5, seed=1)
+
+    def run(cls, **kw):
+        pl.seed_everything(7, verbose=False)
+        # SGD: the output bias's gradient is Σλ = 0 for a pairwise loss, which autograd leaves at
+        # ~1e-9 and the kernel at 0; Adam would scale that noise up to lr-sized steps.
+        model = cls(**{**dict(n_features=5, hidden=[16], dropout=0.1, lr=0.05, optimizer="sgd",
+                              reduction=reduction), **kw})
+        pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, deterministic=True, default_root_dir=tmp_path).fit(
+            model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=64, seed=3))
+        return torch.cat([p.detach().flatten() for p in model.scorer.parameters()])
+
+    builtin = run(RankNet)
+    custom = run(LambdaRank, loss=ranknet)
+    assert not torch.allclose(builtin, run(RankNet, lr=0.1), atol=1e-5, rtol=1e-5)  # the comparison can fail
+    torch.testing.assert_close(custom, builtin, atol=1e-5, rtol=1e-5)  # float32 sums over an epoch
+
+
+def test_a_neural_ranker_refuses_what_a_custom_loss_cannot_do():
+    with pytest.raises(ValueError, match="loss_options"):
+        LambdaRank(n_features=3, loss=ranknet, loss_options={"k": 3})
+    with pytest.raises(ValueError, match="unbiased"):
+        LambdaRank(n_features=3, loss=ranknet, unbiased=True)
+    model = LambdaRank(n_features=3, loss=ranknet_numpy)
+    s, y, m = batch(q=2, length=3)
+    from rankkit.data.dataset import PaddedBatch
+
+    b = PaddedBatch(torch.zeros(2, 3, 3), y.float(), m)
+    with pytest.raises(ValueError, match="numpy objective"):
+        model.objective(s.float().requires_grad_(True), b)
+
+
+# -- real data ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, "Fold1")), reason="MQ2008 not in ../shared/data")
+def test_on_mq2008_fold1_custom_losses_match_the_builtins():
+    from rankkit.data import read_svmlight
+
+    train = read_svmlight(os.path.join(DATA, "Fold1", "train.txt.gz"))
+    # RankNet by hand: the same first trees as the built-in (10 rounds, depth 6).
+    kw = dict(n_estimators=10, depth=6)
+    assert_same_trees(LambdaMART(ranknet, **kw).fit(train), LambdaMART("ranknet", **kw).fit(train))
+    # The listwise softmax by hand: the built-in "softmax" computes in float32, the custom loss in
+    # float64, so a split between MQ2008's many equal-gain features can go either way; the test
+    # NDCG@10 (exp gain, empty queries 1) agrees within 0.002.
+    test = read_svmlight(os.path.join(DATA, "Fold1", "test.txt.gz"))
+    kw = dict(n_estimators=60, depth=6)
+    custom, builtin = LambdaMART(plain_softmax, **kw).fit(train), LambdaMART("softmax", **kw).fit(train)
+    assert abs(custom.score(test) - builtin.score(test)) <= 0.002
