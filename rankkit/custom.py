@@ -122,11 +122,9 @@ def import_callable(path: str, name: str = "objective") -> Callable:
 
 
 def is_custom(objective) -> bool:
-    """True for a custom objective (a callable, a wrapper, or a dotted path), False for a
-    built-in name."""
-    from rankkit.losses import OBJECTIVES
-
-    return not (isinstance(objective, str) and (objective in OBJECTIVES or objective in ("lambdarank", "pointwise")))
+    """True for a custom objective: anything but a text, or a text with a dot (a dotted path;
+    no built-in name has one). Other texts are built-in names, checked by their callers."""
+    return not isinstance(objective, str) or "." in objective
 
 
 def check_spec(objective, name: str = "objective", builtins: tuple = ()) -> None:
@@ -271,7 +269,8 @@ class TorchLoss:
                 where = int(grad_moved.nonzero()[0, 0]) if bool(grad_moved.any()) else 0
             raise ValueError(f"the loss {name} depends on padded entries (mask False): query {where}'s loss or "
                              f"gradient changed when only its padding's scores and labels changed; ignore them, "
-                             f"e.g. scores.masked_fill(~mask, 0.0), or mask pairs with mask[:, :, None] & mask[:, None, :]")
+                             f"e.g. scores.masked_fill(~mask, 0.0), or mask pairs with "
+                             f"mask[:, :, None] & mask[:, None, :]")
         self.checked = True
 
     def _value_and_grad(self, s, y, m, name):
