@@ -121,6 +121,59 @@ def check_run_config(config) -> None:
         config["weights_only"] = True
 
 
+#: The data settings a checkpoint's datamodule records that decide which documents are scored.
+DATA_SETTINGS = ("data", "fold", "max_docs", "seed", "val_fraction", "val_seed")
+
+
+def explicit_data_flags(argv: list[str]) -> set[str]:
+    """The ``--data.KEY`` settings given on the command line (``--data.fold 2``, ``--data.fold=2``)."""
+    keys = set()
+    for arg in argv:
+        if arg.startswith("--data."):
+            keys.add(arg[len("--data."):].partition("=")[0])
+    return keys
+
+
+def use_recorded_data(subcommand: str, config, ckpt_path: str, argv: list[str]) -> str | None:
+    """``rankkit validate|test --ckpt_path X``: score the data the checkpoint was trained on.
+
+    The checkpoint's datamodule settings (:data:`DATA_SETTINGS`: data set, fold, batching, the
+    ``val_fraction`` split) replace the config's, except those given as ``--data.KEY`` on the
+    command line; a config file's values are defaults (the packaged configs say ``fold: 1``, and a
+    model trained on fold 2 would otherwise be tested on fold 1, whose test set is its vali set).
+    Returns the line that says which data is scored (None without recorded settings)."""
+    from rankkit._checkpoint import read_checkpoint
+
+    recorded = read_checkpoint(ckpt_path).get("datamodule_hyper_parameters")
+    data = config.get("data")
+    if not isinstance(recorded, dict) or data is None:
+        return None
+    explicit = explicit_data_flags(argv)
+    overridden, taken = [], []
+    for key in DATA_SETTINGS:
+        if key not in recorded or key not in data:
+            continue
+        value = recorded[key]
+        if not (value is None or isinstance(value, (str, int, float))) or isinstance(value, bool):
+            raise ValueError(f"{ckpt_path}: the recorded data setting `{key}` has to be a plain value, got "
+                             f"{type(value).__name__}")
+        if key in explicit:
+            if data[key] != value:
+                overridden.append(f"--data.{key}={data[key]!r} (trained with {value!r})")
+        elif data[key] != value:
+            taken.append(f"{key}={value!r} (config: {data[key]!r})")
+            data[key] = value
+    split = "test" if subcommand == "test" else "validation"
+    where = f"{data['data']} fold {data['fold']}" if "fold" in data else str(data.get("data"))
+    if overridden:
+        return (f"rankkit {subcommand}: scoring the {split} set of {where}, as given: {', '.join(overridden)}; "
+                f"not the data the checkpoint was trained on")
+    line = f"rankkit {subcommand}: scoring the {split} set of {where}, the data the checkpoint was trained on"
+    if taken:
+        line += f" (from the checkpoint: {', '.join(taken)})"
+    return line + "; --data.KEY=VALUE on the command line overrides it"
+
+
 def without_validation(trainer, datamodule) -> bool:
     """When ``datamodule`` has no validation set (a folder with train and test files only and no
     ``val_fraction``), set ``trainer`` up to train without one, as the README promises: no
@@ -203,8 +256,15 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
         def _parse_ckpt_path(self) -> None:
             # LightningCLI reads `ckpt_path`'s hyper-parameters (and `_class_path`) into the
             # model's config: checked first, as `load_checkpoint` checks them.
-            if self.config.get("subcommand"):
-                check_run_config(self.config[self.config.subcommand])
+            sub = self.config.get("subcommand")
+            if sub:
+                check_run_config(self.config[sub])
+                ckpt_path = self.config[sub].get("ckpt_path")
+                if sub in ("validate", "test") and ckpt_path is not None:
+                    line = use_recorded_data(sub, self.config[sub], ckpt_path,
+                                             sys.argv[1:] if args is None else args)
+                    if line is not None:
+                        print(line, file=sys.stderr)
             super()._parse_ckpt_path()
 
         def before_fit(self) -> None:

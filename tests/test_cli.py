@@ -108,6 +108,47 @@ def test_fit_test_predict_export(model, letor, tmp_path, capsys):
     assert [int(r[1]) for r in rows[:12]] == list(range(12)) and rows[12][:2] == ["2", "0"]
 
 
+def test_test_and_validate_score_the_data_the_checkpoint_was_trained_on(tmp_path, capsys):
+    """The README's sequence, fit on fold 2 then test with the config (fold: 1): fold 2's test set
+    is scored, not fold 1's (whose test set is fold 2's vali set)."""
+    from rankkit._checkpoint import load_checkpoint
+    from rankkit.data.svmlight import read_svmlight
+    from rankkit.metrics import ndcg
+
+    root = tmp_path / "letor"
+    for fold in (1, 2):
+        (root / f"Fold{fold}").mkdir(parents=True)
+        for i, name in enumerate(("train.txt", "vali.txt", "test.txt")):
+            write_letor(root / f"Fold{fold}" / name, 10 * fold + i)
+    config = str(CONFIGS / "lambdamart.yaml")
+    args = [f"--data.data={root}", "--trainer.max_epochs=3", f"--trainer.default_root_dir={tmp_path / 'run'}",
+            "--model.init_args.min_data_in_leaf=5"]
+    assert main(["fit", "--config", config, *args, "--data.fold=2"]) == 0
+    ckpt = next((tmp_path / "run").rglob("*.ckpt"))
+    capsys.readouterr()
+
+    def expected(fold: int) -> float:
+        model = load_checkpoint(ckpt)
+        batch = read_svmlight(root / f"Fold{fold}" / "test.txt").padded()
+        with torch.no_grad():
+            return float(ndcg(model(batch.features), batch.labels, mask=batch.mask, k=10, empty=1.0).mean())
+
+    def tested(*extra: str) -> tuple[float, str]:
+        assert main(["test", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false",
+                     *extra]) == 0
+        out, err = capsys.readouterr()
+        value = next(float(line.split()[-1]) for line in out.splitlines() if "test/ndcg@10" in line)
+        return value, err
+
+    value, err = tested()
+    assert "fold 2, the data the checkpoint was trained on" in err and "fold=2 (config: 1)" in err
+    assert abs(value - expected(2)) < 1e-6 and abs(expected(2) - expected(1)) > 1e-3
+    value, err = tested("--data.fold=1")  # an explicit flag wins, and says so
+    assert "as given: --data.fold=1 (trained with 2)" in err and abs(value - expected(1)) < 1e-6
+    assert main(["validate", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
+    assert "validation set of" in capsys.readouterr().err
+
+
 # -- compare ------------------------------------------------------------------------------------------
 def test_parse_folds_and_best_round():
     assert parse_folds("1-5") == [1, 2, 3, 4, 5]
