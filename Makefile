@@ -12,9 +12,14 @@ PYTEST_ARGS ?=
 
 .PHONY: venv demo test test-fast lint bench clean
 
-venv: $(VENV)/.installed
+# One install stamp per set of extras: `make test EXTRAS=dev,notebooks,gpu` on an existing .venv
+# installs what the new extras add.
+comma  := ,
+STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-$(VENV)/.installed: pyproject.toml setup.py rankkit/kernels/_cpu.c rankkit/kernels/_lambdas.c Makefile
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py rankkit/kernels/_cpu.c rankkit/kernels/_lambdas.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	echo "$(TORCH)" > $(VENV)/torch-constraint.txt
 	$(PY) -m pip install -q "$(TORCH)"

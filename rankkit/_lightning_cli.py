@@ -107,6 +107,38 @@ def resolve_model_class(class_path: str) -> type:
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
 
+def descriptions() -> dict[str, str]:
+    """What ``rankkit fit|validate|test --help`` says the command does (Lightning's own first
+    docstring lines say nothing about configs and stop mid-sentence)."""
+    names = ", ".join(config_names())
+    common = (f" --config NAME takes a config shipped with rankkit ({names}) from any folder, or a .yaml path; "
+              f"--data.KEY=VALUE, --model.init_args.KEY=VALUE and --trainer.KEY=VALUE override it (the "
+              f"defaults listed below are the classes'; `--config NAME --help` lists the config's). Quiet "
+              f"unless --verbose (or RANKKIT_VERBOSE=1): then Lightning's progress bar, model summary, tips "
+              f"and warnings show too.")
+    return {
+        "fit": "Train the config's model (RankNet, LambdaRank or LambdaMARTModule) on its data with "
+               "Trainer.fit, keeping the checkpoint of the best epoch (or tree) on vali NDCG@10, and end "
+               "with one line naming it." + common,
+        "validate": "Score a trained checkpoint (--ckpt_path FILE) on the validation set of the data it was "
+                    "trained on: the fold, folder and batching recorded in the checkpoint, unless given "
+                    "as --data.KEY; one line says which data was scored." + common,
+        "test": "Score a trained checkpoint (--ckpt_path FILE) on the test set of the data it was trained "
+                "on: the fold, folder and batching recorded in the checkpoint, unless given as --data.KEY; "
+                "one line says which data was scored, then Lightning's table of test metrics." + common,
+    }
+
+
+#: Help of the Lightning method arguments whose own text does not hold for rankkit.
+ARGUMENT_HELP = {
+    "ckpt_path": "a local .ckpt file written by `rankkit fit` (fit: resume training from it; validate, test: "
+                 "the model to score). A file path only: Lightning's 'best', 'last', 'hpc', 'registry' and "
+                 "URLs are not taken. It is checked before it is read.",
+    "weights_only": "ignored: rankkit always loads checkpoints with weights_only=True (nothing in the file is "
+                    "unpickled).",
+}
+
+
 def check_run_config(config) -> None:
     """The parsed config of ``rankkit fit|validate|test`` (``--ckpt_path X``, ``--ckpt_path=X``
     and ``ckpt_path:`` in a YAML file all arrive here): a checkpoint to resume or evaluate has to
@@ -141,7 +173,8 @@ def use_recorded_data(subcommand: str, config, ckpt_path: str, argv: list[str]) 
     ``val_fraction`` split) replace the config's, except those given as ``--data.KEY`` on the
     command line; a config file's values are defaults (the packaged configs say ``fold: 1``, and a
     model trained on fold 2 would otherwise be tested on fold 1, whose test set is its vali set).
-    Returns the line that says which data is scored (None without recorded settings)."""
+    Returns the line that says which data was scored, printed after the run (None without
+    recorded settings)."""
     from rankkit._checkpoint import read_checkpoint
 
     recorded = read_checkpoint(ckpt_path).get("datamodule_hyper_parameters")
@@ -166,9 +199,9 @@ def use_recorded_data(subcommand: str, config, ckpt_path: str, argv: list[str]) 
     split = "test" if subcommand == "test" else "validation"
     where = f"{data['data']} fold {data['fold']}" if "fold" in data else str(data.get("data"))
     if overridden:
-        return (f"rankkit {subcommand}: scoring the {split} set of {where}, as given: {', '.join(overridden)}; "
+        return (f"rankkit {subcommand}: scored the {split} set of {where}, as given: {', '.join(overridden)}; "
                 f"not the data the checkpoint was trained on")
-    line = f"rankkit {subcommand}: scoring the {split} set of {where}, the data the checkpoint was trained on"
+    line = f"rankkit {subcommand}: scored the {split} set of {where}, the data the checkpoint was trained on"
     if taken:
         line += f" (from the checkpoint: {', '.join(taken)})"
     return line + "; --data.KEY=VALUE on the command line overrides it"
@@ -195,6 +228,8 @@ def without_validation(trainer, datamodule) -> bool:
     for cb in trainer.callbacks:
         if isinstance(cb, ModelCheckpoint) and (cb.monitor or "").startswith("val"):
             cb.monitor = None  # keeps the last epoch (save_top_k=1)
+            if cb.filename and cb.filename.startswith("best"):  # nothing was selected: not "best"
+                cb.filename = "last" + cb.filename[len("best"):]
     print(f"rankkit: {datamodule.hparams.data} has no validation file: training {trainer.max_epochs} epochs "
           f"without {'early stopping and ' if stopped else ''}model selection (the last epoch is kept); "
           f"--data.val_fraction=0.1 holds out training queries instead", file=sys.stderr)
@@ -261,11 +296,16 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
                 check_run_config(self.config[sub])
                 ckpt_path = self.config[sub].get("ckpt_path")
                 if sub in ("validate", "test") and ckpt_path is not None:
-                    line = use_recorded_data(sub, self.config[sub], ckpt_path,
-                                             sys.argv[1:] if args is None else args)
-                    if line is not None:
-                        print(line, file=sys.stderr)
+                    self.scored_line = use_recorded_data(sub, self.config[sub], ckpt_path,
+                                                         sys.argv[1:] if args is None else args)
             super()._parse_ckpt_path()
+
+        def _say_what_was_scored(self) -> None:
+            line = getattr(self, "scored_line", None)
+            if line is not None and self.trainer.is_global_zero:
+                print(line, file=sys.stderr)
+
+        after_validate = after_test = _say_what_was_scored
 
         def before_fit(self) -> None:
             without_validation(self.trainer, self.datamodule)
@@ -293,12 +333,26 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
 
         @staticmethod
         def subcommands() -> dict[str, set[str]]:
-            # `rankkit predict` is rankkit's own command (any artefact, any input file).
-            return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_COMMANDS}
+            # `rankkit predict` is rankkit's own command (any artefact, any input file). Lightning's
+            # `verbose` of validate/test (print the metrics table) is always on: `--verbose` is
+            # rankkit's (everything Lightning says).
+            return {k: v | ({"verbose"} if k in ("validate", "test") else set())
+                    for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_COMMANDS}
+
+        def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
+            parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+            for action in parser._actions:
+                if action.dest in ARGUMENT_HELP:
+                    action.help = ARGUMENT_HELP[action.dest]
+            for group in parser._action_groups:  # Lightning's docstring, cut mid-sentence, as a title
+                if group.title and group.title.startswith(("Runs the full", "Perform one evaluation")):
+                    group.title = f"Trainer.{subcommand} arguments"
+            return parser
 
     parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
     if run:
-        parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_COMMANDS})
+        parser_kwargs.update({name: {"exit_on_error": False, "description": text}
+                              for name, text in descriptions().items()})
     trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).

@@ -15,6 +15,7 @@ status 2, never a stack trace; set ``RANKKIT_DEBUG=1`` to see the trace.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -23,8 +24,9 @@ from typing import Any
 COMMANDS = {
     "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2; "
            "quiet unless --verbose)",
-    "validate": "evaluate a checkpoint on the validation set (--config ... --ckpt_path=...)",
-    "test": "evaluate a checkpoint on the test set (--config ... --ckpt_path=...)",
+    "validate": "score a checkpoint on the validation set of the data it was trained on (--config ... "
+                "--ckpt_path=FILE)",
+    "test": "score a checkpoint on the test set of the data it was trained on (--config ... --ckpt_path=FILE)",
 }
 EXPORT_FORMATS = ("torchscript", "export", "onnx")
 # The user-facing errors: anything else is a bug and keeps its stack trace. OSError covers a
@@ -33,6 +35,11 @@ EXPORT_FORMATS = ("torchscript", "export", "onnx")
 USER_ERRORS = (ValueError, OSError, KeyError, EOFError, UnicodeDecodeError, MemoryError)
 # Lightning's own "you configured it wrong" exception, matched by name (no import at start-up).
 USER_ERROR_NAMES = ("MisconfigurationException",)
+
+
+def env_verbose() -> bool:
+    """``RANKKIT_VERBOSE`` set to 1/true/yes/on (the README's switch, as ``--verbose``)."""
+    return os.environ.get("RANKKIT_VERBOSE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class UsageError(Exception):
@@ -44,9 +51,17 @@ def run_lightning(argv: list[str] | None) -> int:
     """``rankkit fit|validate|test``: ``argv`` None reads ``sys.argv``."""
     from rankkit._lightning_cli import lightning_cli
 
+    from rankkit._lightning_cli import CONFIG_FLAGS, config_names
+
     args = list(sys.argv[1:] if argv is None else argv)
-    verbose = "--verbose" in args
+    verbose = "--verbose" in args or env_verbose()
     args = [a for a in args if a != "--verbose"]
+    helping = any(a in ("-h", "--help") for a in args)
+    if args and not helping and not any(a.split("=")[0] in CONFIG_FLAGS or a.startswith("-c") or
+                                        a.split("=")[0] == "--model" for a in args[1:]):
+        raise UsageError(f"`rankkit {args[0]}` needs a model and its data: --config NAME (shipped: "
+                         f"{', '.join(config_names())}) or --config FILE.yaml, or --model CLASS "
+                         f"(`rankkit {args[0]} --help` lists the options)")
     if args and args[0] in ("validate", "test") and not any(a.startswith("--ckpt_path") for a in args) \
             and not any(a in ("-h", "--help") for a in args):
         raise UsageError(f"`rankkit {args[0]}` evaluates a trained model: pass --ckpt_path=PATH/TO/best.ckpt "
@@ -97,20 +112,44 @@ def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"`--format` has to be one of {EXPORT_FORMATS}, got {fmt!r}")
+    check_export_suffix(output, fmt)
     model = load_model(model_path)
     EXPORTERS[fmt](model, output)
-    eager = serving_module(model)
-    x = torch.randn(64, eager.n_features, generator=torch.Generator().manual_seed(0)).abs() * 3
-    with torch.no_grad():
-        diff = float((load_scorer(output, trust_torchscript=True)(x) - eager(x)).abs().max())  # just written
-    if not diff <= 1e-4:
-        raise RuntimeError(f"exported scorer differs from the eager model by {diff:.3g}")
+    try:  # the artefact is kept only once it reloads and scores as the eager model does
+        eager = serving_module(model)
+        x = torch.randn(64, eager.n_features, generator=torch.Generator().manual_seed(0)).abs() * 3
+        with torch.no_grad():
+            diff = float((load_scorer(output, trust_torchscript=True)(x) - eager(x)).abs().max())  # just written
+        if not diff <= 1e-4:
+            raise RuntimeError(f"exported scorer differs from the eager model by {diff:.3g}; {output} removed")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(output)
+        raise
     return {"path": output, "bytes": os.path.getsize(output), "max_abs_diff": diff,
             "n_features": eager.n_features, "model": type(model).__name__}
 
 
+#: The file name ending each export format is read back by (``load_scorer`` and servers go by it).
+EXPORT_SUFFIXES = {"torchscript": ".pt", "export": ".pt2", "onnx": ".onnx"}
+
+
+def check_export_suffix(output: str, fmt: str) -> None:
+    """Refuse, before anything is written, an output whose extension names another format (a
+    ``torch.export`` program in ``x.pt`` would be read back as TorchScript and fail)."""
+    suffix = os.path.splitext(str(output))[1].lower()
+    owner = next((f for f, s in EXPORT_SUFFIXES.items() if s == suffix), None)
+    if owner is not None and owner != fmt:
+        raise ValueError(f"`--output` {output} ends in {suffix}, the extension of --format {owner}, but "
+                         f"--format is {fmt}: name it {os.path.splitext(str(output))[0]}{EXPORT_SUFFIXES[fmt]} "
+                         f"or choose --format {owner}")
+    if owner is None:
+        raise ValueError(f"`--output` {output}: an export with --format {fmt} has to end in {EXPORT_SUFFIXES[fmt]} "
+                         f"(how it is read back)")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    suffix = {"torchscript": ".pt", "export": ".pt2", "onnx": ".onnx"}[args.format]
+    suffix = EXPORT_SUFFIXES[args.format]
     out = args.output or os.path.splitext(args.model)[0] + suffix
     from rankkit._io import check_outputs
 
@@ -211,7 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", add_help=False,
                              help="train every model on every fold and seed; table, plots, exports")
     compare.set_defaults(func=cmd_compare)
-    info = sub.add_parser("info", help="summarise a dataset (queries, documents, features, labels)")
+    info = sub.add_parser("info", help="summarise a dataset (queries, documents, features, labels)",
+                          description="Summarise a dataset: queries, documents, features, the label "
+                                      "distribution and query lengths of each split, and the checks its "
+                                      "files pass; MQ2008 (bundled) by default.")
     info.add_argument("data", nargs="?", default="mq2008",
                       help="'mq2008' (bundled, default), a LETOR/SVMlight file (.txt, .gz, .bz2), a folder "
                            "of train/vali/test files or a LETOR root of Fold1..FoldN folders")

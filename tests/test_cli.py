@@ -50,7 +50,28 @@ def test_every_command_has_help(command, capsys):
     assert "--" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", ["fit", "validate", "test"])
+def test_lightning_commands_say_what_they_do_and_what_ckpt_path_takes(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--config NAME takes a config shipped with rankkit (compare, lambdamart, lambdarank" in out
+    assert "--verbose (or RANKKIT_VERBOSE=1)" in out
+    assert "A file path only: Lightning's 'best', 'last', 'hpc', 'registry' and URLs are not taken" in out
+    assert "make sure you never run on your" not in out  # Lightning's sentence cut in half
+    if command != "fit":
+        assert "the data it was trained on" in out and "--verbose {true,false}" not in out
+
+
+def test_info_has_a_description(capsys):
+    with pytest.raises(SystemExit):
+        main(["info", "--help"])
+    assert "Summarise a dataset" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv", [
+    ["fit"],
+    ["fit", "--trainer.max_epochs=2"],
     ["fit", "--config", "no/such.yaml"],
     ["fit", "--config", str(CONFIGS / "ranknet.yaml"), "--trainer.max_epochz=3"],
     ["fit", "--config", str(CONFIGS / "ranknet.yaml"), "--data.fold=x"],
@@ -65,6 +86,53 @@ def test_user_mistakes_are_one_line_and_exit_2(argv, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("rankkit") and "error:" in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_fit_without_a_config_names_the_flag(capsys):
+    assert main(["fit"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a model and its data: --config NAME (shipped: compare, lambdamart, lambdarank" in err
+    assert "fit.model" not in err
+
+
+@pytest.mark.parametrize("fmt, name", [("export", "x.pt"), ("torchscript", "x.pt2"), ("onnx", "x.pt"),
+                                       ("torchscript", "x.bin")])
+def test_export_refuses_a_format_its_extension_disagrees_with_before_writing(tmp_path, fmt, name, capsys):
+    from rankkit.cli import export_model
+
+    model = tmp_path / "model.safetensors"
+    from rankkit import LambdaMART
+
+    LambdaMART(n_estimators=2, depth=2, min_data_in_leaf=5).fit(make_synthetic(10, 8, 5, seed=0)).save(model)
+    out = tmp_path / name
+    assert main(["export", str(model), "--format", fmt, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "`--output`" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    # A failed check removes the artefact: make the reloaded scorer disagree with the eager model.
+    import rankkit.export as export
+
+    real = export.load_scorer
+    try:
+        export.load_scorer = lambda path, **kw: (lambda x: real(path, **kw)(x) + 1.0)
+        with pytest.raises(RuntimeError, match="differs from the eager model"):
+            export_model(str(model), str(tmp_path / "ok.pt"), "torchscript")
+    finally:
+        export.load_scorer = real
+    assert not (tmp_path / "ok.pt").exists()
+    assert export_model(str(model), str(tmp_path / "ok.pt"), "torchscript")["max_abs_diff"] < 1e-4
+
+
+def test_a_failed_compare_leaves_no_empty_folders(tmp_path, capsys):
+    letor = tmp_path / "letor"
+    letor.mkdir()
+    for seed, name in enumerate(("train.txt", "test.txt")):  # no vali file: compare refuses the fold
+        write_letor(letor / name, seed)
+    out = tmp_path / "out"
+    assert main(["compare", "--data", str(letor), "--max_epochs", "1", "--out", str(out),
+                 "--models", "lambdamart"]) == 2
+    assert "--val_fraction 0.1 holds out" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_export_rejects_a_file_that_is_not_a_checkpoint(tmp_path, capsys):

@@ -33,7 +33,8 @@ def build_parser():
     p.add_argument("--val_fraction", "--val-fraction", type=float, default=0.0,
                    help="data without a vali file: hold out this fraction of the training queries (the same "
                         "for every model and seed) for model selection")
-    p.add_argument("--verbose", action="store_true", help="show Lightning's info lines and warnings")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Lightning's info lines and warnings (or RANKKIT_VERBOSE=1)")
     p.add_argument("--ensemble", action="store_true",
                    help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")
     return p
@@ -45,6 +46,10 @@ def compare_from_args(argv: list[str]) -> int:
 
     args = build_parser().parse_args(resolve_config_args(argv))
     kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
+    if not kwargs.get("verbose"):
+        from rankkit.cli import env_verbose
+
+        kwargs["verbose"] = env_verbose()  # RANKKIT_VERBOSE=1, as --verbose
     result = compare(**kwargs)
     print()
     print(result["table"])

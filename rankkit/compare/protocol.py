@@ -312,7 +312,7 @@ def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingD
         raise ValueError(f"{data}: compare needs a test file (test.txt or rank.test)")
     if dm.val_set is None:
         raise ValueError(f"{data}: compare selects models on a validation file (vali.txt or rank.vali); "
-                         f"`val_fraction=0.1` holds out training queries instead")
+                         f"--val_fraction 0.1 holds out training queries instead")
     return dm.train_set, dm.val_set, dm.test_set
 
 
@@ -390,14 +390,27 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     if baselines:
         for name in third_party.BASELINES:
             if importlib.util.find_spec(third_party.BASELINE_PACKAGES[name]) is None:
-                log(f"baseline {name}: not installed, skipped")
+                log(f"baseline {name}: not installed, skipped (pip install 'rankkit[baselines]', or "
+                    f"make test EXTRAS=dev,notebooks,baselines, installs LightGBM, XGBoost and CatBoost)")
             else:
                 chosen.append(name)
     out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     _check_outputs(out_dir, list(configs), fold_list, seeds, ensemble,
                    inputs={"--data": _data_files(data), "--models": [str(p) for p, _ in configs.values()]})
+    created = [p for p in (out_dir, out_dir / "scorers") if not p.exists()]
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
+    try:
+        return _compare_run(data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble,
+                            rounds, patience, verbose, log)
+    except BaseException:
+        for folder in reversed(created):  # a failed run leaves no empty folders behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+        raise
 
+
+def _compare_run(data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
+                 patience, verbose, log) -> dict:
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
     started = time.perf_counter()

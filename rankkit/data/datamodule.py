@@ -285,8 +285,8 @@ class RankingDataModule(pl.LightningDataModule):
 
     def _loader(self, ds: RankingDataset | None, *, train: bool, split: str = "training") -> DataLoader:
         if ds is None:
-            hint = {"validation": " (vali.txt, valid.txt, val.txt or rank.vali); `val_fraction=0.1` holds out "
-                                  "training queries instead",
+            hint = {"validation": " (vali.txt, valid.txt, val.txt or rank.vali); --data.val_fraction=0.1 "
+                                  "(RankingDataModule(val_fraction=0.1)) holds out training queries instead",
                     "test": " (test.txt or rank.test)"}.get(split, "")
             raise ValueError(f"`data` {self.hparams.data!r}: no {split} file{hint}")
         rank, world = _rank_and_world(self.trainer)
