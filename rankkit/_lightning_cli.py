@@ -115,7 +115,8 @@ def descriptions() -> dict[str, str]:
               f"--data.KEY=VALUE, --model.init_args.KEY=VALUE and --trainer.KEY=VALUE override it (the "
               f"defaults listed below are the classes'; `--config NAME --help` lists the config's). Quiet "
               f"unless --verbose (or RANKKIT_VERBOSE=1): then Lightning's progress bar, model summary, tips "
-              f"and warnings show too.")
+              f"and warnings show too. fit shows its progress (a bar in a terminal, a line every 10 epochs "
+              f"or trees in a log, with vali NDCG@10) unless --quiet.")
     return {
         "fit": "Train the config's model (RankNet, LambdaRank or LambdaMARTModule) on its data with "
                "Trainer.fit, keeping the checkpoint of the best epoch (or tree) on vali NDCG@10, and end "
@@ -242,15 +243,16 @@ QUIET_LOGGERS = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "
 QUIET_WARNINGS = r"(pytorch_lightning|lightning_fabric|lightning|torch|jsonargparse)(\.|$)"
 
 
-def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True):
+def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True, progress: bool = False):
     """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
     when ``run``); ``args`` None reads ``sys.argv``.
 
-    ``verbose=False`` (``rankkit fit`` without ``--verbose``) is quiet: no progress bar, no
+    ``verbose=False`` (``rankkit fit`` without ``--verbose``) is quiet: no Lightning progress bar, no
     model summary, no Lightning tips, banners or info lines, no warnings raised inside
     Lightning or torch (rankkit's own warnings still show); ``fit`` ends with one line naming
-    the checkpoint it kept. Options given in the config or on the command line
-    (``--trainer.enable_progress_bar=true``) still win."""
+    the checkpoint it kept; ``progress`` adds rankkit's own progress (a one-line bar in a terminal,
+    a line every 10 epochs in a log: :class:`rankkit._progress.FitProgress`). Options given in the
+    config or on the command line (``--trainer.enable_progress_bar=true``) still win."""
     import pytorch_lightning as pl
     from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
@@ -354,6 +356,10 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
         parser_kwargs.update({name: {"exit_on_error": False, "description": text}
                               for name, text in descriptions().items()})
     trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
+    if progress and not verbose:  # a quiet fit still shows its progress (rankkit._progress), unless --quiet
+        from rankkit._progress import FitProgress
+
+        trainer_defaults["callbacks"] = [FitProgress()]
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")

@@ -23,7 +23,7 @@ from typing import Any
 
 COMMANDS = {
     "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2; "
-           "quiet unless --verbose)",
+           "shows its progress, everything with --verbose, nothing but its last line with --quiet)",
     "validate": "score a checkpoint on the validation set of the data it was trained on (--config ... "
                 "--ckpt_path=FILE)",
     "test": "score a checkpoint on the test set of the data it was trained on (--config ... --ckpt_path=FILE)",
@@ -38,8 +38,10 @@ USER_ERROR_NAMES = ("MisconfigurationException",)
 
 
 def env_verbose() -> bool:
-    """``RANKKIT_VERBOSE`` set to 1/true/yes/on (the README's switch, as ``--verbose``)."""
-    return os.environ.get("RANKKIT_VERBOSE", "").strip().lower() in ("1", "true", "yes", "on")
+    """``RANKKIT_VERBOSE`` set (the README's switch, as ``--verbose``): :func:`rankkit._quiet.verbose`."""
+    from rankkit._quiet import verbose
+
+    return verbose()
 
 
 class UsageError(Exception):
@@ -55,7 +57,10 @@ def run_lightning(argv: list[str] | None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args or env_verbose()
-    args = [a for a in args if a != "--verbose"]
+    quiet = "--quiet" in args
+    if verbose and quiet:
+        raise UsageError("give --verbose or --quiet, not both")
+    args = [a for a in args if a not in ("--verbose", "--quiet")]
     helping = any(a in ("-h", "--help") for a in args)
     if args and not helping and not any(a.split("=")[0] in CONFIG_FLAGS or a.startswith("-c") or
                                         a.split("=")[0] == "--model" for a in args[1:]):
@@ -71,7 +76,7 @@ def run_lightning(argv: list[str] | None) -> int:
             from rankkit._checkpoint import read_checkpoint
 
             read_checkpoint(a.split("=", 1)[1])
-    lightning_cli(args, verbose=verbose)
+    lightning_cli(args, verbose=verbose, progress=bool(args) and args[0] == "fit" and not quiet)
     return 0
 
 

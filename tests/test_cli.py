@@ -88,6 +88,45 @@ def test_user_mistakes_are_one_line_and_exit_2(argv, capsys):
     assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_quiet_fit_shows_its_progress_in_a_log_and_quiet_hides_it(letor, tmp_path, capsys):
+    config = str(CONFIGS / "lambdamart.yaml")
+    args = [*quick(letor, tmp_path, epochs=12)]
+    assert main(["fit", "--config", config, *args]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rankkit fit: ") and "/12 trees" in line]
+    assert len(lines) == 1 and lines[0].startswith("rankkit fit: 10/12 trees, val/ndcg@10 ")
+    assert "best" in lines[0] and "at epoch=" in lines[0]
+    assert "stopped after 12 trees" in err  # the end, when the last line was not at the last tree
+    assert main(["fit", "--quiet", "--config", config, *args]) == 0
+    captured = capsys.readouterr()
+    assert "trees, val/ndcg@10" not in captured.err and "rankkit fit: 12 epochs; checkpoint" in captured.out
+
+
+def test_the_progress_bar_rewrites_one_line_in_a_terminal():
+    import io
+    from types import SimpleNamespace
+
+    from rankkit._progress import FitProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    bar = FitProgress(stream=stream)
+    module = SimpleNamespace(train_batching="dataset")
+    trainer = SimpleNamespace(current_epoch=0, max_epochs=3, is_global_zero=True, sanity_checking=False,
+                              callback_metrics={"val/ndcg@10": torch.tensor(0.5)})
+    bar.on_fit_start(trainer, module)
+    for epoch, value in enumerate((0.5, 0.7, 0.6)):
+        trainer.current_epoch, trainer.callback_metrics = epoch, {"val/ndcg@10": torch.tensor(value)}
+        bar.on_validation_epoch_end(trainer, module)
+    bar.on_fit_end(trainer, module)
+    text = stream.getvalue()
+    assert text.count("\r") == 3 and text.count("\n") == 1
+    assert "3/3 trees, val/ndcg@10 0.6000; best 0.7000 at epoch=1 (2 trees)" in text
+
+
 def test_fit_without_a_config_names_the_flag(capsys):
     assert main(["fit"]) == 2
     err = capsys.readouterr().err

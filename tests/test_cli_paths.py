@@ -190,12 +190,16 @@ def _fit(data: Path, root: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_fit_is_quiet_unless_verbose(data, tmp_path):
-    quiet = _fit(data, tmp_path / "q")
+    quiet = _fit(data, tmp_path / "q", "--quiet")
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     text = quiet.stdout + quiet.stderr
     assert not [n for n in NOISE if n in text], text
     assert text.strip().splitlines() == [next(line for line in text.splitlines() if line.startswith("rankkit fit:"))]
     assert "checkpoint" in text and "val/ndcg@10" in text
+    default = _fit(data, tmp_path / "d")  # rankkit's own progress lines, nothing of Lightning's
+    text = default.stdout + default.stderr
+    assert default.returncode == 0 and not [n for n in NOISE if n in text], text
+    assert all(line.startswith("rankkit fit:") for line in text.strip().splitlines()), text
     loud = _fit(data, tmp_path / "v", "--verbose")
     assert loud.returncode == 0, loud.stderr[-2000:]
     text = loud.stdout + loud.stderr

@@ -47,9 +47,9 @@ def compare_from_args(argv: list[str]) -> int:
     args = build_parser().parse_args(resolve_config_args(argv))
     kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
     if not kwargs.get("verbose"):
-        from rankkit.cli import env_verbose
+        from rankkit._quiet import verbose
 
-        kwargs["verbose"] = env_verbose()  # RANKKIT_VERBOSE=1, as --verbose
+        kwargs["verbose"] = verbose()  # RANKKIT_VERBOSE=1, as --verbose
     result = compare(**kwargs)
     print()
     print(result["table"])
