@@ -74,3 +74,44 @@ def test_every_python_example_in_the_readme_runs(tmp_path, monkeypatch):
         exec(compile(code, "README.md", "exec"), names)
         assert "model" in names  # each example trains a model
     assert (tmp_path / "scorer.pt").stat().st_size > 0  # the first session's export
+
+
+def test_the_defaults_table_is_the_code_and_the_configs():
+    """The README's table of Python defaults against the shipped configs, cell by cell."""
+    import inspect
+
+    import yaml
+
+    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.neural import LambdaRank, RankNet
+
+    section = README[README.index("| argument | `LambdaRank` / `RankNet` default"):]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().strip("`") for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+
+    def config(name):
+        return yaml.safe_load((ROOT / "rankkit" / "configs" / f"{name}.yaml").read_text())
+
+    def shown(value):
+        return "None" if value is None else repr(value).replace("'", '"') if isinstance(value, str) else \
+            str(value).replace("1e-05", "1e-5")
+
+    for cls in (LambdaRank, RankNet):
+        params = inspect.signature(cls.__init__).parameters
+        for arg in ("hidden", "weight_decay", "k", "reduction"):
+            assert shown(params[arg].default) == rows[f"{arg}"][0], (cls, arg)
+    for column, name in ((1, "lambdarank"), (2, "ranknet")):
+        init = config(name)["model"]["init_args"]
+        for arg in ("hidden", "weight_decay", "k", "reduction"):
+            expected = rows[arg][column]
+            if expected == "(default)":
+                assert arg not in init, (name, arg)
+            else:
+                assert shown(init[arg]) == expected, (name, arg, init.get(arg))
+        assert str(config(name)["data"]["max_docs"]) == rows["RankingDataModule(max_docs=)"][column]
+    assert str(inspect.signature(RankingDataModule.__init__).parameters["max_docs"].default) == \
+        rows["RankingDataModule(max_docs=)"][0]
