@@ -296,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args = parser.parse_args(argv)
         return args.func(args)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, no traceback; outputs are written atomically, so nothing half-written stays.
+        where = f"rankkit {command}" if command and not command.startswith("-") else "rankkit"
+        print(f"{where}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, what a shell reports
     except BrokenPipeError:
         # The reader went away (`rankkit predict ... | head`): stop quietly, as `cat` does.
         try:

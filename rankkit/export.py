@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -316,6 +317,8 @@ def _json(path: str, members: dict[str, bytes], name: str) -> dict:
         value = json.loads(members[name].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise _refuse(path, f"{name!r} is not JSON ({e})") from None
+    except RecursionError:
+        raise _refuse(path, f"{name!r} nests its JSON deeper than Python's recursion limit") from None
     if not isinstance(value, dict):
         raise _refuse(path, f"{name!r} is not a JSON object")
     return value
@@ -454,6 +457,12 @@ def load_scorer(path: str | os.PathLike, *, trust_torchscript: bool = False) -> 
         _check_pt2(path, members)
         members[_SAMPLE_INPUTS] = b""  # a pickle; an empty record loads as "no example inputs"
     archive = _repack(root, members)
+    # torch logs a page (a traceback) about a program it refuses before it raises "check the
+    # warnings above": rankkit keeps that log off the terminal and says its last line in its one.
+    captured = _CapturedLog()
+    export_log = logging.getLogger("torch.export")
+    saved = export_log.handlers[:], export_log.propagate
+    export_log.handlers[:], export_log.propagate = [captured], False
     try:
         if program:
             exported = torch.export.load(archive)
@@ -463,7 +472,27 @@ def load_scorer(path: str | os.PathLike, *, trust_torchscript: bool = False) -> 
             return module
         return torch.jit.load(archive, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - whatever torch raises, the file is not a usable scorer
-        raise _refuse(path, f"torch cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
+        why = captured.last or f"{type(e).__name__}: {' '.join(str(e).split())}"
+        raise _refuse(path, f"torch cannot load it ({why[:240]})") from None
+    finally:
+        export_log.handlers[:], export_log.propagate = saved
+
+
+class _CapturedLog(logging.Handler):
+    """Keeps the last line of what torch logs while loading (the error of a refused program)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            text = f"{type(error).__name__}: {error}"
+        lines = [line for line in text.splitlines() if line.strip()]
+        if lines:
+            self.last = " ".join(lines[-1].split())
 
 
 def _load_onnx(path: str) -> _OnnxScorer:

@@ -318,16 +318,24 @@ class RankingDataset:
                 return cls(torch.from_numpy(z["features"].copy()), torch.from_numpy(z["labels"].copy()),
                            torch.from_numpy(z["offsets"].copy()), torch.from_numpy(z["qids"].copy()),
                            comments, str(z["source"]) if "source" in z.files else path, position)
-        except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError) as e:
+        except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError, MemoryError) as e:
             if isinstance(e, FileNotFoundError):
                 raise
-            raise ValueError(f"{path}: not a valid rankkit dataset cache ({e})") from e
+            what = f"MemoryError: {e}" if isinstance(e, MemoryError) else str(e)
+            raise ValueError(f"{path}: not a valid rankkit dataset cache ({what})") from e
 
 
 #: The most bytes the arrays of one ``.npz`` cache may declare (that of MAX_VALUES float32 values).
 MAX_CACHE_BYTES = 2**34
-#: Deflate's largest expansion ratio (a compressed member cannot hold more than this times its size).
-_DEFLATE_RATIO = 1032
+#: The most a compressed member may expand (its data over its compressed bytes). Deflate can reach
+#: 1032x, so a 2 MB file could ask for 2 GiB; real ranking features compress 2-10x (MQ2008's
+#: cache: about 3x), and rankkit's own caches are stored uncompressed (``save``). 64x bounds the
+#: memory a cache can ask for by a small multiple of its file.
+MAX_DEFLATE_RATIO = 64
+#: The kinds of values each array of a cache may hold (numpy dtype kinds: bool, int, uint, float;
+#: strings for the texts). Complex numbers would lose their imaginary part unseen.
+CACHE_KINDS = {"features": "biuf", "labels": "biuf", "offsets": "iu", "qids": "biuf", "position": "biuf",
+               "comments": "U", "source": "U"}
 
 
 def check_npz(path: str) -> None:
@@ -353,9 +361,13 @@ def check_npz(path: str) -> None:
             if not info.filename.endswith(".npy"):
                 raise ValueError(f"{where} is not a .npy array")
             if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size \
-                    or info.compress_size > size or info.file_size > _DEFLATE_RATIO * info.compress_size + 1024:
+                    or info.compress_size > size:
                 raise ValueError(f"{where} claims {info.file_size} bytes in {info.compress_size} "
                                  f"(an archive of {size} bytes)")
+            if info.file_size > MAX_DEFLATE_RATIO * info.compress_size + 4096:
+                raise ValueError(f"{where} expands {info.file_size} bytes from {info.compress_size}, more than "
+                                 f"MAX_DEFLATE_RATIO = {MAX_DEFLATE_RATIO} times (re-save it with "
+                                 f"RankingDataset.save, which stores arrays uncompressed)")
             with z.open(info) as f:
                 try:
                     version = npy.read_magic(f)
@@ -368,6 +380,10 @@ def check_npz(path: str) -> None:
                                      f"{' '.join(str(e).split())[:120]})") from None
                 if dtype.hasobject:
                     raise ValueError(f"{where} holds Python objects (rankkit never unpickles)")
+                kinds = CACHE_KINDS.get(info.filename[:-len(".npy")])
+                if kinds is not None and dtype.kind not in kinds:
+                    raise ValueError(f"{where} holds {dtype} values; a cache's {info.filename[:-4]} have to be "
+                                     f"{'real numbers' if 'f' in kinds else 'integers' if 'i' in kinds else 'text'}")
                 declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
                 if declared != info.file_size - f.tell():
                     raise ValueError(f"{where}: its header declares {declared} bytes of data, the member "

@@ -1,0 +1,103 @@
+"""Trust, round 3 (issue 35), the cases this file pins: each a one-line error or the right result."""
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pytest
+
+from rankkit.cli import main
+from rankkit.data import make_synthetic
+from rankkit.data.dataset import MAX_DEFLATE_RATIO, RankingDataset
+
+
+def test_a_cache_with_complex_labels_is_refused_not_truncated(tmp_path):
+    make_synthetic(5, 4, 3).save(tmp_path / "c.npz")
+    arrays = dict(np.load(tmp_path / "c.npz"))
+    arrays["labels"] = arrays["labels"].astype(np.complex64) + 1j
+    np.savez(tmp_path / "x.npz", **arrays)
+    with pytest.raises(ValueError, match="labels.npy' holds complex64 values"):
+        RankingDataset.load(tmp_path / "x.npz")
+
+
+def test_a_compressed_cache_cannot_ask_for_more_than_a_small_multiple_of_its_file(tmp_path):
+    make_synthetic(5, 4, 3).save(tmp_path / "c.npz")
+    arrays = dict(np.load(tmp_path / "c.npz"))
+    arrays["features"] = np.zeros((2_000_000, 46), np.float32)  # 368 MB of zeros in a few hundred KB
+    np.savez_compressed(tmp_path / "bomb.npz", **arrays)
+    assert (tmp_path / "bomb.npz").stat().st_size * MAX_DEFLATE_RATIO < 368_000_000
+    with pytest.raises(ValueError, match="MAX_DEFLATE_RATIO"):
+        RankingDataset.load(tmp_path / "bomb.npz")
+    arrays["features"] = np.random.default_rng(0).random((2000, 46), dtype=np.float32)  # real data compresses little
+    arrays["labels"] = np.zeros(2000, np.float32)
+    arrays["offsets"] = np.array([0, 2000])
+    arrays["qids"] = np.array([1])
+    arrays.pop("comments", None)
+    arrays.pop("position", None)
+    np.savez_compressed(tmp_path / "fine.npz", **arrays)
+    assert RankingDataset.load(tmp_path / "fine.npz").n_docs == 2000
+
+
+def test_deeply_nested_json_in_a_pt2_is_one_line(tmp_path):
+    from rankkit.export import export_program, load_scorer
+    from rankkit.neural import MLPScorer
+
+    path = tmp_path / "s.pt2"
+    export_program(MLPScorer(4, (3,)).eval(), path, n_features=4)
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    name = next(n for n in members if n.endswith(".json"))
+    members[name] = b'{"config": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    bad = tmp_path / "nested.pt2"
+    with zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    with pytest.raises(ValueError) as e:
+        load_scorer(bad)
+    assert "nested.pt2" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_pt2_torch_refuses_says_one_line_without_torchs_log(tmp_path, capfd):
+    from rankkit.export import export_program, load_scorer
+    from rankkit.neural import MLPScorer
+
+    path = tmp_path / "s.pt2"
+    export_program(MLPScorer(4, (3,)).eval(), path, n_features=4)
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    name = next(n for n in members if n.endswith("models/model.json"))
+    import json
+
+    program = json.loads(members[name])
+    program["schema_version"] = {"major": 99, "minor": 0}  # torch logs a traceback, then refuses it
+    members[name] = json.dumps(program).encode()
+    bad = tmp_path / "refused.pt2"
+    with zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    capfd.readouterr()
+    with pytest.raises(ValueError, match=r"refused.pt2.*SerializeError: Serialized schema version"):
+        load_scorer(bad)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_ctrl_c_during_predict_is_one_line_and_leaves_no_output(tmp_path, capsys, monkeypatch):
+    from rankkit import LambdaMART
+
+    data = make_synthetic(6, 5, 3, seed=0)
+    LambdaMART(n_estimators=2, depth=2, min_data_in_leaf=2).fit(data).save(tmp_path / "m.safetensors")
+    lines = [f"{int(data.labels[i])} qid:{1 + i // 5} " + " ".join(f"{j + 1}:{float(v):.4g}" for j, v in
+                                                                  enumerate(data.features[i])) for i in range(30)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    import rankkit.serving as serving
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serving, "predict_file", interrupted)
+    out = tmp_path / "scores.tsv"
+    assert main(["predict", str(tmp_path / "m.safetensors"), "--input", str(tmp_path / "in.txt"),
+                 "-o", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "rankkit predict: interrupted" and not out.exists()
