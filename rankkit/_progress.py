@@ -92,6 +92,7 @@ class FitProgress(pl.Callback):
             self.stream.write("\n")
             self.stream.flush()
         elif self.reported != trainer.current_epoch - 1 and self.best_epoch is not None:
-            self.stream.write(f"rankkit fit: stopped after {trainer.current_epoch} {self.unit}s, best "
+            done = trainer.current_epoch
+            self.stream.write(f"rankkit fit: {done} {self.unit}{'s' if done != 1 else ''} done, best "
                               f"{MONITOR} {self.best:.4f} at {self._at(self.best_epoch)}\n")
             self.stream.flush()

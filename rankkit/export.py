@@ -199,6 +199,10 @@ class _OnnxScorer:
     def __init__(self, session):
         self.session = session
         self.list_aware = [i.name for i in session.get_inputs()] == ["features", "mask"]
+        # The width the graph declares (its features input's last dimension), so that
+        # `rankkit predict` zero-pads a narrower file as for every other format; None if symbolic.
+        last = session.get_inputs()[0].shape[-1] if session.get_inputs()[0].shape else None
+        self.n_features = last if isinstance(last, int) and not isinstance(last, bool) else None
 
     def __call__(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         x = features.detach().to("cpu", torch.float32)

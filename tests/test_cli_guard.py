@@ -127,6 +127,7 @@ def test_export_refuses_a_checkpoint_as_its_own_output(work, tmp_path, capsys):
     args = [f"--data.data={work}", "--trainer.max_epochs=1", f"--trainer.default_root_dir={tmp_path / 'run'}",
             "--trainer.logger=false", "--model.init_args.min_data_in_leaf=5", "--data.val_fraction=0.25"]
     assert main(["fit", "--config", "lambdamart", *args]) == 0
+    capsys.readouterr()  # fit's own progress and summary lines
     ckpt = next((tmp_path / "run").rglob("*.ckpt"))
     before = digest(ckpt)
     code, err = run(["export", ckpt, "-o", ckpt], capsys)

@@ -1,6 +1,10 @@
 """Trust, round 3 (issue 35), the cases this file pins: each a one-line error or the right result."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -101,3 +105,36 @@ def test_ctrl_c_during_predict_is_one_line_and_leaves_no_output(tmp_path, capsys
                  "-o", str(out)]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "rankkit predict: interrupted" and not out.exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+def test_info_on_dev_zero_ends_with_one_line(capsys):
+    assert main(["info", "/dev/zero"]) == 2
+    assert "/dev/zero:1: line longer than MAX_LINE_BYTES" in capsys.readouterr().err
+
+
+def test_info_and_the_reader_read_a_pipe_once(tmp_path):
+    """A pipe is not counted first (that would consume it): its documents are all read."""
+    text = "1 qid:1 1:0.5 2:1\n0 qid:1 1:0.1\n2 qid:2 2:3\n"
+    out = subprocess.run([sys.executable, "-m", "rankkit.cli", "info", "/dev/stdin", "--json"], input=text,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)["/dev/stdin"]
+    assert summary["queries"] == 2 and summary["documents"] == 3 and summary["features"] == 2
+
+
+def test_an_onnx_scorer_zero_pads_a_narrower_file_as_every_format(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    from rankkit import LambdaMART
+
+    data = make_synthetic(20, 8, 6, seed=1)
+    model = LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=2).fit(data)
+    model.save(tmp_path / "m.safetensors")
+    assert main(["export", str(tmp_path / "m.safetensors"), "--format", "onnx", "-o", str(tmp_path / "m.onnx")]) == 0
+    (tmp_path / "t.txt").write_text("1 qid:7 1:0.5 2:0.1\n0 qid:7 1:0.2 3:1.5\n2 qid:9 5:3.0\n")  # 5 of 6 columns
+    out = tmp_path / "scores.tsv"
+    assert main(["predict", str(tmp_path / "m.onnx"), "--input", str(tmp_path / "t.txt"), "-o", str(out)]) == 0, \
+        capsys.readouterr().err
+    x = np.array([[0.5, 0.1, 0, 0, 0, 0], [0.2, 0, 1.5, 0, 0, 0], [0, 0, 0, 0, 3.0, 0]], dtype=np.float32)
+    scores = [float(line.split("\t")[2]) for line in out.read_text().splitlines()]
+    np.testing.assert_allclose(scores, model.predict(x), rtol=1e-6, atol=1e-6)

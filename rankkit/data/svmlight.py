@@ -59,6 +59,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import os
+import stat
 import re
 import zlib
 from dataclasses import dataclass
@@ -324,26 +325,29 @@ def _open_binary(path: str):
 
 
 def _raw_blocks(path: str) -> Iterator[tuple[int, bytes]]:
-    """``(first line number, bytes)`` of blocks of whole lines, each ending with a newline."""
+    """``(first line number, bytes)`` of blocks of whole lines, each ending with a newline. A
+    line's unfinished pieces are kept in a list (joined once), so that a line without a newline
+    (``/dev/zero``) costs linear time until it passes :data:`MAX_LINE_BYTES`."""
     with _open_binary(path) as f:
-        first_line, rest = 1, b""
+        first_line, pieces, pending = 1, [], 0
         while True:
             chunk = f.read(_BLOCK_BYTES)
             if not chunk:
-                if rest:
-                    yield first_line, rest + b"\n"
+                if pieces:
+                    yield first_line, b"".join(pieces) + b"\n"
                 return
-            data = rest + chunk if rest else chunk
-            cut = data.rfind(b"\n") + 1
+            cut = chunk.rfind(b"\n") + 1
             if cut == 0:
-                if len(data) > MAX_LINE_BYTES:
+                pending += len(chunk)
+                if pending > MAX_LINE_BYTES:
                     raise ValueError(f"{path}:{first_line}: line longer than MAX_LINE_BYTES = {MAX_LINE_BYTES}")
-                rest = data
+                pieces.append(chunk)
                 continue
-            block = data[:cut] if cut < len(data) else data
+            block = b"".join([*pieces, chunk[:cut]]) if pieces else chunk[:cut]
             yield first_line, block
             first_line += block.count(b"\n")
-            rest = data[cut:]
+            pieces = [chunk[cut:]] if cut < len(chunk) else []
+            pending = len(chunk) - cut
 
 
 class _Scan:
@@ -503,8 +507,16 @@ def _read_errors(path: str):
 
 
 def _count_lines(path: str) -> int | None:
-    """Lines of a plain (uncompressed) file, counted in reads of one block; None for .gz/.bz2."""
+    """Lines of a plain (uncompressed) regular file, counted in reads of one block; None for
+    .gz/.bz2 and for anything that is not a regular file (a pipe, /dev/stdin, a character
+    device): counting would consume a pipe before the parse reads it, and never end on
+    /dev/zero. Those grow their arrays as they are read."""
     if path.endswith((".gz", ".bz2")):
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+    except OSError:
         return None
     lines = 1
     with open(path, "rb") as f:
