@@ -159,8 +159,9 @@ class BoostingEngine:
         weights: [N] per-document weights, or None.
         init_score: [N] F_0 per document added to the constant bias, or None.
         device: where the trees are grown.
-        start_round: the number of trees already in the model (a resumed run); it seeds the
-            round's random draws, so that round m draws the same whatever run it is in.
+        start_round: the number of trees already in the model (a resumed run): the rounds are
+            counted from it, and round m's random draws are seeded by (seed, m) alone
+            (:meth:`_seed_round`), so that round m draws the same whatever run it is in.
         init_scores: [N] the scores of the trees already grown (a resumed run), or None.
         positions: [N] long, the 0-based position each document was displayed at (click
             data); required with ``config.unbiased`` (Unbiased LambdaMART).
@@ -276,6 +277,7 @@ class BoostingEngine:
     def update(self) -> Tree:
         """Grow one tree, add it to the scores of the training and eval sets, and score them."""
         c = self.config
+        self._seed_round()
         try:
             grad, hess = self.objective.gradients(self.scores, self.layout, backend=self.backend)
         except NonFiniteGradient as e:
@@ -308,6 +310,18 @@ class BoostingEngine:
                 self.best_score, self.best_round = value, len(self.trees) - 1
         self.n_rounds += 1
         return tree
+
+    def _seed_round(self) -> None:
+        """Every random draw of round m comes from generators seeded by (seed, m) alone, so that a
+        run resumed at round m (``start_round``, a LambdaMARTModule checkpoint) draws what a
+        straight run draws there: the rows and features sampled, the bootstrap weights, the
+        split noise and quantization, XE-NDCG's and ListMLE's draws."""
+        base = self.config.seed + 100_003 * self.n_rounds
+        self.generator.manual_seed(base)
+        self.device_generator.manual_seed(base + _DEVICE_STREAM)
+        options = getattr(self.objective, "options", None)
+        if isinstance(options, dict) and isinstance(options.get("generator"), torch.Generator):
+            options["generator"].manual_seed(base + 2 * _DEVICE_STREAM)
 
     @property
     def should_stop(self) -> bool:
