@@ -164,12 +164,38 @@ def _check_shapes(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
                              f"{expected.get(key, 'absent')} in the model")
 
 
+#: A checkpoint whose scorer is the user's (its shapes unknown here) may still describe, by its
+#: hyper-parameters, a rankkit model the CLI builds: at most this many times the values the file
+#: holds, and always 2^22 (16 MiB of float32).
+SIZE_PER_STORED, _SIZE_FLOOR = 4, 2**22
+
+
+def _check_size(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
+    """A checkpoint naming a foreign scorer class skips the shape check (its tensors are that
+    scorer's), but its hyper-parameters still size the model a config may build from them: that
+    model, counted on the meta device, may not hold far more values than the file does (a 6 KB
+    file with ``hidden: [65536, 65536]`` would make the CLI allocate 17 GB per layer)."""
+    import torch
+
+    with torch.device("meta"):
+        try:
+            described = sum(p.numel() for p in cls(**kwargs).state_dict().values())
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise ValueError(f"{path}: {e}") from None
+    stored = sum(t.numel() for t in ckpt.get("state_dict", {}).values() if isinstance(t, torch.Tensor))
+    if described > max(_SIZE_FLOOR, SIZE_PER_STORED * stored):
+        raise ValueError(f"{path}: its hyper-parameters describe a model of {described} values, the file holds "
+                         f"{stored}: more than {SIZE_PER_STORED}x what it stores "
+                         f"(rankkit._checkpoint.SIZE_PER_STORED)")
+
+
 def check_checkpoint(path: str | os.PathLike, *, scorer=None, need_scorer: bool = True):
     """``(checkpoint dict, class, constructor kwargs)`` of a rankkit checkpoint, every check of
     :func:`load_checkpoint` done and nothing of the model allocated yet.
 
     ``need_scorer`` False (the CLI, whose config supplies the scorer): a checkpoint trained with a
-    scorer of the user's is not refused, and its shapes are left to ``load_state_dict``.
+    scorer of the user's is not refused, and its shapes are left to ``load_state_dict``; the model
+    its hyper-parameters describe is still sized on the meta device (:func:`_check_size`).
     """
     path = check_local_path(path)
     ckpt = read_checkpoint(path)
@@ -193,6 +219,7 @@ def check_checkpoint(path: str | os.PathLike, *, scorer=None, need_scorer: bool 
             raise ValueError(f"{path}: the model was trained with the scorer {scorer_class!r}, which a "
                              f"checkpoint may not build: pass scorer=<a fresh instance> "
                              f"(rankkit._checkpoint.load_checkpoint)")
+        _check_size(path, cls, kwargs, ckpt)
         return ckpt, cls, kwargs
     _check_shapes(path, cls, kwargs, ckpt)
     return ckpt, cls, kwargs
