@@ -115,3 +115,31 @@ def test_the_defaults_table_is_the_code_and_the_configs():
         assert str(config(name)["data"]["max_docs"]) == rows["RankingDataModule(max_docs=)"][column]
     assert str(inspect.signature(RankingDataModule.__init__).parameters["max_docs"].default) == \
         rows["RankingDataModule(max_docs=)"][0]
+
+
+def test_the_gpu_pages_counted_and_modelled_launches_agree():
+    """docs/gpu.md models a round with the launches it counts under the interpreter (it once
+    modelled 45 on the page that counted 33 Triton launches plus 88 torch ops)."""
+    page = (ROOT / "docs" / "gpu.md").read_text()
+    row = re.search(r"^\| default \| (\d+) \| (\d+) \|", page, flags=re.M)
+    modelled = re.search(r"^\| launches per round[^|]*\| (\d+) \|", page, flags=re.M)
+    assert row and modelled, "docs/gpu.md lost its counted or modelled launches"
+    assert int(modelled.group(1)) == int(row.group(1)) + int(row.group(2))
+
+
+def test_every_generated_section_names_the_command_that_wrote_it():
+    """A marked section (<!-- NAME:start --> ... <!-- NAME:end -->) of the README or docs/ quotes
+    the command that regenerates it, and that command's script exists."""
+    missing = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        for m in re.finditer(r"<!-- ([a-z0-9_-]+):start -->(.*?)<!-- \1:end -->", text, flags=re.S):
+            commands = re.findall(r"`((?:python|rankkit|make|bash)\b[^`]*)`", m.group(2))
+            if not commands:
+                missing.append(f"{path.name}:{m.group(1)}")
+                continue
+            for command in commands:
+                script = re.match(r"python (experiments/\S+\.py)", command)
+                if script and not (ROOT / script.group(1)).is_file():
+                    missing.append(f"{path.name}:{m.group(1)}: {script.group(1)} does not exist")
+    assert not missing, missing
