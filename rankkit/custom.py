@@ -41,6 +41,10 @@ an upper bound, ``neural_ndcg_loss`` |grad| / τ): here its absolute value where
 the largest finite |h| of its query (or its |grad| if there is none) where it is not. A
 non-finite gradient is an error naming the query (and, in the booster, the round).
 
+rankkit's own closed form, ``fn(scores, labels, *, mask, weights, ...) -> (grad, hess, loss)`` (every
+function of :data:`rankkit.losses.OBJECTIVES`, e.g. ``softmax_loss``), is taken as it is
+(:class:`GradientObjective`, recognised by its keyword-only ``mask``).
+
 The migration path: a LightGBM/XGBoost scikit-learn style callable
 ``objective(y_true, y_pred[, weight][, group]) -> (grad, hess)`` on flat numpy arrays runs
 unchanged (:class:`NumpyObjective`). It is recognised by its first two parameters being named
@@ -57,8 +61,8 @@ import torch
 
 from rankkit import _checks
 
-__all__ = ["TorchLoss", "ProbabilityLoss", "NumpyObjective", "as_objective", "qualified_name",
-           "HESSIANS", "is_custom"]
+__all__ = ["TorchLoss", "ProbabilityLoss", "GradientObjective", "NumpyObjective", "as_objective",
+           "qualified_name", "HESSIANS", "is_custom"]
 
 HESSIANS = ("exact", "gauss-newton", "constant")
 #: Entries of the loss's largest intermediate tensor per batched evaluation (all queries and
@@ -149,12 +153,20 @@ def as_objective(objective, hessian: str = "exact", name: str = "objective"):
     _checks.check_choice(hessian, HESSIANS, "hessian")
     if isinstance(objective, str):
         objective = import_callable(objective, name)
-    if isinstance(objective, NumpyObjective):
+    if isinstance(objective, (NumpyObjective, GradientObjective)):
+        if hessian != "exact" and isinstance(objective, GradientObjective):
+            raise ValueError(f"`hessian={hessian!r}` applies to torch losses; {qualified_name(objective)} returns "
+                             f"its own hessian")
         return objective
     if isinstance(objective, (TorchLoss, ProbabilityLoss)):
         return objective if hessian == "exact" or hessian == objective.hessian else objective.with_hessian(hessian)
     if not callable(objective):
         raise ValueError(f"`{name}` has to be a callable, got {_checks.describe(objective)}")
+    if _looks_closed_form(objective):
+        if hessian != "exact":
+            raise ValueError(f"`hessian={hessian!r}` applies to torch losses; {qualified_name(objective)} returns "
+                             f"its own (grad, hess, loss)")
+        return GradientObjective(objective)
     if _looks_numpy(objective):
         if hessian != "exact":
             raise ValueError(f"`hessian={hessian!r}` applies to torch losses; a (y_true, y_pred, ...) objective "
@@ -176,6 +188,16 @@ def _parameter_names(fn) -> list[str]:
 
 def _looks_numpy(fn) -> bool:
     return _parameter_names(fn)[:2] == ["y_true", "y_pred"]
+
+
+def _looks_closed_form(fn) -> bool:
+    """rankkit's own objective form, ``fn(scores, labels, *, mask, ...) -> (grad, hess, loss)``: a
+    keyword-only ``mask`` (a torch loss takes it positionally)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "mask" in params and params["mask"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 # -- torch losses -----------------------------------------------------------------------------------
@@ -515,6 +537,45 @@ class ProbabilityLoss(TorchLoss):
         return diag.transpose(0, 1).contiguous()
 
 
+# -- closed-form objectives (rankkit's own form) ---------------------------------------------------------
+class GradientObjective:
+    """An objective in rankkit's own closed form, ``fn(scores, labels, *, mask, weights, **options)
+    -> (grad, hess, loss)`` on padded [Q, L] batches: every function of
+    :data:`rankkit.losses.OBJECTIVES` (``softmax_loss``, ``neural_ndcg_loss``, ...), or a user's
+    hand-derived one. Recognised by its keyword-only ``mask``. ``options`` are passed on each call
+    (``GradientObjective(neural_ndcg_loss, temperature=0.5)``). A hessian that is negative or not
+    finite gets the module's positive surrogate; a non-finite gradient is an error."""
+
+    def __init__(self, fn: Callable, **options):
+        if not callable(fn):
+            raise ValueError(f"`fn` has to be a callable (scores, labels, *, mask, ...) -> (grad, hess, loss), got "
+                             f"{_checks.describe(fn)}")
+        self.fn, self.options, self.hessian = fn, options, "given"
+
+    def __repr__(self) -> str:
+        return f"GradientObjective({qualified_name(self.fn)})"
+
+    def __call__(self, scores, labels, *, mask=None, weights=None, **options):
+        return self.fn(scores, labels, mask=mask, weights=weights, **{**self.options, **options})
+
+    def gradients(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
+                  weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(grad, hess, loss) in float64 ([Q, L], [Q, L], [Q]), the hessian made positive."""
+        if mask is None:
+            mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+        out = self(scores.detach().to(torch.float64), labels, mask=mask, weights=weights)
+        name = qualified_name(self.fn)
+        if not isinstance(out, tuple) or len(out) != 3:
+            raise ValueError(f"the objective {name} has to return (grad, hess, loss), got {_checks.describe(out)}")
+        grad, hess, loss = (t.detach().to(torch.float64) for t in out)
+        if grad.shape != scores.shape or hess.shape != scores.shape:
+            raise ValueError(f"the objective {name} returned grad {tuple(grad.shape)} and hess {tuple(hess.shape)}, "
+                             f"expected {tuple(scores.shape)}")
+        grad, hess = grad.masked_fill(~mask, 0.0), hess.masked_fill(~mask, 0.0)
+        _check_grad(grad, mask, name)
+        return grad, positive_surrogate(hess, grad, mask), loss
+
+
 # -- LightGBM/XGBoost style numpy objectives -------------------------------------------------------------
 class NumpyObjective:
     """A LightGBM/XGBoost scikit-learn style objective ``fn(y_true, y_pred[, weight][, group])
@@ -613,9 +674,10 @@ def _weighted(grad, hess, loss, mask, weights):
     return grad * query_w[:, None], hess * query_w[:, None], loss * query_w
 
 
-def torch_loss(objective, name: str = "loss") -> TorchLoss:
-    """A custom loss for the neural rankers (plain autograd): a :class:`TorchLoss` (a
-    :class:`ProbabilityLoss` included) or a callable; a numpy objective has no autograd."""
+def torch_loss(objective, name: str = "loss") -> "TorchLoss | GradientObjective":
+    """A custom loss for the neural rankers: a :class:`TorchLoss` (a :class:`ProbabilityLoss`
+    included; plain autograd) or a :class:`GradientObjective` (its gradient injected by
+    :class:`rankkit.neural.loss.LambdaLoss`); a numpy objective has no autograd."""
     obj = as_objective(objective, name=name)
     if isinstance(obj, NumpyObjective):
         raise ValueError(f"`{name}`: {qualified_name(obj.fn)} is a (y_true, y_pred, ...) numpy objective, which "

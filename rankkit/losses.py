@@ -461,12 +461,14 @@ def objective_gradients(name, scores: torch.Tensor, labels: torch.Tensor, *,
 
 
 def _custom_gradients(objective, scores, labels, mask, weights, hessian: str = "exact", **options) -> Result:
-    from rankkit.custom import NumpyObjective, as_objective
+    from rankkit.custom import GradientObjective, NumpyObjective, as_objective
 
-    if options:
-        raise ValueError(f"a custom objective takes no options but `hessian`, got {sorted(options)}")
     scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
     loss = as_objective(objective, hessian)
+    if options:  # a closed form takes its own options; a torch or numpy objective none
+        if not isinstance(loss, GradientObjective):
+            raise ValueError(f"a custom objective takes no options but `hessian`, got {sorted(options)}")
+        loss = GradientObjective(loss.fn, **{**loss.options, **options})
     if isinstance(loss, NumpyObjective):
         flat_w = None if weights is None else weights[mask]
         g, h = loss.flat_gradients(labels[mask], scores[mask], mask.sum(1), flat_w)
@@ -474,6 +476,6 @@ def _custom_gradients(objective, scores, labels, mask, weights, hessian: str = "
         hess = torch.zeros_like(grad)
         grad[mask], hess[mask] = g, h
         value = torch.full((len(scores),), math.nan, dtype=torch.float64, device=scores.device)
-    else:
+    else:  # a TorchLoss, ProbabilityLoss or GradientObjective
         grad, hess, value = loss.gradients(scores, labels, mask, weights=weights)
     return grad.to(scores.dtype), hess.to(scores.dtype), value.to(scores.dtype)

@@ -222,7 +222,7 @@ class CustomObjective:
             weights = None if layout.weights is None else layout.flat(layout.weights)
             return self.loss.flat_gradients(layout.flat(layout.labels), scores, sizes, weights)
         grad, hess, _ = self.loss.gradients(layout.pad(scores.double()), layout.labels, layout.mask,
-                                            weights=layout.weights)
+                                            weights=layout.weights)  # TorchLoss or GradientObjective
         return layout.flat(grad), layout.flat(hess)
 
 

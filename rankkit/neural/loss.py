@@ -59,7 +59,8 @@ class LambdaLoss(torch.autograd.Function):
     """``LambdaLoss.apply(scores, labels, mask, options)`` -> scalar loss.
 
     ``options`` is a dict with ``objective`` (a name in :data:`rankkit.losses.OBJECTIVES`,
-    default "ranknet"), ``reduction``, and the objective's keyword arguments. Labels, mask and
+    default "ranknet", or a callable of that form: :class:`rankkit.custom.GradientObjective`),
+    ``reduction``, and the objective's keyword arguments. Labels, mask and
     options get no gradient.
     """
 
@@ -67,7 +68,8 @@ class LambdaLoss(torch.autograd.Function):
     def forward(ctx, scores, labels, mask, options):
         opts = dict(options)
         reduction = opts.pop("reduction", "query")
-        objective = OBJECTIVES[opts.pop("objective", "ranknet")]
+        objective = opts.pop("objective", "ranknet")
+        objective = OBJECTIVES[objective] if isinstance(objective, str) else objective  # or a closed-form callable
         grad, _, loss = objective(scores.detach(), labels, mask=mask, **opts)
         denom = _denominator(labels, mask, reduction).to(scores.dtype)
         ctx.save_for_backward(grad / denom)

@@ -355,16 +355,16 @@ class NeuralRanker(pl.LightningModule):
         """A custom loss by plain autograd: Σ of its per-query losses over ``reduction``'s
         denominator (the built-in loss's normalisation). Imported (a config's
         ``package.module.function``) and checked for padding on the first batch."""
-        from rankkit.custom import TorchLoss, torch_loss
-        from rankkit.neural.loss import _denominator
+        from rankkit.custom import GradientObjective, torch_loss
+        from rankkit.neural.loss import LambdaLoss, _denominator
 
         loss = getattr(self, "_custom_wrapped", None)
         if loss is None:
             loss = torch_loss(self._custom_loss if self._custom_loss is not None else self.hparams.loss, "loss")
-            if not isinstance(loss, TorchLoss):  # pragma: no cover - torch_loss returns one
-                raise ValueError("`loss` has to be a torch loss")
             self._custom_wrapped = loss
         mask = batch.mask
+        if isinstance(loss, GradientObjective):  # a closed form: its gradient injected, as the built-ins'
+            return LambdaLoss.apply(scores, batch.labels, mask, dict(objective=loss, reduction=self.hparams.reduction))
         loss.check(scores.detach(), batch.labels, mask)
         total = loss.total(scores.masked_fill(~mask, 0.0), batch.labels.to(scores.dtype).masked_fill(~mask, 0.0), mask)
         if not bool(torch.isfinite(total)):
