@@ -282,10 +282,10 @@ class TorchLoss:
         if not bool(torch.isfinite(base).all()):
             bad = 0 if base.dim() == 0 else int((~torch.isfinite(base)).nonzero()[0, 0])
             raise ValueError(f"the loss {name} is not finite on the first batch (query {bad})")
-        gen = torch.Generator().manual_seed(0)
-        noise = torch.randn(s.shape, generator=gen, dtype=torch.float64) * 3.0
+        gen = torch.Generator(device=s.device).manual_seed(0)  # on the scores' device (a GPU's own draws)
+        noise = torch.randn(s.shape, generator=gen, dtype=torch.float64, device=s.device) * 3.0
         top = float(y[m].max()) if bool(m.any()) else 1.0
-        fake = torch.randint(0, int(top) + 2, s.shape, generator=gen).to(torch.float64)
+        fake = torch.randint(0, int(top) + 2, s.shape, generator=gen, device=s.device).to(torch.float64)
         moved, moved_grad = self._value_and_grad(torch.where(m, s, noise), torch.where(m, y, fake), m, name)
         scale = 1e-8 * (1.0 + base.abs())
         # (A non-finite gradient is not compared here: it is reported by query once computed.)
@@ -332,7 +332,10 @@ class TorchLoss:
         grad = torch.zeros_like(s)
         hess = torch.zeros_like(s)
         loss = torch.zeros(len(s), dtype=torch.float64, device=s.device)
-        for rows, width in _length_groups(mask):
+        cached = self.__dict__.get("_groups")
+        if cached is None or cached[0] is not mask:  # the booster passes the same mask every round
+            cached = self._groups = (mask, _length_groups(mask))
+        for rows, width in cached[1]:
             height, self._lanes = self._chunk_shape(s[rows, :width], y[rows, :width], mask[rows, :width], hessian)
             for i in range(0, len(rows), height):
                 chunk = rows[i:i + height]
