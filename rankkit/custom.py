@@ -87,13 +87,20 @@ def qualified_name(fn) -> str:
     files record as text instead of the code."""
     if isinstance(fn, str):
         return fn
-    inner = getattr(fn, "fn", fn)
-    module = getattr(inner, "__module__", None) or type(inner).__module__
-    name = getattr(inner, "__qualname__", None) or type(inner).__qualname__
+    if isinstance(fn, (TorchLoss, GradientObjective, NumpyObjective)):
+        inner = qualified_name(fn.fn)
+        plain = type(fn) is TorchLoss and fn.hessian == "exact" or type(fn) is NumpyObjective or \
+            type(fn) is GradientObjective and not fn.options
+        # A wrapper with settings is recorded as a description (loads; to train again, pass it).
+        return inner if plain else f"rankkit.custom.{type(fn).__name__}<{inner}>"
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    name = getattr(fn, "__qualname__", None)
+    if name is None:  # an instance with __call__, a functools.partial: recorded as a description
+        return f"{type(fn).__module__}.{type(fn).__qualname__}<instance>"
     return f"{module}.{name}"
 
 
-_RECORDED = re.compile(r"^[A-Za-z_<][\w<>]*(\.[A-Za-z_<][\w<>]*)+$")
+_RECORDED = re.compile(r"^[A-Za-z_<][\w<>.]*\.[A-Za-z_<][\w<>.]*$")
 
 
 def is_recorded_name(value) -> bool:
@@ -111,6 +118,9 @@ def import_callable(path: str, name: str = "objective") -> Callable:
     """Import ``package.module.function`` (a config's custom objective). Called when training
     starts, never when a checkpoint or model file is loaded."""
     if not is_dotted_path(path):
+        if is_recorded_name(path):  # "<locals>", "<lambda>", a wrapper's description: text only
+            raise ValueError(f"`{name}`: cannot import {path!r}: a model file or checkpoint records a custom "
+                             f"objective as text only; pass the objective itself to train again")
         raise ValueError(f"`{name}` has to be a built-in name or an importable `package.module.function`, "
                          f"got {path!r}")
     module_name, _, attr = path.rpartition(".")
@@ -120,8 +130,8 @@ def import_callable(path: str, name: str = "objective") -> Callable:
         raise ValueError(f"`{name}`: cannot import {path!r} ({type(e).__name__}: {e}); a model loaded "
                          f"from a file records its custom objective as text only: pass the callable "
                          f"itself to train again") from None
-    if not callable(target):
-        raise ValueError(f"`{name}`: {path!r} is not callable, got {_checks.describe(target)}")
+    if not callable(target) or isinstance(target, type):
+        raise ValueError(f"`{name}`: {path!r} has to name a loss function, got {_checks.describe(target)}")
     return target
 
 
@@ -269,13 +279,17 @@ class TorchLoss:
             pick = order[torch.tensor([0, len(order) // 3, 2 * len(order) // 3, len(order) - 1])]
             scores, labels, mask = scores[pick], labels[pick], mask[pick]
         q, n = scores.shape
-        s = scores.detach().to(torch.float64)
-        y = labels.detach().to(torch.float64)
-        # One extra padded column, so that even full queries are checked.
-        s = torch.cat([s, s.new_zeros(q, 1)], 1).masked_fill(~torch.cat([mask, mask.new_zeros(q, 1)], 1), 0.0)
-        m = torch.cat([mask, mask.new_zeros(q, 1)], 1)
-        y = torch.cat([y, y.new_zeros(q, 1)], 1).masked_fill(~m, 0.0)
-        base, base_grad = self._value_and_grad(s, y, m, name)
+        s0 = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        y0 = labels.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        # The batch as given, against the batch with three more padded columns holding noise: the
+        # loss is evaluated at other padded widths in training (length groups), so neither the
+        # padding's values nor its amount may matter (a .mean(1) over the padded row does).
+        base, base_grad = self._value_and_grad(s0, y0, mask, name)
+        extra = 3
+        m = torch.cat([mask, mask.new_zeros(q, extra)], 1)
+        s = torch.cat([s0, s0.new_zeros(q, extra)], 1)
+        y = torch.cat([y0, y0.new_zeros(q, extra)], 1)
+        base_grad = torch.cat([base_grad, base_grad.new_zeros(q, extra)], 1)
         if base.dim() not in (0, 1) or (base.dim() == 1 and len(base) != q):
             raise ValueError(f"the loss {name} has to return the loss per query [{q}] or a scalar, got shape "
                              f"{tuple(base.shape)}")
@@ -284,12 +298,13 @@ class TorchLoss:
             raise ValueError(f"the loss {name} is not finite on the first batch (query {bad})")
         gen = torch.Generator(device=s.device).manual_seed(0)  # on the scores' device (a GPU's own draws)
         noise = torch.randn(s.shape, generator=gen, dtype=torch.float64, device=s.device) * 3.0
-        top = float(y[m].max()) if bool(m.any()) else 1.0
-        fake = torch.randint(0, int(top) + 2, s.shape, generator=gen, device=s.device).to(torch.float64)
+        fake = torch.randint(0, 3, s.shape, generator=gen, device=s.device).to(torch.float64)
         moved, moved_grad = self._value_and_grad(torch.where(m, s, noise), torch.where(m, y, fake), m, name)
-        scale = 1e-8 * (1.0 + base.abs())
-        # (A non-finite gradient is not compared here: it is reported by query once computed.)
-        grad_moved = ((moved_grad - base_grad).abs() > 1e-8 * (1.0 + base_grad.abs())) & m & torch.isfinite(base_grad)
+        # Equal up to the loss's own rounding (its sums run over other widths): 1e-8 in float64, 1e-4
+        # for a loss computed in float32. (A non-finite gradient is reported by query later.)
+        tol = 1e-8 if self._dtype == torch.float64 else 1e-4
+        scale = tol * (1.0 + base.abs())
+        grad_moved = ((moved_grad - base_grad).abs() > tol * (1.0 + base_grad.abs())) & m & torch.isfinite(base_grad)
         if not bool(((moved - base).abs() <= scale).all()) or bool(grad_moved.any()):
             loss_moved = (moved - base).abs() > scale
             if base.dim() == 1 and bool(loss_moved.any()):
@@ -300,10 +315,25 @@ class TorchLoss:
                              f"gradient changed when only its padding's scores and labels changed; ignore them, "
                              f"e.g. scores.masked_fill(~mask, 0.0), or mask pairs with "
                              f"mask[:, :, None] & mask[:, None, :]")
+        if base.dim() == 0 and q > 1:  # a scalar has to be the sum of the queries' losses
+            alone = sum(float(self._value_and_grad(s0[i:i + 1], y0[i:i + 1], mask[i:i + 1], name)[0])
+                        for i in range(q))
+            if abs(alone - float(base)) > (1e-8 if self._dtype == torch.float64 else 1e-4) * (1.0 + abs(float(base))):
+                raise ValueError(f"the loss {name} returns a scalar that is not the sum of its queries' losses "
+                                 f"({float(base):.6g} for {q} queries, {alone:.6g} one by one): return the loss "
+                                 f"per query [Q] (or their sum; not a mean over queries)")
         self.checked = True
 
     def _value_and_grad(self, s, y, m, name):
         leaf = s.clone().requires_grad_(True)
+        try:
+            return self._value_and_grad_of(leaf, y, m, name)
+        except (RuntimeError, TypeError, IndexError) as e:  # the user's code failed on the first batch
+            raise ValueError(f"the loss {name} failed on the first batch: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}") from None
+
+    def _value_and_grad_of(self, leaf, y, m, name):
+        s = leaf
         with torch.enable_grad():
             out = self.per_query(leaf, y, m)
             total = out if out.dim() == 0 else out.sum()
@@ -313,7 +343,8 @@ class TorchLoss:
             (grad,) = torch.autograd.grad(total, leaf, allow_unused=True)
         if grad is None:
             grad = torch.zeros_like(s)
-        return out.detach(), grad
+        self._dtype = out.dtype
+        return out.detach().to(torch.float64), grad.to(torch.float64)
 
     # -- (grad, hess, loss) -------------------------------------------------------------------------
     def gradients(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
@@ -324,8 +355,20 @@ class TorchLoss:
         [Q, L]: each query's loss, gradient and hessian are multiplied by the mean weight of its
         real documents (the built-in listwise losses' rule)."""
         hessian = self.hessian if hessian is None else hessian
+        _checks.check_choice(hessian, HESSIANS if isinstance(self, ProbabilityLoss) else ("exact", "constant"),
+                             "hessian")
         if mask is None:
             mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+        if scores.shape[1] == 0 or len(scores) == 0:
+            empty = torch.zeros(scores.shape, dtype=torch.float64, device=scores.device)
+            return empty, empty.clone(), torch.zeros(len(scores), dtype=torch.float64, device=scores.device)
+        order = _prefix_order(mask)
+        if order is not None:  # real documents not first in their rows: moved there, moved back after
+            gathered = self.gradients(scores.gather(1, order), labels.gather(1, order), mask.gather(1, order),
+                                      weights=None if weights is None else weights.gather(1, order),
+                                      hessian=hessian)
+            back = torch.argsort(order, dim=1)
+            return gathered[0].gather(1, back), gathered[1].gather(1, back), gathered[2]
         s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
         y = labels.detach().to(torch.float64).masked_fill(~mask, 0.0)
         self.check(s, y, mask)
@@ -398,7 +441,8 @@ class TorchLoss:
 
     def _finish(self, s, y, m, grad, hess, out):
         loss = out if out.dim() == 1 else self._per_query_scalar(s, y, m)
-        return grad.masked_fill(~m, 0.0), hess.masked_fill(~m, 0.0), loss
+        f64 = torch.float64  # a loss may compute (and return) float32: the booster's sums are float64
+        return grad.to(f64).masked_fill(~m, 0.0), hess.to(f64).masked_fill(~m, 0.0), loss.to(f64)
 
     def _chunk_shape(self, s, y, m, hessian) -> tuple[int, int]:
         """(queries per chunk, tangents per batched product) of a group of width W: the loss's
@@ -495,6 +539,9 @@ class ProbabilityLoss(TorchLoss):
         if not isinstance(out, tuple) or len(out) not in (2, 3):
             raise ValueError(f"the loss {qualified_name(self.fn)} given as probabilities has to return "
                              f"(logits, targets) or (logits, targets, weights), got {_checks.describe(out)}")
+        if not all(isinstance(t, torch.Tensor) for t in out):
+            raise ValueError(f"the loss {qualified_name(self.fn)} given as probabilities has to return tensors, "
+                             f"got {[_checks.describe(t) for t in out]}")
         logits, targets = out[0], out[1]
         weights = out[2] if len(out) == 3 else None
         if logits.dim() != 2 or logits.shape[0] != scores.shape[0] or targets.shape != logits.shape or \
@@ -633,7 +680,9 @@ class NumpyObjective:
         grad, hess = result
         if weights is not None and "weight" not in self.arguments:
             grad, hess = grad * weights.double(), hess * weights.double()
-        return grad, hess
+        every = torch.ones(1, len(grad), dtype=torch.bool, device=grad.device)
+        _check_grad(grad[None], every, name)  # "query 0, document D": D is the flat position
+        return grad, positive_surrogate(hess[None], grad[None], every)[0]
 
 
 # -- shared helpers ---------------------------------------------------------------------------------------
@@ -649,6 +698,31 @@ def _length_groups(mask: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
         rows = (widths == w).nonzero().flatten().to(mask.device)
         groups.append((rows, int(w)))
     return groups
+
+
+def fresh(objective):
+    """A copy of a :class:`TorchLoss` (or :class:`ProbabilityLoss`) without the state a fit keeps
+    on it (the first-call check, the length groups, the measured footprints), so that fitting
+    never changes the object the user passed (scikit-learn's rule for parameters) and every fit
+    checks its own data; other objectives hold no state and are returned as they are."""
+    if not isinstance(objective, TorchLoss):
+        return objective
+    copy = object.__new__(type(objective))
+    copy.__dict__.update({k: v for k, v in objective.__dict__.items() if k not in ("_groups", "_footprints",
+                                                                                    "_lanes")})
+    copy.checked, copy._mode = False, "batched"
+    return copy
+
+
+def _prefix_order(mask: torch.Tensor) -> torch.Tensor | None:
+    """None when every row's real documents come first (the padded layout rankkit builds); else
+    the per-row order [Q, L] that moves them there (stable), so that a length group's first W
+    columns hold every real document of its queries."""
+    lengths = mask.sum(1, keepdim=True)
+    prefix = torch.arange(mask.shape[1], device=mask.device)[None] < lengths
+    if bool((prefix == mask).all()):
+        return None
+    return torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
 
 
 def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:

@@ -469,3 +469,115 @@ def test_a_neural_ranker_trains_with_a_closed_form_callable_as_with_its_name(tmp
     by_callable, model = run(softmax_loss)
     torch.testing.assert_close(by_callable, by_name)
     assert model.hparams.loss == "rankkit.losses.softmax_loss"
+
+
+# -- what a review found (each once a silent wrong answer or a traceback) ----------------------------------
+def test_real_documents_anywhere_in_the_row_are_found():
+    s = torch.tensor([[0.3, -0.2, 0.0], [0.1, 0.5, -1.0]], dtype=torch.float64)
+    y = torch.tensor([[2.0, 0.0, 1.0], [0.0, 1.0, 2.0]])
+    for mask in (torch.tensor([[False, True, True], [True, False, True]]),
+                 torch.tensor([[True, False, True], [False, False, True]])):
+        for a, b in zip(objective_gradients(ranknet, s, y, mask=mask), objective_gradients("ranknet", s, y, mask=mask)):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_a_float32_loss_trains_the_float64_booster():
+    def float32_loss(scores, labels, mask):
+        return ranknet(scores.float(), labels.float(), mask)
+
+    s, y, m = batch(seed=9)
+    g, h, c = objective_gradients(float32_loss, s, y, mask=m)
+    assert g.dtype == h.dtype == c.dtype == torch.float64
+    torch.testing.assert_close(g, objective_gradients("ranknet", s, y, mask=m)[0], atol=1e-5, rtol=0)
+    LambdaMART(float32_loss, n_estimators=2, depth=2, min_data_in_leaf=3).fit(tie_free(8))
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda s, y, m: ((s - y) ** 2).masked_fill(~m, 0).mean(1), "depends on padded entries"),  # the padded width
+    (lambda s, y, m: ranknet(s, y, m).mean(), "not the sum of its queries' losses"),
+])
+def test_a_loss_that_depends_on_the_padded_width_or_the_query_count_is_refused(fn, match):
+    s, y, m = batch(seed=10)
+    with pytest.raises(ValueError, match=match):
+        TorchLoss(fn).gradients(s, y, m)
+
+
+def test_one_line_errors_where_tracebacks_were():
+    s, y, m = batch(seed=11)
+
+    def in_place(scores, labels, mask):
+        scores[~mask] = 0.0
+        return ranknet(scores, labels, mask)
+
+    with pytest.raises(ValueError, match="failed on the first batch"):
+        TorchLoss(in_place).gradients(s, y, m)
+    with pytest.raises(ValueError, match="`hessian`"):
+        TorchLoss(ranknet).gradients(s, y, m, hessian="Exact")
+    with pytest.raises(ValueError, match="`hessian`"):
+        TorchLoss(ranknet).gradients(s, y, m, hessian="gauss-newton")
+    with pytest.raises(ValueError, match="has to return tensors"):
+        ProbabilityLoss(lambda s, y, m: (s, [1.0])).gradients(s, y, m)
+    g, h, c = objective_gradients(ranknet, torch.zeros(2, 0, dtype=torch.float64), torch.zeros(2, 0))
+    assert g.shape == (2, 0) and c.shape == (2,)
+    neg = y.clone()
+    neg[~m] = -1.0  # labels of padding are never read
+    TorchLoss(ranknet).gradients(s, neg, m)
+
+
+def test_a_fit_leaves_the_users_objective_as_it_was():
+    loss = TorchLoss(ranknet)
+    before = dict(loss.__dict__)
+    LambdaMART(loss, n_estimators=2, depth=2, min_data_in_leaf=3).fit(tie_free(9))
+    assert loss.__dict__ == before and not loss.checked
+
+
+def test_wrappers_with_settings_are_recorded_as_descriptions_that_load(tmp_path):
+    from rankkit.custom import GradientObjective
+    from rankkit.losses import neural_ndcg_loss
+
+    data = tie_free(10)
+    pairs_text = "rankkit.custom.ProbabilityLoss<test_custom._ranknet_pairs>"
+    for objective, text in ((ProbabilityLoss(_ranknet_pairs), pairs_text),
+                            (GradientObjective(neural_ndcg_loss, temperature=0.5),
+                             "rankkit.custom.GradientObjective<rankkit.losses.neural_ndcg_loss>")):
+        model = LambdaMART(objective, n_estimators=2, depth=2, min_data_in_leaf=3).fit(data)
+        model.save(tmp_path / "m.safetensors")
+        loaded = LambdaMART.load(tmp_path / "m.safetensors")
+        assert loaded.objective == text
+        np.testing.assert_array_equal(loaded.predict(data), model.predict(data))
+        with pytest.raises(ValueError, match="cannot import"):
+            loaded.set_params(n_estimators=1).fit(data)
+
+
+def _ranknet_pairs(scores, labels, mask):
+    pairs = (labels[:, :, None] > labels[:, None, :]) & mask[:, :, None] & mask[:, None, :]
+    logits = (scores[:, :, None] - scores[:, None, :]).flatten(1)
+    return logits, torch.ones_like(logits), pairs.flatten(1).to(logits.dtype)
+
+
+def test_the_loggers_hyper_parameters_hold_text_not_code():
+    assert LambdaMARTModule(objective=ranknet)._hparams_initial["objective"] == "rankkit.examples.losses.ranknet"
+    assert LambdaRank(n_features=3, loss=TorchLoss(ranknet))._hparams_initial["loss"] == \
+        "rankkit.examples.losses.ranknet"
+
+
+def test_numpy_objectives_get_the_same_checks_and_the_kernels_options_are_refused():
+    data = tie_free(11)
+
+    def nan_grad(y_true, y_pred, group):
+        g = np.zeros_like(y_pred)
+        g[5] = np.nan
+        return g, np.ones_like(y_pred)
+
+    with pytest.raises(ValueError, match=r"round 0: .*non-finite gradient .*document 5"):
+        LambdaMART(nan_grad, n_estimators=1).fit(data)
+
+    def negative_hess(y_true, y_pred, group):
+        g, h = ranknet_numpy(y_true, y_pred, group)
+        return g, -h  # made positive (|h|), as for the other objectives: the same trees
+
+    kw = dict(n_estimators=3, depth=3, min_data_in_leaf=3)
+    assert_same_trees(LambdaMART(negative_hess, **kw).fit(data), LambdaMART("ranknet", **kw).fit(data))
+    for option in (dict(k=3), dict(sigma=2.0), dict(gain="linear"), dict(normalize=True)):
+        with pytest.raises(ValueError, match="configures the built-in lambda kernel"):
+            LambdaMART(ranknet, **option).fit(data)

@@ -93,6 +93,11 @@ class BoosterConfig:
         if not custom and self.hessian != "exact":
             raise ValueError(f"`hessian` applies to custom objectives (a callable loss); objective="
                              f"{self.objective!r} has its own hessian, got hessian={self.hessian!r}")
+        if custom:  # the ranking options configure the built-in kernel: a custom loss would drop them
+            for option in ("k", "sigma", "gain", "normalize"):
+                if getattr(self, option) != getattr(BoosterConfig, option):
+                    raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom objective takes its "
+                                     f"own (set it in the loss), got {option}={getattr(self, option)!r}")
         if custom and (self.exact_newton or self.unbiased):
             raise ValueError(f"`{'exact_newton' if self.exact_newton else 'unbiased'}` needs a built-in pairwise "
                              f"objective (it reweighs the lambda kernel's pairs), not a custom one")

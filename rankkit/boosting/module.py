@@ -102,6 +102,7 @@ class LambdaMARTModule(pl.LightningModule):
         # A custom objective (a callable) is recorded as its qualified name: a checkpoint holds
         # text, never code, and loading one never imports it (it is imported to train only).
         self.hparams["objective"] = qualified_name(objective)
+        self._hparams_initial["objective"] = self.hparams["objective"]  # what loggers write out
         self.automatic_optimization = False
         self.scorer: ObliviousEnsemble | None = None
         self.val_metrics = ranking_metrics(prefix="val/")

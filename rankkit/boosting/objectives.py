@@ -204,9 +204,9 @@ class CustomObjective:
     """
 
     def __init__(self, objective, hessian: str = "exact"):
-        from rankkit.custom import as_objective
+        from rankkit.custom import as_objective, fresh
 
-        self.loss = as_objective(objective, hessian)
+        self.loss = fresh(as_objective(objective, hessian))  # the user's object is not changed by a fit
         self.name = _custom_name(objective)
 
     def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None, reduce=None) -> float:

@@ -222,6 +222,7 @@ class NeuralRanker(pl.LightningModule):
         self._custom_loss = loss if custom and not isinstance(loss, str) else None
         if custom:
             self.hparams["loss"] = qualified_name(loss)
+            self._hparams_initial["loss"] = self.hparams["loss"]  # what loggers write out
         self.scorer = scorer
         recorded = getattr(scorer, "n_features", None)
         self.n_features: int | None = recorded if isinstance(recorded, int) else n_features
@@ -355,12 +356,12 @@ class NeuralRanker(pl.LightningModule):
         """A custom loss by plain autograd: Σ of its per-query losses over ``reduction``'s
         denominator (the built-in loss's normalisation). Imported (a config's
         ``package.module.function``) and checked for padding on the first batch."""
-        from rankkit.custom import GradientObjective, torch_loss
+        from rankkit.custom import GradientObjective, fresh, torch_loss
         from rankkit.neural.loss import LambdaLoss, _denominator
 
         loss = getattr(self, "_custom_wrapped", None)
         if loss is None:
-            loss = torch_loss(self._custom_loss if self._custom_loss is not None else self.hparams.loss, "loss")
+            loss = fresh(torch_loss(self._custom_loss if self._custom_loss is not None else self.hparams.loss, "loss"))
             self._custom_wrapped = loss
         mask = batch.mask
         if isinstance(loss, GradientObjective):  # a closed form: its gradient injected, as the built-ins'
