@@ -140,7 +140,7 @@ ARGUMENT_HELP = {
 }
 
 
-def check_run_config(config) -> None:
+def check_run_config(config) -> dict | None:
     """The parsed config of ``rankkit fit|validate|test`` (``--ckpt_path X``, ``--ckpt_path=X``
     and ``ckpt_path:`` in a YAML file all arrive here): a checkpoint to resume or evaluate has to
     be a local, readable Lightning checkpoint, and Lightning reads it with ``weights_only=True``
@@ -148,10 +148,12 @@ def check_run_config(config) -> None:
     from rankkit._checkpoint import check_checkpoint
 
     ckpt_path = config.get("ckpt_path")
+    checkpoint = None
     if ckpt_path is not None:  # refuses URLs, unreadable files, classes, sizes: now, in one line
-        check_checkpoint(ckpt_path, need_scorer=False)
+        checkpoint = check_checkpoint(ckpt_path, need_scorer=False)[0]
     if "weights_only" in config:
         config["weights_only"] = True
+    return checkpoint
 
 
 #: The data settings a checkpoint's datamodule records that decide which documents are scored.
@@ -167,7 +169,7 @@ def explicit_data_flags(argv: list[str]) -> set[str]:
     return keys
 
 
-def use_recorded_data(subcommand: str, config, ckpt_path: str, argv: list[str]) -> str | None:
+def use_recorded_data(subcommand: str, config, ckpt_path: str, argv: list[str], checkpoint: dict) -> str | None:
     """``rankkit validate|test --ckpt_path X``: score the data the checkpoint was trained on.
 
     The checkpoint's datamodule settings (:data:`DATA_SETTINGS`: data set, fold, batching, the
@@ -176,9 +178,7 @@ def use_recorded_data(subcommand: str, config, ckpt_path: str, argv: list[str]) 
     model trained on fold 2 would otherwise be tested on fold 1, whose test set is its vali set).
     Returns the line that says which data was scored, printed after the run (None without
     recorded settings)."""
-    from rankkit._checkpoint import read_checkpoint
-
-    recorded = read_checkpoint(ckpt_path).get("datamodule_hyper_parameters")
+    recorded = checkpoint.get("datamodule_hyper_parameters")
     data = config.get("data")
     if not isinstance(recorded, dict) or data is None:
         return None
@@ -251,7 +251,7 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
     model summary, no Lightning tips, banners or info lines, no warnings raised inside
     Lightning or torch (rankkit's own warnings still show); ``fit`` ends with one line naming
     the checkpoint it kept; ``progress`` adds rankkit's own progress (a one-line bar in a terminal,
-    a line every 10 epochs in a log: :class:`rankkit._progress.FitProgress`). Options given in the
+    a line every 10 epochs in a log: :class:`rankkit._fit_progress.FitProgress`). Options given in the
     config or on the command line (``--trainer.enable_progress_bar=true``) still win."""
     import pytorch_lightning as pl
     from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
@@ -295,11 +295,11 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
             # model's config: checked first, as `load_checkpoint` checks them.
             sub = self.config.get("subcommand")
             if sub:
-                check_run_config(self.config[sub])
+                checkpoint = check_run_config(self.config[sub])  # read once, checked
                 ckpt_path = self.config[sub].get("ckpt_path")
-                if sub in ("validate", "test") and ckpt_path is not None:
+                if sub in ("validate", "test") and checkpoint is not None:
                     self.scored_line = use_recorded_data(sub, self.config[sub], ckpt_path,
-                                                         sys.argv[1:] if args is None else args)
+                                                         sys.argv[1:] if args is None else args, checkpoint)
             super()._parse_ckpt_path()
 
         def _say_what_was_scored(self) -> None:
@@ -356,8 +356,8 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
         parser_kwargs.update({name: {"exit_on_error": False, "description": text}
                               for name, text in descriptions().items()})
     trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
-    if progress and not verbose:  # a quiet fit still shows its progress (rankkit._progress), unless --quiet
-        from rankkit._progress import FitProgress
+    if progress and not verbose:  # a quiet fit still shows its progress (rankkit._fit_progress), unless --quiet
+        from rankkit._fit_progress import FitProgress
 
         trainer_defaults["callbacks"] = [FitProgress()]
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:

@@ -37,13 +37,6 @@ USER_ERRORS = (ValueError, OSError, KeyError, EOFError, UnicodeDecodeError, Memo
 USER_ERROR_NAMES = ("MisconfigurationException",)
 
 
-def env_verbose() -> bool:
-    """``RANKKIT_VERBOSE`` set (the README's switch, as ``--verbose``): :func:`rankkit._quiet.verbose`."""
-    from rankkit._quiet import verbose
-
-    return verbose()
-
-
 class UsageError(Exception):
     """A mistake on the command line, reported as one line."""
 
@@ -53,7 +46,8 @@ def run_lightning(argv: list[str] | None) -> int:
     """``rankkit fit|validate|test``: ``argv`` None reads ``sys.argv``."""
     from rankkit._lightning_cli import lightning_cli
 
-    from rankkit._lightning_cli import CONFIG_FLAGS, config_names
+    from rankkit._lightning_cli import _config_flag, config_names
+    from rankkit._quiet import verbose as env_verbose
 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args or env_verbose()
@@ -62,8 +56,7 @@ def run_lightning(argv: list[str] | None) -> int:
         raise UsageError("give --verbose or --quiet, not both")
     args = [a for a in args if a not in ("--verbose", "--quiet")]
     helping = any(a in ("-h", "--help") for a in args)
-    if args and not helping and not any(a.split("=")[0] in CONFIG_FLAGS or a.startswith("-c") or
-                                        a.split("=")[0] == "--model" for a in args[1:]):
+    if args and not helping and not any(_config_flag(a) or a.split("=")[0] == "--model" for a in args[1:]):
         raise UsageError(f"`rankkit {args[0]}` needs a model and its data: --config NAME (shipped: "
                          f"{', '.join(config_names())}) or --config FILE.yaml, or --model CLASS "
                          f"(`rankkit {args[0]} --help` lists the options)")

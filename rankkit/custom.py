@@ -236,8 +236,18 @@ class TorchLoss:
         if not callable(fn):
             raise ValueError(f"`fn` has to be a callable loss(scores, labels, mask), got {_checks.describe(fn)}")
         self.fn = fn
-        self.hessian = _checks.check_choice(hessian, ("exact", "constant"), "hessian")
+        self.hessian = _checks.check_choice(hessian, self.HESSIANS, "hessian")
         self.workspace = _checks.check_int(workspace, "workspace", low=1)
+        self._reset()
+
+    #: The Hessians this kind of loss offers.
+    HESSIANS = ("exact", "constant")
+
+    def _reset(self) -> None:
+        """Forget what a fit learns about the loss and its data: the first-call check, whether it
+        can be batched, its length groups and measured footprints."""
+        for key in ("_groups", "_footprints", "_lanes"):
+            self.__dict__.pop(key, None)
         self.checked = False
         self._mode = "batched"  # "loop" once fn could not be batched (vmap)
 
@@ -348,15 +358,15 @@ class TorchLoss:
 
     # -- (grad, hess, loss) -------------------------------------------------------------------------
     def gradients(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
-                  weights: torch.Tensor | None = None, hessian: str | None = None
+                  weights: torch.Tensor | None = None, hessian: str | None = None, with_loss: bool = True
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(grad, hess, loss): [Q, L], [Q, L] float64 zero on padding, and [Q] (the loss per
-        query; a scalar loss gives each query's own value, computed query by query). ``weights``
+        query; a scalar loss gives each query's own value, computed query by query, unless
+        ``with_loss`` is False: then NaN, as the booster, which reads no loss, asks). ``weights``
         [Q, L]: each query's loss, gradient and hessian are multiplied by the mean weight of its
         real documents (the built-in listwise losses' rule)."""
         hessian = self.hessian if hessian is None else hessian
-        _checks.check_choice(hessian, HESSIANS if isinstance(self, ProbabilityLoss) else ("exact", "constant"),
-                             "hessian")
+        _checks.check_choice(hessian, self.HESSIANS, "hessian")
         if mask is None:
             mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
         if scores.shape[1] == 0 or len(scores) == 0:
@@ -366,7 +376,7 @@ class TorchLoss:
         if order is not None:  # real documents not first in their rows: moved there, moved back after
             gathered = self.gradients(scores.gather(1, order), labels.gather(1, order), mask.gather(1, order),
                                       weights=None if weights is None else weights.gather(1, order),
-                                      hessian=hessian)
+                                      hessian=hessian, with_loss=with_loss)
             back = torch.argsort(order, dim=1)
             return gathered[0].gather(1, back), gathered[1].gather(1, back), gathered[2]
         s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
@@ -383,13 +393,13 @@ class TorchLoss:
             for i in range(0, len(rows), height):
                 chunk = rows[i:i + height]
                 cs, cy, cm = s[chunk, :width], y[chunk, :width], mask[chunk, :width]
-                g, h, c = self._chunk(cs, cy, cm, hessian)
+                g, h, c = self._chunk(cs, cy, cm, hessian, with_loss)
                 grad[chunk, :width], hess[chunk, :width], loss[chunk] = g, h, c
         _check_grad(grad, mask, qualified_name(self.fn))
         hess = positive_surrogate(hess, grad, mask)
         return _weighted(grad, hess, loss, mask, weights)
 
-    def _chunk(self, s, y, m, hessian):
+    def _chunk(self, s, y, m, hessian, with_loss=True):
         """(grad, hess, loss) of one chunk [q, W] of equally padded queries."""
         leaf = s.clone().requires_grad_(True)
         with torch.enable_grad():
@@ -408,7 +418,7 @@ class TorchLoss:
                              f"exact Hessian; use hessian='constant' (or 'gauss-newton' with a ProbabilityLoss)")
         else:
             hess = self._exact_diagonal(grad, leaf)
-        return self._finish(s, y, m, grad.detach(), hess, out.detach())
+        return self._finish(s, y, m, grad.detach(), hess, out.detach(), with_loss)
 
     def _exact_diagonal(self, grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
         """diag ∂²(Σ loss)/∂s² of one chunk [q, W] from its gradient's graph: W Hessian-vector
@@ -439,8 +449,13 @@ class TorchLoss:
                     diag[:, j] = column[:, j]
         return diag.detach()
 
-    def _finish(self, s, y, m, grad, hess, out):
-        loss = out if out.dim() == 1 else self._per_query_scalar(s, y, m)
+    def _finish(self, s, y, m, grad, hess, out, with_loss=True):
+        if out.dim() == 1:
+            loss = out
+        elif with_loss:  # a scalar loss: each query's own value, one evaluation per query
+            loss = self._per_query_scalar(s, y, m)
+        else:
+            loss = torch.full((len(s),), float("nan"), dtype=torch.float64, device=s.device)
         f64 = torch.float64  # a loss may compute (and return) float32: the booster's sums are float64
         return grad.to(f64).masked_fill(~m, 0.0), hess.to(f64).masked_fill(~m, 0.0), loss.to(f64)
 
@@ -524,12 +539,10 @@ class ProbabilityLoss(TorchLoss):
         if not callable(fn):
             raise ValueError(f"`fn` has to be a callable returning (logits, targets[, weights]), got "
                              f"{_checks.describe(fn)}")
-        self.fn = fn
         self.kind = _checks.check_choice(kind, self.KINDS, "kind")
-        self.hessian = _checks.check_choice(hessian, HESSIANS, "hessian")
-        self.workspace = _checks.check_int(workspace, "workspace", low=1)
-        self.checked = False
-        self._mode = "batched"
+        super().__init__(fn, hessian=hessian, workspace=workspace)
+
+    HESSIANS = HESSIANS
 
     def with_hessian(self, hessian: str) -> "ProbabilityLoss":
         return type(self)(self.fn, kind=self.kind, hessian=hessian, workspace=self.workspace)
@@ -708,9 +721,8 @@ def fresh(objective):
     if not isinstance(objective, TorchLoss):
         return objective
     copy = object.__new__(type(objective))
-    copy.__dict__.update({k: v for k, v in objective.__dict__.items() if k not in ("_groups", "_footprints",
-                                                                                    "_lanes")})
-    copy.checked, copy._mode = False, "batched"
+    copy.__dict__.update(objective.__dict__)
+    copy._reset()
     return copy
 
 

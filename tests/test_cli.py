@@ -106,7 +106,7 @@ def test_the_progress_bar_rewrites_one_line_in_a_terminal():
     import io
     from types import SimpleNamespace
 
-    from rankkit._progress import FitProgress
+    from rankkit._fit_progress import FitProgress
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -80,15 +80,23 @@ def test_random_eval_updates_equal_the_reference(seed):
         cpu.add_tree(start.clone(), values, codes.contiguous(), feats + n_feat, cuts)
 
 
+def random_queries(g, *, max_queries, power, longest, grades, step, spread):
+    """Long-tailed query sizes (rand^power × longest, at least 1), integer labels below ``grades``
+    and scores N(0, 1) × spread rounded to multiples of ``step`` (ties), from generator ``g``."""
+    sizes = (torch.rand(int(torch.randint(1, max_queries, (1,), generator=g)), generator=g).pow(power)
+             * longest).long() + 1
+    n = int(sizes.sum())
+    labels = torch.randint(0, grades, (n,), generator=g).float()
+    scores = (torch.randn(n, generator=g, dtype=torch.float64) * (spread / step)).round() * step
+    return sizes, labels, scores
+
+
 @needs_cpu
 @pytest.mark.parametrize("seed", range(12))
 def test_random_query_sizes_take_the_compiled_lambdas(seed):
     g = torch.Generator().manual_seed(100 + seed)
-    # Long-tailed sizes, 1 to ~300 documents, as MSLR's (scaled down).
-    sizes = (torch.rand(int(torch.randint(1, 40, (1,), generator=g)), generator=g).pow(4) * 300).long() + 1
-    n = int(sizes.sum())
-    labels = torch.randint(0, 5, (n,), generator=g).float()
-    scores = torch.randn(n, generator=g, dtype=torch.float64).mul_(3).round_()  # many ties
+    # Long-tailed sizes, 1 to ~300 documents, as MSLR's (scaled down); many ties.
+    sizes, labels, scores = random_queries(g, max_queries=40, power=4, longest=300, grades=5, step=1.0, spread=3)
     layout = QueryLayout(labels, sizes)
     obj = make_objective("lambdarank", weighting="ndcg", k=int(torch.randint(1, 20, (1,), generator=g)),
                          exact=True)
@@ -141,11 +149,8 @@ def test_compiled_ndcg_equals_a_double_loop_and_the_torch_metric(seed):
     from rankkit.boosting.objectives import flat_ndcg_inputs, make_metric
 
     g = torch.Generator().manual_seed(300 + seed)
-    sizes = (torch.rand(int(torch.randint(1, 30, (1,), generator=g)), generator=g).pow(3) * 120).long() + 1
-    n = int(sizes.sum())
-    labels = torch.randint(0, 3, (n,), generator=g).float()
+    sizes, labels, scores = random_queries(g, max_queries=30, power=3, longest=120, grades=3, step=0.25, spread=0.5)
     labels[: int(sizes[0])] = 0.0  # a query with nothing relevant
-    scores = (torch.randn(n, generator=g, dtype=torch.float64) * 2).round() / 4  # ties
     k = [None, 1, 3, 10][seed % 4]
     layout = QueryLayout(labels, sizes)
     metric = make_metric("ndcg" if k is None else f"ndcg@{k}")

@@ -246,14 +246,13 @@ class BoostingEngine:
             self.scores += init_score.to(self.device, torch.float64)
         if init_scores is not None:
             self.scores = init_scores.to(self.device, torch.float64).clone()
-        self.generator = torch.Generator().manual_seed(config.seed + 100_003 * start_round)
+        self.generator = torch.Generator()  # seeded by (seed, round) at every round: _seed_round
         # Per-document and per-candidate draws (the quantization's rounding, the split noise)
         # come from a generator on the device, so that nothing of that size crosses to it.
         # Under the simulated CUDA device it is a CPU generator: the same draws as on the CPU; a
         # real GPU draws its own (Philox) numbers, so those two options give other, equally
         # seeded trees there.
-        self.device_generator = torch.Generator(device=self.device).manual_seed(
-            config.seed + 100_003 * start_round + _DEVICE_STREAM)
+        self.device_generator = torch.Generator(device=self.device)  # seeded at every round too
         self.n_rounds = start_round
         self.trees: list[Tree] = []
         self.eval_sets: list[_EvalSet] = []

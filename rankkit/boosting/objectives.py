@@ -215,14 +215,15 @@ class CustomObjective:
     def gradients(self, scores: torch.Tensor, layout: QueryLayout, groups: torch.Tensor | None = None, *,
                   backend=None) -> tuple[torch.Tensor, torch.Tensor]:
         """scores [N] -> (grad, hess) [N] float64 (any backend: the user's code runs on torch)."""
-        from rankkit.custom import NumpyObjective
+        from rankkit.custom import NumpyObjective, TorchLoss
 
         if isinstance(self.loss, NumpyObjective):
             sizes = (layout.offsets[1:] - layout.offsets[:-1])
             weights = None if layout.weights is None else layout.flat(layout.weights)
             return self.loss.flat_gradients(layout.flat(layout.labels), scores, sizes, weights)
+        options = {"with_loss": False} if isinstance(self.loss, TorchLoss) else {}  # the booster reads no loss
         grad, hess, _ = self.loss.gradients(layout.pad(scores.double()), layout.labels, layout.mask,
-                                            weights=layout.weights)  # TorchLoss or GradientObjective
+                                            weights=layout.weights, **options)  # TorchLoss or GradientObjective
         return layout.flat(grad), layout.flat(hess)
 
 

@@ -400,8 +400,9 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     created = [p for p in (out_dir, out_dir / "scorers") if not p.exists()]
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
     try:
-        return _compare_run(data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble,
-                            rounds, patience, verbose, log)
+        return _compare_run(data=data, configs=configs, chosen=chosen, fold_list=fold_list, seeds=seeds,
+                            out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
+                            rounds=rounds, patience=patience, verbose=verbose, log=log)
     except BaseException:
         for folder in reversed(created):  # a failed run leaves no empty folders behind
             with contextlib.suppress(OSError):
@@ -409,8 +410,9 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         raise
 
 
-def _compare_run(data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
+def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
                  patience, verbose, log) -> dict:
+    """The body of :func:`compare` once its arguments are checked and its output folder made."""
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
     started = time.perf_counter()
