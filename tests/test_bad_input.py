@@ -824,7 +824,52 @@ WAVE3 = [
          r"`sizes` add up to 4 documents, but `features` holds 5"),
 ]
 
-CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3
+def _ranknet_by_hand(scores, labels, mask):
+    pairs = (labels[:, :, None] > labels[:, None, :]) & mask[:, :, None] & mask[:, None, :]
+    return (torch.nn.functional.softplus(scores[:, None, :] - scores[:, :, None]) * pairs).sum((1, 2))
+
+
+def custom_fit(objective, **params):
+    """``LambdaMART(objective=...)`` fitted on a small synthetic set (the custom objectives)."""
+    def call(tmp_path):
+        from rankkit import LambdaMART
+        from rankkit.data import make_synthetic
+
+        return LambdaMART(objective, n_estimators=1, depth=2, min_data_in_leaf=2, **params).fit(
+            make_synthetic(6, 5, 3, seed=0))
+    return call
+
+
+# The fourth wave's custom objectives (rankkit.custom; docs/custom_losses.md).
+CUSTOM = [
+    Case("custom-objective-not-callable", custom_fit(42), ValueError, r"`objective` has to be a name or a callable"),
+    Case("custom-objective-unknown-name", custom_fit("no such loss"), ValueError, r"`objective` has to be one of"),
+    Case("custom-objective-cannot-import", custom_fit("no_such_package_anywhere.loss"), ValueError,
+         r"`objective`: cannot import 'no_such_package_anywhere.loss'"),
+    Case("custom-hessian-unknown", custom_fit(_ranknet_by_hand, hessian="fisher"), ValueError, r"`hessian` has to be one of"),
+    Case("custom-hessian-on-a-builtin", custom_fit("ranknet", hessian="constant"), ValueError,
+         r"`hessian` applies to custom objectives"),
+    Case("custom-kernel-option", custom_fit(_ranknet_by_hand, k=3), ValueError,
+         r"`k` configures the built-in lambda kernel"),
+    Case("custom-loss-reads-padding", new_entry("rankkit.losses.objective_gradients", lambda s, y, m: (s ** 2).sum(1),
+                                                torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3),
+                                                mask=torch.tensor([[True, True, False], [True, True, True]])),
+         ValueError, r"depends on padded entries \(mask False\): query 0"),
+    Case("custom-loss-wrong-shape", new_entry("rankkit.losses.objective_gradients", lambda s, y, m: s * m,
+                                              torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3)),
+         ValueError, r"has to return the loss per query \[2\] or a scalar"),
+    Case("custom-loss-options", new_entry("rankkit.losses.objective_gradients", _ranknet_by_hand,
+                                          torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2), k=3),
+         ValueError, r"a custom objective takes no options but `hessian`"),
+    Case("custom-probability-kind", new_entry("rankkit.custom.ProbabilityLoss", _ranknet_by_hand, kind="poisson"),
+         ValueError, r"`kind` has to be one of"),
+    Case("custom-numpy-extra-argument", new_entry("rankkit.custom.NumpyObjective", lambda y_true, y_pred, qid: None),
+         ValueError, r"rankkit passes `weight` and `group`, by those names"),
+    Case("custom-module-loss-options", module("LambdaRank", n_features=3, loss=_ranknet_by_hand, loss_options={"k": 3}),
+         ValueError, r"`loss_options` applies to the built-in objectives"),
+]
+
+CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
