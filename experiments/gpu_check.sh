@@ -7,13 +7,16 @@
 # 2. experiments/bench_gpu.py at MSLR-WEB30K size (31,531 queries, 136 features): routes, times,
 #    identity against the CPU reference; XGBoost's and LightGBM's GPU trainers beside it where
 #    they are installed (their rows say "not installed" otherwise);
-# 3. the figures, with the date, the device and this command, into docs/gpu_check.md (the page
+# 3. the whole suite on the GPU machine (pytest-xdist where installed), each failure's id written
+#    to $OUT/failures.txt as it happens (RANKKIT_FAILURES, conftest.py), so a cut run names them;
+# 4. the figures, with the date, the device and this command, into docs/gpu_check.md (the page
 #    docs/gpu.md points to), and the JSON record into $OUT (the device tool brings it back).
 #
 # Each step has its own time limit so that a slow step cannot eat the others' time; a step that
 # fails is recorded as failed and the script goes on. Needs a CUDA build of torch in .venv or on
 # PATH's python (`make venv TORCH="torch==2.11.0"` on a machine with internet; the device
-# machines have torch preinstalled).
+# machines have torch preinstalled). The package is installed without build isolation or
+# dependencies, so the step works on a machine that cannot reach an index.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
@@ -35,7 +38,7 @@ try:
 except ImportError:
     print("triton not installed")
 EOF
-"$PY" -m pip install -q -e . >> "$LOG" 2>&1 || echo "pip install -e . failed (kernels may be missing)" | tee -a "$LOG"
+"$PY" -m pip install -q --no-build-isolation --no-deps -e . >> "$LOG" 2>&1 || echo "pip install -e . failed (kernels may be missing)" | tee -a "$LOG"
 
 echo "== $(stamp) CUDA-guarded tests" | tee -a "$LOG"
 timeout 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tail -15 | tee -a "$LOG"
@@ -46,6 +49,13 @@ timeout 120 "$PY" -m pytest -q -p no:cacheprovider -x tests/test_kernels.py test
 echo "== $(stamp) benchmark at MSLR-WEB30K size" | tee -a "$LOG"
 timeout 300 "$PY" experiments/bench_gpu.py --json "$OUT/gpu_check.json" 2>&1 | tail -40 | tee -a "$LOG"
 BENCH_RC=${PIPESTATUS[0]}
+
+echo "== $(stamp) the whole suite on this machine (failures: $OUT/failures.txt)" | tee -a "$LOG"
+: > "$OUT/failures.txt"
+XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8" || echo "")
+RANKKIT_FAILURES="$(cd "$OUT" && pwd)/failures.txt" timeout 240 "$PY" -m pytest -q -p no:cacheprovider $XDIST \
+    -m "not slow" tests rankkit 2>&1 | tail -3 | tee -a "$LOG"
+echo "$(wc -l < "$OUT/failures.txt") failures recorded" | tee -a "$LOG"
 
 {
   echo "# GPU check"

@@ -487,6 +487,9 @@ def simcuda():
         (torch.cuda, "current_device"): lambda: 0,
         (torch.cuda, "synchronize"): lambda device=None: counts.sync(),
         (torch, "Generator"): _SimGenerator,
+        # A CPU build of torch: on a machine with a real GPU, code that asks whether CUDA kernels
+        # can run (Triton's route) must not send the simulated device's CPU tensors to them.
+        (torch.version, "cuda"): None,
     }
     saved = {key: getattr(*key) for key in patched}
     _ACTIVE.append(counts)
