@@ -275,6 +275,10 @@ def test_compare_writes_table_plots_and_verified_exports(letor, tmp_path, capsys
     assert {r["model"] for r in rankkit_runs} == {"RankNet", "LambdaRank", "LambdaMART"}
     for r in result["runs"]:
         assert 0 <= r["ndcg@10"] <= 1 and 1 <= len(r["val_curve"]) <= 2
+        # One counting convention (README, Conventions): the 0-based index of the first best
+        # epoch or tree, for rankkit's models and the baselines alike.
+        curve = r["val_curve"]
+        assert r["best_epoch"] == curve.index(max(curve)), r
     for r in rankkit_runs:
         assert r["export_max_abs_diff"] <= 1e-4 and Path(r["export_path"]).stat().st_size == r["export_bytes"]
     assert (out / "table.md").read_text().count("\n| ") >= 3

@@ -93,5 +93,6 @@ def train_baseline(name: str, train, vali, test_eval, *, seed: int, rounds: int,
     scores, curve, best = BASELINE_FNS[name](train, vali, test_eval.dataset, seed=seed, rounds=rounds,
                                              patience=patience, val_eval=val_eval)
     seconds = time.perf_counter() - t0
-    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": int(best), "val_curve": curve,
+    # `best` is the number of trees kept (LightGBM's best_iteration); recorded as the 0-based index.
+    return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": int(best) - 1, "val_curve": curve,
             "export_path": None, "export_bytes": None, **test_eval.metrics(torch.as_tensor(scores))}

@@ -21,7 +21,7 @@ def plot(runs: list[dict], out: Path, ks: tuple[int, ...] = (1, 3, 5, 10)) -> li
             xs = range(1, len(r["val_curve"]) + 1)
             ax.plot(xs, r["val_curve"], lw=1, alpha=0.8, label=f"fold {r['fold']} seed {r['seed']}")
             if r["val_curve"]:
-                ax.plot(r["best_epoch"], r["val_curve"][r["best_epoch"] - 1], "o", ms=4, color="k")
+                ax.plot(r["best_epoch"] + 1, r["val_curve"][r["best_epoch"]], "o", ms=4, color="k")
         ax.set_title(model)
         ax.set_xlabel("epoch" if mine[0].get("kind") == "neural" else "trees")
         ax.grid(alpha=0.3)

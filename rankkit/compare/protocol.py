@@ -209,7 +209,8 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
         from rankkit.export import unwrap
 
         keep.append(unwrap(model))
-    best_epoch = max(range(len(curve)), key=curve.__getitem__) + 1 if curve else 0  # first best, as ModelCheckpoint
+    # The 0-based index of the first best epoch or tree, as ModelCheckpoint's names and best_iteration_.
+    best_epoch = max(range(len(curve)), key=curve.__getitem__) if curve else 0
     return {"train_seconds": seconds, "epochs": len(curve), "best_epoch": best_epoch, "val_curve": curve,
             "export_path": str(scorer_path), "export_bytes": scorer_path.stat().st_size,
             "export_max_abs_diff": diff, **test_eval.metrics(eager)}
@@ -272,7 +273,7 @@ def summarize(runs: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
 def markdown_table(runs: list[dict]) -> str:
     """NDCG@1/3/5/10, MAP and ERR@10 as mean ± std over folds × seeds, train time, export size."""
     head = ["model", "NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "ERR@10", "train s",
-            "epochs / trees (best)", "export KiB"]
+            "epochs / trees (best index)", "export KiB"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for model in dict.fromkeys(r["model"] for r in runs):
         mine = [r for r in runs if r["model"] == model]
@@ -514,7 +515,7 @@ def _progress(r: dict) -> str:
     export = (f", exported {r['export_bytes'] / 1024:.1f} KiB (verified, max diff {r['export_max_abs_diff']:.1g})"
               if r["export_bytes"] is not None else "")
     unit = "epochs" if r["kind"] == "neural" else "trees"
-    return (f"{r['model']:<20} fold {r['fold']} seed {r['seed']}: {r['epochs']} {unit} (best {r['best_epoch']}), "
+    return (f"{r['model']:<20} fold {r['fold']} seed {r['seed']}: {r['epochs']} {unit} (best index {r['best_epoch']}), "
             f"{r['train_seconds']:.1f} s, test NDCG@10 {r['ndcg@10']:.4f}{export}")
 
 
