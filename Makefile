@@ -10,7 +10,7 @@ EXTRAS ?= dev,notebooks
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast lint bench clean
+.PHONY: venv demo test test-fast lint bench docs clean
 
 # One install stamp per set of extras: `make test EXTRAS=dev,notebooks,gpu` on an existing .venv
 # installs what the new extras add.
@@ -32,6 +32,12 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Regenerate the generated sections of README.md and docs/ by the commands they quote:
+# `make docs` reruns every one (hours on 2 cores), `make docs SECTIONS=padding_waste,demo` some;
+# `python experiments/regenerate_docs.py --list` says which are rerun and which are assembled by hand.
+docs: venv
+	$(PY) experiments/regenerate_docs.py $(if $(SECTIONS),$(subst $(comma), ,$(SECTIONS)),--all)
 
 lint: venv
 	$(VENV)/bin/ruff check rankkit tests experiments

@@ -226,7 +226,7 @@ def main():
     tables = [table(device, run(device)) for device in devices]
     body = "\n\n".join([
         "## Lambda kernel",
-        f"{datetime.date.today().isoformat()}, `python experiments/bench_lambdas.py --write` "
+        f"{datetime.date.today().isoformat()}. Command: `python experiments/bench_lambdas.py --write` "
         f"(load average {os.getloadavg()[0]:.1f} when it started; compare the ratios, measured side "
         f"by side, more than the absolute rates).",
         *tables,

@@ -143,3 +143,50 @@ def test_every_generated_section_names_the_command_that_wrote_it():
                 if script and not (ROOT / script.group(1)).is_file():
                     missing.append(f"{path.name}:{m.group(1)}: {script.group(1)} does not exist")
     assert not missing, missing
+
+
+def _regenerate_docs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("regenerate_docs", ROOT / "experiments" / "regenerate_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_docs_reruns_each_section_by_the_command_it_quotes():
+    """`make docs` (experiments/regenerate_docs.py): every section it reruns names a script that
+    writes sections, runnable as quoted; the ones it cannot rerun say why."""
+    docs = _regenerate_docs()
+    found = docs.sections()
+    assert {s.how for s in found} <= {"writes", "demo", "gpu", "by hand"}
+    assert sum(s.how == "writes" for s in found) >= 20, "sections lost their 'Command:'"
+    for s in found:
+        if s.how != "writes":
+            continue
+        argv = docs.runnable(s.command)
+        script = ROOT / argv[1]
+        assert script.is_file() and "\"--write\"" in script.read_text(), s  # its argparse takes --write
+        assert "--write" in argv, s
+    with pytest.raises(ValueError, match="placeholder"):
+        docs.runnable("python experiments/mq2008_lambdamart.py --settings '<JSON>' --write")
+    assert docs.runnable("PYTHONPATH=/tmp/x python experiments/a.py --write")[1:] == ["experiments/a.py", "--write"]
+
+
+def test_make_docs_rewrites_the_readme_demo_table_and_keeps_its_prose(tmp_path, monkeypatch):
+    docs = _regenerate_docs()
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    table = ("| model | NDCG@10 |\n|---|---:|\n| LambdaMART | 0.9999 |\n")
+
+    def fake_compare(argv, **_):
+        out = Path(argv[argv.index("--out") + 1])
+        (out / "table.md").write_text("MQ2008, folds [1]: the protocol sentence.\n\n" + table)
+    monkeypatch.setattr(docs.subprocess, "run", fake_compare)
+    docs.regenerate_demo(readme)
+    text = readme.read_text()
+    section = text[text.index("<!-- demo:start -->"):text.index("<!-- demo:end -->")]
+    assert table in section and "0.8141" not in section and "the whole run took" in section
+    assert "One fold and one seed is a demo" in section  # the prose after the table
+    assert text.replace(section, "") == README.replace(
+        README[README.index("<!-- demo:start -->"):README.index("<!-- demo:end -->")], "")
