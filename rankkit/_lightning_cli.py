@@ -25,7 +25,7 @@ MODEL_CLASSES = {
 
 def config_names() -> list[str]:
     """The configs shipped with rankkit, by name (``lambdarank`` for ``configs/lambdarank.yaml``)."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if not p.stem.endswith(".space"))
 
 
 def resolve_config_arg(value: str) -> str:

@@ -7,6 +7,8 @@
   features -> scores artefact, checked against the eager model.
 * ``rankkit compare --config configs/compare.yaml`` (or ``--data mq2008 --folds 1-5 --seeds 3``):
   see :mod:`rankkit.compare`.
+* ``rankkit tune --config lambdarank [--n_trials 30 --data.fold=2 ...]``: an Optuna study on
+  vali; see :mod:`rankkit.tune`.
 * ``rankkit info [DATA]``: a dataset summary.
 
 User mistakes (a missing file, a bad option or value) end in one line on stderr and exit
@@ -165,6 +167,63 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return compare_from_args(args.rest)
 
 
+# -- tune -----------------------------------------------------------------------------------------
+TUNE_OVERRIDES = ("--model.", "--data.", "--trainer.", "--seed_everything")
+
+
+def tune_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rankkit tune",
+                description="Search a config's hyper-parameters with Optuna: each trial fits the config on the "
+                            "train split with the trial's values and scores its best epoch on the vali split "
+                            "(never the test split); bad trials are pruned on their vali curve. Writes OUT/"
+                            "best.yaml (for `rankkit fit --config` and `rankkit compare --models`), "
+                            "OUT/trials.md, OUT/trials.json and OUT/history.png; the study lives in "
+                            "OUT/study.db, so the same command resumes it. Settings such as --data.fold=2 "
+                            "apply to every trial.")
+    p.add_argument("--config", required=True,
+                   help="a packaged config (lambdarank, ranknet, transformer, lambdamart) or a YAML path")
+    p.add_argument("--space", default=None,
+                   help="the search-space YAML (default: beside the config, NAME.space.yaml)")
+    p.add_argument("--n_trials", "--n-trials", type=int, default=30,
+                   help="the study's total number of trials, the untuned config first (default 30)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds in which to start new trials")
+    p.add_argument("--seed", type=int, default=0, help="seeds the sampler and every trial (default 0)")
+    p.add_argument("--out", default=None, help="output folder (default results/tune/NAME)")
+    p.add_argument("--storage", default=None, help="an Optuna storage URL (default sqlite:///OUT/study.db)")
+    p.add_argument("--study_name", "--study-name", default=None, help="the study's name (default NAME)")
+    p.add_argument("--metric", default="val/ndcg@10", help="the logged vali metric to maximise (default val/ndcg@10)")
+    p.add_argument("--pruner", default="median", choices=("median", "none"),
+                   help="median: stop a trial below the median of earlier trials at the same epoch")
+    p.add_argument("--quiet", action="store_true", help="print only the last line")
+    return p
+
+
+def cmd_tune(argv: list[str]) -> int:
+    args, rest = tune_parser().parse_known_args(argv)
+    from rankkit.tune import parse_overrides, tune
+
+    try:
+        overrides = parse_overrides(rest)
+    except ValueError as e:
+        raise UsageError(f"unrecognized arguments: {' '.join(rest)} ({e})") from None
+    bad = [k for k in overrides if not f"--{k}".startswith(TUNE_OVERRIDES)]
+    if bad:
+        raise UsageError(f"unrecognized arguments: --{bad[0]} (settings for every trial start with "
+                         f"{', '.join(TUNE_OVERRIDES)})")
+    try:
+        import optuna  # noqa: F401  (rankkit.tune imports it when a study starts)
+    except ImportError as e:
+        raise UsageError(f"`rankkit tune` needs Optuna ({e}): pip install 'rankkit[tune]'") from None
+
+    with contextlib.redirect_stdout(open(os.devnull, "w")) if args.quiet else contextlib.nullcontext():
+        result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
+                      out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
+                      metric=args.metric, pruner=args.pruner, command="rankkit tune " + " ".join(argv))
+    print(f"best {args.metric} {result.best_value:.4f} on vali: {result.best_config} "
+          f"(trials: {result.out / 'trials.md'})")
+    return 0
+
+
 # -- info -----------------------------------------------------------------------------------------
 def _load_for_info(data: str, fold: int):
     if data == "mq2008":
@@ -248,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", add_help=False,
                              help="train every model on every fold and seed; table, plots, exports")
     compare.set_defaults(func=cmd_compare)
+    sub.add_parser("tune", add_help=False, help="search a config's hyper-parameters with Optuna on vali; "
+                                                 "writes the best config")
     info = sub.add_parser("info", help="summarise a dataset (queries, documents, features, labels)",
                           description="Summarise a dataset: queries, documents, features, the label "
                                       "distribution and query lengths of each split, and the checks its "
@@ -286,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         if command == "compare":
             args = argparse.Namespace(command=command, func=cmd_compare, rest=argv[1:])
+        elif command == "tune":
+            return cmd_tune(argv[1:])
         else:
             args = parser.parse_args(argv)
         return args.func(args)

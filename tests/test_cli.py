@@ -182,9 +182,11 @@ def test_export_rejects_a_file_that_is_not_a_checkpoint(tmp_path, capsys):
 
 
 def test_configs_start_with_the_command_that_runs_them():
-    for path in CONFIGS.glob("*.yaml"):
+    for path in CONFIGS.glob("*.yaml"):  # a search space (NAME.space.yaml) starts with `rankkit tune --config NAME`
         first = path.read_text().splitlines()[0]
-        assert first.startswith("# rankkit ") and f"--config {path.stem} " in first, path
+        name = path.stem.removesuffix(".space")
+        assert first.startswith("# rankkit tune " if name != path.stem else "# rankkit ") \
+            and f"--config {name} " in first, path
 
 
 # -- fit -> test -> predict -> export, for each model ------------------------------------------------

@@ -49,11 +49,20 @@ def load_mq2008(fold: int = 1) -> tuple[RankingDataset, RankingDataset, RankingD
     >>> train.n_queries, train.n_docs, train.n_features
     (471, 9630, 46)
     """
+    return mq2008_split(fold, "train"), mq2008_split(fold, "vali"), mq2008_split(fold, "test")
+
+
+def mq2008_split(fold: int, split: str) -> RankingDataset:
+    """One split (``"train"``, ``"vali"`` or ``"test"``) of the bundled MQ2008 fold; reads only
+    the partitions that split is made of (LETOR's rotation: train S_f..S_f+2, vali S_f+3, test S_f+4).
+
+    >>> mq2008_split(2, "vali").source
+    'mq2008/fold2/vali'
+    """
     if fold not in range(1, 6):
         raise ValueError(f"`fold` has to be one of 1..5, got {fold!r}")
     parts = [(fold - 1 + i) % 5 + 1 for i in range(5)]
-    name = f"mq2008/fold{fold}"
-    train = concat([_partition(p) for p in parts[:3]], source=f"{name}/train")
-    vali = concat([_partition(parts[3])], source=f"{name}/vali")
-    test = concat([_partition(parts[4])], source=f"{name}/test")
-    return train, vali, test
+    chosen = {"train": parts[:3], "vali": parts[3:4], "test": parts[4:]}
+    if split not in chosen:
+        raise ValueError(f"`split` has to be one of {sorted(chosen)}, got {split!r}")
+    return concat([_partition(p) for p in chosen[split]], source=f"mq2008/fold{fold}/{split}")

@@ -7,6 +7,7 @@ and each rank takes every ``world_size``-th batch of the plan, starting at its r
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Callable, Iterator
@@ -232,6 +233,18 @@ class RankingDataModule(pl.LightningDataModule):
         self.val_set: RankingDataset | None = None
         self.test_set: RankingDataset | None = None
 
+    # The test split is read on first use, not by `setup`: fitting, validating and tuning
+    # (`rankkit tune`) never read it; `test` and `predict` do.
+    @property
+    def test_set(self) -> RankingDataset | None:
+        if getattr(self, "_read_test", None) is not None:
+            self._test_set, self._read_test = self._read_test(), None
+        return getattr(self, "_test_set", None)
+
+    @test_set.setter
+    def test_set(self, value: RankingDataset | None) -> None:
+        self._test_set, self._read_test = value, None
+
     @classmethod
     def from_datasets(cls, train: RankingDataset | None = None, val: RankingDataset | None = None,
                       test: RankingDataset | None = None, *, max_docs: int = 4096,
@@ -243,18 +256,20 @@ class RankingDataModule(pl.LightningDataModule):
     @property
     def n_features(self) -> int:
         self.setup()
-        return next(d for d in (self.train_set, self.val_set, self.test_set) if d is not None).n_features
+        splits = (lambda: self.train_set, lambda: self.val_set, lambda: self.test_set)  # test read last, if at all
+        return next(d for d in (split() for split in splits) if d is not None).n_features
 
     def setup(self, stage: str | None = None) -> None:
         if stage is not None and self.trainer is not None:
             _quiet.hold(self, logging_interval=False)  # Lightning's LeafSpec deprecation (rankkit._quiet)
-        if any(d is not None for d in (self.train_set, self.val_set, self.test_set)):
+        if any(d is not None for d in (self.train_set, self.val_set, self._test_set, self._read_test)):
             return
         h = self.hparams
         if h.data == "mq2008":
-            from rankkit.data.bundled import load_mq2008
+            from rankkit.data.bundled import mq2008_split
 
-            self.train_set, self.val_set, self.test_set = load_mq2008(h.fold)
+            self.train_set, self.val_set = mq2008_split(h.fold, "train"), mq2008_split(h.fold, "vali")
+            self._read_test = functools.partial(mq2008_split, h.fold, "test")
             return
         if not os.path.isdir(h.data):
             raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {h.data!r}")
@@ -271,7 +286,9 @@ class RankingDataModule(pl.LightningDataModule):
             train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed if h.get("val_seed") is None
                                           else h.val_seed)
         self.train_set, self.val_set = train_set, val_set
-        self.test_set = read_svmlight(test, n_features=f) if test else None
+        self.test_set = None
+        if test:
+            self._read_test = functools.partial(read_svmlight, test, n_features=f)
 
     def teardown(self, stage: str | None = None) -> None:
         _quiet.release(self)

@@ -1,0 +1,453 @@
+"""Hyper-parameter search on Optuna: ``rankkit tune`` and :func:`tune`.
+
+A study trains one config (any model: RankNet, LambdaRank, LambdaMART) once per trial with the
+trial's values, each a full ``rankkit fit`` on the train split with model selection on the vali
+split, and maximises the best vali value of the metric the module logs (``val/ndcg@10``). What it
+changes is a **search space** in YAML beside the config (``lambdarank.yaml`` ->
+``lambdarank.space.yaml``; every packaged config ships one)::
+
+    model.init_args.lr: {float: [1.0e-4, 1.0e-2], log: true}
+    model.init_args.dropout: {float: [0.0, 0.3]}
+    model.init_args.depth: {int: [4, 8]}
+    model.init_args.hidden: {choices: [[64, 32], [128, 64]]}
+
+each key a dotted path into the config, each value one of ``float: [low, high]``, ``int: [low,
+high]`` (with ``log: true`` and ``step:`` as Optuna's ``suggest_float`` / ``suggest_int``) or
+``choices: [...]`` (any YAML values, lists too). The config's own value of every key has to lie in
+the space: the study's first trial is the config as it is (enqueued), so the best trial is never
+below the untuned config on vali.
+
+* **Pruning**: every epoch (a tree for LambdaMART) reports the vali value to Optuna; a trial below
+  the median of the earlier trials at the same epoch stops (``MedianPruner``: not in the first 5
+  trials or the first 5 epochs), as LightGBM users prune with Optuna's callbacks.
+* **Budget**: ``n_trials`` is the study's total (a resumed study runs what is left) and
+  ``timeout`` the seconds this call may start trials in; TPE (Bergstra et al., "Algorithms for
+  Hyper-Parameter Optimization", NeurIPS 2011) draws the values, seeded.
+* **Storage**: a local SQLite file (``OUT/study.db``); the same command again resumes the study.
+* **Outputs** in ``OUT``: ``best.yaml`` (the config with the best values, which ``rankkit fit
+  --config`` and ``rankkit compare --models`` take unchanged), ``trials.md`` and ``trials.json``
+  (every trial: state, value, best epoch, seconds, values), ``history.png`` (Optuna's optimisation
+  history, with matplotlib).
+* **Never the test split**: trials fit and validate only; the data module reads the test split on
+  first use, which a study never makes.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rankkit import _yaml
+from rankkit._io import atomic_write
+
+__all__ = ["Param", "TuneResult", "apply_values", "load_space", "parse_overrides", "space_path", "tune"]
+
+METRIC = "val/ndcg@10"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One dimension of a search space: ``kind`` is ``float``, ``int`` or ``choices``."""
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple = ()
+
+    def suggest(self, trial) -> Any:
+        if self.kind == "float":
+            return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        # Optuna's categorical values are scalars: lists and mappings travel as their JSON text.
+        picked = trial.suggest_categorical(self.name, [_encode(c) for c in self.choices])
+        return _decode(picked)
+
+    def encode(self, value: Any) -> Any:
+        """``value`` as this parameter's Optuna value (for enqueuing the untuned config)."""
+        return _encode(value) if self.kind == "choices" else value
+
+    def contains(self, value: Any) -> bool:
+        if self.kind == "choices":
+            return _encode(value) in [_encode(c) for c in self.choices]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.kind == "int" and value != int(value):
+            return False
+        return self.low <= value <= self.high
+
+
+def _encode(value: Any) -> Any:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else json.dumps(value)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in "[{":
+        return json.loads(value)
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} has to be a finite number, got {value!r}")
+    return value
+
+
+def load_space(path: str | os.PathLike) -> dict[str, Param]:
+    """Read and check a search-space YAML file (see the module's text for its form)."""
+    path = Path(path)
+    raw = _yaml.safe_load(path.read_text(), str(path))
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: a search space is a mapping of config keys to ranges, got {type(raw).__name__}")
+    space = {}
+    for name, spec in raw.items():
+        where = f"{path}: `{name}`"
+        if not isinstance(name, str) or not name.replace("_", "").replace(".", "").replace("-", "").isalnum():
+            raise ValueError(f"{where}: a key is a dotted config path such as model.init_args.lr")
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: give {{float: [low, high]}}, {{int: [low, high]}} or {{choices: [...]}}")
+        kinds = [k for k in ("float", "int", "choices") if k in spec]
+        unknown = set(spec) - {"float", "int", "choices", "log", "step"}
+        if len(kinds) != 1 or unknown:
+            raise ValueError(f"{where}: exactly one of float, int, choices (and log, step), got {sorted(spec)}")
+        kind = kinds[0]
+        if kind == "choices":
+            choices = spec["choices"]
+            if not isinstance(choices, list) or not choices:
+                raise ValueError(f"{where}: choices has to be a non-empty list")
+            space[name] = Param(name, "choices", choices=tuple(choices))
+            continue
+        bounds = spec[kind]
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise ValueError(f"{where}: {kind} takes [low, high], got {bounds!r}")
+        low, high = (_number(b, f"{where}: {kind} bound") for b in bounds)
+        log = spec.get("log", False)
+        if not isinstance(log, bool):
+            raise ValueError(f"{where}: log has to be true or false, got {log!r}")
+        if not low < high or (log and low <= 0):
+            raise ValueError(f"{where}: needs low < high{' and low > 0 with log' if log else ''}, got {bounds}")
+        step = spec.get("step")
+        if step is not None and (_number(step, f"{where}: step") <= 0 or log):
+            raise ValueError(f"{where}: step has to be positive and cannot go with log")
+        if kind == "int" and (low != int(low) or high != int(high)):
+            raise ValueError(f"{where}: int bounds have to be whole numbers, got {bounds}")
+        space[name] = Param(name, kind, low, high, log, step)
+    return space
+
+
+def space_path(config_path: str | os.PathLike) -> Path:
+    """The search space beside a config: ``lambdarank.yaml`` -> ``lambdarank.space.yaml``."""
+    p = Path(config_path)
+    return p.with_name(p.name[: -len(p.suffix)] + ".space" + p.suffix)
+
+
+def _get(config: dict, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def apply_values(config: dict, values: dict[str, Any]) -> dict:
+    """A copy of ``config`` with each dotted key of ``values`` set (``model.init_args.lr``)."""
+    out = copy.deepcopy(config)
+    for dotted, value in values.items():
+        parts = dotted.split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"`{dotted}`: {part} is not a mapping in the config")
+        node[parts[-1]] = value
+    return out
+
+
+def _class_defaults(config: dict) -> dict[str, Any]:
+    """The model class's own defaults under ``model.init_args.*`` (a key the config leaves out)."""
+    import inspect
+
+    from rankkit._lightning_cli import resolve_model_class
+
+    class_path = (config.get("model") or {}).get("class_path")
+    if not class_path:
+        return {}
+    params = inspect.signature(resolve_model_class(class_path).__init__).parameters
+    return {f"model.init_args.{n}": p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+
+
+def untuned_values(config: dict, space: dict[str, Param], source: str) -> dict[str, Any]:
+    """The config's own value of every key in ``space`` (the model's default where the config is
+    silent); a ``ValueError`` when one lies outside the space."""
+    defaults = _class_defaults(config)
+    values = {}
+    for name, param in space.items():
+        try:
+            value = _get(config, name)
+        except KeyError:
+            if name not in defaults:
+                raise ValueError(f"{source}: the search space's `{name}` is not in the config nor a parameter "
+                                 f"of its model") from None
+            value = defaults[name]
+        if not param.contains(value):
+            raise ValueError(f"{source}: the config's {name} = {value!r} lies outside the search space "
+                             f"({_describe(param)}); widen the space so the untuned config is its first trial")
+        values[name] = value
+    return values
+
+
+def _describe(p: Param) -> str:
+    if p.kind == "choices":
+        return f"choices {list(p.choices)}"
+    return f"{p.kind} [{p.low}, {p.high}]{' log' if p.log else ''}"
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` found: the study, the best trial's values and value, and its files."""
+
+    study: Any
+    best_values: dict[str, Any]
+    best_value: float
+    best_config: Path
+    out: Path
+
+
+def parse_overrides(argv: list[str]) -> dict[str, Any]:
+    """``["--data.fold=2", "--trainer.max_epochs", "5"]`` -> ``{"data.fold": 2, "trainer.max_epochs": 5}``
+    (values read as YAML, as ``rankkit fit`` reads them)."""
+    import yaml
+
+    out, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise ValueError(f"`overrides`: expected --key=value or --key value at position {i}, got {arg!r}")
+        if "=" in arg:
+            key, text = arg[2:].split("=", 1)
+            i += 1
+        elif i + 1 < len(argv):
+            key, text = arg[2:], argv[i + 1]
+            i += 2
+        else:
+            raise ValueError(f"`overrides`: {arg} at position {i} has no value")
+        out[key] = yaml.safe_load(text)
+    return out
+
+
+@contextlib.contextmanager
+def _lightning_quiet():
+    """Lightning's info lines ("`Trainer.fit` stopped ...") off for a trial."""
+    loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str) -> tuple[float, int]:
+    """One trial: a fit of ``config`` with ``values``; (best vali value, its 0-based epoch)."""
+    import optuna
+    import pytorch_lightning as pl
+
+    from rankkit._lightning_cli import lightning_cli
+
+    path = Path(workdir) / "trial.yaml"
+    path.write_text(_yaml_dump(apply_values(config, values)))
+    args = ["--config", str(path), "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false", f"--trainer.default_root_dir={workdir}"]
+    cli = lightning_cli(args, run=False, verbose=False)
+    curve: list[float] = []
+    pruned = []
+
+    class Report(pl.Callback):
+        def on_validation_end(self, trainer, pl_module):
+            if trainer.sanity_checking:
+                return
+            if metric not in trainer.callback_metrics:
+                raise ValueError(f"`metric`: the model logged no {metric!r} (it logs "
+                                 f"{sorted(k for k in trainer.callback_metrics if k.startswith('val'))})")
+            curve.append(float(trainer.callback_metrics[metric]))
+            trial.report(max(curve), step=len(curve) - 1)
+            if trial.should_prune():
+                pruned.append(len(curve) - 1)
+                trainer.should_stop = True
+
+    cli.trainer.callbacks.append(Report())
+    with _lightning_quiet():
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    if not curve:
+        raise ValueError("the trial logged no validation value: the config needs a vali split "
+                         "(a vali file, or --data.val_fraction)")
+    best = max(range(len(curve)), key=curve.__getitem__)
+    trial.set_user_attr("best_epoch", best)
+    trial.set_user_attr("epochs", len(curve))
+    if pruned:
+        raise optuna.TrialPruned(f"pruned at epoch {pruned[0]}")
+    return curve[best], best
+
+
+def _yaml_dump(config: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+
+
+def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n_trials: int = 30,
+         timeout: float | None = None, seed: int = 0, out: str | os.PathLike | None = None,
+         storage: str | None = None, study_name: str | None = None,
+         overrides: dict[str, Any] | list[str] | None = None,
+         metric: str = METRIC, pruner: Any = "median", verbose: bool = False, command: str = "") -> TuneResult:
+    """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
+    a YAML path) and write its best config; see the module's text.
+
+    ``overrides``: settings for every trial, recorded in the best config too: dotted keys
+    (``{"data.fold": 2}``) or command-line flags as ``rankkit fit`` takes them (``["--data.fold=2"]``).
+    ``seed`` seeds the sampler and is every trial's ``seed_everything``.
+    ``pruner``: ``"median"``, ``"none"`` or any Optuna pruner.
+    """
+    import optuna
+
+    from rankkit._checks import check_choice, check_int
+    from rankkit._lightning_cli import resolve_config_arg
+
+    check_int(n_trials, "n_trials", low=1)
+    check_int(seed, "seed", low=0)
+    if not isinstance(pruner, optuna.pruners.BasePruner):
+        check_choice(pruner, ("median", "none"), "pruner")
+    if timeout is not None:
+        _number(timeout, "`timeout`")
+        if timeout <= 0:
+            raise ValueError(f"`timeout` has to be positive seconds, got {timeout!r}")
+    config_path = Path(resolve_config_arg(str(config)))
+    base = _yaml.safe_load(config_path.read_text(), str(config_path))
+    if not isinstance(base, dict) or "model" not in base:
+        raise ValueError(f"{config_path}: not a rankkit model config (no `model:`)")
+    if isinstance(overrides, (list, tuple)):
+        overrides = parse_overrides(list(overrides))
+    base = apply_values(base, {**(overrides or {}), "seed_everything": seed})
+    space_file = Path(space) if space is not None else space_path(config_path)
+    if not space_file.is_file():
+        raise ValueError(f"`space`: no search space {space_file} (write one beside the config, see "
+                         f"rankkit/configs/*.space.yaml)")
+    params = load_space(space_file)
+    start = untuned_values(base, params, str(config_path))
+    name = config_path.name[: -len(config_path.suffix)]
+    out = Path(out) if out is not None else Path("results") / "tune" / name
+    out.mkdir(parents=True, exist_ok=True)
+    storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
+    if not verbose:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        study_name=study_name or name, storage=storage, direction="maximize", load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=pruner if isinstance(pruner, optuna.pruners.BasePruner)
+        else optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5) if pruner == "median"
+        else optuna.pruners.NopPruner())
+    if not study.trials:
+        study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    left = n_trials - len(study.get_trials(deepcopy=False, states=finished))
+
+    def objective(trial):
+        values = {k: p.suggest(trial) for k, p in params.items()}
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as workdir:
+            value, _ = _trial(base, values, trial=trial, metric=metric, workdir=workdir)
+        trial.set_user_attr("seconds", time.perf_counter() - t0)
+        return value
+
+    def progress(study, trial):
+        done = len(study.get_trials(deepcopy=False, states=finished))
+        state = trial.state.name.lower()
+        value = f"{trial.value:.4f}" if trial.value is not None else "-"
+        best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
+        print(f"trial {trial.number} {state}: {metric} {value}"
+              + (f"; best {best.value:.4f} (trial {best.number})" if best else "") + f"  [{done}/{n_trials}]",
+              flush=True)
+
+    if left > 0:
+        study.optimize(objective, n_trials=left, timeout=timeout, callbacks=[progress],
+                       catch=(), gc_after_trial=True)
+    completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not completed:
+        raise ValueError("the study has no completed trial (every trial was pruned or failed)")
+    best = study.best_trial
+    best_values = {k: _decode(v) for k, v in best.params.items()}
+    best_config = out / "best.yaml"
+    header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
+              f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
+              f"{best.value:.4f} on vali at epoch {best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
+              f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
+              + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
+    text = header + _yaml_dump(apply_values(base, best_values))
+    atomic_write(best_config, lambda tmp: Path(tmp).write_text(text))
+    _write_trials(study, out, metric)
+    _plot(study, out)
+    return TuneResult(study, best_values, best.value, best_config, out)
+
+
+def _untuned_value(study) -> str:
+    first = [t for t in study.trials if t.user_attrs.get("untuned")]
+    return f"{first[0].value:.4f}" if first and first[0].value is not None else "(not finished)"
+
+
+def _write_trials(study, out: Path, metric: str) -> None:
+    rows = []
+    for t in study.trials:
+        rows.append({"trial": t.number, "state": t.state.name.lower(), "value": t.value,
+                     "best_epoch": t.user_attrs.get("best_epoch"), "epochs": t.user_attrs.get("epochs"),
+                     "seconds": t.user_attrs.get("seconds"), "untuned": bool(t.user_attrs.get("untuned")),
+                     "params": {k: _decode(v) for k, v in t.params.items()}})
+    atomic_write(out / "trials.json", lambda tmp: Path(tmp).write_text(json.dumps(rows, indent=1)))
+    keys = list(dict.fromkeys(k for r in rows for k in r["params"]))
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    lines = [f"| trial | state | {metric} | best epoch | epochs | s | " + " | ".join(short) + " |",
+             "|---:|---|---:|---:|---:|---:|" + "---|" * len(keys)]
+    for r in rows:
+        value = f"{r['value']:.4f}" if r["value"] is not None else "–"
+        seconds = f"{r['seconds']:.1f}" if r["seconds"] is not None else "–"
+        label = f"{r['trial']}{' (untuned)' if r['untuned'] else ''}"
+        cells = [json.dumps(r["params"].get(k)) if isinstance(r["params"].get(k), list) else
+                 (f"{r['params'][k]:.3g}" if isinstance(r["params"].get(k), float) else str(r["params"].get(k, "–")))
+                 for k in keys]
+        lines.append(f"| {label} | {r['state']} | {value} | {r['best_epoch'] if r['best_epoch'] is not None else '–'} "
+                     f"| {r['epochs'] or '–'} | {seconds} | " + " | ".join(cells) + " |")
+    atomic_write(out / "trials.md", lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
+
+
+def _plot(study, out: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+        from optuna.visualization.matplotlib import plot_optimization_history
+    except ImportError:
+        return None
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
+        ax = plot_optimization_history(study)
+    path = out / "history.png"
+    atomic_write(path, lambda tmp: ax.figure.savefig(tmp, dpi=110, format="png"))
+    plt.close(ax.figure)
+    return path

@@ -1,0 +1,190 @@
+"""rankkit.tune and `rankkit tune`: Optuna studies over a config, on vali only."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from rankkit import tune as tuning  # noqa: E402
+from rankkit._lightning_cli import config_names  # noqa: E402
+from rankkit.cli import main  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "rankkit" / "configs"
+
+
+def write_letor(path: Path, seed: int) -> None:
+    from rankkit.data import make_synthetic
+
+    ds = make_synthetic(20, 10, 5, seed=seed)
+    lines = []
+    for q in range(ds.n_queries):
+        for i in range(int(ds.offsets[q]), int(ds.offsets[q + 1])):
+            feats = " ".join(f"{j + 1}:{float(v):.5g}" for j, v in enumerate(ds.features[i]))
+            lines.append(f"{int(ds.labels[i])} qid:{q + 1} {feats}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    """train and vali files, and a test file that fails if anything reads it."""
+    folder = tmp_path / "letor"
+    folder.mkdir()
+    write_letor(folder / "train.txt", 0)
+    write_letor(folder / "vali.txt", 1)
+    (folder / "test.txt").write_text("this is not a LETOR line: a study must never read the test split\n")
+    return folder
+
+
+SMALL_NEURAL = """
+seed_everything: 0
+model:
+  class_path: rankkit.neural.LambdaRank
+  init_args: {hidden: [8], dropout: 0.1, lr: 0.01, weighting: ndcg, k: 10, reduction: sum}
+data: {data: DATA, max_docs: 64}
+trainer:
+  max_epochs: 4
+  log_every_n_steps: 1
+  callbacks:
+    - class_path: pytorch_lightning.callbacks.ModelCheckpoint
+      init_args: {monitor: val/ndcg@10, mode: max, filename: "best-{epoch}"}
+"""
+SMALL_SPACE = """
+model.init_args.lr: {float: [0.001, 0.05], log: true}
+model.init_args.hidden: {choices: [[8], [16, 8]]}
+model.init_args.dropout: {float: [0.0, 0.3]}
+"""
+
+
+@pytest.fixture
+def config(tmp_path, data) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL_NEURAL.replace("DATA", str(data)))
+    (tmp_path / "small.space.yaml").write_text(SMALL_SPACE)
+    return path
+
+
+def test_every_packaged_config_ships_a_space_holding_its_own_values():
+    names = config_names()
+    assert "lambdarank.space" not in names and "compare" in names
+    for name in (n for n in names if n != "compare"):
+        config = tuning._yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+        space = tuning.load_space(tuning.space_path(CONFIGS / f"{name}.yaml"))
+        assert len(space) >= 4, name
+        values = tuning.untuned_values(config, space, name)  # raises when one lies outside
+        assert set(values) == set(space)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[1, 2]", "a mapping of config keys"),
+    ("model.init_args.lr: 0.1", "give {float"),
+    ("model.init_args.lr: {float: [0.1]}", r"takes \[low, high\]"),
+    ("model.init_args.lr: {float: [0.1, 0.01]}", "low < high"),
+    ("model.init_args.lr: {float: [0, 0.1], log: true}", "low > 0 with log"),
+    ("model.init_args.lr: {float: [0.1, .nan]}", "finite number"),
+    ("model.init_args.lr: {float: [0.1, 1], int: [1, 2]}", "exactly one of"),
+    ("model.init_args.depth: {int: [1.5, 4]}", "whole numbers"),
+    ("model.init_args.hidden: {choices: []}", "non-empty list"),
+    ("model.init_args.lr: {float: [0.1, 1], step: -1}", "step has to be positive"),
+    ("'model init': {float: [0.1, 1]}", "dotted config path"),
+])
+def test_a_bad_space_names_its_key(tmp_path, text, match):
+    path = tmp_path / "bad.space.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        tuning.load_space(path)
+
+
+def test_the_untuned_config_must_lie_in_the_space():
+    space = {"model.init_args.lr": tuning.Param("model.init_args.lr", "float", 0.01, 0.1)}
+    config = {"model": {"class_path": "rankkit.neural.LambdaRank", "init_args": {"lr": 0.001}}}
+    with pytest.raises(ValueError, match=r"lr = 0.001 lies outside the search space \(float \[0.01, 0.1\]\)"):
+        tuning.untuned_values(config, space, "c.yaml")
+    # a key the config leaves out takes the model's default (LambdaRank's dropout 0.1)
+    drop = {"model.init_args.dropout": tuning.Param("model.init_args.dropout", "float", 0.0, 0.5)}
+    assert tuning.untuned_values(config, drop, "c.yaml") == {"model.init_args.dropout": 0.1}
+    with pytest.raises(ValueError, match="not in the config nor a parameter"):
+        tuning.untuned_values(config, {"model.init_args.nope": drop["model.init_args.dropout"]}, "c.yaml")
+
+
+def test_overrides_parse_as_fit_takes_them():
+    assert tuning.parse_overrides(["--data.fold=2", "--trainer.max_epochs", "5", "--model.init_args.hidden=[8, 4]"]) \
+        == {"data.fold": 2, "trainer.max_epochs": 5, "model.init_args.hidden": [8, 4]}
+    with pytest.raises(ValueError, match="position 1"):
+        tuning.parse_overrides(["--data.fold=2", "fold"])
+    assert tuning.apply_values({"a": {"b": 1}}, {"a.b": 2, "a.c.d": 3}) == {"a": {"b": 2, "c": {"d": 3}}}
+
+
+@pytest.mark.slow
+def test_a_tiny_study_end_to_end_resumes_and_its_config_refits(tmp_path, config, data, capsys):
+    out = tmp_path / "study"
+    result = tuning.tune(config, n_trials=2, out=out, seed=0)
+    trials = json.loads((out / "trials.json").read_text())
+    assert [t["state"] for t in trials] == ["complete", "complete"]
+    untuned = trials[0]
+    assert untuned["untuned"] and untuned["params"] == {"model.init_args.lr": 0.01, "model.init_args.hidden": [8],
+                                                        "model.init_args.dropout": 0.1}
+    assert result.best_value == max(t["value"] for t in trials) >= untuned["value"]
+    for name in ("best.yaml", "trials.md", "history.png", "study.db"):
+        assert (out / name).stat().st_size > 0, name
+    assert "| 0 (untuned) | complete |" in (out / "trials.md").read_text()
+    # the written config refits to the best trial's vali value (same seed, same data, CPU)
+    capsys.readouterr()
+    assert main(["fit", "--config", str(result.best_config), f"--trainer.default_root_dir={tmp_path / 'refit'}",
+                 "--quiet"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert float(re.search(r"val/ndcg@10 ([0-9.]+)", line).group(1)) == pytest.approx(result.best_value, abs=5e-5)
+    # the same command again resumes the study: one more trial to reach 3, the first two kept
+    again = tuning.tune(config, n_trials=3, out=out, seed=0)
+    rows = json.loads((out / "trials.json").read_text())
+    assert len(rows) == 3 and rows[:2] == trials and again.best_value >= result.best_value
+    # the test split was never read: reading it fails
+    ckpt = next((tmp_path / "refit").rglob("best-*.ckpt"))
+    assert main(["test", "--config", str(result.best_config), f"--ckpt_path={ckpt}",
+                 f"--trainer.default_root_dir={tmp_path / 't'}"]) == 2
+    assert "test.txt" in capsys.readouterr().err
+
+
+class PruneAfterFirstEpoch(optuna.pruners.BasePruner):
+    """Prunes every trial but the first at its second epoch."""
+
+    def prune(self, study, trial) -> bool:
+        return trial.number > 0 and trial.last_step is not None and trial.last_step >= 1
+
+
+@pytest.mark.slow
+def test_pruning_stops_a_trial_on_its_vali_curve(tmp_path, config):
+    out = tmp_path / "study"
+    tuning.tune(config, n_trials=3, out=out, pruner=PruneAfterFirstEpoch())
+    rows = json.loads((out / "trials.json").read_text())
+    assert [r["state"] for r in rows] == ["complete", "pruned", "pruned"]
+    assert rows[0]["epochs"] == 4 and all(r["epochs"] == 2 for r in rows[1:])  # stopped, not run out
+
+
+@pytest.mark.slow
+def test_lambdamart_tunes_through_the_same_command(tmp_path, data, capsys):
+    out = tmp_path / "trees"
+    argv = ["tune", "--config", "lambdamart", "--n_trials", "2", "--out", str(out), f"--data.data={data}",
+            "--trainer.max_epochs=3", "--model.init_args.min_data_in_leaf=5", "--quiet"]
+    assert main(argv) == 0
+    assert "best val/ndcg@10" in capsys.readouterr().out
+    best = tuning._yaml.safe_load((out / "best.yaml").read_text())
+    assert best["model"]["class_path"] == "rankkit.boosting.LambdaMARTModule"
+    assert best["trainer"]["max_epochs"] == 3 and best["data"]["data"] == str(data)  # the overrides are kept
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["tune", "--config", "lambdarank", "stray"], "unrecognized arguments"),
+    (["tune", "--config", "lambdarank", "--optimizer.lr=1"], "settings for every trial start with"),
+    (["tune", "--config", "nope"], "no packaged config 'nope'"),
+    (["tune", "--config", "lambdarank", "--space", "/nonexistent.yaml"], "no search space"),
+    (["tune", "--config", "lambdarank", "--n_trials", "0"], "n_trials"),
+    (["tune", "--config", "lambdarank", "--pruner", "hyperband"], "invalid choice"),
+])
+def test_tune_mistakes_are_one_line(argv, match, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(match, err), err
