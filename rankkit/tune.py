@@ -44,7 +44,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rankkit import _yaml
 from rankkit._io import atomic_write
@@ -314,14 +314,15 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          timeout: float | None = None, seed: int = 0, out: str | os.PathLike | None = None,
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
-         metric: str = METRIC, pruner: Any = "median", verbose: bool = False, command: str = "") -> TuneResult:
+         metric: str = METRIC, pruner: Any = "median", verbose: bool = False, command: str = "",
+         log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
 
     ``overrides``: settings for every trial, recorded in the best config too: dotted keys
     (``{"data.fold": 2}``) or command-line flags as ``rankkit fit`` takes them (``["--data.fold=2"]``).
     ``seed`` seeds the sampler and is every trial's ``seed_everything``.
-    ``pruner``: ``"median"``, ``"none"`` or any Optuna pruner.
+    ``pruner``: ``"median"``, ``"none"`` or any Optuna pruner. ``log`` takes a line per trial.
     """
     import optuna
 
@@ -379,9 +380,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
         state = trial.state.name.lower()
         value = f"{trial.value:.4f}" if trial.value is not None else "-"
         best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
-        print(f"trial {trial.number} {state}: {metric} {value}"
-              + (f"; best {best.value:.4f} (trial {best.number})" if best else "") + f"  [{done}/{n_trials}]",
-              flush=True)
+        log(f"trial {trial.number} {state}: {metric} {value}"
+            + (f"; best {best.value:.4f} (trial {best.number})" if best else "") + f"  [{done}/{n_trials}]")
 
     if left > 0:
         study.optimize(objective, n_trials=left, timeout=timeout, callbacks=[progress],

@@ -53,13 +53,15 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
             argv = [a if not a.startswith("--ckpt_path") else f"--ckpt_path={ckpt}" for a in argv] + quick
         elif command in ("predict", "export"):
             argv = [str(ckpt) if a == "PATH/TO/best.ckpt" else a for a in argv]
+        elif command == "tune":
+            argv = [*argv[:3], "--n_trials", "2", f"--data.data={tmp_path}", "--trainer.max_epochs=1"]
         elif command == "compare":
             argv = ["compare", "--data", str(tmp_path), "--max_epochs", "1", "--out", str(tmp_path / "cmp"),
                     *[a for a in argv[1:] if a == "--baselines"]]
         assert main(argv) == 0, argv
         if command == "fit":
             ckpt = sorted(tmp_path.rglob("*.ckpt"))[-1]
-    assert {"fit", "test", "predict", "export", "compare"} <= seen
+    assert {"fit", "test", "predict", "export", "compare", "tune"} <= seen
     assert (tmp_path / "scores.tsv").read_text().count("\n") == 24 * 12
 
 

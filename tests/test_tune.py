@@ -188,3 +188,19 @@ def test_tune_mistakes_are_one_line(argv, match, capsys, tmp_path):
     assert main([*argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(match, err), err
+
+
+@pytest.mark.slow
+def test_compare_tunes_each_fold_on_its_own_vali_then_tests_once(tmp_path, data, capsys):
+    write_letor(data / "test.txt", 0)  # compare tests once, after the study (labels within train's)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--data", str(data), "--models", "lambdarank", "--tune", "2", "--seeds", "2",
+                 "--max_epochs", "2", "--out", str(out)]) == 0
+    result = json.loads((out / "metrics.json").read_text())
+    runs = result["runs"]
+    assert result["tune"] == 2 and [r["seed"] for r in runs] == [0, 1]
+    best = out / "tune" / "lambdarank-fold1" / "best.yaml"
+    assert all(r["config"] == str(best) and r["tune_seconds"] > 0 for r in runs)  # both seeds train the study's best
+    assert tuning._yaml.safe_load(best.read_text())["data"]["data"] == str(data)
+    assert len(json.loads((best.parent / "trials.json").read_text())) == 2
+    assert "tune s per fold" in (out / "table.md").read_text() and "Nested tuning" in (out / "table.md").read_text()

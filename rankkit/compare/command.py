@@ -35,6 +35,10 @@ def build_parser():
                         "for every model and seed) for model selection")
     p.add_argument("--verbose", action="store_true",
                    help="show Lightning's info lines and warnings (or RANKKIT_VERBOSE=1)")
+    p.add_argument("--tune", type=int, default=0,
+                   help="nested tuning: an Optuna study of N trials per model and fold on that fold's train/vali "
+                        "(rankkit tune, the model's search space), then the seeds train the best config and are "
+                        "tested once; 0 (default) trains the configs as they are")
     p.add_argument("--ensemble", action="store_true",
                    help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")
     return p

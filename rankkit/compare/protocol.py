@@ -272,8 +272,9 @@ def summarize(runs: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
 
 def markdown_table(runs: list[dict]) -> str:
     """NDCG@1/3/5/10, MAP and ERR@10 as mean ± std over folds × seeds, train time, export size."""
+    tuned = any("tune_seconds" in r for r in runs)
     head = ["model", "NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "MAP", "ERR@10", "train s",
-            "epochs / trees (best index)", "export KiB"]
+            "epochs / trees (best index)", "export KiB", *(["tune s per fold"] if tuned else [])]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for model in dict.fromkeys(r["model"] for r in runs):
         mine = [r for r in runs if r["model"] == model]
@@ -283,6 +284,9 @@ def markdown_table(runs: list[dict]) -> str:
                      f"({statistics.mean(r['best_epoch'] for r in mine):.0f})")
         sizes = [r["export_bytes"] for r in mine if r["export_bytes"] is not None]
         cells.append(f"{statistics.mean(sizes) / 1024:.1f}" if sizes else "–")
+        if tuned:  # one study per fold, whatever the seeds
+            studies = {r["fold"]: r["tune_seconds"] for r in mine if "tune_seconds" in r}
+            cells.append(f"{statistics.mean(studies.values()):.0f}" if studies else "–")
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -320,7 +324,7 @@ def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingD
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
             max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool | None = None,
-            ensemble: bool = False, val_fraction: float = 0.0) -> dict:
+            ensemble: bool = False, val_fraction: float = 0.0, tune: int = 0) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
@@ -342,6 +346,11 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             scorer ``scorers/<model>-fold<f>-ensemble.pt``. Its time column is the members' sum.
         val_fraction: for data without a validation file, hold out this fraction of the training
             queries (the same queries for every model and seed) for model selection.
+        tune: nested tuning: before a fold's seeds, an Optuna study of ``tune`` trials per rankkit
+            model on that fold's train and vali splits (:func:`rankkit.tune.tune` with the config's
+            search space, seed 0), whose best config the seeds then train and test once. The
+            studies land in ``out/tune/<model>-fold<f>/``; their wall time is each run's
+            ``tune_seconds`` and a column of the table. 0 trains the configs as they are.
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
@@ -362,6 +371,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         raise ValueError(f"`ensemble` averages several seeds' scorers: it needs `seeds` >= 2, got {seeds!r}")
     if max_epochs is not None and max_epochs < 1:
         raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
+    if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
+        raise ValueError(f"`tune` has to be a whole number of trials (0: no tuning), got {tune!r}")
     configs = {}
     for m in models:
         path = resolve_config(m)
@@ -403,7 +414,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     try:
         return _compare_run(data=data, configs=configs, chosen=chosen, fold_list=fold_list, seeds=seeds,
                             out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
-                            rounds=rounds, patience=patience, verbose=verbose, log=log)
+                            rounds=rounds, patience=patience, verbose=verbose, log=log, tune=tune)
     except BaseException:
         for folder in reversed(created):  # a failed run leaves no empty folders behind
             with contextlib.suppress(OSError):
@@ -411,8 +422,25 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         raise
 
 
+def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
+           trials: int, out_dir: Path, log) -> tuple[Path, float]:
+    """The nested study of one model on one fold: (its best config, the study's wall seconds)."""
+    from rankkit.tune import tune
+
+    overrides = {"data.data": data, "data.fold": fold, "data.val_fraction": val_fraction, "data.val_seed": 0}
+    if max_epochs is not None:
+        overrides["trainer.max_epochs"] = max_epochs
+    t0 = time.perf_counter()
+    result = tune(path, n_trials=trials, seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
+                  overrides=overrides, log=lambda line: None)
+    seconds = time.perf_counter() - t0
+    log(f"{label:<20} fold {fold}: tuned, {trials} trials in {seconds:.0f} s, best vali NDCG@10 "
+        f"{result.best_value:.4f}: {result.best_config}")
+    return result.best_config, seconds
+
+
 def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
-                 patience, verbose, log) -> dict:
+                 patience, verbose, log, tune=0) -> dict:
     """The body of :func:`compare` once its arguments are checked and its output folder made."""
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
@@ -424,15 +452,20 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
             max_label = max(1.0, float(train.labels.max()))
             test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
             members: dict[str, list] = {label: [] for label in configs}
+            fold_configs = {label: (path, 0.0) for label, (path, _) in configs.items()}
+            for label, (path, _) in configs.items() if tune else ():
+                fold_configs[label] = _tuned(path, label, data=data, fold=fold, val_fraction=val_fraction,
+                                             max_epochs=max_epochs, trials=tune, out_dir=out_dir, log=log)
             for seed in range(seeds):
-                for label, (path, cfg) in configs.items():
+                for label, (_, cfg) in configs.items():
+                    path, tune_seconds = fold_configs[label]
                     r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
                                     val_fraction=val_fraction,
                                     scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
                                     test_eval=test_eval, max_epochs=max_epochs,
                                     keep=members[label] if ensemble else None)
                     runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
-                                 "fold": fold, "seed": seed, **r})
+                                 "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune else {})})
                     log(_progress(runs[-1]))
                 for name in chosen:
                     r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
@@ -452,7 +485,7 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
         table += "\n\n" + fold_table(runs)
     command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
     result = {
-        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs,
+        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs, "tune": tune,
         "baseline_protocol": {"rounds": rounds, "patience": patience} if chosen else None,
         "command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
@@ -523,7 +556,11 @@ def _table_doc(result: dict, table: str) -> str:
     cmd = f"Command: `{result['command']}`. " if result["command"] else ""
     n = len(result["folds"]) * result["seeds"]
     return (f"{cmd}{result['data']}, folds {result['folds']}, {result['seeds']} seed(s): "
-            f"mean ± std over {n} run(s). Test metrics of the epoch / tree with the best vali NDCG@10 "
+            f"mean ± std over {n} run(s). "
+            + (f"Nested tuning: an Optuna study of {result['tune']} trials per model and fold on that fold's "
+               f"train/vali (rankkit tune), its best config trained by every seed; its time is not in train s. "
+               if result.get("tune") else "")
+            + f"Test metrics of the epoch / tree with the best vali NDCG@10 "
             f"(exp gain; NDCG and MAP score a query with nothing relevant 1). "
             f"{result['environment']['cpus']} CPUs, torch {result['environment']['torch']}, "
             f"wall {result['wall_seconds']:.0f} s.\n\n{table}\n")
