@@ -26,8 +26,8 @@ below the untuned config on vali.
 * **Storage**: a local SQLite file (``OUT/study.db``); the same command again resumes the study.
 * **Outputs** in ``OUT``: ``best.yaml`` (the config with the best values, which ``rankkit fit
   --config`` and ``rankkit compare --models`` take unchanged), ``trials.md`` and ``trials.json``
-  (every trial: state, value, best epoch, seconds, values), ``history.png`` (Optuna's optimisation
-  history, with matplotlib).
+  (every trial: state, value, best epoch, seconds, values; ``trials.md`` adds each parameter's
+  fANOVA importance), ``history.png`` (Optuna's optimisation history, with matplotlib).
 * **Never the test split**: trials fit and validate only; the data module reads the test split on
   first use, which a study never makes.
 """
@@ -177,16 +177,22 @@ def apply_values(config: dict, values: dict[str, Any]) -> dict:
 
 
 def _class_defaults(config: dict) -> dict[str, Any]:
-    """The model class's own defaults under ``model.init_args.*`` (a key the config leaves out)."""
+    """The defaults of what a config leaves out: the model class's (``model.init_args.*``),
+    Lightning's ``Trainer``'s (``trainer.*``) and the data module's (``data.*``)."""
     import inspect
 
+    import pytorch_lightning as pl
+
     from rankkit._lightning_cli import resolve_model_class
+    from rankkit.data.datamodule import RankingDataModule
+
+    def defaults(cls, prefix):
+        params = inspect.signature(cls.__init__).parameters
+        return {f"{prefix}.{n}": p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
 
     class_path = (config.get("model") or {}).get("class_path")
-    if not class_path:
-        return {}
-    params = inspect.signature(resolve_model_class(class_path).__init__).parameters
-    return {f"model.init_args.{n}": p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+    model = defaults(resolve_model_class(class_path), "model.init_args") if class_path else {}
+    return {**defaults(pl.Trainer, "trainer"), **defaults(RankingDataModule, "data"), **model}
 
 
 def untuned_values(config: dict, space: dict[str, Param], source: str) -> dict[str, Any]:
@@ -370,9 +376,11 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     def objective(trial):
         values = {k: p.suggest(trial) for k, p in params.items()}
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as workdir:
-            value, _ = _trial(base, values, trial=trial, metric=metric, workdir=workdir)
-        trial.set_user_attr("seconds", time.perf_counter() - t0)
+        try:
+            with tempfile.TemporaryDirectory() as workdir:
+                value, _ = _trial(base, values, trial=trial, metric=metric, workdir=workdir)
+        finally:  # pruned trials too
+            trial.set_user_attr("seconds", time.perf_counter() - t0)
         return value
 
     def progress(study, trial):
@@ -430,7 +438,27 @@ def _write_trials(study, out: Path, metric: str) -> None:
                  for k in keys]
         lines.append(f"| {label} | {r['state']} | {value} | {r['best_epoch'] if r['best_epoch'] is not None else '–'} "
                      f"| {r['epochs'] or '–'} | {seconds} | " + " | ".join(cells) + " |")
+    importance = _importance(study)
+    if importance:
+        lines += ["", "Which values mattered (Optuna's fANOVA importance over the completed trials, seed 0; "
+                  "it sums to 1):", "", "| parameter | importance |", "|---|---:|"]
+        lines += [f"| {k} | {v:.3f} |" for k, v in importance.items()]
     atomic_write(out / "trials.md", lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
+
+
+def _importance(study) -> dict[str, float]:
+    """fANOVA importances (Hutter et al., "An Efficient Approach for Assessing Hyperparameter
+    Importance", ICML 2014) once the study has 3 completed trials; empty before."""
+    import optuna
+
+    completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(completed) < 3 or not completed[0].params:
+        return {}
+    try:
+        return optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+    except (RuntimeError, ValueError):  # e.g. every completed trial drew the same values
+        return {}
 
 
 def _plot(study, out: Path) -> Path | None:

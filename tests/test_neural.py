@@ -353,3 +353,27 @@ def test_a_named_loss_trains_the_neural_ranker_with_the_registrys_gradient(tmp_p
     make_trainer(tmp_path, 1).fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=256))
     with pytest.raises(ValueError, match="`loss`"):
         LambdaRank(n_features=3, loss="nosuch")
+
+
+def test_warmup_cosine_warms_up_then_decays_per_step(tmp_path):
+    """scheduler="warmup_cosine": the lr each training step saw, against the formula
+    (linear warm-up over the first 5 % of the steps, cosine to 0 at the last)."""
+    train = make_synthetic(40, (3, 12), 6, seed=0)
+    dm = RankingDataModule.from_datasets(train, train.subset(range(8)), max_docs=32)
+    model = LambdaRank(n_features=6, hidden=[8], lr=0.01, scheduler="warmup_cosine")
+    seen = []
+
+    class Lr(pl.Callback):
+        def on_train_batch_start(self, trainer, *_):
+            seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    trainer = pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Lr()], default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=dm)
+    total = len(seen)
+    warm = max(1, total // 20)
+    assert total == trainer.estimated_stepping_batches and total >= 20
+    for t, lr in enumerate(seen):
+        want = (t + 1) / warm if t < warm else 0.5 * (1 + math.cos(math.pi * (t - warm) / (total - 1 - warm)))
+        assert lr == pytest.approx(0.01 * want, rel=1e-9, abs=1e-12), t
+    assert seen[-1] == pytest.approx(0.0, abs=1e-12) and max(seen) == pytest.approx(0.01)

@@ -204,3 +204,13 @@ def test_compare_tunes_each_fold_on_its_own_vali_then_tests_once(tmp_path, data,
     assert tuning._yaml.safe_load(best.read_text())["data"]["data"] == str(data)
     assert len(json.loads((best.parent / "trials.json").read_text())) == 2
     assert "tune s per fold" in (out / "table.md").read_text() and "Nested tuning" in (out / "table.md").read_text()
+
+
+def test_a_space_may_name_trainer_and_data_settings_the_config_leaves_out():
+    config = {"model": {"class_path": "rankkit.neural.LambdaRank", "init_args": {}}}
+    space = {"trainer.gradient_clip_val": tuning.Param("trainer.gradient_clip_val", "choices", choices=(None, 1.0)),
+             "data.max_docs": tuning.Param("data.max_docs", "choices", choices=(512, 4096)),
+             "model.init_args.scheduler": tuning.Param("model.init_args.scheduler", "choices",
+                                                       choices=("none", "warmup_cosine"))}
+    assert tuning.untuned_values(config, space, "c.yaml") == {
+        "trainer.gradient_clip_val": None, "data.max_docs": 4096, "model.init_args.scheduler": "none"}

@@ -7,6 +7,7 @@ ranking (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010).
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import pytorch_lightning as pl
@@ -73,7 +74,7 @@ def check_loss_options(options, name: str) -> dict[str, Any]:
 
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-SCHEDULERS = ("none", "cosine", "plateau")
+SCHEDULERS = ("none", "cosine", "plateau", "warmup_cosine")
 ARCHITECTURES = ("mlp", "transformer")
 
 
@@ -124,8 +125,10 @@ class NeuralRanker(pl.LightningModule):
         normalize: LightGBM's per-query lambda normalisation.
         reduction: loss normalisation, see :mod:`rankkit.neural.loss`.
         optimizer: ``"adam"``, ``"adamw"`` or ``"sgd"``; lr, weight_decay its settings.
-        scheduler: ``"none"``, ``"cosine"`` (over ``max_epochs``) or ``"plateau"``
-            (halve the lr when val NDCG@10 stalls).
+        scheduler: ``"none"``, ``"cosine"`` (over ``max_epochs``), ``"plateau"`` (halve the lr
+            when val NDCG@10 stalls) or ``"warmup_cosine"`` (per optimizer step: a linear
+            warm-up over the first 5 % of the fit's steps, then a cosine decay to 0 at the last,
+            as transformer rankers are trained; Lightning's ``estimated_stepping_batches``).
         ema_decay: d > 0 keeps an exponential moving average of the scorer's weights,
             θ̄ ← d θ̄ + (1 − d) θ after every training batch (Polyak averaging, torch's
             ``AveragedModel`` with ``get_ema_multi_avg_fn``), in ``averaged``; validation,
@@ -424,7 +427,30 @@ class NeuralRanker(pl.LightningModule):
         if h.scheduler == "plateau":
             sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.5, patience=2)
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val/ndcg@10"}}
+        if h.scheduler == "warmup_cosine":
+            steps = self.trainer.estimated_stepping_batches if self._trainer is not None else 1
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosine(int(steps) if math.isfinite(steps) else 10**6))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
         return opt
+
+
+class WarmupCosine:
+    """The lr factor of step t of ``total``: (t + 1) / w over the first w = max(1, total / 20)
+    steps, then ½ (1 + cos(π (t − w) / (total − w))), reaching 0 at the last step.
+
+    >>> f = WarmupCosine(100)
+    >>> [round(f(t), 3) for t in (0, 4, 5, 52, 99)]
+    [0.2, 1.0, 1.0, 0.5, 0.0]
+    """
+
+    def __init__(self, total: int):
+        self.total, self.warm = max(2, total), max(1, total // 20)
+
+    def __call__(self, step: int) -> float:
+        if step < self.warm:
+            return (step + 1) / self.warm
+        span = max(1, self.total - 1 - self.warm)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - self.warm) / span)))
 
 
 class RankNet(NeuralRanker):
