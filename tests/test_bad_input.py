@@ -869,7 +869,42 @@ CUSTOM = [
          ValueError, r"`loss_options` applies to the built-in objectives"),
 ]
 
-CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM
+
+
+def tune_call(space: str | None = None, **kw):
+    """``rankkit.tune.tune("lambdarank", ...)`` (with a space file written from ``space``): every
+    mistake is refused before the first trial trains."""
+    def call(tmp_path):
+        from rankkit.tune import tune
+
+        if space == "":  # a space file that does not exist
+            kw["space"] = tmp_path / "none.yaml"
+        elif space is not None:
+            (tmp_path / "bad.space.yaml").write_text(space)
+            kw["space"] = tmp_path / "bad.space.yaml"
+        return tune("lambdarank", out=tmp_path / "out", **kw)
+    return call
+
+
+TUNE = [
+    Case("tune-n-trials-zero", tune_call(n_trials=0), ValueError, r"`n_trials` has to be"),
+    Case("tune-timeout-negative", tune_call(timeout=-5), ValueError, r"`timeout` has to be positive seconds"),
+    Case("tune-pruner-unknown", tune_call(pruner="hyperband"), ValueError, r"`pruner` has to be one of"),
+    Case("tune-space-missing", tune_call(space="", n_trials=1), ValueError, r"`space`: no search space .*none.yaml"),
+    Case("tune-space-not-a-mapping", tune_call("- 1\n- 2\n"), ValueError, r"a mapping of config keys"),
+    Case("tune-space-bad-range", tune_call("model.init_args.lr: {float: [0.1, 0.01]}\n"), ValueError,
+         r"`model.init_args.lr`: needs low < high"),
+    Case("tune-space-unknown-key", tune_call("model.init_args.no_such: {float: [0.1, 1]}\n"), ValueError,
+         r"`model.init_args.no_such` is not in the config nor a parameter"),
+    Case("tune-space-excludes-config", tune_call("model.init_args.lr: {float: [0.1, 1]}\n"), ValueError,
+         r"lr = 0.001 lies outside the search space"),
+    Case("tune-override-malformed", tune_call(overrides=["--data.fold=2", "3"]), ValueError,
+         r"`overrides`: expected --key=value or --key value at position 1"),
+    Case("tune-cli-stray-argument", cli("tune", "--config", "lambdarank", "stray"), ValueError,
+         r"rankkit tune: error: unrecognized arguments: stray"),
+]
+
+CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM + TUNE
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
