@@ -9,6 +9,12 @@ on that fold's vali, then every seed trains the best config and is tested once):
 
     python experiments/compare_mq2008.py --models lambdarank,lambdamart --tune 30 --baselines \
         --out results/mq2008-tuned --section compare_tuned --write
+
+and the same on LightGBM's Yahoo! LTR sample (no vali file: 20 % of the train queries, seed 0):
+
+    python experiments/compare_mq2008.py --data ../shared/data/lightgbm-lambdarank --val-fraction 0.2 \
+        --folds 1 --models lambdarank,lambdamart --tune 30 --baselines --out results/yahoo-tuned \
+        --section compare_tuned_yahoo --write
 """
 from __future__ import annotations
 
@@ -32,10 +38,12 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="ranknet,lambdarank,lambdamart", help="configs, comma-separated")
     p.add_argument("--tune", type=int, default=0, help="nested tuning: Optuna trials per model and fold")
     p.add_argument("--section", default="compare", help="the docs/benchmarks.md section to write")
+    p.add_argument("--data", default="mq2008", help="mq2008, or a folder (LightGBM's Yahoo sample)")
+    p.add_argument("--val-fraction", type=float, default=0.0, help="vali carved from train when there is no vali file")
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
     args = p.parse_args(argv)
-    result = compare(data="mq2008", folds=args.folds, seeds=args.seeds, baselines=args.baselines, out=args.out,
-                     models=args.models, tune=args.tune)
+    result = compare(data=args.data, folds=args.folds, seeds=args.seeds, baselines=args.baselines, out=args.out,
+                     models=args.models, tune=args.tune, val_fraction=args.val_fraction)
     print(result["table"])
     if args.write:
         cmd = "python experiments/compare_mq2008.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -46,12 +54,13 @@ def main(argv=None) -> int:
                      f"(CatBoost grows every round and the rule is applied to its staged vali predictions, so its "
                      f"train time covers all {protocol['rounds']} trees)."
                      if protocol else "")
-        title = "MQ2008: every model" if not args.tune else \
-            f"MQ2008: tuned models (Optuna, {args.tune} trials per model and fold)"
+        name = "MQ2008" if args.data == "mq2008" else f"{os.path.basename(os.path.normpath(args.data))} (Yahoo! LTR sample)"
+        title = f"{name}: every model" if not args.tune else \
+            f"{name}: tuned models (Optuna, {args.tune} trials per model and fold)"
         trained = "its configs/<model>.yaml" if not args.tune else \
             ("the best config of its fold's study (`rankkit tune` on that fold's train/vali, the config's "
              "search space, seed 0; the study's first trial is the shipped config)")
-        prefix = "mq2008" if args.section == "compare" else f"mq2008_{args.section}"
+        prefix = "mq2008" if args.section == "compare" else (f"mq2008_{args.section}" if args.data == "mq2008" else args.section)
         body = (f"## {title}\n\n{datetime.date.today()}. Command: `{cmd}`\n\n{table_doc}\n"
                 f"Each rankkit model is trained with {trained}.{baselines}\n\n"
                 f"{publish_image(os.path.join(result['out'], 'val_ndcg10.png'), prefix + '_val_ndcg10.png')}\n\n"
