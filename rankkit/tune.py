@@ -268,8 +268,9 @@ def _lightning_quiet():
             lg.setLevel(level)
 
 
-def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str) -> tuple[float, int]:
-    """One trial: a fit of ``config`` with ``values``; (best vali value, its 0-based epoch)."""
+def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, report: bool = True) -> tuple[float, int]:
+    """One fit of ``config`` with ``values``; (best vali value, its 0-based epoch). ``report``: the
+    fit's curve goes to the trial (pruning, the trial's epochs); a trial's later seeds do not."""
     import optuna
     import pytorch_lightning as pl
 
@@ -291,6 +292,8 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str) -> t
                 raise ValueError(f"`metric`: the model logged no {metric!r} (it logs "
                                  f"{sorted(k for k in trainer.callback_metrics if k.startswith('val'))})")
             curve.append(float(trainer.callback_metrics[metric]))
+            if not report:
+                return
             trial.report(max(curve), step=len(curve) - 1)
             if trial.should_prune():
                 pruned.append(len(curve) - 1)
@@ -303,11 +306,27 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str) -> t
         raise ValueError("the trial logged no validation value: the config needs a vali split "
                          "(a vali file, or --data.val_fraction)")
     best = max(range(len(curve)), key=curve.__getitem__)
-    trial.set_user_attr("best_epoch", best)
-    trial.set_user_attr("epochs", len(curve))
+    if report:
+        trial.set_user_attr("best_epoch", best)
+        trial.set_user_attr("epochs", len(curve))
     if pruned:
         raise optuna.TrialPruned(f"pruned at epoch {pruned[0]}")
     return curve[best], best
+
+
+def _seeded(config: dict, seed: int) -> dict[str, int]:
+    """The settings that make a fit of ``config`` another seed's: ``seed_everything`` and, where
+    the config has them, the model's and the data module's own seeds (as ``rankkit compare``)."""
+    defaults = _class_defaults(config)
+    out = {"seed_everything": seed}
+    for key in ("model.init_args.seed", "data.seed"):
+        try:
+            _get(config, key)
+        except KeyError:
+            if key not in defaults:
+                continue
+        out[key] = seed
+    return out
 
 
 def _yaml_dump(config: dict) -> str:
@@ -320,15 +339,18 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          timeout: float | None = None, seed: int = 0, out: str | os.PathLike | None = None,
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
-         metric: str = METRIC, pruner: Any = "median", verbose: bool = False, command: str = "",
-         log: Callable[[str], None] = print) -> TuneResult:
+         metric: str = METRIC, pruner: Any = "median", trial_seeds: int = 1, verbose: bool = False,
+         command: str = "", log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
 
     ``overrides``: settings for every trial, recorded in the best config too: dotted keys
     (``{"data.fold": 2}``) or command-line flags as ``rankkit fit`` takes them (``["--data.fold=2"]``).
     ``seed`` seeds the sampler and is every trial's ``seed_everything``.
-    ``pruner``: ``"median"``, ``"none"`` or any Optuna pruner. ``log`` takes a line per trial.
+    ``pruner``: ``"median"``, ``"none"`` or any Optuna pruner. ``trial_seeds``: score a trial by the
+    mean best vali value of that many fits, seeds ``seed``, ``seed + 1``, ... (the first seed's curve
+    decides pruning): a steadier choice on a small vali set, at that many times the cost.
+    ``log`` takes a line per trial.
     """
     import optuna
 
@@ -337,6 +359,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
 
     check_int(n_trials, "n_trials", low=1)
     check_int(seed, "seed", low=0)
+    check_int(trial_seeds, "trial_seeds", low=1)
     if not isinstance(pruner, optuna.pruners.BasePruner):
         check_choice(pruner, ("median", "none"), "pruner")
     if timeout is not None:
@@ -349,7 +372,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
         raise ValueError(f"{config_path}: not a rankkit model config (no `model:`)")
     if isinstance(overrides, (list, tuple)):
         overrides = parse_overrides(list(overrides))
-    base = apply_values(base, {**(overrides or {}), "seed_everything": seed})
+    base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
         raise ValueError(f"`space`: no search space {space_file} (write one beside the config, see "
@@ -376,12 +399,18 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     def objective(trial):
         values = {k: p.suggest(trial) for k, p in params.items()}
         t0 = time.perf_counter()
+        scores = []
         try:
-            with tempfile.TemporaryDirectory() as workdir:
-                value, _ = _trial(base, values, trial=trial, metric=metric, workdir=workdir)
+            for i in range(trial_seeds):
+                with tempfile.TemporaryDirectory() as workdir:
+                    config = base if i == 0 else apply_values(base, _seeded(base, seed + i))
+                    scores.append(_trial(config, values, trial=trial, metric=metric, workdir=workdir,
+                                         report=i == 0)[0])
         finally:  # pruned trials too
             trial.set_user_attr("seconds", time.perf_counter() - t0)
-        return value
+        if trial_seeds > 1:
+            trial.set_user_attr("seed_values", scores)
+        return sum(scores) / len(scores)
 
     def progress(study, trial):
         done = len(study.get_trials(deepcopy=False, states=finished))
@@ -402,7 +431,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     best_config = out / "best.yaml"
     header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
               f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
-              f"{best.value:.4f} on vali at epoch {best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
+              f"{best.value:.4f} on vali{f' (mean of {trial_seeds} seeds)' if trial_seeds > 1 else ''} at epoch "
+              f"{best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
               f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
               + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
     text = header + _yaml_dump(apply_values(base, best_values))

@@ -214,3 +214,18 @@ def test_a_space_may_name_trainer_and_data_settings_the_config_leaves_out():
                                                        choices=("none", "warmup_cosine"))}
     assert tuning.untuned_values(config, space, "c.yaml") == {
         "trainer.gradient_clip_val": None, "data.max_docs": 4096, "model.init_args.scheduler": "none"}
+
+
+@pytest.mark.slow
+def test_trial_seeds_score_a_trial_by_the_mean_of_its_seeds_fits(tmp_path, config, capsys):
+    result = tuning.tune(config, n_trials=1, out=tmp_path / "s", trial_seeds=2)
+    row = json.loads((tmp_path / "s" / "trials.json").read_text())[0]
+    assert "mean of 2 seeds" in result.best_config.read_text()
+    got = []
+    for seed in (0, 1):  # each seed's fit of the written config, refitted by `rankkit fit`
+        capsys.readouterr()
+        assert main(["fit", "--config", str(result.best_config), f"--seed_everything={seed}", f"--data.seed={seed}",
+                     f"--trainer.default_root_dir={tmp_path / str(seed)}", "--quiet"]) == 0
+        got.append(float(re.search(r"val/ndcg@10 ([0-9.]+)", capsys.readouterr().out).group(1)))
+    assert got[0] != got[1]  # two different fits, averaged
+    assert result.best_value == pytest.approx(sum(got) / 2, abs=5e-5) and result.best_value == row["value"]

@@ -39,6 +39,8 @@ def build_parser():
                    help="nested tuning: an Optuna study of N trials per model and fold on that fold's train/vali "
                         "(rankkit tune, the model's search space), then the seeds train the best config and are "
                         "tested once; 0 (default) trains the configs as they are")
+    p.add_argument("--tune_seeds", "--tune-seeds", type=int, default=1,
+                   help="with --tune: score each trial by the mean of N seeds' fits (steadier, N× the time)")
     p.add_argument("--ensemble", action="store_true",
                    help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")
     return p

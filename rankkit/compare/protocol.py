@@ -324,7 +324,7 @@ def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingD
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
             max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool | None = None,
-            ensemble: bool = False, val_fraction: float = 0.0, tune: int = 0) -> dict:
+            ensemble: bool = False, val_fraction: float = 0.0, tune: int = 0, tune_seeds: int = 1) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
@@ -351,6 +351,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             search space, seed 0), whose best config the seeds then train and test once. The
             studies land in ``out/tune/<model>-fold<f>/``; their wall time is each run's
             ``tune_seconds`` and a column of the table. 0 trains the configs as they are.
+        tune_seeds: with ``tune``, score each trial by the mean of that many seeds' fits.
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
@@ -373,6 +374,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
     if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
         raise ValueError(f"`tune` has to be a whole number of trials (0: no tuning), got {tune!r}")
+    if isinstance(tune_seeds, bool) or not isinstance(tune_seeds, int) or tune_seeds < 1:
+        raise ValueError(f"`tune_seeds` has to be a positive whole number, got {tune_seeds!r}")
     configs = {}
     for m in models:
         path = resolve_config(m)
@@ -414,7 +417,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     try:
         return _compare_run(data=data, configs=configs, chosen=chosen, fold_list=fold_list, seeds=seeds,
                             out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
-                            rounds=rounds, patience=patience, verbose=verbose, log=log, tune=tune)
+                            rounds=rounds, patience=patience, verbose=verbose, log=log, tune=tune,
+                            tune_seeds=tune_seeds)
     except BaseException:
         for folder in reversed(created):  # a failed run leaves no empty folders behind
             with contextlib.suppress(OSError):
@@ -423,7 +427,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 
 
 def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
-           trials: int, out_dir: Path, log) -> tuple[Path, float]:
+           trials: int, trial_seeds: int, out_dir: Path, log) -> tuple[Path, float]:
     """The nested study of one model on one fold: (its best config, the study's wall seconds)."""
     from rankkit.tune import tune
 
@@ -432,7 +436,7 @@ def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float,
         overrides["trainer.max_epochs"] = max_epochs
     t0 = time.perf_counter()
     result = tune(path, n_trials=trials, seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
-                  overrides=overrides, log=lambda line: None)
+                  overrides=overrides, trial_seeds=trial_seeds, log=lambda line: None)
     seconds = time.perf_counter() - t0
     log(f"{label:<20} fold {fold}: tuned, {trials} trials in {seconds:.0f} s, best vali NDCG@10 "
         f"{result.best_value:.4f}: {result.best_config}")
@@ -440,7 +444,7 @@ def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float,
 
 
 def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
-                 patience, verbose, log, tune=0) -> dict:
+                 patience, verbose, log, tune=0, tune_seeds=1) -> dict:
     """The body of :func:`compare` once its arguments are checked and its output folder made."""
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
@@ -455,7 +459,8 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
             fold_configs = {label: (path, 0.0) for label, (path, _) in configs.items()}
             for label, (path, _) in configs.items() if tune else ():
                 fold_configs[label] = _tuned(path, label, data=data, fold=fold, val_fraction=val_fraction,
-                                             max_epochs=max_epochs, trials=tune, out_dir=out_dir, log=log)
+                                             max_epochs=max_epochs, trials=tune, trial_seeds=tune_seeds,
+                                             out_dir=out_dir, log=log)
             for seed in range(seeds):
                 for label, (_, cfg) in configs.items():
                     path, tune_seconds = fold_configs[label]
