@@ -285,3 +285,19 @@ def test_compare_writes_table_plots_and_verified_exports(letor, tmp_path, capsys
         assert r["export_max_abs_diff"] <= 1e-4 and Path(r["export_path"]).stat().st_size == r["export_bytes"]
     assert (out / "table.md").read_text().count("\n| ") >= 3
     assert (out / "val_ndcg10.png").stat().st_size > 0 and (out / "test_ndcg.png").stat().st_size > 0
+
+
+def test_the_baselines_protocol_does_not_depend_on_the_neural_models_beside_them():
+    from rankkit.compare.protocol import baseline_protocol
+
+    def config(name):
+        import yaml
+
+        return yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+
+    shipped = baseline_protocol([config("lambdamart")])
+    assert shipped == (2000, 50)
+    assert baseline_protocol([config("lambdarank")]) == baseline_protocol([config("transformer")]) == shipped
+    mine = config("lambdamart")
+    mine["trainer"]["max_epochs"] = 300
+    assert baseline_protocol([config("ranknet"), mine]) == (300, 50)  # a LambdaMART config compared sets it

@@ -9,8 +9,9 @@ reloaded and checked against its eager scores on the test features.
 
 With ``baselines``, LightGBM (lambdarank), XGBoost (rank:ndcg) and CatBoost (YetiRank, and
 LambdaMart: CatBoost's oblivious trees on lambda gradients, the closest relative of rankkit's
-booster), where installed, train on the same folds with their library defaults, the LambdaMART config's
-round cap and patience, and early stopping on the same vali NDCG@10 code.
+booster), where installed, train on the same folds with their library defaults, the round cap and
+patience of the LambdaMART config compared (the packaged one's when none is), and early stopping on the
+same vali NDCG@10 code.
 
 Writes ``OUT/metrics.json``, ``OUT/table.md``, ``OUT/val_ndcg10.png``, ``OUT/test_ndcg.png``
 and ``OUT/scorers/<model>-fold<f>-seed<s>.pt``.
@@ -45,7 +46,8 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # package data
 MODELS = ("ranknet", "lambdarank", "lambdamart")
 KS = (1, 3, 5, 10)
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map", "err@10")
-# Round cap and patience of the baselines when no LambdaMART config is compared.
+# Round cap and patience of a config whose trainer does not say (see baseline_protocol for the
+# baselines').
 DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
 
 
@@ -103,6 +105,16 @@ def model_label(config: dict) -> str:
 def model_kind(config: dict) -> str:
     """``"trees"`` when the model trains on the whole data set per epoch (one tree), else ``"neural"``."""
     return "trees" if getattr(model_class(config), "train_batching", "padded") == "dataset" else "neural"
+
+
+def baseline_protocol(configs: list[dict]) -> tuple[int, int]:
+    """The baselines' (round cap, patience): a LambdaMART config's among ``configs``, else the
+    packaged ``lambdamart.yaml``'s, so a baseline gets the same rounds whatever neural models
+    it is compared with."""
+    trees = [c for c in configs if model_kind(c) == "trees"]
+    if not trees:
+        trees = [_yaml.safe_load((CONFIG_DIR / "lambdamart.yaml").read_text(), "lambdamart.yaml")]
+    return early_stopping_of(trees[-1])
 
 
 def early_stopping_of(config: dict) -> tuple[int, int]:
@@ -395,10 +407,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         if label in configs:  # a second config of the same model: its own row, named by its file
             label = f"{label}-{path.stem}"
         configs[label] = (path, cfg)
-    rounds, patience = DEFAULT_ROUNDS, DEFAULT_PATIENCE
-    for _, cfg in configs.values():
-        if model_kind(cfg) == "trees":
-            rounds, patience = early_stopping_of(cfg)
+    rounds, patience = baseline_protocol([cfg for _, cfg in configs.values()])
     if max_epochs is not None:
         rounds = min(rounds, max_epochs)
     chosen = []
