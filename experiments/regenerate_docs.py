@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from rankkit._io import atomic_write
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->(.*?)<!-- \1:end -->", flags=re.S)
 QUOTED = re.compile(r"`((?:[A-Z_]+=\S+ )*(?:python3?|rankkit|make|bash)\b[^`]*)`")
@@ -113,15 +115,8 @@ def regenerate_demo(readme: Path = ROOT / "README.md") -> None:
     text = readme.read_text()
     start = text.index("<!-- demo:start -->\n") + len("<!-- demo:start -->\n")
     table_end = text.index("\n\n", text.index("| model |", start))
-    _replace(readme, text[:start] + head + text[table_end + 1:])
-
-
-def _replace(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    rewritten = text[:start] + head + text[table_end + 1:]
+    atomic_write(readme, lambda tmp: Path(tmp).write_text(rewritten))
 
 
 def regenerate(section: Section) -> str:

@@ -33,7 +33,7 @@ def resolve_config_arg(value: str) -> str:
     if value.endswith((".yaml", ".yml")) or os.sep in value or "/" in value:
         return value
     path = CONFIG_DIR / f"{value}.yaml"
-    if not path.is_file():
+    if value not in config_names():  # a search space (NAME.space.yaml) is not a config
         raise ValueError(f"`--config`: no packaged config {value!r} (choose from {config_names()} or "
                          f"give a .yaml path)")
     return str(path)
@@ -243,6 +243,21 @@ QUIET_LOGGERS = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "
 QUIET_WARNINGS = r"(pytorch_lightning|lightning_fabric|lightning|torch|jsonargparse)(\.|$)"
 
 
+@contextlib.contextmanager
+def quiet_lightning_logs(level: int = logging.WARNING):
+    """Lightning's loggers (:data:`QUIET_LOGGERS`) at ``level`` inside the block: its tips,
+    banners and info lines ("`Trainer.fit` stopped ...") off."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, old in zip(loggers, levels):
+            logger.setLevel(old)
+
+
 def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True, progress: bool = False):
     """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
     when ``run``); ``args`` None reads ``sys.argv``.
@@ -369,10 +384,7 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
             stack.enter_context(verbose_scope())
         else:
             warnings.filterwarnings("ignore", module=QUIET_WARNINGS)
-            for name in QUIET_LOGGERS:
-                logger = logging.getLogger(name)
-                stack.callback(logger.setLevel, logger.level)
-                logger.setLevel(logging.WARNING)
+            stack.enter_context(quiet_lightning_logs())
         try:
             return RankkitCLI(pl.LightningModule, RankingDataModule, subclass_mode_model=True, args=args,
                               run=run, save_config_callback=SaveConfig, save_config_kwargs={"overwrite": True},

@@ -217,11 +217,10 @@ def cmd_tune(argv: list[str]) -> int:
     except ImportError as e:
         raise UsageError(f"`rankkit tune` needs Optuna ({e}): pip install 'rankkit[tune]'") from None
 
-    with contextlib.redirect_stdout(open(os.devnull, "w")) if args.quiet else contextlib.nullcontext():
-        result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
-                      out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
-                      metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds,
-                      command="rankkit tune " + " ".join(argv))
+    result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
+                  out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
+                  metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds,
+                  command="rankkit tune " + " ".join(argv), log=(lambda line: None) if args.quiet else print)
     print(f"best {args.metric} {result.best_value:.4f} on vali: {result.best_config} "
           f"(trials: {result.out / 'trials.md'})")
     return 0

@@ -33,11 +33,9 @@ below the untuned config on vali.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
 import json
-import logging
 import math
 import os
 import tempfile
@@ -254,27 +252,13 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-@contextlib.contextmanager
-def _lightning_quiet():
-    """Lightning's info lines ("`Trainer.fit` stopped ...") off for a trial."""
-    loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
 def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, report: bool = True) -> tuple[float, int]:
     """One fit of ``config`` with ``values``; (best vali value, its 0-based epoch). ``report``: the
     fit's curve goes to the trial (pruning, the trial's epochs); a trial's later seeds do not."""
     import optuna
     import pytorch_lightning as pl
 
-    from rankkit._lightning_cli import lightning_cli
+    from rankkit._lightning_cli import lightning_cli, quiet_lightning_logs
 
     path = Path(workdir) / "trial.yaml"
     path.write_text(_yaml_dump(apply_values(config, values)))
@@ -300,7 +284,7 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, repo
                 trainer.should_stop = True
 
     cli.trainer.callbacks.append(Report())
-    with _lightning_quiet():
+    with quiet_lightning_logs():
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     if not curve:
         raise ValueError("the trial logged no validation value: the config needs a vali split "

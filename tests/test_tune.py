@@ -12,20 +12,9 @@ optuna = pytest.importorskip("optuna")
 from rankkit import tune as tuning  # noqa: E402
 from rankkit._lightning_cli import config_names  # noqa: E402
 from rankkit.cli import main  # noqa: E402
+from tests.test_cli import write_letor  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "rankkit" / "configs"
-
-
-def write_letor(path: Path, seed: int) -> None:
-    from rankkit.data import make_synthetic
-
-    ds = make_synthetic(20, 10, 5, seed=seed)
-    lines = []
-    for q in range(ds.n_queries):
-        for i in range(int(ds.offsets[q]), int(ds.offsets[q + 1])):
-            feats = " ".join(f"{j + 1}:{float(v):.5g}" for j, v in enumerate(ds.features[i]))
-            lines.append(f"{int(ds.labels[i])} qid:{q + 1} {feats}")
-    path.write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture

@@ -169,13 +169,12 @@ def _loud():
 
 def _quiet():
     """Lightning's info lines and warnings off while compare prints its own progress."""
+    from rankkit._lightning_cli import quiet_lightning_logs
+
     stack = contextlib.ExitStack()
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("ignore")
-    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        stack.callback(logger.setLevel, logger.level)
-        logger.setLevel(logging.ERROR)
+    stack.enter_context(quiet_lightning_logs(logging.ERROR))
     return stack
 
 
