@@ -900,6 +900,13 @@ TUNE = [
          r"lr = 0.001 lies outside the search space"),
     Case("tune-override-malformed", tune_call(overrides=["--data.fold=2", "3"]), ValueError,
          r"`overrides`: expected --key=value or --key value at position 1"),
+    Case("tune-compare-negative-trials", new_entry("rankkit.compare.compare", models="lambdarank", tune=-1),
+         ValueError, r"`tune` has to be a whole number of trials"),
+    Case("tune-compare-zero-trial-seeds", new_entry("rankkit.compare.compare", models="lambdarank", tune=2,
+                                                    tune_seeds=0), ValueError, r"`tune_seeds` has to be a positive"),
+    Case("tune-trial-seeds-zero", tune_call(trial_seeds=0), ValueError, r"`trial_seeds` has to be an integer >= 1"),
+    Case("mq2008-split-unknown", new_entry("rankkit.data.bundled.mq2008_split", 1, "validation"), ValueError,
+         r"`split` has to be one of \['test', 'train', 'vali'\], got 'validation'"),
     Case("tune-cli-stray-argument", cli("tune", "--config", "lambdarank", "stray"), ValueError,
          r"rankkit tune: error: unrecognized arguments: stray"),
 ]
