@@ -222,7 +222,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
     oracle_mart = test_ndcg(booster(args).fit(train).predict(test), test)
     production = test_ndcg(prod.predict(test), test)
     x_test = test.features.numpy()
-    logs = {}
+    logs, vlog_of = {}, {}
     for label, model in click_models(args, top):
         if (name, fold, seed, label) in done:
             continue
@@ -233,16 +233,21 @@ def run(name: str, fold: int, seed: int, args, done: set):
         metric = ClickLogMetric(vlog.aggregate(), vali.features, n_positions=K_SHOWN, clip=args.clip,
                                 em={"hidden": (16,), "iterations": args.em_iterations, "lr": 1e-2, "seed": seed})
         logs[label] = (model, log, metric)
+        vlog_of[label] = vlog
     # the neural oracle: as many documents seen as a click-log fit, its epoch chosen by each click metric
     epochs = math.ceil(args.log_epochs * np.mean([log.sessions.n_docs for _, log, _ in logs.values()]) / train.n_docs)
-    oracle_neural = train_oracle(train, test, {label: m for label, (_, _, m) in logs.items()}, args, epochs=epochs)
+    if args.neural:
+        oracle_neural = train_oracle(train, test, {label: m for label, (_, _, m) in logs.items()}, args,
+                                     epochs=epochs)
     print(f"{name} fold {fold} seed {seed}: oracles in {time.perf_counter() - t0:.0f}s ({epochs} neural epochs)",
           file=sys.stderr, flush=True)
     for label, (model, log, metric) in logs.items():
         t0 = time.perf_counter()
         test_rows, vali_rows, chosen, biases = {"production": production, "LambdaMART oracle": oracle_mart}, {}, {}, {}
         # LambdaMART: naive = p ∞, debiased at each p, the best on the click-log vali
+        t_fit = time.perf_counter()
         naive = booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes)
+        fit_seconds = {"naive": time.perf_counter() - t_fit}
         candidates = {"naive": naive}
         for p in args.p_grid:
             candidates[f"p={p:g}"] = booster(args, unbiased=True, bias_p=p, n_positions=K_SHOWN).fit(
@@ -254,25 +259,40 @@ def run(name: str, fold: int, seed: int, args, done: set):
         best = max(candidates, key=lambda key: vali_rows[f"LambdaMART {key}"])
         test_rows["LambdaMART debiased (selected)"] = test_rows[f"LambdaMART {best}"]
         chosen["LambdaMART"] = best
-        # neural: LambdaRank naive / unbiased at each p, regression-EM; oracle tuned the same way
-        neural = {}
-        for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.neural_p_grid]:
-            f, score, module = train_lambdarank(log.sessions, metric, args, unbiased=unbiased, p=p,
-                                                epochs=args.log_epochs)
-            neural[f"LambdaRank {key}"] = (f, score)
-            if unbiased:
-                biases[f"LambdaRank {key}"] = module.best_propensities.tolist()
-        f, score, theta = train_regression_em(train, log, metric, args)
-        neural["regression-EM"] = (f, score)
-        biases["regression-EM"] = theta.tolist()
-        biases["vali EM (metric)"] = metric.propensities.tolist()
-        for key, (f, score) in neural.items():
-            test_rows[key] = test_ndcg(f(test.features), test)
-            vali_rows[key] = score
-        best = max(neural, key=lambda key: neural[key][1])
-        test_rows["neural debiased (selected)"] = test_rows[best]
-        chosen["neural"] = best
-        test_rows["LambdaRank oracle"] = oracle_neural[label]
+        # the estimator's own choices: LightGBM's position model, IPS by regression-EM, and the race
+        for mode in ("position", "ips"):
+            t_fit = time.perf_counter()
+            m = booster(args, unbiased=mode, n_positions=K_SHOWN).fit(
+                log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
+            fit_seconds[mode] = time.perf_counter() - t_fit
+            test_rows[f"LambdaMART {mode}"] = test_ndcg(m.predict(test), test)
+        t_fit = time.perf_counter()
+        auto = booster(args, unbiased="auto", n_positions=K_SHOWN).fit(
+            log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position,
+            eval_set=[(vlog_of[label].sessions.features, vlog_of[label].clicks)],
+            eval_group=[vlog_of[label].sessions.sizes], eval_position=[vlog_of[label].position])
+        fit_seconds["auto"] = time.perf_counter() - t_fit
+        test_rows["LambdaMART auto"] = test_ndcg(auto.predict(test), test)
+        chosen["LambdaMART auto"] = auto.unbiased_choice_
+        if args.neural:  # LambdaRank naive / unbiased at each p, regression-EM; oracle tuned the same way
+            neural = {}
+            for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.neural_p_grid]:
+                f, score, module = train_lambdarank(log.sessions, metric, args, unbiased=unbiased, p=p,
+                                                    epochs=args.log_epochs)
+                neural[f"LambdaRank {key}"] = (f, score)
+                if unbiased:
+                    biases[f"LambdaRank {key}"] = module.best_propensities.tolist()
+            f, score, theta = train_regression_em(train, log, metric, args)
+            neural["regression-EM"] = (f, score)
+            biases["regression-EM"] = theta.tolist()
+            biases["vali EM (metric)"] = metric.propensities.tolist()
+            for key, (f, score) in neural.items():
+                test_rows[key] = test_ndcg(f(test.features), test)
+                vali_rows[key] = score
+            best = max(neural, key=lambda key: neural[key][1])
+            test_rows["neural debiased (selected)"] = test_rows[best]
+            chosen["neural"] = best
+            test_rows["LambdaRank oracle"] = oracle_neural[label]
         # LightGBM / XGBoost, fixed settings
         for position in (False, True):
             test_rows[f"LightGBM {'position' if position else 'naive'}"] = test_ndcg(
@@ -284,6 +304,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
             biases["true"] = (model.examination(K_SHOWN) / model.examination(K_SHOWN)[0]).tolist()
         record = {"data": name, "fold": fold, "seed": seed, "click": label, "sessions": log.n_sessions,
                   "test": test_rows, "vali": vali_rows, "chosen": chosen, "biases": biases,
+                  "fit_seconds": {k: round(v, 2) for k, v in fit_seconds.items()},
                   "seconds": round(time.perf_counter() - t0, 1)}
         print(f"{name} fold {fold} seed {seed} {label}: {record['seconds']}s, chosen {chosen}, "
               + ", ".join(f"{k} {v:.4f}" for k, v in test_rows.items()), file=sys.stderr, flush=True)
@@ -293,8 +314,9 @@ def run(name: str, fold: int, seed: int, args, done: set):
 # -- report ----------------------------------------------------------------------------------------
 def rows_of(p_grid, neural_p_grid) -> list[str]:
     ps = [f"p={p:g}" for p in p_grid]
-    return (["LambdaMART naive"] + [f"LambdaMART {p}" for p in ps] + ["LambdaMART debiased (selected)",
-                                                                      "LambdaMART oracle"]
+    return (["LambdaMART naive"] + [f"LambdaMART {p}" for p in ps]
+            + ["LambdaMART position", "LambdaMART ips", "LambdaMART auto", "LambdaMART debiased (selected)",
+               "LambdaMART oracle"]
             + ["LambdaRank naive"] + [f"LambdaRank p={p:g}" for p in neural_p_grid]
             + ["regression-EM", "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
 
@@ -312,9 +334,12 @@ def summarise(records: list[dict]) -> dict:
             for method in runs[0]["test"]:
                 v = np.array([run["test"][method] for run in runs])
                 cell[method] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan)
-            for kind in ("LambdaMART", "neural"):
-                picks = [run["chosen"][kind] for run in runs]
-                cell["chosen"][kind] = {k: picks.count(k) for k in sorted(set(picks))}
+            for kind in ("LambdaMART auto", "LambdaMART", "neural"):
+                picks = [run["chosen"][kind] for run in runs if kind in run["chosen"]]
+                if picks:
+                    cell["chosen"][kind] = {k: picks.count(k) for k in sorted(set(picks))}
+            ratios = [run["fit_seconds"]["auto"] / run["fit_seconds"]["naive"] for run in runs if "fit_seconds" in run]
+            cell["auto cost"] = float(np.median(ratios)) if ratios else math.nan
             summary[name][click] = cell
     return summary
 
@@ -331,27 +356,41 @@ def table(summary: dict, p_grid, neural_p_grid) -> str:
                    + ", ".join(f"{c} {by_click[c]['n']}" for c in clicks) + ")\n")
         out.append("| method | " + " | ".join(clicks) + " |\n|---|" + "---:|" * len(clicks))
         for method in rows_of(p_grid, neural_p_grid):
+            if not any(method in by_click[c] for c in clicks):
+                continue
             cells = []
             for c in clicks:
                 mean, se = by_click[c].get(method, (math.nan, math.nan))
                 cells.append(f"{mean:.4f} ± {se:.4f}" if not math.isnan(se) else f"{mean:.4f}")
             bold = "**" if "selected" in method else ""
             out.append(f"| {bold}{method}{bold} | " + " | ".join(cells) + " |")
-        out.append("| chosen on click vali (LambdaMART; neural) | " + " | ".join(
-            "; ".join(", ".join(f"{k} ×{v}" for k, v in by_click[c]["chosen"][kind].items())
-                      for kind in ("LambdaMART", "neural")) for c in clicks) + " |\n")
+        for kind in ("LambdaMART auto", "LambdaMART", "neural"):
+            if any(kind in by_click[c]["chosen"] for c in clicks):
+                label = ("LambdaMART auto chose" if kind == "LambdaMART auto" else
+                         f"chosen on click vali by the counterfactual NDCG ({kind})")
+                out.append(f"| {label} | " + " | ".join(", ".join(
+                    f"{k} ×{v}" for k, v in by_click[c]["chosen"].get(kind, {}).items()) for c in clicks) + " |")
+        out.append("| LambdaMART auto's fit time / naive's (median) | " + " | ".join(
+            f"{by_click[c]['auto cost']:.1f}×" for c in clicks) + " |\n")
     return "\n".join(out)
 
 
 def targets(summary: dict) -> list[str]:
     """At PBM η = 1 and 2: selected ≥ naive + 0.01 and ≥ half the naive → oracle gap; never below naive."""
     out = []
-    pairs = (("LambdaMART", "LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle"),
+    pairs = (("LambdaMART auto", "LambdaMART naive", "LambdaMART auto", "LambdaMART oracle"),
+             ("LambdaMART", "LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle"),
              ("neural", "LambdaRank naive", "neural debiased (selected)", "LambdaRank oracle"))
     for name, by_click in summary.items():
         for click in click_order(by_click):
             cell = by_click[click]
+            if "LambdaMART auto" in cell:
+                auto, lgb = cell["LambdaMART auto"][0], cell["LightGBM position"][0]
+                out.append(f"{name}, {click}, LambdaMART auto − LightGBM position = {auto - lgb:+.4f} "
+                           f"(≥ 0 {'met' if auto >= lgb else 'MISSED'}; {cell['n']} runs)")
             for kind, naive_key, sel_key, oracle_key in pairs:
+                if sel_key not in cell:
+                    continue
                 naive, sel, oracle = cell[naive_key][0], cell[sel_key][0], cell[oracle_key][0]
                 gain, gap = sel - naive, oracle - naive
                 share = gain / gap if gap > 0 else math.nan
@@ -472,6 +511,8 @@ def main(argv=None) -> int:
     p.add_argument("--neural-p-grid", default="0", help="the same for unbiased LambdaRank")
     p.add_argument("--clip", type=float, default=50.0, help="the validation metric's clip of 1/θ̂")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-neural", dest="neural", action="store_false",
+                   help="leave out the neural rankers (LambdaRank, regression-EM)")
     p.add_argument("--minutes", type=float, default=math.inf, help="start no new run after this many minutes")
     p.add_argument("--out", default="results/unbiased.jsonl")
     p.add_argument("--report-only", action="store_true", help="tabulate --out without running")

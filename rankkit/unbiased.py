@@ -58,9 +58,9 @@ from rankkit._checks import (
 )
 from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
 
-__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "PropensityEstimator", "RegressionEM", "click_log_likelihood",
-           "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step", "ips_relevance", "pair_costs",
-           "position_pair_costs", "propensity_step"]
+__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "FixedPropensities", "PropensityEstimator", "RegressionEM",
+           "click_log_likelihood", "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step",
+           "ips_relevance", "pair_costs", "position_pair_costs", "propensity_step"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
 
@@ -335,6 +335,43 @@ class PropensityEstimator:
             inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
         inv_plus, inv_minus = inv_plus.to(positions.device, dtype), inv_minus.to(positions.device, dtype)
         return inv_plus[bucket].masked_fill(~mask, 0.0), inv_minus[bucket].masked_fill(~mask, 0.0)
+
+
+
+class FixedPropensities(PropensityEstimator):
+    """Propensities given rather than learned: the inverse-propensity weighting of pairs.
+
+    The pair (clicked i, unclicked j) weighs min(θ_0 / θ_{pos i}, clip): the click of i is
+    divided by its position's examination probability (Joachims, Swaminathan, Schnabel,
+    "Unbiased Learning-to-Rank with Biased Feedback", WSDM 2017; with ``clip``, their clipped
+    estimator). θ comes from elsewhere, e.g. :class:`RegressionEM` on the training log; the
+    updates of :class:`PropensityEstimator` do nothing here, so it plugs into the same place.
+
+    Args:
+        propensities: [P] positive θ by position (positions ≥ P − 1 share the last).
+        clip: bound on 1/θ (≥ 1; None: none).
+
+    >>> est = FixedPropensities(torch.tensor([1.0, 0.5, 0.01]), clip=10)
+    >>> est.pair_factors(torch.tensor([[0, 1, 2]]))[0].tolist()
+    [[1.0, 2.0, 10.0]]
+    """
+
+    def __init__(self, propensities, *, clip: float | None = None):
+        theta = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
+        check_tensors(("propensities", theta, ~(theta > 0) | ~torch.isfinite(theta), "positive and finite"))
+        super().__init__(len(theta), clip=clip)
+        self.t_plus = theta / theta[0]
+
+    def __repr__(self) -> str:
+        return f"FixedPropensities(t_plus={[round(v, 4) for v in self.t_plus.tolist()]}, clip={self.clip})"
+
+    def accumulate(self, scores, clicks, positions, mask=None) -> FixedPropensities:
+        """Nothing to learn: the propensities stay as given."""
+        return self
+
+    def step(self, iterations: int = 1) -> FixedPropensities:
+        """Nothing to learn: the propensities stay as given."""
+        return self
 
 
 # -- regression-EM: position bias and relevance by expectation-maximisation ------------------------

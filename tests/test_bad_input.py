@@ -911,7 +911,33 @@ TUNE = [
          r"rankkit tune: error: unrecognized arguments: stray"),
 ]
 
-CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM + TUNE
+# Learning from clicks, round 2 (LambdaMART's unbiased modes; rankkit.click_metric).
+CLICKS = [
+    Case("clicks-unbiased-unknown", fit(params={"unbiased": "yes"}), ValueError,
+         r"`unbiased` has to be one of \(False, True, 'position', 'ips', 'auto'\), got 'yes'"),
+    Case("clicks-unbiased-number", fit(params={"unbiased": 1.0}), ValueError, r"`unbiased` has to be one of"),
+    Case("clicks-position-without-positions", fit(params={"unbiased": "position"}), ValueError,
+         r"`unbiased='position'` needs the documents' displayed positions \(`position=`\)"),
+    Case("clicks-position-regularization-negative", fit(params={"position_bias_regularization": -1.0}), ValueError,
+         r"`position_bias_regularization` has to be"),
+    Case("clicks-propensity-clip-below-one", fit(params={"propensity_clip": 0.5}), ValueError,
+         r"`propensity_clip` has to be"),
+    Case("clicks-auto-without-eval-position", fit(params={"unbiased": "auto"}, position=[0, 1, 2, 3, 4, 5] * 2,
+                                                  eval_set=[_xy()], eval_group=[[6, 6]]), ValueError,
+         r"`unbiased='auto'` chooses on a validation click log: pass .*eval_position"),
+    Case("clicks-auto-pointwise", fit(params={"unbiased": "auto", "objective": "pointwise"}), ValueError,
+         r"`unbiased='auto'` debiases pairs: it needs a pairwise objective, got 'pointwise'"),
+    Case("clicks-eval-position-negative", new_entry("rankkit.click_metric.SessionClickMetric", torch.ones(4, 2),
+                                                    torch.zeros(4), [2, 2], torch.tensor([0, 1, 0, -1])),
+         ValueError, r"`eval_position` has to be whole numbers >= 0, got -1 at \[3\]"),
+    Case("clicks-eval-clicks-not-binary", new_entry("rankkit.click_metric.ClickLikelihood", torch.ones(4, 2),
+                                                    torch.tensor([0., 2., 0., 1.]), [2, 2], torch.tensor([0, 1, 0, 1])),
+         ValueError, r"`eval_set clicks` has to be 0 or 1 \(clicks\), got 2.0 at \[1\]"),
+    Case("clicks-fixed-propensity-zero", new_entry("rankkit.unbiased.FixedPropensities", torch.tensor([1.0, 0.0])),
+         ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
+]
+
+CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM + TUNE + CLICKS
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

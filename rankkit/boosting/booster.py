@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -32,6 +33,11 @@ from rankkit.custom import qualified_name
 from rankkit.data.dataset import RankingDataset
 
 _FORMAT = "rankkit.LambdaMART/1"
+
+# The debiasings ``unbiased="auto"`` races, as changes to the config.
+AUTO_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=0": {"unbiased": True, "bias_p": 0.0},
+                   "pairwise p=1": {"unbiased": True, "bias_p": 1.0}, "position": {"unbiased": "position"},
+                   "ips": {"unbiased": "ips"}}
 
 
 # scikit-learn's estimator checks that LambdaMART cannot pass, and why (pass it as
@@ -137,15 +143,39 @@ class LambdaMART(BaseEstimator):
             data give the same model.
         device: where the trees are grown (``"cpu"``, ``"cuda"``).
         verbose: > 0 shows a tqdm progress bar over the rounds with the eval metrics (0: silent).
-        unbiased: Unbiased LambdaMART for click data (Hu, Wang, Peng, Li, "Unbiased LambdaMART:
-            An Unbiased Pairwise Learning-to-Rank Algorithm", WWW 2019): ``y`` are clicks and
-            ``fit`` takes each document's displayed ``position``; position biases of clicked
-            (t⁺) and unclicked (t⁻) positions are estimated jointly with the trees (every round,
-            at the current scores) and each pair (clicked i, unclicked j) weighs
-            1 / (t⁺(pos_i) t⁻(pos_j)) (see :mod:`rankkit.unbiased`). Needs a pairwise objective.
-        bias_p: p, the exponent of the propensities' regularisation (the update takes the
-            1/(p + 1)-th power; 0 is unregularised).
-        n_positions: positions with their own propensity; deeper positions share the last.
+        unbiased: learning from clicks: ``y`` are clicks (0/1), a query is a session, and ``fit``
+            takes each document's displayed ``position``. One of:
+
+            * False: clicks as labels (naive);
+            * True: Unbiased LambdaMART (Hu, Wang, Peng, Li, "Unbiased LambdaMART: An Unbiased
+              Pairwise Learning-to-Rank Algorithm", WWW 2019): position biases of clicked (t⁺)
+              and unclicked (t⁻) positions estimated jointly with the trees (every round, at the
+              current scores), each pair (clicked i, unclicked j) weighing
+              1 / (t⁺(pos_i) t⁻(pos_j)) (see :mod:`rankkit.unbiased`);
+            * ``"position"``: an additive position bias b learned jointly with the trees, as
+              LightGBM's ``Dataset(position=...)``: the lambdas are taken at s + b[pos], and b
+              takes a Newton step per round; ``predict`` leaves it out;
+            * ``"ips"``: examination probabilities θ̂ by regression-EM on the training log (Wang,
+              Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for Unbiased
+              Learning to Rank in Personal Search", WSDM 2018), then each pair (clicked i,
+              unclicked j) weighs min(1/θ̂(pos_i), ``propensity_clip``);
+            * ``"auto"``: the choice among naive, Unbiased LambdaMART at p = 0 and p = 1,
+              ``"position"`` and ``"ips"``, inside this one ``fit``, by how well each explains a
+              **validation click log** (the first ``eval_set``, its sessions from ``eval_qid`` /
+              ``eval_group``, and ``eval_position``) once every position has its own click
+              offset (:class:`rankkit.click_metric.ClickLikelihood`, which assumes no click
+              model). No true label is read. The candidates race by successive halving: all
+              grow a third of ``n_estimators``, the best two two thirds, the best one the rest
+              (the rounds of (C + 2) / 3 fits for C candidates: 2.33). ``unbiased_choice_`` says
+              which won, ``unbiased_scores_`` what each scored at its last stage.
+
+            The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.
+        bias_p: p, the exponent of the propensities' regularisation with ``unbiased=True`` (the
+            update takes the 1/(p + 1)-th power; 0 is unregularised).
+        n_positions: positions with their own propensity or bias; deeper positions share the last.
+        position_bias_regularization: λ ≥ 0, the L2 penalty of ``unbiased="position"``'s bias
+            (LightGBM's ``lambdarank_position_bias_regularization``).
+        propensity_clip: the bound on 1/θ̂ of ``unbiased="ips"`` (None: none).
 
     Attributes (after :meth:`fit`; learned state ends in ``_``):
         ensemble_: the :class:`ObliviousEnsemble` (raw features [N, F] -> scores [N]).
@@ -158,8 +188,15 @@ class LambdaMART(BaseEstimator):
         backend_: the kernels that grew the trees, chosen once per fit by
             :func:`rankkit.kernels.backends.choose`: ``"cpu"`` (compiled), ``"triton"`` or ``"torch"``.
         feature_importances_: [F] numpy, the total split gain per feature, normalised to sum 1.
-        propensities_: with ``unbiased``, ``{"clicked": t⁺ [n_positions], "unclicked": t⁻
-            [n_positions]}`` (numpy, position 0 = 1), the learned position biases.
+        propensities_: with ``unbiased=True`` or ``"ips"``, ``{"clicked": t⁺ [n_positions],
+            "unclicked": t⁻ [n_positions]}`` (numpy, position 0 = 1), the position biases (with
+            ``"ips"``: θ̂ and ones).
+        position_bias_: with ``unbiased="position"``, the learned additive bias [n_positions]
+            (numpy) of the scores at each position.
+        unbiased_choice_: with ``unbiased="auto"``, the debiasing chosen (``"naive"``,
+            ``"pairwise p=0"``, ``"pairwise p=1"``, ``"position"`` or ``"ips"``);
+            ``unbiased_scores_``: ``{candidate: the validation log's click log-likelihood per
+            row}`` at the last stage each reached.
         feature_importance_gain_, feature_importance_split_: [F] numpy, total gain and number
             of splits per feature.
 
@@ -178,8 +215,9 @@ class LambdaMART(BaseEstimator):
                  random_strength: float = 0.0, exact_newton: bool = False,
                  quantized_grad: bool = False, num_grad_quant_bins: int = 4,
                  max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
-                 seed: int = 0, device: str = "cpu", verbose: int = 0, unbiased: bool = False,
-                 bias_p: float = 1.0, n_positions: int = 10, hessian: str = "exact"):
+                 seed: int = 0, device: str = "cpu", verbose: int = 0, unbiased: bool | str = False,
+                 bias_p: float = 1.0, n_positions: int = 10, hessian: str = "exact",
+                 position_bias_regularization: float = 0.0, propensity_clip: float | None = 10.0):
         self.objective = objective
         self.hessian = hessian
         self.n_estimators = n_estimators
@@ -209,11 +247,14 @@ class LambdaMART(BaseEstimator):
         self.unbiased = unbiased
         self.bias_p = bias_p
         self.n_positions = n_positions
+        self.position_bias_regularization = position_bias_regularization
+        self.propensity_clip = propensity_clip
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, qid=None, group=None, sample_weight=None, init_score=None, position=None,
             eval_set: Sequence | None = None, eval_qid: Sequence | None = None,
-            eval_group: Sequence | None = None, eval_init_score: Sequence | None = None) -> "LambdaMART":
+            eval_group: Sequence | None = None, eval_init_score: Sequence | None = None,
+            eval_position: Sequence | None = None) -> "LambdaMART":
         """Grow the trees.
 
         Args:
@@ -237,6 +278,8 @@ class LambdaMART(BaseEstimator):
                 or ``eval_group[i]`` (or a third tuple element, its qid).
             eval_qid, eval_group: lists of the eval sets' qid / group (None for a dataset).
             eval_init_score: a list of [N_i] initial scores for the eval sets (or None).
+            eval_position: a list of [N_i] displayed positions of the eval sets (or None): with
+                ``unbiased="auto"``, the first eval set is a validation click log and needs them.
         Returns:
             self.
         """
@@ -246,43 +289,79 @@ class LambdaMART(BaseEstimator):
         n = matrix.n_rows
         weights = None if sample_weight is None else vector(sample_weight, n, "sample_weight", kind="weight")
         init = None if init_score is None else vector(init_score, n, "init_score", kind="double")
-        positions = None
-        if position is not None:
-            positions = vector(position, n, "position", kind="weight")
-            if bool((positions != positions.round()).any()):
-                raise ValueError("`position` has to hold integer positions (0-based displayed ranks)")
-            positions = positions.long()
+        positions = None if position is None else _positions(position, n, "position")
         evals = [_eval_item(item, i, eval_qid, eval_group, matrix.n_features)
                  for i, item in enumerate(eval_set or [])]
         if config.early_stopping_rounds is not None and not evals:  # as LightGBM and XGBoost
             raise ValueError(f"`early_stopping_rounds={config.early_stopping_rounds}` needs an `eval_set` "
                              f"to watch; pass eval_set=[...] or early_stopping_rounds=None")
+        e_inits = [None if eval_init_score is None or eval_init_score[i] is None else
+                   vector(eval_init_score[i], len(el), f"eval_init_score[{i}]", kind="double")
+                   for i, (_, el, _) in enumerate(evals)]
 
-        engine = BoostingEngine(matrix, labels, sizes, config, weights=weights, init_score=init,
-                                device=device, positions=positions)
-        for i, (ef, el, es) in enumerate(evals):
-            e_init = None
-            if eval_init_score is not None and eval_init_score[i] is not None:
-                e_init = vector(eval_init_score[i], len(el), f"eval_init_score[{i}]", kind="double")
-            engine.add_eval_set(ef, el, es, init_score=e_init)
+        def engine_for(cfg: BoosterConfig) -> BoostingEngine:
+            engine = BoostingEngine(matrix, labels, sizes, cfg, weights=weights, init_score=init,
+                                    device=device, positions=positions)
+            for (ef, el, es), e_init in zip(evals, e_inits):
+                engine.add_eval_set(ef, el, es, init_score=e_init)
+            return engine
+
+        for attr in ("unbiased_choice_", "unbiased_scores_", "propensities_", "position_bias_"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        if config.unbiased == "auto":
+            engine = self._race(config, engine_for, evals, eval_position)
+        else:
+            engine = engine_for(config)
+        self._boost(engine, config)
+        self._finish(engine, config, matrix)
+        return self
+
+    def _boost(self, engine: BoostingEngine, config: BoosterConfig) -> None:
+        """Grow ``engine``'s trees up to ``n_estimators`` (or early stopping)."""
         self.backend_ = engine.backend.name
         if self.verbose:
             print(f"LambdaMART: {engine.backend.name} backend on {engine.device}", file=sys.stderr)
         bar = _progress(self.verbose, self.n_estimators)
-        for _ in range(self.n_estimators):
+        if bar is not None:
+            bar.update(len(engine.trees))
+        while len(engine.trees) < self.n_estimators and not engine.should_stop:
             engine.update()
             if bar is not None:
                 bar.update(1)
                 if engine.eval_sets:
                     bar.set_postfix({e.name: round(engine.history[e.name][config.eval_metric][-1], 5)
                                      for e in engine.eval_sets})
-            if engine.should_stop:
-                break
         if bar is not None:
             bar.close()
+
+    def _race(self, config: BoosterConfig, engine_for, evals, eval_position) -> BoostingEngine:
+        """``unbiased="auto"``: the candidates' successive-halving race on the validation click
+        log (see ``unbiased``); returns the winner's engine, its trees grown so far."""
+        from rankkit.click_metric import ClickLikelihood
+
+        if not evals or eval_position is None or eval_position[0] is None:
+            raise ValueError("`unbiased='auto'` chooses on a validation click log: pass eval_set=[(X_val, "
+                             "clicks_val)] with eval_qid (or eval_group) and eval_position=[position_val]")
+        features, clicks, sizes = evals[0]
+        position = _positions(eval_position[0], features.n_rows, "eval_position[0]")
+        metric = ClickLikelihood(features.dense(), clicks, sizes, position, n_positions=config.n_positions)
+        alive = {name: engine_for(replace(config, **options)) for name, options in AUTO_CANDIDATES.items()}
+        self.unbiased_scores_ = {}
+        for rounds, keep in ((self.n_estimators // 3, 2), (2 * self.n_estimators // 3, 1)):
+            for name, engine in alive.items():
+                while len(engine.trees) < max(rounds, 1):
+                    engine.update()
+                self.unbiased_scores_[name] = metric(engine.to_ensemble())
+            ranked = sorted(alive, key=lambda name: -self.unbiased_scores_[name])
+            alive = {name: alive[name] for name in ranked[:keep]}
+        self.unbiased_choice_ = next(iter(alive))
+        return alive[self.unbiased_choice_]
+
+    def _finish(self, engine: BoostingEngine, config: BoosterConfig, matrix: FeatureMatrix) -> None:
+        """The fitted attributes of a trained ``engine``."""
         early = config.early_stopping_rounds is not None and engine.eval_sets
         n_trees = engine.best_round + 1 if early else len(engine.trees)
-
         self.binner_ = engine.binner
         self.n_features_in_ = matrix.n_features
         if matrix.names is not None:
@@ -297,7 +376,8 @@ class LambdaMART(BaseEstimator):
         if engine.propensity is not None:
             self.propensities_ = {"clicked": engine.propensity.t_plus.numpy().copy(),
                                   "unclicked": engine.propensity.t_minus.numpy().copy()}
-        return self
+        if engine.position_bias is not None:
+            self.position_bias_ = engine.position_bias.cpu().numpy().copy()
 
     def _config(self) -> BoosterConfig:
         params = self.get_params()
@@ -453,6 +533,14 @@ def _as_ranking_data(X, y, qid, group, name: str) -> tuple[FeatureMatrix, torch.
                          "passed, but the target y is None")
     labels = vector(y, matrix.n_rows, "y", kind="label")
     return matrix, labels, query_sizes(qid, group, matrix.n_rows)
+
+
+def _positions(position, n: int, name: str) -> torch.Tensor:
+    """[n] long 0-based positions, checked."""
+    positions = vector(position, n, name, kind="weight")
+    if bool((positions != positions.round()).any()):
+        raise ValueError(f"`{name}` has to hold integer positions (0-based displayed ranks)")
+    return positions.long()
 
 
 def _eval_item(item, i: int, eval_qid, eval_group, n_feat: int):

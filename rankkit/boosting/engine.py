@@ -68,9 +68,11 @@ class BoosterConfig:
     eval_metric: str = "ndcg@10"
     early_stopping_rounds: int | None = None
     seed: int = 0
-    unbiased: bool = False
+    unbiased: bool | str = False
     bias_p: float = 1.0
     n_positions: int = 10
+    position_bias_regularization: float = 0.0
+    propensity_clip: float | None = 10.0
     hessian: str = "exact"
 
     @classmethod
@@ -124,11 +126,18 @@ class BoosterConfig:
         make_metric(self.eval_metric)  # raises for a bad name
         c.check_int(self.early_stopping_rounds, "early_stopping_rounds", low=1, none=True)
         c.check_int(self.seed, "seed", low=0)
-        c.check_bool(self.unbiased, "unbiased")
+        if self.unbiased not in UNBIASED or isinstance(self.unbiased, (int, float)) and \
+                not isinstance(self.unbiased, bool):
+            raise ValueError(f"`unbiased` has to be one of {UNBIASED}, got {self.unbiased!r}")
         c.check_number(self.bias_p, "bias_p", low=0)
         c.check_int(self.n_positions, "n_positions", low=1, high=4096)  # rankkit.unbiased.MAX_POSITIONS
-        if self.unbiased and self.objective in ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg"):
-            raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {self.objective!r}")
+        c.check_number(self.position_bias_regularization, "position_bias_regularization", low=0)
+        if self.propensity_clip is not None:
+            c.check_number(self.propensity_clip, "propensity_clip", low=1)
+        if self.unbiased in (True, "ips", "auto") and \
+                self.objective in ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg"):
+            raise ValueError(f"`unbiased={self.unbiased!r}` debiases pairs: it needs a pairwise objective, "
+                             f"got {self.objective!r}")
         if not custom:  # a custom objective is imported and checked when training starts, not here
             make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
                            gain=self.gain, normalize=self.normalize)
@@ -141,6 +150,11 @@ class BoosterConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+
+# The debiasing of click data (see LambdaMART's docstring): none, Unbiased LambdaMART's learned
+# pair biases, LightGBM's additive position bias, inverse propensities by regression-EM, or
+# the choice among them on a validation click log.
+UNBIASED = (False, True, "position", "ips", "auto")
 
 # Offsets the seed of the device generator from the host generator's.
 _DEVICE_STREAM = 1 << 40
@@ -169,7 +183,7 @@ class BoostingEngine:
             (:meth:`_seed_round`), so that round m draws the same whatever run it is in.
         init_scores: [N] the scores of the trees already grown (a resumed run), or None.
         positions: [N] long, the 0-based position each document was displayed at (click
-            data); required with ``config.unbiased`` (Unbiased LambdaMART).
+            data); required with ``config.unbiased``.
         reduce: the reduction point of every document sum (histograms, leaf sums); None is the
             identity (one process).
         distributed: data-parallel training across the ranks of the default process group
@@ -210,20 +224,15 @@ class BoostingEngine:
                 raise ValueError(f"`{bad[0]}` is not data-parallel yet: train on several processes without it")
             self.parallel = dp.AllReduce(len(labels))
             self.reduce = self.parallel
-        self.propensity = None
-        if config.unbiased:
-            from rankkit.unbiased import PropensityEstimator
-
-            if positions is None:
-                raise ValueError("`unbiased=True` needs the documents' displayed positions (`position=`)")
-            name = config.weighting if config.objective == "lambdarank" else config.objective
-            self.propensity = PropensityEstimator(config.n_positions, p=config.bias_p, sigma=config.sigma,
-                                                  k=config.k, weighting="ranknet" if name == "ranknet" else "ndcg")
+        self.propensity, self.position_bias = self._debiasing(features, labels, positions)
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
                                         sigma=config.sigma, gain=config.gain, normalize=config.normalize,
                                         seed=config.seed, exact=config.quantized_grad, hessian=config.hessian,
                                         propensity=None if self.propensity is None else
                                         (self.propensity, positions.to(self.device).long()))
+        self.bucket = None
+        if self.position_bias is not None:
+            self.bucket = positions.to(self.device).long().clamp(max=config.n_positions - 1)
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
         matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
         self.n_features = matrix.n_features
@@ -263,6 +272,44 @@ class BoostingEngine:
         self.importance_gain = np.zeros(self.n_features)
         self.importance_split = np.zeros(self.n_features, dtype=np.int64)
 
+    def _debiasing(self, features, labels, positions):
+        """(pair propensities for the objective or None, the position bias [P] or None) of
+        ``config.unbiased``."""
+        c = self.config
+        if c.unbiased is False:
+            return None, None
+        if c.unbiased == "auto":
+            raise ValueError("`unbiased='auto'` is a choice among fits: LambdaMART.fit makes it, the engine "
+                             "trains one of False, True, 'position' or 'ips'")
+        if positions is None:
+            raise ValueError(f"`unbiased={c.unbiased!r}` needs the documents' displayed positions (`position=`)")
+        if c.unbiased == "position":
+            if self.parallel is not None:
+                raise ValueError("`unbiased='position'` is not data-parallel yet: train on one process")
+            return None, torch.zeros(c.n_positions, dtype=torch.float64, device=self.device)
+        from rankkit.unbiased import FixedPropensities, PropensityEstimator, RegressionEM
+
+        if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
+            matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+            em = RegressionEM(c.n_positions, hidden=(16,), iterations=15, lr=1e-2, seed=c.seed)
+            em.fit(matrix.dense().nan_to_num(0.0), labels.cpu(), positions.cpu())
+            return FixedPropensities(em.propensities_, clip=c.propensity_clip), None
+        name = c.weighting if c.objective == "lambdarank" else c.objective
+        return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
+                                   weighting="ranknet" if name == "ranknet" else "ndcg"), None
+
+    def _update_position_bias(self, grad: torch.Tensor, hess: torch.Tensor) -> None:
+        """One Newton step of the additive position bias b (LightGBM's ``position=``): with the
+        round's gradients g, h of the adjusted scores s + b[pos], and λ the regularisation,
+        b_p += η (−Σ_p g − λ n_p b_p) / (Σ_p h + λ n_p + 0.001), the sums over the documents
+        shown at position p."""
+        c, b = self.config, self.position_bias
+        g = torch.zeros_like(b).index_add_(0, self.bucket, grad.to(b.dtype))
+        h = torch.zeros_like(b).index_add_(0, self.bucket, hess.to(b.dtype))
+        n = torch.zeros_like(b).index_add_(0, self.bucket, torch.ones_like(grad, dtype=b.dtype))
+        reg = c.position_bias_regularization
+        b += c.learning_rate * (-g - reg * n * b) / (h + reg * n).abs().add(1e-3)
+
     # -- data ---------------------------------------------------------------------------------
     def add_eval_set(self, features: torch.Tensor, labels: torch.Tensor, sizes: torch.Tensor, *,
                      init_score: torch.Tensor | None = None, name: str | None = None) -> None:
@@ -282,10 +329,14 @@ class BoostingEngine:
         """Grow one tree, add it to the scores of the training and eval sets, and score them."""
         c = self.config
         self._seed_round()
+        scores = self.scores if self.position_bias is None else self.scores + self.position_bias[self.bucket]
         try:
-            grad, hess = self.objective.gradients(self.scores, self.layout, backend=self.backend)
+            grad, hess = self.objective.gradients(scores, self.layout, backend=self.backend)
         except NonFiniteGradient as e:
             raise ValueError(f"round {self.n_rounds}: {e}") from None
+        if self.position_bias is not None:
+            self._update_position_bias(grad, hess)
+        self._round_scores = scores
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
@@ -346,7 +397,7 @@ class BoostingEngine:
         leaf_hessian = None
         if c.exact_newton:
             def leaf_hessian(leaf: torch.Tensor) -> torch.Tensor:
-                return self.objective.gradients(self.scores, self.layout, groups=leaf)[1]
+                return self.objective.gradients(self._round_scores, self.layout, groups=leaf)[1]
         return grow_round(self.grower, grad, hess, rows=rows, features=features, sizes=self.sizes,
                           generator=self.generator, bagging_temperature=c.bagging_temperature,
                           random_strength=c.random_strength, model_length=self.n_rounds * c.learning_rate,

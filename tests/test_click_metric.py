@@ -1,0 +1,241 @@
+"""Choosing a debiasing on a validation click log (rankkit.click_metric) and LambdaMART's
+click modes: ``unbiased="position"`` (LightGBM's additive position bias), ``"ips"`` (regression-EM
+propensities, fixed) and ``"auto"`` (the race).
+
+Each fast path against a slow one written here: the position-bias step against a float64 loop
+over the rows, the click likelihood against scikit-learn's logistic regression, the queries
+against a union-find, the cascade estimates against counting, the race's winner against a plain
+fit of the same candidate.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rankkit.boosting import LambdaMART
+from rankkit.boosting.booster import AUTO_CANDIDATES
+from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+from rankkit.click_metric import (
+    ClickLikelihood,
+    SessionClickMetric,
+    cascade_relevance,
+    multiple_click_ratio,
+    session_log,
+)
+from rankkit.data import make_synthetic
+from rankkit.data.clicks import (
+    CascadeModel,
+    PositionBasedModel,
+    production_ranker,
+    production_scores,
+    simulate_clicks,
+)
+from rankkit.unbiased import FixedPropensities, RegressionEM
+
+
+def logs(model, *, queries: int = 60, seed: int = 0):
+    """(training log, validation log) of ``model`` on a synthetic set, shown by a weak ranker."""
+    data = make_synthetic(queries, (8, 20), 6, seed=seed)
+    prod = production_ranker(data, fraction=0.1, n_estimators=5, depth=2, min_data_in_leaf=5, seed=seed)
+    scores = production_scores(prod, data)
+    train = simulate_clicks(data, scores, model=model, sessions_per_query=20, k=8, seed=seed, drop_unclicked=True)
+    vali = simulate_clicks(data, scores, model=model, sessions_per_query=20, k=8, seed=seed + 1,
+                           drop_unclicked=True)
+    return train, vali
+
+
+PBM = PositionBasedModel(eta=1.0, epsilon_plus=1.0, epsilon_minus=0.1, max_label=4.0)
+CASCADE = CascadeModel(stop=1.0, epsilon_plus=1.0, epsilon_minus=0.1, max_label=4.0)
+
+
+@pytest.fixture(scope="module")
+def pbm_logs():
+    return logs(PBM)
+
+
+# -- the validation log ----------------------------------------------------------------------------
+def test_session_log_queries_match_a_union_find():
+    g = torch.Generator().manual_seed(3)
+    docs = torch.randn(12, 3, generator=g)
+    rows = torch.randint(0, 12, (40,), generator=g)
+    sizes = torch.tensor([4, 3, 5, 2, 6, 4, 3, 5, 4, 4])
+    log = session_log(docs[rows], torch.zeros(40), sizes, torch.zeros(40, dtype=torch.long))
+    parent = list(range(12))
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    session = np.repeat(np.arange(len(sizes)), sizes.numpy())
+    for s in range(len(sizes)):
+        members = rows[torch.from_numpy(session == s)].tolist()
+        for d in members[1:]:
+            parent[find(d)] = find(members[0])
+    # the same partition of the shown documents (numbering aside)
+    key = {tuple(v.tolist()): i for i, v in enumerate(docs)}
+    truth = [find(key[tuple(f.tolist())]) for f in log.features]
+    ours = log.query.tolist()
+    assert len(set(zip(truth, ours))) == len(set(truth)) == len(set(ours))
+    assert torch.equal(log.features[log.doc], docs[rows])
+
+
+def test_missing_values_are_one_document():
+    x = torch.tensor([[1.0, math.nan], [1.0, math.nan], [2.0, 0.0]])
+    log = session_log(x, torch.zeros(3), [3], torch.arange(3))
+    assert log.doc.tolist()[0] == log.doc.tolist()[1] != log.doc.tolist()[2]
+
+
+def test_cascade_relevance_counts_examined_rows_when_nothing_was_dropped():
+    x = torch.eye(3).repeat(4, 1)  # 4 sessions of the same 3 documents at positions 0, 1, 2
+    clicks = torch.tensor([0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1], dtype=torch.float64)
+    log = session_log(x, clicks, [3, 3, 3, 3], torch.arange(3).repeat(4))
+    # examined: rows at or above the last click (all rows of a session without one)
+    examined = {0: 4, 1: 3, 2: 2}
+    clicked = {0: 1, 1: 1, 2: 1}
+    got = cascade_relevance(log)
+    for d in range(3):
+        doc = int(log.doc[d])
+        assert got[doc].item() == pytest.approx(clicked[d] / examined[d])
+
+
+def test_multiple_clicks_tell_a_cascade_from_a_position_based_log(pbm_logs):
+    _, pbm = pbm_logs
+    _, cascade = logs(CASCADE)
+    for log, expected in ((pbm, "pbm"), (cascade, "cascade")):
+        metric = SessionClickMetric(log.sessions.features, log.clicks, log.sessions.sizes, log.position,
+                                    n_positions=8, em={"iterations": 5})
+        assert metric.click_model_ == expected, metric.ratio_
+    session = session_log(cascade.sessions.features, cascade.clicks, cascade.sessions.sizes, cascade.position)
+    assert multiple_click_ratio(session, torch.full((len(session.doc),), 0.3)) == 0.0
+
+
+def test_click_likelihood_matches_logistic_regression(pbm_logs):
+    from sklearn.linear_model import LogisticRegression
+
+    _, vali = pbm_logs
+    x, clicks, sizes, position = vali.sessions.features, vali.clicks, vali.sessions.sizes, vali.position
+    metric = ClickLikelihood(x, clicks, sizes, position, n_positions=5)
+    w = torch.tensor([1.0, -0.5, 0.2, 0.0, 0.3, 0.1])
+    ours = metric(lambda f: f @ w)
+    # slow path: the centred, scaled score and one-hot positions, no intercept, no penalty
+    s = (x @ w).double()
+    session = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
+    z = s.clone()
+    for i in range(len(sizes)):
+        z[session == i] -= s[session == i].mean()
+    z /= z.std()
+    onehot = torch.nn.functional.one_hot(position.clamp(max=4), 5).double()
+    design = torch.cat([z[:, None], onehot], 1).numpy()
+    lr = LogisticRegression(C=np.inf, fit_intercept=False, tol=1e-12, max_iter=10_000).fit(design, clicks.numpy())
+    assert lr.coef_[0, 0] > 0  # inside the slope's range (a >= 0)
+    p = lr.predict_proba(design)[:, 1]
+    y = clicks.numpy()
+    reference = float(np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    assert ours == pytest.approx(reference, abs=1e-6)
+
+
+def test_click_likelihood_prefers_the_relevance_order():
+    data = make_synthetic(40, (8, 12), 4, seed=1)
+    scores = torch.randn(data.n_docs, generator=torch.Generator().manual_seed(1))
+    log = simulate_clicks(data, scores, model=PBM, sessions_per_query=30, k=8, seed=2, drop_unclicked=True)
+    metric = ClickLikelihood(log.sessions.features, log.clicks, log.sessions.sizes, log.position, n_positions=8)
+    relevance = dict(zip(map(tuple, data.features.tolist()), data.labels.tolist()))
+
+    def oracle(f):
+        return torch.tensor([relevance[tuple(r)] for r in f.tolist()])
+
+    assert metric(oracle) > metric(lambda f: -oracle(f)) + 0.01
+    assert metric(oracle) > metric(lambda f: torch.zeros(len(f))) + 0.005
+
+
+# -- LambdaMART's modes ----------------------------------------------------------------------------
+def test_position_bias_step_matches_a_float64_loop(pbm_logs):
+    train, _ = pbm_logs
+    config = BoosterConfig(depth=2, min_data_in_leaf=5, unbiased="position", n_positions=6,
+                           position_bias_regularization=0.3, learning_rate=0.2)
+    engine = BoostingEngine(train.sessions.features, train.clicks.float(), train.sessions.sizes, config,
+                            positions=train.position)
+    engine.update()
+    engine.update()  # the second round's gradients are taken at s + b
+    b1 = engine.position_bias.clone()
+    adjusted = engine.scores + b1[engine.bucket]
+    grad, hess = engine.objective.gradients(adjusted, engine.layout, backend=engine.backend)
+    engine.update()
+    expected = b1.clone()
+    g = [0.0] * 6
+    h = [0.0] * 6
+    n = [0] * 6
+    for i in range(len(grad)):
+        p = min(int(train.position[i]), 5)
+        g[p] += float(grad[i])
+        h[p] += float(hess[i])
+        n[p] += 1
+    for p in range(6):
+        step = (-g[p] - 0.3 * n[p] * float(b1[p])) / (abs(h[p] + 0.3 * n[p]) + 1e-3)
+        expected[p] = float(b1[p]) + 0.2 * step
+    assert torch.allclose(engine.position_bias, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_position_model_explains_clicks_by_position():
+    """Clicks that depend on the position only, and a feature that leaks the position: the naive
+    model ranks by the leak alone; the position model puts much of it in the bias (not all: the
+    leak and the position are collinear, so either explains the clicks)."""
+    g = torch.Generator().manual_seed(0)
+    sessions, k = 300, 6
+    position = torch.arange(k).repeat(sessions)
+    x = torch.cat([position[:, None].float() + 0.1 * torch.randn(sessions * k, 1, generator=g),
+                   torch.randn(sessions * k, 2, generator=g)], 1)
+    clicks = (torch.rand(sessions * k, generator=g) < 0.6 / (1.0 + position)).float()
+    group = [k] * sessions
+    kw = dict(n_estimators=30, depth=2, min_data_in_leaf=10, learning_rate=0.2, n_positions=k)
+    naive = LambdaMART(**kw).fit(x, clicks, group=group)
+    model = LambdaMART(unbiased="position", **kw).fit(x, clicks, group=group, position=position)
+    def gap(m):  # mean score at position 0 minus at position 4
+        p = torch.from_numpy(m.predict(x))
+        return float(p[position == 0].mean() - p[position == 4].mean())
+
+    assert gap(naive) > 2.0
+    assert gap(model) < 0.6 * gap(naive)
+    assert np.all(np.diff(model.position_bias_) < 0)  # higher positions, more clicks
+    assert not hasattr(naive, "position_bias_")
+
+
+def test_ips_uses_regression_em_on_the_training_log(pbm_logs):
+    train, _ = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    model = LambdaMART(unbiased="ips", n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=8,
+                       propensity_clip=5.0).fit(x, y, group=group, position=position)
+    em = RegressionEM(8, hidden=(16,), iterations=15, lr=1e-2, seed=0).fit(x, y, position)
+    np.testing.assert_allclose(model.propensities_["clicked"], em.propensities_.numpy(), rtol=1e-6)
+    assert (model.propensities_["unclicked"] == 1).all()
+    est = FixedPropensities(em.propensities_, clip=5.0)
+    before = est.t_plus.clone()
+    est.update(torch.zeros(2, 3), torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.tensor([[0, 1, 2], [0, 1, 2]]))
+    assert torch.equal(est.t_plus, before)
+    upper, lower = est.pair_factors(torch.arange(8)[None])
+    assert upper.max().item() <= 5.0 + 1e-6 and (lower == 1).all()
+
+
+def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs):
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
+    model = LambdaMART(unbiased="auto", **kw).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    assert model.unbiased_choice_ in AUTO_CANDIDATES
+    assert set(model.unbiased_scores_) == set(AUTO_CANDIDATES)
+    finalists = sorted(model.unbiased_scores_, key=lambda c: -model.unbiased_scores_[c])
+    assert model.unbiased_choice_ in finalists[:2]
+    plain = LambdaMART(**AUTO_CANDIDATES[model.unbiased_choice_], **{**kw, "seed": 3}).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes])
+    np.testing.assert_array_equal(model.predict(x), plain.predict(x))
+    assert model.best_iteration_ == 5
+    # refitting with another mode leaves no stale choice behind
+    model.set_params(unbiased=False).fit(x, y, group=group)
+    assert not hasattr(model, "unbiased_choice_")
