@@ -49,7 +49,7 @@ from rankkit._checks import check_choice, check_int, check_k, check_number, chec
 from rankkit.unbiased import ClickLogMetric, RegressionEM, counterfactual_ndcg
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "cascade_relevance",
-           "multiple_click_ratio", "session_log"]
+           "explained_clicks", "multiple_click_ratio", "session_log"]
 
 CLICK_MODELS = ("auto", "pbm", "cascade")
 
@@ -285,7 +285,6 @@ class ClickLikelihood:
         self.features, self.doc, self.session, self.clicks = log.features, log.doc, log.session, log.clicks
         self.bucket = log.position.clamp(max=n_positions - 1)
         self.n_positions = n_positions
-        self.sizes = torch.bincount(self.session, minlength=len(sizes)).double() if len(self.session) else None
 
     def __repr__(self) -> str:
         return f"ClickLikelihood({len(self.clicks)} rows, {len(self.features)} documents)"
@@ -297,25 +296,40 @@ class ClickLikelihood:
         with torch.no_grad():
             scores = predict(self.features)
         scores = torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
-        s = scores[self.doc]
-        total = torch.zeros(len(self.sizes), dtype=torch.float64).index_add_(0, self.session, s)
-        mean = total / self.sizes.clamp(min=1)
-        z = s - mean[self.session]
-        z = z / z.std().clamp(min=1e-12) if len(z) > 1 else z
-        a = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # the slope is softplus(a) >= 0
-        b = torch.zeros(self.n_positions, dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.LBFGS([a, b], max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14,
-                                line_search_fn="strong_wolfe")
+        return explained_clicks(scores[self.doc], self.clicks, self.session, self.bucket, self.n_positions)
 
-        def loss():
-            return F.binary_cross_entropy_with_logits(F.softplus(a) * z + b[self.bucket], self.clicks)
 
-        def closure():
-            opt.zero_grad()
-            value = loss()
-            value.backward()
-            return value
+def explained_clicks(scores, clicks, session, bucket, n_positions: int) -> float:
+    """:class:`ClickLikelihood` on row scores: the mean log-likelihood per row of sigmoid(a z +
+    b_pos), a ≥ 0, fitted by L-BFGS; z the scores centred per session and scaled to unit
+    variance.
 
-        opt.step(closure)
-        with torch.no_grad():
-            return -float(loss())
+    Args:
+        scores, clicks: [N] a ranker's scores of the shown rows and their 0/1 clicks.
+        session: [N] long, each row's session 0..S-1; bucket: [N] long, its position bucket
+            in 0..n_positions − 1.
+    """
+    s = torch.as_tensor(scores).double().reshape(-1)
+    clicks = torch.as_tensor(clicks).double().reshape(-1)
+    n_sessions = int(session.max()) + 1 if len(session) else 0
+    total = torch.zeros(n_sessions, dtype=torch.float64).index_add_(0, session, s)
+    count = torch.zeros(n_sessions, dtype=torch.float64).index_add_(0, session, torch.ones_like(s))
+    z = s - (total / count.clamp(min=1))[session]
+    z = z / z.std().clamp(min=1e-12) if len(z) > 1 else z
+    a = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # the slope is softplus(a) >= 0
+    b = torch.zeros(n_positions, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([a, b], max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14,
+                            line_search_fn="strong_wolfe")
+
+    def loss():
+        return F.binary_cross_entropy_with_logits(F.softplus(a) * z + b[bucket], clicks)
+
+    def closure():
+        opt.zero_grad()
+        value = loss()
+        value.backward()
+        return value
+
+    opt.step(closure)
+    with torch.no_grad():
+        return -float(loss())

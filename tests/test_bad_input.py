@@ -933,6 +933,12 @@ CLICKS = [
     Case("clicks-eval-clicks-not-binary", new_entry("rankkit.click_metric.ClickLikelihood", torch.ones(4, 2),
                                                     torch.tensor([0., 2., 0., 1.]), [2, 2], torch.tensor([0, 1, 0, 1])),
          ValueError, r"`eval_set clicks` has to be 0 or 1 \(clicks\), got 2.0 at \[1\]"),
+    Case("clicks-neural-unbiased-unknown", module("LambdaRank", n_features=3, unbiased="ips"), ValueError,
+         r"`unbiased` has to be one of \(False, True, 'position', 'dla', 'auto'\), got 'ips'"),
+    Case("clicks-neural-auto-ema", module("LambdaRank", n_features=3, unbiased="auto", ema_decay=0.9), ValueError,
+         r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
+    Case("clicks-neural-dla-loss", module("LambdaRank", n_features=3, unbiased="dla", loss="softmax"), ValueError,
+         r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None"),
     Case("clicks-fixed-propensity-zero", new_entry("rankkit.unbiased.FixedPropensities", torch.tensor([1.0, 0.0])),
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
 ]

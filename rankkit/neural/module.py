@@ -6,6 +6,7 @@ ranking (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010).
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from typing import Any
@@ -20,6 +21,7 @@ from rankkit._checkpoint import class_path, guard_trainer_restore, guarded_load_
 from rankkit.custom import check_spec, is_custom, qualified_name
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
+from rankkit.neural.debias import NEURAL_AUTO, DebiasingRace, DualLearning, PositionBias, check_unbiased
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
 from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
 
@@ -143,6 +145,18 @@ class NeuralRanker(pl.LightningModule):
             batches' pair costs, ``BIAS_COST_DECAY``), then weighs each pair (clicked i, unclicked j) by
             1 / (t⁺(pos_i) t⁻(pos_j)) through the kernel's ``pair_weights``. Needs a pairwise
             objective. The learned biases are :attr:`propensities` and are checkpointed.
+            ``"position"``: an additive per-position bias of the training scores learned with the
+            scorer (:class:`rankkit.neural.debias.PositionBias`, LightGBM's ``position=``; left
+            out of evaluation and export). ``"dla"``: the Dual Learning Algorithm (Ai et al.,
+            SIGIR 2018; :class:`rankkit.neural.debias.DualLearning`): a per-position
+            propensity model trained with the scorer, each by a softmax cross-entropy on the
+            clicks weighted by the other's inverse estimate (it replaces the lambda loss).
+            ``"auto"``: naive, ``True`` at p = 0, ``"position"`` and ``"dla"`` trained side by side
+            (copies of the scorer) inside one fit, the one whose scores best explain the
+            **validation click log** (the validation loader's batches: clicks as labels, with
+            ``position``; no true label is read) kept by successive halving over the epochs
+            (:class:`rankkit.neural.debias.DebiasingRace`); ``unbiased_choice_`` names it, and
+            ``scorer`` holds the leader after every validation epoch. Needs ``max_epochs``.
         bias_p: p ≥ 0, the biases' regularisation norm (the update's exponent is 1/(p + 1)).
         n_positions: positions with their own bias; deeper positions share the last.
 
@@ -164,7 +178,7 @@ class NeuralRanker(pl.LightningModule):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
+                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool | str = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
                  layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
                  loss_options: dict[str, Any] | None = None):
@@ -195,8 +209,14 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
         if not custom:
             loss_options = check_loss_options(loss_options, loss if loss is not None else weighting)
+        unbiased = check_unbiased(unbiased)
         self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
         self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
+        self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
+        if unbiased == "dla" and loss is not None:
+            raise ValueError(f"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None, "
+                             f"got loss={loss!r}")
+        self.dla = DualLearning(n_positions) if unbiased == "dla" else None
         _checks.check_choice(architecture, ARCHITECTURES, "architecture")
         _checks.check_number(noise, "noise", low=0)
         if scorer is None:
@@ -235,6 +255,18 @@ class NeuralRanker(pl.LightningModule):
             self.averaged.requires_grad_(False)
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
+        self.race: DebiasingRace | None = None
+        if unbiased == "auto":
+            if ema_decay > 0 or custom:
+                raise ValueError(f"`unbiased='auto'` races copies of the scorer; it takes no "
+                                 f"{'ema_decay' if ema_decay > 0 else 'custom loss'}")
+            same = dict(hidden=hidden, activation=activation, dropout=dropout, norm=norm, log1p=log1p,
+                        standardize=standardize, weighting=weighting, k=k, sigma=sigma, normalize=normalize,
+                        reduction=reduction, optimizer=optimizer, lr=lr, weight_decay=weight_decay,
+                        scheduler=scheduler, loss=loss, n_positions=n_positions, loss_options=loss_options)
+            self.race = DebiasingRace({name: type(self)(self.n_features, scorer=copy.deepcopy(scorer), unbiased=mode,
+                                                        bias_p=p, **same)
+                                       for name, (mode, p) in NEURAL_AUTO.items()}, n_positions)
 
     @staticmethod
     def _propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k):
@@ -242,7 +274,7 @@ class NeuralRanker(pl.LightningModule):
         from rankkit.losses import LISTWISE
         from rankkit.unbiased import PropensityEstimator
 
-        if not _checks.check_bool(unbiased, "unbiased"):
+        if unbiased is not True:
             return None
         _checks.check_number(bias_p, "bias_p", low=0)
         _checks.check_int(n_positions, "n_positions")
@@ -254,8 +286,12 @@ class NeuralRanker(pl.LightningModule):
 
     @property
     def propensities(self) -> dict[str, torch.Tensor] | None:
-        """With ``unbiased``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
-        (float64, position 0 = 1), the learned position biases; None otherwise."""
+        """With ``unbiased=True``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
+        (float64, position 0 = 1), the learned position biases; with ``"dla"``, the propensity
+        model's exp(φ_k − φ_0) as ``"clicked"`` (and ones); None otherwise."""
+        if self.dla is not None:
+            ones = torch.ones(self.dla.n_positions, dtype=torch.float64)
+            return {"clicked": self.dla.propensities, "unclicked": ones}
         if self.propensity is None:
             return None
         return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone()}
@@ -269,8 +305,14 @@ class NeuralRanker(pl.LightningModule):
         return None if self.averaged is None else self.averaged.module
 
     # -- set-up: the scorer's preprocessing, from the training loader -----------------------------
+    def _scorers(self) -> list[nn.Module]:
+        """The scorer, and with ``unbiased="auto"`` each candidate's."""
+        race = [] if self.race is None else [c.scorer for c in self.race.candidates.values()]
+        return [self.scorer, *race]
+
     def _preprocessors(self) -> list[FeaturePreprocessor]:
-        return [m for m in self.scorer.modules() if isinstance(m, FeaturePreprocessor) and not m.is_fitted]
+        return [m for scorer in self._scorers() for m in scorer.modules()
+                if isinstance(m, FeaturePreprocessor) and not m.is_fitted]
 
     def on_train_start(self) -> None:
         todo = self._preprocessors()
@@ -288,7 +330,7 @@ class NeuralRanker(pl.LightningModule):
 
     def fit_preprocessor(self, features: torch.Tensor) -> None:
         """Fit the scorer's feature preprocessing on training features [N, F] (plain PyTorch use)."""
-        for pre in [m for m in self.scorer.modules() if isinstance(m, FeaturePreprocessor)]:
+        for pre in [m for scorer in self._scorers() for m in scorer.modules() if isinstance(m, FeaturePreprocessor)]:
             pre.fit(features)
         if self.averaged is not None:
             self.averaged.n_averaged.zero_()
@@ -307,6 +349,8 @@ class NeuralRanker(pl.LightningModule):
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
         if self.propensity is not None:
             state["propensities"] = {**self.propensities, "costs": self._bias_costs.clone()}
+        if self.race is not None:
+            state["race"] = self.race.state()
         checkpoint["rankkit"] = state
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -321,6 +365,8 @@ class NeuralRanker(pl.LightningModule):
             self.propensity.t_plus = state["propensities"]["clicked"].clone()
             self.propensity.t_minus = state["propensities"]["unclicked"].clone()
             self._bias_costs = state["propensities"]["costs"].clone()
+        if "race" in state and self.race is not None:
+            self.race.load_state(state["race"])
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -340,6 +386,10 @@ class NeuralRanker(pl.LightningModule):
         h = self.hparams
         if h.get("loss") is not None and is_custom(h.loss):
             return self._custom_objective(scores, batch)
+        if self.dla is not None:
+            return self.dla.loss(scores, batch.labels, self._positions(batch), batch.mask)
+        if self.position_bias is not None:
+            scores = self.position_bias(scores, self._positions(batch))
         debias = {} if self.propensity is None else {"pair_weights": self._pair_weights(scores, batch)}
         own = dict(h.get("loss_options") or {})
         if h.get("loss") is not None:
@@ -375,11 +425,17 @@ class NeuralRanker(pl.LightningModule):
             raise ValueError(f"the loss {self.hparams.loss} is not finite on this batch ({float(total)})")
         return total / _denominator(batch.labels, mask, self.hparams.reduction).to(total.dtype)
 
+    def _positions(self, batch: PaddedBatch) -> torch.Tensor:
+        """The batch's displayed positions [Q, L], which every ``unbiased`` setting needs."""
+        if batch.position is None:
+            raise ValueError(f"`unbiased={self.hparams.unbiased!r}` needs the documents' displayed positions: the "
+                             f"training batch has no `position` (train on a dataset with `position=`, e.g. "
+                             f"ClickLog.sessions)")
+        return batch.position
+
     def _pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""
-        if batch.position is None:
-            raise ValueError("`unbiased=True` needs the documents' displayed positions: the training batch "
-                             "has no `position` (train on a dataset with `position=`, e.g. ClickLog.sessions)")
+        self._positions(batch)
         est = self.propensity
         est.accumulate(scores.detach(), batch.labels, batch.position, batch.mask)
         self._bias_costs = BIAS_COST_DECAY * self._bias_costs + est.costs
@@ -390,7 +446,10 @@ class NeuralRanker(pl.LightningModule):
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
         if self.n_features is None:
             self.n_features = int(batch.features.shape[-1])
-        loss = self.objective(score_lists(self.scorer, batch.features, batch.mask), batch)
+        if self.race is not None:
+            loss = self.race.loss(batch)
+        else:
+            loss = self.objective(score_lists(self.scorer, batch.features, batch.mask), batch)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels),
                  sync_dist=True)
         return loss
@@ -402,7 +461,40 @@ class NeuralRanker(pl.LightningModule):
                      batch_size=len(batch.labels))
 
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
+        if self.race is not None:
+            self.race.collect(batch)
         self._evaluate(batch, self.val_metrics)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.race is None:
+            return
+        if self.trainer.sanity_checking:
+            self.race._reset()
+            return
+        epochs = self.trainer.max_epochs
+        if epochs is None or epochs < 1:
+            raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
+        self._take_leader(self.race.end_epoch(self.current_epoch, epochs))
+        self.log("val/explained_clicks", self.race.scores_[self.race.choice_], prog_bar=True)
+
+    def validate_race(self, batches, epoch: int, epochs: int) -> str:
+        """With ``unbiased="auto"`` in a plain PyTorch loop: score the candidates on validation
+        click-log ``batches`` (PaddedBatch with ``position``) after 0-based ``epoch`` of ``epochs``,
+        drop the stage's losers, copy the leader into ``scorer`` and return its name."""
+        if self.race is None:
+            raise ValueError("validate_race applies to unbiased='auto'")
+        for batch in batches:
+            self.race.collect(batch)
+        return self._take_leader(self.race.end_epoch(epoch, epochs))
+
+    def _take_leader(self, name: str) -> str:
+        self.scorer.load_state_dict(self.race.candidates[name].scorer.state_dict())
+        return name
+
+    @property
+    def unbiased_choice_(self) -> str | None:
+        """With ``unbiased="auto"``: the candidate the race keeps (the leader until it ends)."""
+        return None if self.race is None else self.race.choice_
 
     def test_step(self, batch: PaddedBatch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)
@@ -418,9 +510,19 @@ class NeuralRanker(pl.LightningModule):
     def teardown(self, stage: str) -> None:
         _quiet.release(self)
 
+    def parameter_groups(self) -> list[dict]:
+        """The optimiser's parameter groups: the scorer's, and the position model's without weight
+        decay (nothing should pull it towards "no bias")."""
+        params = [{"params": list(self.scorer.parameters())}]
+        position_models = [m for m in (self.position_bias, self.dla) if m is not None]
+        if position_models:
+            params.append({"params": [p for m in position_models for p in m.parameters()], "weight_decay": 0.0})
+        return params
+
     def configure_optimizers(self):
         h = self.hparams
-        opt = OPTIMIZERS[h.optimizer](self.scorer.parameters(), lr=h.lr, weight_decay=h.weight_decay)
+        params = self.parameter_groups() if self.race is None else self.race.parameter_groups()
+        opt = OPTIMIZERS[h.optimizer](params, lr=h.lr, weight_decay=h.weight_decay)
         if h.scheduler == "cosine":
             t_max = max(1, self.trainer.max_epochs or 1) if self._trainer is not None else 1
             return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.CosineAnnealingLR(opt, t_max)}
@@ -464,7 +566,7 @@ class RankNet(NeuralRanker):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
+                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool | str = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
                  layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
                  loss_options: dict[str, Any] | None = None):
@@ -485,7 +587,7 @@ class LambdaRank(NeuralRanker):
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool = False,
+                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool | str = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
                  layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
                  loss_options: dict[str, Any] | None = None):

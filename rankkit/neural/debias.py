@@ -1,0 +1,224 @@
+r"""How a neural ranker learns from clicks: the position models trained with it.
+
+A click log is a ranking dataset with one query per session, the clicks (0/1) as labels and the
+documents' displayed ``position``. Besides Unbiased LambdaRank's pair weights
+(:class:`rankkit.unbiased.PropensityEstimator`, ``unbiased=True``), a
+:class:`~rankkit.neural.module.NeuralRanker` can learn the position's effect jointly:
+
+* :class:`PositionBias` (``unbiased="position"``): the scores of training take an additive
+  bias per position, s + b[pos], learned by the same optimiser (the neural counterpart of
+  LightGBM's ``Dataset(position=...)`` and of ``LambdaMART(unbiased="position")``). Evaluation
+  and export leave it out: the ranker alone is what serves.
+* :class:`DualLearning` (``unbiased="dla"``): the Dual Learning Algorithm of Ai, Bi, Luo, Guo,
+  Croft, "Unbiased Learning to Rank with Unbiased Propensity Estimation", SIGIR 2018. A
+  propensity model (one logit φ_k per position) and the ranker are trained together, each by a
+  softmax cross-entropy on the clicks, weighted by the other's inverse estimate::
+
+      ranker:     CE(softmax(s),  c · w),  w_i = min(exp(φ_0 − φ_{pos i}), clip)
+      propensity: CE(softmax(φ),  c · v),  v_i = min(exp(s_top − s_i), clip)
+
+  with s_top the score of the session's document shown highest; both weights are detached, and
+  each cross-entropy's target is the weighted clicks normalised to sum 1 (summed over
+  sessions and divided by the total weight, as the authors' code). The propensity estimate of
+  position k is exp(φ_k − φ_0).
+
+``unbiased="auto"`` (:class:`DebiasingRace`) trains naive, Unbiased LambdaRank at p = 0,
+``"position"`` and ``"dla"`` side by side on the same batches inside one fit, each a copy of the
+scorer with its own position model, and keeps the one whose scores best explain the validation
+click log (:func:`rankkit.click_metric.explained_clicks`, no true label read), by successive
+halving over the epochs: all train the first third of the epochs, the best two the second, the
+best one the rest ((C + 3) / 3 = 2.33 times the batches of one fit for C = 4 candidates).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import math
+
+from rankkit import _checks
+from rankkit.click_metric import explained_clicks
+from rankkit.data.dataset import PaddedBatch
+from rankkit.neural.scorer import score_lists
+
+__all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "DebiasingRace", "DualLearning", "PositionBias"]
+
+#: The ``unbiased`` settings of the neural rankers.
+NEURAL_UNBIASED = (False, True, "position", "dla", "auto")
+#: The candidates ``unbiased="auto"`` races: (unbiased, bias_p) of each.
+NEURAL_AUTO = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
+               "dla": ("dla", 1.0)}
+
+
+def check_unbiased(unbiased) -> bool | str:
+    """One of :data:`NEURAL_UNBIASED` (a bool, not 0 or 1)."""
+    if isinstance(unbiased, bool) or (isinstance(unbiased, str) and unbiased in NEURAL_UNBIASED):
+        return unbiased
+    raise ValueError(f"`unbiased` has to be one of {NEURAL_UNBIASED}, got {unbiased!r}")
+
+
+def _bucket(position: torch.Tensor, n_positions: int) -> torch.Tensor:
+    return position.long().clamp(0, n_positions - 1)
+
+
+class PositionBias(nn.Module):
+    """An additive score bias per displayed position, b [P] (positions ≥ P − 1 share the last).
+
+    >>> bias = PositionBias(3)
+    >>> with torch.no_grad():
+    ...     _ = bias.bias.copy_(torch.tensor([1.0, 0.5, 0.0]))
+    >>> bias(torch.zeros(1, 4), torch.tensor([[0, 1, 2, 7]])).tolist()
+    [[1.0, 0.5, 0.0, 0.0]]
+    """
+
+    def __init__(self, n_positions: int):
+        super().__init__()
+        self.n_positions = _checks.check_int(n_positions, "n_positions", high=4096)
+        self.bias = nn.Parameter(torch.zeros(self.n_positions))
+
+    def forward(self, scores: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """scores [Q, L] + b[position] [Q, L]."""
+        return scores + self.bias.to(scores.dtype)[_bucket(position, self.n_positions)]
+
+
+class DualLearning(nn.Module):
+    """The Dual Learning Algorithm's propensity model and its two losses (see the module).
+
+    Args:
+        n_positions: P, positions with their own logit (deeper ones share the last).
+        clip: the bound on both inverse weights (≥ 1).
+
+    >>> dla = DualLearning(3)
+    >>> loss = dla.loss(torch.zeros(2, 3, requires_grad=True), torch.tensor([[1., 0, 0], [0, 1., 0]]),
+    ...                 torch.tensor([[0, 1, 2], [0, 1, 2]]), torch.ones(2, 3, dtype=torch.bool))
+    >>> round(float(loss), 4)  # two uniform softmaxes over three documents: 2 log 3
+    2.1972
+    """
+
+    def __init__(self, n_positions: int, *, clip: float = 10.0):
+        super().__init__()
+        self.n_positions = _checks.check_int(n_positions, "n_positions", high=4096)
+        self.clip = _checks.check_number(clip, "clip", low=1.0)
+        self.logits = nn.Parameter(torch.zeros(self.n_positions))
+
+    @property
+    def propensities(self) -> torch.Tensor:
+        """[P] float64 exp(φ_k − φ_0): the examination of position k relative to position 0."""
+        phi = self.logits.detach().double()
+        return torch.exp(phi - phi[0])
+
+    def loss(self, scores: torch.Tensor, clicks: torch.Tensor, position: torch.Tensor,
+             mask: torch.Tensor) -> torch.Tensor:
+        """The ranker's and the propensity model's weighted cross-entropies, summed (a scalar).
+
+        Args:
+            scores: [Q, L] the ranker's scores; clicks: [Q, L] 0/1; position: [Q, L] displayed
+                ranks; mask: [Q, L] bool, True on real documents.
+        """
+        phi = self.logits.to(scores.dtype)[_bucket(position, self.n_positions)]
+        clicks = clicks.to(scores.dtype).masked_fill(~mask, 0.0)
+        with torch.no_grad():
+            w = torch.exp(self.logits[0].to(scores.dtype) - phi).clamp(max=self.clip)
+            top = position.masked_fill(~mask, torch.iinfo(torch.long).max).argmin(dim=1, keepdim=True)
+            s_top = scores.detach().gather(1, top)
+            v = torch.exp((s_top - scores.detach()).clamp(max=80.0)).clamp(max=self.clip)
+        return _weighted_softmax_ce(scores, clicks * w, mask) + _weighted_softmax_ce(phi, clicks * v, mask)
+
+
+def _weighted_softmax_ce(logits: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Σ_q CE(softmax(logits_q), weights_q / Σ weights_q) Σ weights_q / Σ weights: the authors'
+    normalisation (a session without a click adds nothing)."""
+    log_p = torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
+    total = weights.sum()
+    if float(total) <= 0:
+        return logits.sum() * 0.0
+    return -(weights * log_p).sum() / total
+
+
+class DebiasingRace(nn.Module):
+    """The candidates of ``unbiased="auto"`` and their race (see the module).
+
+    Args:
+        candidates: ``{name: NeuralRanker}``, each with its own scorer and ``unbiased`` setting;
+            only their :meth:`objective`, ``scorer`` and parameter groups are used.
+        n_positions: the position offsets of the validation criterion.
+
+    Attributes:
+        alive: the candidates still training; scores_: ``{name: explained clicks}`` at the last
+            epoch each was validated; choice_: the leader after the last validation (the winner
+            once the race is over).
+    """
+
+    def __init__(self, candidates: dict, n_positions: int):
+        super().__init__()
+        self.candidates = nn.ModuleDict(candidates)
+        self.n_positions = n_positions
+        self.alive = list(candidates)
+        self.scores_: dict[str, float] = {}
+        self.choice_: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._rows: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
+        self._clicks: list[torch.Tensor] = []
+        self._bucket: list[torch.Tensor] = []
+        self._sessions: list[torch.Tensor] = []
+
+    def loss(self, batch: PaddedBatch) -> torch.Tensor:
+        """The sum of the live candidates' training losses on ``batch`` (their parameters are
+        disjoint, so each gets its own gradient)."""
+        return sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
+                                                               batch.mask), batch) for name in self.alive)
+
+    def parameter_groups(self) -> list[dict]:
+        return [group for child in self.candidates.values() for group in child.parameter_groups()]
+
+    @torch.no_grad()
+    def collect(self, batch: PaddedBatch) -> None:
+        """Keep the live candidates' scores (in eval mode) of a validation batch of a click log."""
+        if batch.position is None:
+            raise ValueError("`unbiased='auto'` chooses on a validation click log: the validation batch has no "
+                             "`position` (validate on a click log's sessions, e.g. ClickLog.sessions)")
+        mask = batch.mask
+        for name in self.alive:
+            scorer = self.candidates[name].scorer
+            was = scorer.training
+            scorer.eval()  # scored as they will serve (no dropout), whoever calls
+            self._rows[name].append(score_lists(scorer, batch.features, mask)[mask].double().cpu())
+            scorer.train(was)
+        self._clicks.append(batch.labels[mask].double().cpu())
+        self._bucket.append(batch.position[mask].long().clamp(0, self.n_positions - 1).cpu())
+        offset = sum(len(s) for s in self._sessions)
+        per = mask.sum(1).cpu()
+        self._sessions.append(torch.repeat_interleave(torch.arange(offset, offset + len(per)), per))
+
+    def end_epoch(self, epoch: int, epochs: int) -> str:
+        """Score the live candidates on the collected validation log, drop the losers of this
+        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader."""
+        if not self._clicks:
+            raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
+                             "click log")
+        clicks, bucket = torch.cat(self._clicks), torch.cat(self._bucket)
+        session = torch.cat(self._sessions)
+        for name in self.alive:
+            self.scores_[name] = explained_clicks(torch.cat(self._rows[name]), clicks, session, bucket,
+                                                  self.n_positions)
+        ranked = sorted(self.alive, key=lambda name: -self.scores_[name])
+        done = epoch + 1
+        if done >= math.ceil(2 * epochs / 3):
+            ranked = ranked[:1]
+        elif done >= math.ceil(epochs / 3):
+            ranked = ranked[:2]
+        self.alive = ranked
+        self.choice_ = ranked[0]
+        self._reset()
+        return self.choice_
+
+    def state(self) -> dict:
+        return {"alive": list(self.alive), "scores": dict(self.scores_), "choice": self.choice_}
+
+    def load_state(self, state: dict) -> None:
+        self.alive = list(state["alive"])
+        self.scores_ = dict(state["scores"])
+        self.choice_ = state["choice"]
+        self._reset()
