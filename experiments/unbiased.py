@@ -124,6 +124,27 @@ def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: i
     return (lambda x: module(x).detach()), best, module
 
 
+def train_lambdarank_auto(train, vali, args, *, epochs: int):
+    """``LambdaRank(unbiased="auto")`` in a plain loop: the race's candidates train on the same
+    batches, and after every epoch ``validate_race`` scores them on the validation click log."""
+    torch.manual_seed(args.seed)
+    module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
+                        k=10, reduction="sum", unbiased="auto", n_positions=K_SHOWN)
+    module.fit_preprocessor(train.features)
+    opt = module.configure_optimizers()
+    generator = torch.Generator().manual_seed(args.seed)
+    for epoch in range(epochs):
+        module.train()
+        for batch in train.iter_batches(512, shuffle=True, generator=generator):
+            loss = module.race.loss(batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        module.validate_race(vali.iter_batches(2048), epoch, epochs)
+    module.eval()
+    return (lambda x: module(x).detach()), module.unbiased_choice_
+
+
 def train_oracle(train, test, metrics: dict, args, *, epochs: int) -> dict:
     """LambdaRank on the true labels; per click metric, the test NDCG@10 of the epoch it prefers."""
     torch.manual_seed(args.seed)
@@ -244,41 +265,45 @@ def run(name: str, fold: int, seed: int, args, done: set):
     for label, (model, log, metric) in logs.items():
         t0 = time.perf_counter()
         test_rows, vali_rows, chosen, biases = {"production": production, "LambdaMART oracle": oracle_mart}, {}, {}, {}
-        # LambdaMART: naive = p ∞, debiased at each p, the best on the click-log vali
-        t_fit = time.perf_counter()
-        naive = booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes)
-        fit_seconds = {"naive": time.perf_counter() - t_fit}
-        candidates = {"naive": naive}
-        for p in args.p_grid:
-            candidates[f"p={p:g}"] = booster(args, unbiased=True, bias_p=p, n_positions=K_SHOWN).fit(
-                log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
-            biases[f"LambdaMART p={p:g}"] = candidates[f"p={p:g}"].propensities_["clicked"].tolist()
-        for key, m in candidates.items():
-            test_rows[f"LambdaMART {key}"] = test_ndcg(m.predict(test), test)
-            vali_rows[f"LambdaMART {key}"] = metric(boost_predict(m))
-        best = max(candidates, key=lambda key: vali_rows[f"LambdaMART {key}"])
-        test_rows["LambdaMART debiased (selected)"] = test_rows[f"LambdaMART {best}"]
-        chosen["LambdaMART"] = best
-        # the estimator's own choices: LightGBM's position model, IPS by regression-EM, and the race
-        for mode in ("position", "ips"):
+        fit_seconds = {}
+        if args.trees:
+            # LambdaMART: naive = p ∞, debiased at each p, the best on the click-log vali
             t_fit = time.perf_counter()
-            m = booster(args, unbiased=mode, n_positions=K_SHOWN).fit(
-                log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
-            fit_seconds[mode] = time.perf_counter() - t_fit
-            test_rows[f"LambdaMART {mode}"] = test_ndcg(m.predict(test), test)
-        t_fit = time.perf_counter()
-        auto = booster(args, unbiased="auto", n_positions=K_SHOWN).fit(
-            log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position,
-            eval_set=[(vlog_of[label].sessions.features, vlog_of[label].clicks)],
-            eval_group=[vlog_of[label].sessions.sizes], eval_position=[vlog_of[label].position])
-        fit_seconds["auto"] = time.perf_counter() - t_fit
-        test_rows["LambdaMART auto"] = test_ndcg(auto.predict(test), test)
-        chosen["LambdaMART auto"] = auto.unbiased_choice_
+            naive = booster(args).fit(log.sessions.features, log.clicks, group=log.sessions.sizes)
+            fit_seconds["naive"] = time.perf_counter() - t_fit
+            candidates = {"naive": naive}
+            for p in args.p_grid:
+                candidates[f"p={p:g}"] = booster(args, unbiased=True, bias_p=p, n_positions=K_SHOWN).fit(
+                    log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
+                biases[f"LambdaMART p={p:g}"] = candidates[f"p={p:g}"].propensities_["clicked"].tolist()
+            for key, m in candidates.items():
+                test_rows[f"LambdaMART {key}"] = test_ndcg(m.predict(test), test)
+                vali_rows[f"LambdaMART {key}"] = metric(boost_predict(m))
+            best = max(candidates, key=lambda key: vali_rows[f"LambdaMART {key}"])
+            test_rows["LambdaMART debiased (selected)"] = test_rows[f"LambdaMART {best}"]
+            chosen["LambdaMART"] = best
+            # the estimator's own choices: LightGBM's position model, IPS by regression-EM, and the race
+            for mode in ("position", "ips"):
+                t_fit = time.perf_counter()
+                m = booster(args, unbiased=mode, n_positions=K_SHOWN).fit(
+                    log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
+                fit_seconds[mode] = time.perf_counter() - t_fit
+                test_rows[f"LambdaMART {mode}"] = test_ndcg(m.predict(test), test)
+            t_fit = time.perf_counter()
+            auto = booster(args, unbiased="auto", n_positions=K_SHOWN).fit(
+                log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position,
+                eval_set=[(vlog_of[label].sessions.features, vlog_of[label].clicks)],
+                eval_group=[vlog_of[label].sessions.sizes], eval_position=[vlog_of[label].position])
+            fit_seconds["auto"] = time.perf_counter() - t_fit
+            test_rows["LambdaMART auto"] = test_ndcg(auto.predict(test), test)
+            chosen["LambdaMART auto"] = auto.unbiased_choice_
         if args.neural:  # LambdaRank naive / unbiased at each p, regression-EM; oracle tuned the same way
             neural = {}
             for key, unbiased, p in [("naive", False, 0.0)] + [(f"p={p:g}", True, p) for p in args.neural_p_grid]:
+                t_fit = time.perf_counter()
                 f, score, module = train_lambdarank(log.sessions, metric, args, unbiased=unbiased, p=p,
                                                     epochs=args.log_epochs)
+                fit_seconds[f"LambdaRank {key}"] = time.perf_counter() - t_fit
                 neural[f"LambdaRank {key}"] = (f, score)
                 if unbiased:
                     biases[f"LambdaRank {key}"] = module.best_propensities.tolist()
@@ -293,13 +318,26 @@ def run(name: str, fold: int, seed: int, args, done: set):
             test_rows["neural debiased (selected)"] = test_rows[best]
             chosen["neural"] = best
             test_rows["LambdaRank oracle"] = oracle_neural[label]
-        # LightGBM / XGBoost, fixed settings
-        for position in (False, True):
-            test_rows[f"LightGBM {'position' if position else 'naive'}"] = test_ndcg(
-                train_lightgbm(log, args, position=position).predict(x_test), test)
-        for debias in (False, True):
-            test_rows[f"XGBoost {'unbiased' if debias else 'naive'}"] = test_ndcg(
-                train_xgboost(log, args, unbiased=debias).predict(xgb.DMatrix(x_test)), test)
+            # the module's own choices: the joint position bias, DLA, and the race
+            for mode in ("position", "dla"):
+                t_fit = time.perf_counter()
+                f, _, module = train_lambdarank(log.sessions, metric, args, unbiased=mode, p=1.0,
+                                                epochs=args.log_epochs)
+                fit_seconds[f"LambdaRank {mode}"] = time.perf_counter() - t_fit
+                test_rows[f"LambdaRank {mode}"] = test_ndcg(f(test.features), test)
+            t_fit = time.perf_counter()
+            f, choice = train_lambdarank_auto(log.sessions, vlog_of[label].sessions, args, epochs=args.log_epochs)
+            fit_seconds["LambdaRank auto"] = time.perf_counter() - t_fit
+            test_rows["LambdaRank auto"] = test_ndcg(f(test.features), test)
+            chosen["LambdaRank auto"] = choice
+        if args.trees:
+            # LightGBM / XGBoost, fixed settings
+            for position in (False, True):
+                test_rows[f"LightGBM {'position' if position else 'naive'}"] = test_ndcg(
+                    train_lightgbm(log, args, position=position).predict(x_test), test)
+            for debias in (False, True):
+                test_rows[f"XGBoost {'unbiased' if debias else 'naive'}"] = test_ndcg(
+                    train_xgboost(log, args, unbiased=debias).predict(xgb.DMatrix(x_test)), test)
         if isinstance(model, PositionBasedModel):
             biases["true"] = (model.examination(K_SHOWN) / model.examination(K_SHOWN)[0]).tolist()
         record = {"data": name, "fold": fold, "seed": seed, "click": label, "sessions": log.n_sessions,
@@ -318,11 +356,32 @@ def rows_of(p_grid, neural_p_grid) -> list[str]:
             + ["LambdaMART position", "LambdaMART ips", "LambdaMART auto", "LambdaMART debiased (selected)",
                "LambdaMART oracle"]
             + ["LambdaRank naive"] + [f"LambdaRank p={p:g}" for p in neural_p_grid]
-            + ["regression-EM", "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
+            + ["regression-EM", "LambdaRank position", "LambdaRank dla", "LambdaRank auto",
+               "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
+
+
+def load_records(paths: list[str]) -> list[dict]:
+    """The runs of every file in ``paths``, merged per (data, fold, seed, click model): a run
+    of the trees and a run of the neural rankers on the same log make one record."""
+    merged: dict = {}
+    for path in paths:
+        if not os.path.exists(path):
+            continue
+        for line in open(path):
+            r = json.loads(line)
+            key = (r["data"], r["fold"], r["seed"], r["click"])
+            if key not in merged:
+                merged[key] = r
+                continue
+            into = merged[key]
+            for field in ("test", "vali", "chosen", "biases", "fit_seconds"):
+                into.setdefault(field, {}).update(r.get(field, {}))
+            into["seconds"] = into.get("seconds", 0) + r.get("seconds", 0)
+    return list(merged.values())
 
 
 def summarise(records: list[dict]) -> dict:
-    """{data: {click: {"n": runs, method: (mean, standard error)}}} over the runs present."""
+    """{data: {click: {"n": runs, method: (mean, standard error, runs)}}} over the runs present."""
     out: dict = {}
     for r in records:
         out.setdefault(r["data"], {}).setdefault(r["click"], []).append(r)
@@ -330,16 +389,22 @@ def summarise(records: list[dict]) -> dict:
     for name, by_click in out.items():
         summary[name] = {}
         for click, runs in by_click.items():
-            cell = {"n": len(runs), "chosen": {}}
-            for method in runs[0]["test"]:
-                v = np.array([run["test"][method] for run in runs])
-                cell[method] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan)
-            for kind in ("LambdaMART auto", "LambdaMART", "neural"):
-                picks = [run["chosen"][kind] for run in runs if kind in run["chosen"]]
+            cell = {"n": len(runs), "chosen": {}, "cost": {}}
+            methods = dict.fromkeys(m for run in runs for m in run["test"])
+            for method in methods:
+                v = np.array([run["test"][method] for run in runs if method in run["test"]])
+                se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+                cell[method] = (float(v.mean()), se, len(v))
+            for kind in ("LambdaMART auto", "LambdaRank auto", "LambdaMART", "neural"):
+                picks = [run["chosen"][kind] for run in runs if kind in run.get("chosen", {})]
                 if picks:
                     cell["chosen"][kind] = {k: picks.count(k) for k in sorted(set(picks))}
-            ratios = [run["fit_seconds"]["auto"] / run["fit_seconds"]["naive"] for run in runs if "fit_seconds" in run]
-            cell["auto cost"] = float(np.median(ratios)) if ratios else math.nan
+            for kind, auto, naive in (("LambdaMART", "auto", "naive"),
+                                      ("LambdaRank", "LambdaRank auto", "LambdaRank naive")):
+                ratios = [run["fit_seconds"][auto] / run["fit_seconds"][naive] for run in runs
+                          if auto in run.get("fit_seconds", {}) and naive in run.get("fit_seconds", {})]
+                if ratios:
+                    cell["cost"][kind] = float(np.median(ratios))
             summary[name][click] = cell
     return summary
 
@@ -360,18 +425,22 @@ def table(summary: dict, p_grid, neural_p_grid) -> str:
                 continue
             cells = []
             for c in clicks:
-                mean, se = by_click[c].get(method, (math.nan, math.nan))
-                cells.append(f"{mean:.4f} ± {se:.4f}" if not math.isnan(se) else f"{mean:.4f}")
+                mean, se, n = by_click[c].get(method, (math.nan, math.nan, 0))
+                runs = "" if n == by_click[c]["n"] else f" ({n} runs)"
+                cells.append((f"{mean:.4f} ± {se:.4f}" if not math.isnan(se) else f"{mean:.4f}") + runs)
             bold = "**" if "selected" in method else ""
             out.append(f"| {bold}{method}{bold} | " + " | ".join(cells) + " |")
-        for kind in ("LambdaMART auto", "LambdaMART", "neural"):
+        for kind in ("LambdaMART auto", "LambdaRank auto", "LambdaMART", "neural"):
             if any(kind in by_click[c]["chosen"] for c in clicks):
-                label = ("LambdaMART auto chose" if kind == "LambdaMART auto" else
+                label = (f"{kind} chose" if kind.endswith("auto") else
                          f"chosen on click vali by the counterfactual NDCG ({kind})")
                 out.append(f"| {label} | " + " | ".join(", ".join(
                     f"{k} ×{v}" for k, v in by_click[c]["chosen"].get(kind, {}).items()) for c in clicks) + " |")
-        out.append("| LambdaMART auto's fit time / naive's (median) | " + " | ".join(
-            f"{by_click[c]['auto cost']:.1f}×" for c in clicks) + " |\n")
+        for kind in ("LambdaMART", "LambdaRank"):
+            if any(kind in by_click[c]["cost"] for c in clicks):
+                out.append(f"| {kind} auto's fit time / naive's (median) | " + " | ".join(
+                    f"{by_click[c]['cost'][kind]:.1f}×" if kind in by_click[c]["cost"] else "" for c in clicks) + " |")
+        out.append("")
     return "\n".join(out)
 
 
@@ -379,17 +448,19 @@ def targets(summary: dict) -> list[str]:
     """At PBM η = 1 and 2: selected ≥ naive + 0.01 and ≥ half the naive → oracle gap; never below naive."""
     out = []
     pairs = (("LambdaMART auto", "LambdaMART naive", "LambdaMART auto", "LambdaMART oracle"),
+             ("LambdaRank auto", "LambdaRank naive", "LambdaRank auto", "LambdaRank oracle"),
              ("LambdaMART", "LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle"),
              ("neural", "LambdaRank naive", "neural debiased (selected)", "LambdaRank oracle"))
     for name, by_click in summary.items():
         for click in click_order(by_click):
             cell = by_click[click]
-            if "LambdaMART auto" in cell:
-                auto, lgb = cell["LambdaMART auto"][0], cell["LightGBM position"][0]
-                out.append(f"{name}, {click}, LambdaMART auto − LightGBM position = {auto - lgb:+.4f} "
-                           f"(≥ 0 {'met' if auto >= lgb else 'MISSED'}; {cell['n']} runs)")
+            for auto_key in ("LambdaMART auto", "LambdaRank auto"):
+                if auto_key in cell and "LightGBM position" in cell:
+                    auto, lgb = cell[auto_key][0], cell["LightGBM position"][0]
+                    out.append(f"{name}, {click}, {auto_key} − LightGBM position = {auto - lgb:+.4f} "
+                               f"(≥ 0 {'met' if auto >= lgb else 'MISSED'}; {cell[auto_key][2]} runs)")
             for kind, naive_key, sel_key, oracle_key in pairs:
-                if sel_key not in cell:
+                if sel_key not in cell or naive_key not in cell or oracle_key not in cell:
                     continue
                 naive, sel, oracle = cell[naive_key][0], cell[sel_key][0], cell[oracle_key][0]
                 gain, gap = sel - naive, oracle - naive
@@ -399,7 +470,7 @@ def targets(summary: dict) -> list[str]:
                            f"{'met' if share >= 0.5 else 'MISSED'}; " if strict else "")
                 out.append(f"{name}, {click}, {kind}: selected − naive = {gain:+.4f}, gap closed {share:.0%} of "
                            f"{gap:+.4f} ({verdict}never below naive {'met' if gain >= 0 else 'MISSED'}; "
-                           f"{cell['n']} runs)")
+                           f"{cell[sel_key][2]} runs)")
     return out
 
 
@@ -462,7 +533,7 @@ def write(records: list[dict], args, command: str) -> None:
     body = f"""## Learning from clicks
 
 {DATE}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
-(results in `{args.out}`, one JSON line per run; `--report-only --write` rebuilds this section from it).
+(results in `{"`, `".join(args.paths)}`, one JSON line per run; `--report-only --write` rebuilds this section from them).
 
 Protocol (experiments/unbiased.py's docstring): production LambdaMART on 1 % of the training queries; its top 10
 shown {args.sessions} times per query; clicks from a position-based model (examination (1/(r+1))^η) or a cascade
@@ -521,8 +592,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-neural", dest="neural", action="store_false",
                    help="leave out the neural rankers (LambdaRank, regression-EM)")
+    p.add_argument("--no-trees", dest="trees", action="store_false",
+                   help="leave out the boosters (rankkit's LambdaMART candidates, LightGBM, XGBoost)")
     p.add_argument("--minutes", type=float, default=math.inf, help="start no new run after this many minutes")
-    p.add_argument("--out", default="results/unbiased.jsonl")
+    p.add_argument("--out", default="results/unbiased.jsonl",
+                   help="JSON lines of the runs; new runs are appended to the first of a comma-separated list, "
+                        "and the report merges them all")
     p.add_argument("--report-only", action="store_true", help="tabulate --out without running")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md and docs/img/unbiased.png")
     args = p.parse_args(argv)
@@ -534,6 +609,8 @@ def main(argv=None) -> int:
     folds = list(range(int(lo), int(hi or lo) + 1))
     seeds = [int(v) for v in args.seeds.split(",")]
     torch.set_num_threads(args.threads)
+    paths = args.paths = args.out.split(",")
+    args.out = paths[0]  # new runs go to the first file; the report merges all of them
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     records = [json.loads(line) for line in open(args.out)] if os.path.exists(args.out) else []
     if not args.report_only:
@@ -548,7 +625,7 @@ def main(argv=None) -> int:
                         records.append(record)
                         with open(args.out, "a") as f:  # appended run by run: an interrupted grid keeps its runs
                             f.write(json.dumps(record) + "\n")
-    records = [r for r in records if r["data"] in args.data.split(",")]
+    records = [r for r in load_records(paths) if r["data"] in args.data.split(",")]
     summary = summarise(records)
     print(table(summary, args.p_grid, args.neural_p_grid))
     print("\n".join(targets(summary)))

@@ -939,6 +939,9 @@ CLICKS = [
          r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
     Case("clicks-neural-dla-loss", module("LambdaRank", n_features=3, unbiased="dla", loss="softmax"), ValueError,
          r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None"),
+    Case("clicks-datamodule-unknown-key", new_entry("rankkit.data.datamodule.RankingDataModule", clicks={"modle": "pbm"}),
+         ValueError, r"`clicks` has to be a dict of \('model', 'eta', 'sessions', 'k', 'fraction', 'max_label'\), "
+                     r"got 'modle'"),
     Case("clicks-fixed-propensity-zero", new_entry("rankkit.unbiased.FixedPropensities", torch.tensor([1.0, 0.0])),
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
 ]

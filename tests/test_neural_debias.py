@@ -145,3 +145,21 @@ def test_click_modes_refuse_what_they_cannot_do(logs):
     auto = LambdaRank(n_features=5, unbiased="auto", n_positions=P)
     with pytest.raises(ValueError, match=r"the validation batch has no `position`"):
         auto.validate_race([batch], 0, 3)
+
+
+def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
+    """experiments/lambdarank_clicks.yaml: `unbiased: auto` through `rankkit fit` on simulated
+    MQ2008 clicks (data.clicks), then `rankkit test` on the true labels."""
+    from pathlib import Path
+
+    from rankkit.cli import main
+
+    config = str(Path(__file__).resolve().parents[1] / "experiments" / "lambdarank_clicks.yaml")
+    quick = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false",
+             "--data.clicks={model: pbm, eta: 1.0, sessions: 3, k: 10}"]
+    assert main(["fit", "--config", config, *quick, "--trainer.max_epochs=2"]) == 0
+    ckpt = sorted(tmp_path.rglob("*.ckpt"))[-1]
+    restored = LambdaRank.load_from_checkpoint(ckpt)
+    assert restored.unbiased_choice_ in NEURAL_AUTO
+    assert main(["test", "--config", config, *quick, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
+    assert "test/ndcg@10" in capsys.readouterr().out

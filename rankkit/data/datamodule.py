@@ -214,6 +214,12 @@ class RankingDataModule(pl.LightningDataModule):
             this is ignored.
         val_seed: draws the ``val_fraction`` split instead of ``seed`` (``rankkit compare`` holds
             out the same queries for every seed and model).
+        clicks: train on simulated clicks instead of the labels: a dict of
+            :func:`rankkit.data.clicks.click_split`'s options (``model``, ``eta``, ``sessions``,
+            ``k``, ``fraction``, ``max_label``), e.g. ``{"model": "pbm", "eta": 1.0}``. The
+            training and validation splits become click logs (one query per session, clicks as
+            labels, with ``position``), drawn from ``seed``; the test split keeps its true labels.
+            None (the default): the labels as they are.
 
     Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):
     disjoint, every query once, and for training the same number of batches on every rank.
@@ -222,8 +228,15 @@ class RankingDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0,
-                 val_fraction: float = 0.0, val_seed: int | None = None):
+                 val_fraction: float = 0.0, val_seed: int | None = None, clicks: dict | None = None):
         super().__init__()
+        if clicks is not None:
+            from rankkit.data.clicks import CLICK_OPTIONS
+
+            if not isinstance(clicks, dict) or any(key not in CLICK_OPTIONS for key in clicks):
+                bad = next((key for key in clicks if key not in CLICK_OPTIONS), None) if isinstance(clicks, dict) \
+                    else clicks
+                raise ValueError(f"`clicks` has to be a dict of {CLICK_OPTIONS}, got {bad!r}")
         check_int(fold, "fold")
         check_int(max_docs, "max_docs")
         check_number(val_fraction, "val_fraction", low=0, high=1, high_open=True)
@@ -270,6 +283,7 @@ class RankingDataModule(pl.LightningDataModule):
 
             self.train_set, self.val_set = mq2008_split(h.fold, "train"), mq2008_split(h.fold, "vali")
             self._read_test = functools.partial(mq2008_split, h.fold, "test")
+            self._to_clicks()
             return
         if not os.path.isdir(h.data):
             raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {h.data!r}")
@@ -289,6 +303,16 @@ class RankingDataModule(pl.LightningDataModule):
         self.test_set = None
         if test:
             self._read_test = functools.partial(read_svmlight, test, n_features=f)
+        self._to_clicks()
+
+    def _to_clicks(self) -> None:
+        """With ``clicks``: the training and validation splits become simulated click logs."""
+        options = self.hparams.get("clicks")
+        if options:
+            from rankkit.data.clicks import click_split
+
+            self.train_set, self.val_set = click_split(self.train_set, self.val_set, seed=self.hparams.seed,
+                                                       **options)
 
     def teardown(self, stage: str | None = None) -> None:
         _quiet.release(self)

@@ -160,6 +160,8 @@ class DebiasingRace(nn.Module):
 
     def _reset(self) -> None:
         self._rows: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
+        self._padded: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
+        self._batches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._clicks: list[torch.Tensor] = []
         self._bucket: list[torch.Tensor] = []
         self._sessions: list[torch.Tensor] = []
@@ -176,6 +178,9 @@ class DebiasingRace(nn.Module):
     @torch.no_grad()
     def collect(self, batch: PaddedBatch) -> None:
         """Keep the live candidates' scores (in eval mode) of a validation batch of a click log."""
+        if getattr(self, "_stale", False):
+            self._reset()
+            self._stale = False
         if batch.position is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: the validation batch has no "
                              "`position` (validate on a click log's sessions, e.g. ClickLog.sessions)")
@@ -184,17 +189,26 @@ class DebiasingRace(nn.Module):
             scorer = self.candidates[name].scorer
             was = scorer.training
             scorer.eval()  # scored as they will serve (no dropout), whoever calls
-            self._rows[name].append(score_lists(scorer, batch.features, mask)[mask].double().cpu())
+            scores = score_lists(scorer, batch.features, mask)
+            self._padded[name].append(scores)
+            self._rows[name].append(scores[mask].double().cpu())
             scorer.train(was)
+        self._batches.append((batch.labels, mask))
         self._clicks.append(batch.labels[mask].double().cpu())
         self._bucket.append(batch.position[mask].long().clamp(0, self.n_positions - 1).cpu())
         offset = sum(len(s) for s in self._sessions)
         per = mask.sum(1).cpu()
         self._sessions.append(torch.repeat_interleave(torch.arange(offset, offset + len(per)), per))
 
+    def leader_batches(self, name: str):
+        """(scores, labels, mask) of every validation batch collected this epoch, the scores
+        those of candidate ``name`` (for the usual validation metrics of the leader)."""
+        return [(scores, labels, mask) for scores, (labels, mask) in zip(self._padded[name], self._batches)]
+
     def end_epoch(self, epoch: int, epochs: int) -> str:
         """Score the live candidates on the collected validation log, drop the losers of this
-        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader."""
+        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader. The collected
+        batches stay readable (:meth:`leader_batches`) until the next one is collected."""
         if not self._clicks:
             raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
                              "click log")
@@ -211,7 +225,7 @@ class DebiasingRace(nn.Module):
             ranked = ranked[:2]
         self.alive = ranked
         self.choice_ = ranked[0]
-        self._reset()
+        self._stale = True
         return self.choice_
 
     def state(self) -> dict:

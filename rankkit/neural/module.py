@@ -461,8 +461,9 @@ class NeuralRanker(pl.LightningModule):
                      batch_size=len(batch.labels))
 
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
-        if self.race is not None:
+        if self.race is not None:  # the metrics are those of the epoch's leader, at the epoch's end
             self.race.collect(batch)
+            return
         self._evaluate(batch, self.val_metrics)
 
     def on_validation_epoch_end(self) -> None:
@@ -474,8 +475,13 @@ class NeuralRanker(pl.LightningModule):
         epochs = self.trainer.max_epochs
         if epochs is None or epochs < 1:
             raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
-        self._take_leader(self.race.end_epoch(self.current_epoch, epochs))
-        self.log("val/explained_clicks", self.race.scores_[self.race.choice_], prog_bar=True)
+        leader = self._take_leader(self.race.end_epoch(self.current_epoch, epochs))
+        for scores, labels, mask in self.race.leader_batches(leader):
+            self.val_metrics.update(scores, labels, mask)
+        for name, metric in self.val_metrics.items():
+            self.log(name, metric.compute(), prog_bar=name.endswith("/ndcg@10"))
+        self.val_metrics.reset()
+        self.log("val/explained_clicks", self.race.scores_[leader], prog_bar=True)
 
     def validate_race(self, batches, epoch: int, epochs: int) -> str:
         """With ``unbiased="auto"`` in a plain PyTorch loop: score the candidates on validation
