@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from rankkit._checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
 from rankkit.unbiased import ClickLogMetric, RegressionEM, counterfactual_ndcg
 
-__all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "cascade_relevance",
+__all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
            "explained_clicks", "multiple_click_ratio", "session_log"]
 
 CLICK_MODELS = ("auto", "pbm", "cascade")
@@ -85,18 +85,21 @@ class SessionLog:
         return self.position <= last[self.session]
 
 
-def session_log(features, clicks, sizes, position) -> SessionLog:
+def session_log(features, clicks, sizes, position, *,
+                names: tuple[str, str, str] = ("eval_set X", "eval_set clicks", "eval_position")) -> SessionLog:
     """A :class:`SessionLog` of flat rows: features [N, F], clicks [N] 0/1, sizes [S] rows per
-    session (contiguous), position [N] 0-based ranks."""
+    session (contiguous), position [N] 0-based ranks; ``names``: the three arguments' names in
+    error messages."""
+    x_name, clicks_name, position_name = names
     features = torch.as_tensor(features)
-    check_tensor(features, "eval_set X", ndim=2, kind="float")
+    check_tensor(features, x_name, ndim=2, kind="float")
     n = features.shape[0]
     clicks = torch.as_tensor(clicks).double().reshape(-1)
     position = torch.as_tensor(position).reshape(-1)
-    check_tensor(clicks, "eval_set clicks", shape=(n,))
-    check_tensor(position, "eval_position", shape=(n,))
-    check_tensors(("eval_set clicks", clicks, (clicks != 0) & (clicks != 1), "0 or 1 (clicks)"),
-                  ("eval_position", position, (position < 0) | (position != position.round()),
+    check_tensor(clicks, clicks_name, shape=(n,))
+    check_tensor(position, position_name, shape=(n,))
+    check_tensors((clicks_name, clicks, (clicks != 0) & (clicks != 1), "0 or 1 (clicks)"),
+                  (position_name, position, (position < 0) | (position != position.round()),
                    "whole numbers >= 0"))
     sizes = torch.as_tensor(sizes).long()
     session = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
@@ -123,8 +126,10 @@ def _components(doc: torch.Tensor, session: torch.Tensor, n_docs: int) -> torch.
     return torch.unique(of_doc, return_inverse=True)[1]
 
 
-def _aggregate(log: SessionLog, rows: torch.Tensor, n_positions: int):
-    """(doc, bucket, impressions, clicks) of ``rows`` summed per (document, position bucket)."""
+def aggregate(log: SessionLog, n_positions: int, rows: torch.Tensor | None = None):
+    """(doc, bucket, impressions, clicks), each [M]: the log's rows (all, or the bool ``rows``)
+    summed per (document, position bucket), bucket = min(position, n_positions − 1)."""
+    rows = torch.ones(len(log.doc), dtype=torch.bool) if rows is None else rows
     bucket = log.position[rows].clamp(max=n_positions - 1)
     key = log.doc[rows] * n_positions + bucket
     keys, inverse = torch.unique(key, return_inverse=True)
@@ -209,7 +214,7 @@ class SessionClickMetric:
         self.ratio_ = None
         self.propensities = torch.ones(n_positions, dtype=torch.float64)
         if click_model != "cascade":
-            doc, bucket, shown, clicked = _aggregate(log, torch.ones(len(log.doc), dtype=torch.bool), n_positions)
+            doc, bucket, shown, clicked = aggregate(log, n_positions)
             em_model = RegressionEM(n_positions, **{"hidden": (16,), "iterations": 15, "lr": 1e-2, "seed": seed,
                                                     **(em or {})})
             em_model.fit(log.features[doc], clicked, bucket, impressions=shown)

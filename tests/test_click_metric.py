@@ -204,13 +204,22 @@ def test_position_model_explains_clicks_by_position():
     assert not hasattr(naive, "position_bias_")
 
 
-def test_ips_uses_regression_em_on_the_training_log(pbm_logs):
+def test_ips_uses_regression_em_on_the_aggregated_training_log(pbm_logs):
     train, _ = pbm_logs
     x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
     model = LambdaMART(unbiased="ips", n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=8,
                        propensity_clip=5.0).fit(x, y, group=group, position=position)
-    em = RegressionEM(8, hidden=(16,), iterations=15, lr=1e-2, seed=0).fit(x, y, position)
-    np.testing.assert_allclose(model.propensities_["clicked"], em.propensities_.numpy(), rtol=1e-6)
+    # slow path: impressions and clicks per (feature row, position) by a dictionary
+    counts: dict = {}
+    for row, c, p in zip(x.tolist(), y.tolist(), position.tolist()):
+        key = (tuple(row), min(p, 7))
+        shown, clicked = counts.get(key, (0, 0))
+        counts[key] = (shown + 1, clicked + c)
+    keys = sorted(counts)
+    em = RegressionEM(8, hidden=(16,), iterations=15, lr=1e-2, seed=0).fit(
+        torch.tensor([k[0] for k in keys]), torch.tensor([counts[k][1] for k in keys], dtype=torch.float64),
+        torch.tensor([k[1] for k in keys]), impressions=torch.tensor([counts[k][0] for k in keys], dtype=torch.float64))
+    np.testing.assert_allclose(model.propensities_["clicked"], em.propensities_.numpy(), rtol=1e-4)
     assert (model.propensities_["unclicked"] == 1).all()
     est = FixedPropensities(em.propensities_, clip=5.0)
     before = est.t_plus.clone()

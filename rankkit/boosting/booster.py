@@ -35,9 +35,10 @@ from rankkit.data.dataset import RankingDataset
 _FORMAT = "rankkit.LambdaMART/1"
 
 # The debiasings ``unbiased="auto"`` races, as changes to the config.
-AUTO_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=0": {"unbiased": True, "bias_p": 0.0},
-                   "pairwise p=1": {"unbiased": True, "bias_p": 1.0}, "position": {"unbiased": "position"},
-                   "ips": {"unbiased": "ips"}}
+# Unbiased LambdaMART at p = 0 (unregularised) is left out: its biases diverge on strong position
+# bias (docs/benchmarks.md, "Learning from clicks": 0.68 against naive's 0.70 at η = 2).
+AUTO_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": True, "bias_p": 1.0},
+                   "position": {"unbiased": "position"}, "ips": {"unbiased": "ips"}}
 
 
 # scikit-learn's estimator checks that LambdaMART cannot pass, and why (pass it as
@@ -157,16 +158,17 @@ class LambdaMART(BaseEstimator):
               takes a Newton step per round; ``predict`` leaves it out;
             * ``"ips"``: examination probabilities θ̂ by regression-EM on the training log (Wang,
               Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for Unbiased
-              Learning to Rank in Personal Search", WSDM 2018), then each pair (clicked i,
-              unclicked j) weighs min(1/θ̂(pos_i), ``propensity_clip``);
-            * ``"auto"``: the choice among naive, Unbiased LambdaMART at p = 0 and p = 1,
-              ``"position"`` and ``"ips"``, inside this one ``fit``, by how well each explains a
+              Learning to Rank in Personal Search", WSDM 2018; its impressions aggregated per
+              document and position, documents told apart by their features), then each pair
+              (clicked i, unclicked j) weighs min(1/θ̂(pos_i), ``propensity_clip``);
+            * ``"auto"``: the choice among naive, Unbiased LambdaMART at p = 1, ``"position"`` and
+              ``"ips"`` (``AUTO_CANDIDATES``), inside this one ``fit``, by how well each explains a
               **validation click log** (the first ``eval_set``, its sessions from ``eval_qid`` /
               ``eval_group``, and ``eval_position``) once every position has its own click
               offset (:class:`rankkit.click_metric.ClickLikelihood`, which assumes no click
               model). No true label is read. The candidates race by successive halving: all
               grow a third of ``n_estimators``, the best two two thirds, the best one the rest
-              (the rounds of (C + 2) / 3 fits for C candidates: 2.33). ``unbiased_choice_`` says
+              (the rounds of (C + 3) / 3 fits for C candidates: 2.33). ``unbiased_choice_`` says
               which won, ``unbiased_scores_`` what each scored at its last stage.
 
             The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.
@@ -194,7 +196,7 @@ class LambdaMART(BaseEstimator):
         position_bias_: with ``unbiased="position"``, the learned additive bias [n_positions]
             (numpy) of the scores at each position.
         unbiased_choice_: with ``unbiased="auto"``, the debiasing chosen (``"naive"``,
-            ``"pairwise p=0"``, ``"pairwise p=1"``, ``"position"`` or ``"ips"``);
+            ``"pairwise p=1"``, ``"position"`` or ``"ips"``);
             ``unbiased_scores_``: ``{candidate: the validation log's click log-likelihood per
             row}`` at the last stage each reached.
         feature_importance_gain_, feature_importance_split_: [F] numpy, total gain and number

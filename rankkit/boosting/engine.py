@@ -224,6 +224,7 @@ class BoostingEngine:
                 raise ValueError(f"`{bad[0]}` is not data-parallel yet: train on several processes without it")
             self.parallel = dp.AllReduce(len(labels))
             self.reduce = self.parallel
+        self.sizes_cpu = sizes.cpu()
         self.propensity, self.position_bias = self._debiasing(features, labels, positions)
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
                                         sigma=config.sigma, gain=config.gain, normalize=config.normalize,
@@ -287,13 +288,11 @@ class BoostingEngine:
             if self.parallel is not None:
                 raise ValueError("`unbiased='position'` is not data-parallel yet: train on one process")
             return None, torch.zeros(c.n_positions, dtype=torch.float64, device=self.device)
-        from rankkit.unbiased import FixedPropensities, PropensityEstimator, RegressionEM
+        from rankkit.unbiased import FixedPropensities, PropensityEstimator
 
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
-            matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-            em = RegressionEM(c.n_positions, hidden=(16,), iterations=15, lr=1e-2, seed=c.seed)
-            em.fit(matrix.dense().nan_to_num(0.0), labels.cpu(), positions.cpu())
-            return FixedPropensities(em.propensities_, clip=c.propensity_clip), None
+            return FixedPropensities(ips_propensities(features, labels, self.sizes_cpu, positions, c),
+                                     clip=c.propensity_clip), None
         name = c.weighting if c.objective == "lambdarank" else c.objective
         return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
                                    weighting="ranknet" if name == "ranknet" else "ndcg"), None
@@ -443,6 +442,22 @@ class BoostingEngine:
             np.add.at(gain, f_raw[used].numpy(), tree.gains.cpu()[used].numpy())
             np.add.at(split, f_raw[used].numpy(), 1)
         return gain, split
+
+
+def ips_propensities(features, labels, sizes, positions, config: BoosterConfig) -> torch.Tensor:
+    """[P] examination probabilities of a training click log by regression-EM (Wang et al.,
+    WSDM 2018), fitted on its impressions aggregated per (document, position): documents are
+    identified by their feature rows (:func:`rankkit.click_metric.session_log`), so that a
+    document shown in many sessions is one row with its impressions and clicks."""
+    from rankkit.click_metric import aggregate, session_log
+    from rankkit.unbiased import RegressionEM
+
+    matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+    log = session_log(matrix.dense(), labels.cpu(), sizes, positions.cpu(), names=("X", "y", "position"))
+    doc, bucket, shown, clicked = aggregate(log, config.n_positions)
+    em = RegressionEM(config.n_positions, hidden=(16,), iterations=15, lr=1e-2, seed=config.seed)
+    em.fit(log.features[doc].nan_to_num(0.0), clicked, bucket, impressions=shown)
+    return em.propensities_
 
 
 def fit_binner(matrix: FeatureMatrix, max_bins: int, seed: int) -> QuantileBinner:
