@@ -229,7 +229,7 @@ def test_ips_uses_regression_em_on_the_aggregated_training_log(pbm_logs):
     assert upper.max().item() <= 5.0 + 1e-6 and (lower == 1).all()
 
 
-def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs):
+def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
     train, vali = pbm_logs
     x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
     kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
@@ -245,6 +245,11 @@ def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs):
         eval_group=[vali.sessions.sizes])
     np.testing.assert_array_equal(model.predict(x), plain.predict(x))
     assert model.best_iteration_ == 5
+    path = tmp_path / "auto.safetensors"
+    model.save(path)
+    loaded = LambdaMART.load(path)
+    assert loaded.unbiased_choice_ == model.unbiased_choice_ and loaded.unbiased == "auto"
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
     # refitting with another mode leaves no stale choice behind
     model.set_params(unbiased=False).fit(x, y, group=group)
     assert not hasattr(model, "unbiased_choice_")

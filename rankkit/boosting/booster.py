@@ -452,8 +452,8 @@ class LambdaMART(BaseEstimator):
         """Write the model to a safetensors file, atomically (temporary file, then rename).
 
         The file holds the ensemble's tensors and, as JSON metadata, the hyperparameters,
-        ``best_iteration_``, ``best_score_``, ``evals_result_``, the feature names and the
-        importances. Nothing in it is ever unpickled.
+        ``best_iteration_``, ``best_score_``, ``evals_result_``, the feature names, the
+        importances and ``unbiased_choice_``. Nothing in it is ever unpickled.
         """
         from safetensors.torch import save
 
@@ -469,7 +469,8 @@ class LambdaMART(BaseEstimator):
         meta = {"format": _FORMAT, "params": params, "n_features_in": self.n_features_in_,
                 "best_iteration": self.best_iteration_, "best_score": self.best_score_,
                 "evals_result": self.evals_result_,
-                "feature_names": None if names is None else [str(n) for n in names]}
+                "feature_names": None if names is None else [str(n) for n in names],
+                "unbiased_choice": getattr(self, "unbiased_choice_", None)}
         data = save({k: v.contiguous().cpu() for k, v in tensors.items()},
                     metadata={"rankkit": json.dumps(meta)})
 
@@ -512,6 +513,8 @@ class LambdaMART(BaseEstimator):
             model.evals_result_ = meta["evals_result"]
             if meta.get("feature_names") is not None:
                 model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
+            if meta.get("unbiased_choice") is not None:
+                model.unbiased_choice_ = str(meta["unbiased_choice"])
             model.ensemble_ = ObliviousEnsemble(model.n_features_in_, tensors["features"],
                                                 tensors["thresholds"], tensors["leaf_values"],
                                                 float(tensors["bias"][0])).validate()
