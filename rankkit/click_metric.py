@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from rankkit._checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
-from rankkit.unbiased import ClickLogMetric, RegressionEM, counterfactual_ndcg
+from rankkit.unbiased import ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
            "explained_clicks", "multiple_click_ratio", "session_log"]
@@ -238,11 +238,7 @@ class SessionClickMetric:
     def __call__(self, ranker) -> float:
         """Counterfactual NDCG@k of ``ranker``: a callable features [D, F] -> scores [D], or an
         object with such a ``predict``."""
-        predict = getattr(ranker, "predict", ranker)
-        with torch.no_grad():
-            scores = predict(self.features)
-        scores = torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
-        return counterfactual_ndcg(scores, self.query, self.relevance, k=self.k)
+        return counterfactual_ndcg(ranker_scores(ranker, self.features), self.query, self.relevance, k=self.k)
 
 
 @dataclass
@@ -297,10 +293,7 @@ class ClickLikelihood:
     def __call__(self, ranker) -> float:
         """Mean log-likelihood per row of the fitted click model on ``ranker``'s scores: a callable
         features [D, F] -> scores [D], or an object with such a ``predict``."""
-        predict = getattr(ranker, "predict", ranker)
-        with torch.no_grad():
-            scores = predict(self.features)
-        scores = torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
+        scores = ranker_scores(ranker, self.features)
         return explained_clicks(scores[self.doc], self.clicks, self.session, self.bucket, self.n_positions)
 
 

@@ -60,7 +60,7 @@ from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
 
 __all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "FixedPropensities", "PropensityEstimator", "RegressionEM",
            "click_log_likelihood", "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step",
-           "ips_relevance", "pair_costs", "position_pair_costs", "propensity_step"]
+           "ips_relevance", "pair_costs", "position_pair_costs", "propensity_step", "ranker_scores"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
 
@@ -724,8 +724,13 @@ class ClickLogMetric:
     def __call__(self, ranker) -> float:
         """Counterfactual NDCG@k of ``ranker``: a callable features [D, F] -> scores [D], or an
         object with such a ``predict``."""
-        predict = getattr(ranker, "predict", ranker)
-        with torch.no_grad():
-            scores = predict(self.features)
-        scores = torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
-        return counterfactual_ndcg(scores, self.query, self.relevance, k=self.k)
+        return counterfactual_ndcg(ranker_scores(ranker, self.features), self.query, self.relevance, k=self.k)
+
+
+def ranker_scores(ranker, features: torch.Tensor) -> torch.Tensor:
+    """Scores [D] float64 of ``features`` [D, F] by ``ranker``: a callable, or an object with a
+    ``predict`` (numpy or torch output), without gradients."""
+    predict = getattr(ranker, "predict", ranker)
+    with torch.no_grad():
+        scores = predict(features)
+    return torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
