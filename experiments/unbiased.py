@@ -634,6 +634,9 @@ def main(argv=None) -> int:
                         with open(args.out, "a") as f:  # appended run by run: an interrupted grid keeps its runs
                             f.write(json.dumps(record) + "\n")
     records = [r for r in load_records(paths) if r["data"] in args.data.split(",")]
+    if not records:  # never replace a table by an empty one (the result files are not in git)
+        print(f"no runs in {', '.join(paths)}: nothing to tabulate (run the grid first)", file=sys.stderr)
+        return 2
     summary = summarise(records)
     print(table(summary, args.p_grid, args.neural_p_grid))
     print("\n".join(targets(summary)))
