@@ -560,8 +560,10 @@ counterfactual NDCG as the other LambdaRank rows. "LambdaMART debiased (selected
 (selected)" are the previous round's procedure (the counterfactual NDCG above, among naive, the p grid and
 regression-EM), kept for comparison. Fit times are wall-clock seconds of the auto fit over the naive fit of the
 same family in the same run (2 shared cores; the neural naive fit includes its per-epoch click metric).
-The trees and the neural rankers ran as two processes of this script (`--no-neural` and `--no-trees`) on the same
-logs (the same seeds draw them), their JSON lines merged per (data, fold, seed, click model).
+The trees and the neural rankers ran as two processes of this script on the same logs (the same seeds draw them),
+`python experiments/unbiased.py --data synthetic,mq2008 --folds 1-5 --seeds 0,1,2 --no-neural --out
+results/unbiased_s4.jsonl` and the same with `--no-trees --out results/unbiased_s4_neural.jsonl`, their JSON
+lines merged per (data, fold, seed, click model).
 Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold.
 Runs present: {len(grid)} (data, fold, seed) triples: {", ".join(f"{d}/f{f}/s{s}" for d, f, s in grid)}.
 
