@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import sys
+from pathlib import Path
+
+from rankkit._io import atomic_write
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks.md")
 
@@ -16,10 +19,14 @@ def write_section(marker: str, body: str, path: str = BENCHMARKS) -> None:
         text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def command_line(script: str, argv=None, *, prefix: str = "python") -> str:
+    """The command that ran ``script`` (an experiment's ``__file__``) with ``argv`` (None: this
+    process's arguments), as the sections quote it: ``python experiments/NAME.py ARGS``."""
+    args = argv if argv is not None else sys.argv[1:]
+    return f"{prefix} experiments/{os.path.basename(script)} " + " ".join(args)
 
 
 def publish_image(src: str, name: str) -> str:

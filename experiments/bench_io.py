@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import write_section  # noqa: E402
+from _report import command_line, write_section  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F = 46
@@ -186,7 +186,7 @@ def publish(rows: list[dict], args, argv) -> list[dict]:
         small, big = min(reads, default=0), max(reads, default=0)
         ratio = (f" Reading {big:,} lines took {reads[big] / reads[small]:.2f}x the time of "
                  f"{small:,} (linear: {big / small:.0f}x)." if len(reads) >= 2 else "")
-        cmd = "python experiments/bench_io.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = command_line(__file__, argv)
         body = (f"## Reading and scoring large LETOR files (issue 26)\n\n"
                 f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}, 2 CPU cores "
                 f"shared with other jobs (load average about 7-10 during the run, so every time here is "

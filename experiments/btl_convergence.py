@@ -74,7 +74,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import write_section  # noqa: E402
+from _report import command_line, write_section  # noqa: E402
 
 from rankkit.boosting import LambdaMART
 from rankkit.neural import lambda_loss
@@ -557,7 +557,7 @@ def main(argv=None) -> dict:
     print(f"{out['seconds']:.1f} s")
     if args.write:
         plot(out, FIGURE)
-        command = "python experiments/btl_convergence.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = command_line(__file__, argv)
         write_section("btl_convergence", section(out, command.strip()), path=str(RESEARCH))
     return out
 

@@ -24,7 +24,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import publish_image, write_section  # noqa: E402
+from _report import command_line, publish_image, write_section  # noqa: E402
 
 from rankkit.compare import compare
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
                      models=args.models, tune=args.tune, val_fraction=args.val_fraction)
     print(result["table"])
     if args.write:
-        cmd = "python experiments/compare_mq2008.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = command_line(__file__, argv)
         table_doc = open(os.path.join(result["out"], "table.md")).read()
         protocol = result["baseline_protocol"]
         baselines = (f" Baselines: library defaults, at most {protocol['rounds']} rounds, stopped after "

@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mq2008_lambdamart  # noqa: E402
 import mq2008_neural  # noqa: E402
-from _report import write_section  # noqa: E402
+from _report import command_line, write_section  # noqa: E402
 
 from rankkit.boosting import LambdaMART
 from rankkit.data.bundled import load_mq2008
@@ -276,7 +276,7 @@ def main(argv=None) -> list[dict]:
     if args.plot or args.write:
         plot(rows, losses, sides, args.plot or image, name)
     if args.write:
-        cmd = "python experiments/losses.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = command_line(__file__, argv)
         gathered = (" (`--runs` keeps every finished run: the training ran as the same command without "
                     "`--write`, this call gathered it)") if args.runs else ""
         protocol = (

@@ -26,7 +26,7 @@ import torch
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import write_section  # noqa: E402
+from _report import command_line, write_section  # noqa: E402
 
 from rankkit.compare import early_stopping_of
 from rankkit.data.bundled import load_mq2008
@@ -173,7 +173,7 @@ def tune(args, folds: list[int], argv) -> int:
     md = "\n".join(lines)
     print(md)
     if args.write:
-        cmd = "python experiments/mq2008_neural.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = command_line(__file__, argv)
         body = (f"## MQ2008: neural model selection\n\n{datetime.date.today()}, CPU "
                 f"({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads). "
                 f"Command: `{cmd}`\n\nSeeds 0-{args.tune_seeds - 1}, folds {folds}, each setting ranked by its "
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     print(md)
     print(check)
     if args.write:
-        cmd = "python experiments/mq2008_neural.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = command_line(__file__, argv)
         body = (f"## MQ2008: RankNet and LambdaRank\n\n"
                 f"{datetime.date.today()}, CPU ({platform.processor() or platform.machine()}, "
                 f"{torch.get_num_threads()} threads), torch {torch.__version__}. Command: `{cmd}`\n\n"

@@ -33,7 +33,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import write_section  # noqa: E402
+from _report import command_line, write_section  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # ../shared/data beside the checkout (a worktree one level deeper finds it one level up).
@@ -214,8 +214,7 @@ def main(argv=None) -> None:
     results = load_results(args.results)
     if args.epoch_time:
         results["epoch_seconds"] = epoch_times()
-        results.setdefault("commands", []).append({"command": "nice python experiments/neural_parity.py "
-                                                   + " ".join(argv if argv is not None else sys.argv[1:]),
+        results.setdefault("commands", []).append({"command": command_line(__file__, argv, prefix="nice python"),
                                                    "date": datetime.date.today().isoformat()})
         save_results(results, args.results)
         print(results["epoch_seconds"])
@@ -223,7 +222,7 @@ def main(argv=None) -> None:
     done = {(r["data"], r["fold"], r["seed"], r["setting"]) for r in results["runs"]}
     wanted = [s.strip() for s in args.settings.split(",") if s.strip()]
     chosen = lambda name: not wanted or any(w in name for w in wanted)  # noqa: E731
-    command = "nice python experiments/neural_parity.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv, prefix="nice python")
     if not args.report_only:
         results.setdefault("commands", []).append({"command": command, "date": datetime.date.today().isoformat()})
         # Setting by setting (each over every fold and seed), so that a run cut short leaves whole

@@ -28,7 +28,7 @@ import torch
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import publish_image, write_section  # noqa: E402
+from _report import command_line, publish_image, write_section  # noqa: E402
 
 from rankkit.boosting import LambdaMART, ObliviousEnsemble
 from rankkit.data.bundled import load_mq2008
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
     print(md)
     print("wrote", ", ".join(str(x) for x in [out / "shrinkage.json", *plots]))
     if args.write:
-        cmd = "python experiments/shrinkage.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        cmd = command_line(__file__, argv)
         body = (f"## LambdaMART shrinkage (MQ2008 fold {args.fold})\n\n"
                 f"{datetime.date.today()}, CPU ({platform.processor() or platform.machine()}, "
                 f"{torch.get_num_threads()} threads), torch {torch.__version__}. Command: `{cmd}`\n\n"

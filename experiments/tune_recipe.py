@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _report import write_section  # noqa: E402
+from _report import command_line, write_section  # noqa: E402
 
 from rankkit.tune import _importance, load_space, space_path, tune  # noqa: E402
 
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         lines.append(f"| {name} | {label} | {untuned:.4f} | {best:.4f} | {n} ({pruned}) | {seconds:.0f} | "
                      + (", ".join(f"{k}={v}" for k, v in chose.items()) or "–") + " | "
                      + (", ".join(f"{k} {v:.2f}" for k, v in imp.items()) or "–") + " |")
-    command = "python experiments/tune_recipe.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv)
     body = (f"## Tuning: does the training recipe matter? (LambdaRank MLP)\n\n{datetime.date.today()}, "
             f"{platform.machine()}, {os.cpu_count()} CPUs. Command: `{command.strip()}`.\n\n"
             f"Vali NDCG@10 (exp gain, empty = 1) of Optuna studies of {args.trials} trials each (TPE seed 0, "

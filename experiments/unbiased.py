@@ -48,8 +48,11 @@ import time
 import numpy as np
 import torch
 
-from rankkit.boosting import LambdaMART
-from rankkit.data import load_mq2008, make_synthetic, pad
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import command_line, publish_image, write_section  # noqa: E402
+
+from rankkit.boosting import LambdaMART  # noqa: E402
+from rankkit.data import load_mq2008, make_synthetic, pad  # noqa: E402
 from rankkit.data.clicks import (
     CascadeModel,
     PositionBasedModel,
@@ -519,9 +522,6 @@ def bias_table(biases: dict) -> str:
 
 
 def write(records: list[dict], args, command: str) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _report import publish_image, write_section
-
     summary, biases = summarise(records), mean_biases(records)
     tmp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
     os.makedirs(tmp, exist_ok=True)
@@ -611,7 +611,7 @@ def main(argv=None) -> int:
     p.add_argument("--report-only", action="store_true", help="tabulate --out without running")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md and docs/img/unbiased.png")
     args = p.parse_args(argv)
-    command = "python experiments/unbiased.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv)
     args.etas = [float(v) for v in args.etas.split(",")]
     args.p_grid = [float(v) for v in args.p_grid.split(",")]
     args.neural_p_grid = [float(v) for v in args.neural_p_grid.split(",")]
