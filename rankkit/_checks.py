@@ -86,6 +86,20 @@ def check_bool(value, name: str) -> bool:
     return value
 
 
+def check_setting(value, choices: Sequence, name: str):
+    """One of ``choices``, a mix of booleans and strings: a bool or a str, never 0 or 1 standing
+    in for False or True.
+
+    >>> check_setting(1, (False, True, "auto"), "unbiased")
+    Traceback (most recent call last):
+    ...
+    ValueError: `unbiased` has to be one of (False, True, 'auto'), got 1
+    """
+    if isinstance(value, (bool, str)) and value in choices:
+        return value
+    raise ValueError(f"`{name}` has to be one of {tuple(choices)}, got {value!r}")
+
+
 def check_device(device, name: str = "device") -> torch.device:
     """A torch device that exists here: ``"cuda"`` without CUDA is a one-line error."""
     try:

@@ -126,9 +126,7 @@ class BoosterConfig:
         make_metric(self.eval_metric)  # raises for a bad name
         c.check_int(self.early_stopping_rounds, "early_stopping_rounds", low=1, none=True)
         c.check_int(self.seed, "seed", low=0)
-        if self.unbiased not in UNBIASED or isinstance(self.unbiased, (int, float)) and \
-                not isinstance(self.unbiased, bool):
-            raise ValueError(f"`unbiased` has to be one of {UNBIASED}, got {self.unbiased!r}")
+        c.check_setting(self.unbiased, UNBIASED, "unbiased")
         c.check_number(self.bias_p, "bias_p", low=0)
         c.check_int(self.n_positions, "n_positions", low=1, high=4096)  # rankkit.unbiased.MAX_POSITIONS
         c.check_number(self.position_bias_regularization, "position_bias_regularization", low=0)
@@ -224,7 +222,7 @@ class BoostingEngine:
                 raise ValueError(f"`{bad[0]}` is not data-parallel yet: train on several processes without it")
             self.parallel = dp.AllReduce(len(labels))
             self.reduce = self.parallel
-        self.sizes_cpu = sizes.cpu()
+        self.sizes = sizes.cpu()
         self.propensity, self.position_bias = self._debiasing(features, labels, positions)
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
                                         sigma=config.sigma, gain=config.gain, normalize=config.normalize,
@@ -248,7 +246,6 @@ class BoostingEngine:
         codes = transform(self.binner, matrix)[:, self.used].to(self.device)
         self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
                                           backend=self.backend, reduce=self.reduce, shard=self.parallel)
-        self.sizes = sizes.cpu()
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
         self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
@@ -291,7 +288,7 @@ class BoostingEngine:
         from rankkit.unbiased import FixedPropensities, PropensityEstimator
 
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
-            return FixedPropensities(ips_propensities(features, labels, self.sizes_cpu, positions, c),
+            return FixedPropensities(ips_propensities(features, labels, self.sizes, positions, c),
                                      clip=c.propensity_clip), None
         name = c.weighting if c.objective == "lambdarank" else c.objective
         return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,

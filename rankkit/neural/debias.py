@@ -50,13 +50,6 @@ NEURAL_AUTO = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": (
                "dla": ("dla", 1.0)}
 
 
-def check_unbiased(unbiased) -> bool | str:
-    """One of :data:`NEURAL_UNBIASED` (a bool, not 0 or 1)."""
-    if isinstance(unbiased, bool) or (isinstance(unbiased, str) and unbiased in NEURAL_UNBIASED):
-        return unbiased
-    raise ValueError(f"`unbiased` has to be one of {NEURAL_UNBIASED}, got {unbiased!r}")
-
-
 def _bucket(position: torch.Tensor, n_positions: int) -> torch.Tensor:
     return position.long().clamp(0, n_positions - 1)
 
@@ -146,7 +139,8 @@ class DebiasingRace(nn.Module):
     Attributes:
         alive: the candidates still training; scores_: ``{name: explained clicks}`` at the last
             epoch each was validated; choice_: the leader after the last validation (the winner
-            once the race is over).
+            once the race is over); leader_batches_: its (scores, labels, mask) of each batch
+            of that validation.
     """
 
     def __init__(self, candidates: dict, n_positions: int):
@@ -156,15 +150,13 @@ class DebiasingRace(nn.Module):
         self.alive = list(candidates)
         self.scores_: dict[str, float] = {}
         self.choice_: str | None = None
-        self._reset()
+        self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.discard()
 
-    def _reset(self) -> None:
-        self._rows: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
-        self._padded: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
-        self._batches: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._clicks: list[torch.Tensor] = []
-        self._bucket: list[torch.Tensor] = []
-        self._sessions: list[torch.Tensor] = []
+    def discard(self) -> None:
+        """Forget the validation batches collected so far (e.g. Lightning's sanity check)."""
+        self._scores: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
+        self._batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def loss(self, batch: PaddedBatch) -> torch.Tensor:
         """The sum of the live candidates' training losses on ``batch`` (their parameters are
@@ -177,45 +169,34 @@ class DebiasingRace(nn.Module):
 
     @torch.no_grad()
     def collect(self, batch: PaddedBatch) -> None:
-        """Keep the live candidates' scores (in eval mode) of a validation batch of a click log."""
-        if getattr(self, "_stale", False):
-            self._reset()
-            self._stale = False
+        """Keep the live candidates' scores (in eval mode) of a validation batch of a click log,
+        on the batch's device (copied to the host once, by :meth:`end_epoch`)."""
         if batch.position is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: the validation batch has no "
                              "`position` (validate on a click log's sessions, e.g. ClickLog.sessions)")
-        mask = batch.mask
         for name in self.alive:
             scorer = self.candidates[name].scorer
             was = scorer.training
             scorer.eval()  # scored as they will serve (no dropout), whoever calls
-            scores = score_lists(scorer, batch.features, mask)
-            self._padded[name].append(scores)
-            self._rows[name].append(scores[mask].double().cpu())
+            self._scores[name].append(score_lists(scorer, batch.features, batch.mask))
             scorer.train(was)
-        self._batches.append((batch.labels, mask))
-        self._clicks.append(batch.labels[mask].double().cpu())
-        self._bucket.append(batch.position[mask].long().clamp(0, self.n_positions - 1).cpu())
-        offset = sum(len(s) for s in self._sessions)
-        per = mask.sum(1).cpu()
-        self._sessions.append(torch.repeat_interleave(torch.arange(offset, offset + len(per)), per))
-
-    def leader_batches(self, name: str):
-        """(scores, labels, mask) of every validation batch collected this epoch, the scores
-        those of candidate ``name`` (for the usual validation metrics of the leader)."""
-        return [(scores, labels, mask) for scores, (labels, mask) in zip(self._padded[name], self._batches)]
+        self._batches.append((batch.labels, batch.mask, batch.position))
 
     def end_epoch(self, epoch: int, epochs: int) -> str:
         """Score the live candidates on the collected validation log, drop the losers of this
-        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader. The collected
-        batches stay readable (:meth:`leader_batches`) until the next one is collected."""
-        if not self._clicks:
+        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader; its batches'
+        (scores, labels, mask) stay in ``leader_batches_`` for the usual validation metrics."""
+        if not self._batches:
             raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
                              "click log")
-        clicks, bucket = torch.cat(self._clicks), torch.cat(self._bucket)
-        session = torch.cat(self._sessions)
+        masks = [mask.cpu() for _, mask, _ in self._batches]
+        clicks = torch.cat([labels.cpu()[mask] for (labels, _, _), mask in zip(self._batches, masks)]).double()
+        bucket = torch.cat([position.cpu()[mask] for (_, _, position), mask in zip(self._batches, masks)])
+        per_session = torch.cat([mask.sum(1) for mask in masks])
+        session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
         for name in self.alive:
-            self.scores_[name] = explained_clicks(torch.cat(self._rows[name]), clicks, session, bucket,
+            rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._scores[name], masks)])
+            self.scores_[name] = explained_clicks(rows, clicks, session, bucket.long().clamp(0, self.n_positions - 1),
                                                   self.n_positions)
         ranked = sorted(self.alive, key=lambda name: -self.scores_[name])
         done = epoch + 1
@@ -223,9 +204,11 @@ class DebiasingRace(nn.Module):
             ranked = ranked[:1]
         elif done >= math.ceil(epochs / 3):
             ranked = ranked[:2]
-        self.alive = ranked
         self.choice_ = ranked[0]
-        self._stale = True
+        self.leader_batches_ = [(scores, labels, mask) for scores, (labels, mask, _)
+                                in zip(self._scores[self.choice_], self._batches)]
+        self.alive = ranked
+        self.discard()
         return self.choice_
 
     def state(self) -> dict:
@@ -235,4 +218,4 @@ class DebiasingRace(nn.Module):
         self.alive = list(state["alive"])
         self.scores_ = dict(state["scores"])
         self.choice_ = state["choice"]
-        self._reset()
+        self.discard()

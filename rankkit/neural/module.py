@@ -21,7 +21,7 @@ from rankkit._checkpoint import class_path, guard_trainer_restore, guarded_load_
 from rankkit.custom import check_spec, is_custom, qualified_name
 from rankkit.data.dataset import PaddedBatch
 from rankkit.metrics import ranking_metrics
-from rankkit.neural.debias import NEURAL_AUTO, DebiasingRace, DualLearning, PositionBias, check_unbiased
+from rankkit.neural.debias import NEURAL_AUTO, NEURAL_UNBIASED, DebiasingRace, DualLearning, PositionBias
 from rankkit.neural.loss import REDUCTIONS, lambda_loss
 from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
 
@@ -209,7 +209,7 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
         if not custom:
             loss_options = check_loss_options(loss_options, loss if loss is not None else weighting)
-        unbiased = check_unbiased(unbiased)
+        unbiased = _checks.check_setting(unbiased, NEURAL_UNBIASED, "unbiased")
         self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
         self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
         self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
@@ -470,13 +470,13 @@ class NeuralRanker(pl.LightningModule):
         if self.race is None:
             return
         if self.trainer.sanity_checking:
-            self.race._reset()
+            self.race.discard()
             return
         epochs = self.trainer.max_epochs
         if epochs is None or epochs < 1:
             raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
         leader = self._take_leader(self.race.end_epoch(self.current_epoch, epochs))
-        for scores, labels, mask in self.race.leader_batches(leader):
+        for scores, labels, mask in self.race.leader_batches_:
             self.val_metrics.update(scores, labels, mask)
         for name, metric in self.val_metrics.items():
             self.log(name, metric.compute(), prog_bar=name.endswith("/ndcg@10"))
