@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from rankkit._checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
-from rankkit.unbiased import ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
+from rankkit.unbiased import EM_SETTINGS, ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
            "explained_clicks", "multiple_click_ratio", "session_log"]
@@ -215,7 +215,7 @@ class SessionClickMetric:
         self.propensities = torch.ones(n_positions, dtype=torch.float64)
         if click_model != "cascade":
             doc, bucket, shown, clicked = aggregate(log, n_positions)
-            em_model = RegressionEM(n_positions, **{"hidden": (16,), "iterations": 15, "lr": 1e-2, "seed": seed,
+            em_model = RegressionEM(n_positions, **{**EM_SETTINGS, "seed": seed,
                                                     **(em or {})})
             em_model.fit(log.features[doc], clicked, bucket, impressions=shown)
             self.propensities = em_model.propensities_

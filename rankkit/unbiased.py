@@ -396,6 +396,10 @@ class FixedPropensities(PropensityEstimator):
 
 _PROB_EPS = 1e-6
 
+#: The regression-EM that estimates a click log's propensities for model choice and for
+#: ``LambdaMART(unbiased="ips")``: a small MLP, few iterations (the propensities settle early).
+EM_SETTINGS = {"hidden": (16,), "iterations": 15, "lr": 1e-2}
+
 
 def _check_counts(clicks, impressions, position, n_positions=None):
     """Flat [M] click counts, impressions (float64) and positions (long), checked."""

@@ -447,12 +447,12 @@ def ips_propensities(features, labels, sizes, positions, config: BoosterConfig) 
     identified by their feature rows (:func:`rankkit.click_metric.session_log`), so that a
     document shown in many sessions is one row with its impressions and clicks."""
     from rankkit.click_metric import aggregate, session_log
-    from rankkit.unbiased import RegressionEM
+    from rankkit.unbiased import EM_SETTINGS, RegressionEM
 
     matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
     log = session_log(matrix.dense(), labels.cpu(), sizes, positions.cpu(), names=("X", "y", "position"))
     doc, bucket, shown, clicked = aggregate(log, config.n_positions)
-    em = RegressionEM(config.n_positions, hidden=(16,), iterations=15, lr=1e-2, seed=config.seed)
+    em = RegressionEM(config.n_positions, **EM_SETTINGS, seed=config.seed)
     em.fit(log.features[doc].nan_to_num(0.0), clicked, bucket, impressions=shown)
     return em.propensities_
 
