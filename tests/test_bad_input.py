@@ -942,6 +942,8 @@ CLICKS = [
     Case("clicks-datamodule-unknown-key", new_entry("rankkit.data.datamodule.RankingDataModule", clicks={"modle": "pbm"}),
          ValueError, r"`clicks` has to be a dict of \('model', 'eta', 'sessions', 'k', 'fraction', 'max_label'\), "
                      r"got 'modle'"),
+    Case("clicks-split-unknown-model", new_entry("rankkit.data.clicks.click_split", dataset(), None, model="dbn"),
+         ValueError, r"`clicks.model` has to be one of \('pbm', 'cascade'\), got 'dbn'"),
     Case("clicks-fixed-propensity-zero", new_entry("rankkit.unbiased.FixedPropensities", torch.tensor([1.0, 0.0])),
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
 ]

@@ -374,3 +374,32 @@ def test_simcuda_lambdamart_with_a_custom_objective_equals_cpu(objective):
     state_cpu, state_gpu = cpu.ensemble_.state_dict(), gpu.ensemble_.state_dict()
     for key in state_cpu:
         _assert_same(state_gpu[key], state_cpu[key], exact=True)
+
+
+@pytest.mark.parametrize("unbiased", [True, "position", "ips", "auto"])
+def test_simcuda_click_modes_equal_cpu(monkeypatch, unbiased):
+    """LambdaMART's click modes on the simulated device: the trees of the CPU's torch lambda
+    pass, the learned position bias / propensities, the race's choice."""
+    monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
+    data = make_synthetic(10, 12, 5, seed=6)
+    clicks = (data.labels > 1).float()
+    position = torch.cat([torch.arange(int(n)) for n in data.sizes])
+    fit_kwargs = {"group": data.sizes, "position": position}
+    if unbiased == "auto":
+        fit_kwargs.update(eval_set=[(data.features, clicks)], eval_group=[data.sizes], eval_position=[position])
+
+    def fit(device):
+        model = LambdaMART(n_estimators=4, depth=2, min_data_in_leaf=3, learning_rate=0.3, n_positions=8,
+                           unbiased=unbiased, device=device)
+        return model.fit(data.features, clicks, **fit_kwargs)
+
+    cpu = fit("cpu")
+    with simcuda():
+        gpu = fit("cuda")
+    for key, value in cpu.ensemble_.state_dict().items():
+        _assert_same(gpu.ensemble_.state_dict()[key], value, exact=True)
+    assert getattr(gpu, "unbiased_choice_", None) == getattr(cpu, "unbiased_choice_", None)
+    if hasattr(cpu, "position_bias_"):
+        assert torch.equal(torch.as_tensor(gpu.position_bias_), torch.as_tensor(cpu.position_bias_))
+    if hasattr(cpu, "propensities_"):
+        assert torch.equal(torch.as_tensor(gpu.propensities_["clicked"]), torch.as_tensor(cpu.propensities_["clicked"]))
