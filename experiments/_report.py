@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from rankkit._io import atomic_write
+from rankkit.infra.io import atomic_write
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks.md")
 

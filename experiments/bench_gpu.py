@@ -386,7 +386,7 @@ def main(argv=None):
     ])
     print(body)
     if args.json:
-        from rankkit._io import atomic_write
+        from rankkit.infra.io import atomic_write
 
         def write(tmp):
             with open(tmp, "w") as f:

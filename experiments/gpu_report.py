@@ -421,7 +421,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import tempfile
 
-    from rankkit._io import atomic_write
+    from rankkit.infra.io import atomic_write
 
     sim = simulated_counts()
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,7 +30,7 @@ from _report import command_line, write_section  # noqa: E402
 
 from rankkit.compare import early_stopping_of
 from rankkit.data.bundled import load_mq2008
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.metrics import average_precision, ndcg
 from rankkit.neural import LambdaRank, RankNet
 

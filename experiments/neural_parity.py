@@ -92,7 +92,7 @@ def run_trees(options: dict, train, vali, test_eval, val_eval) -> dict:
 def run_neural(options: dict, train, vali, test_eval, val_eval, seed: int, max_epochs: int, workdir: str):
     import pytorch_lightning as pl
 
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
     from rankkit.neural import LambdaRank
     from rankkit.serving import as_scorer, score_queries
 
@@ -133,7 +133,7 @@ def epoch_times(repeats: int = 3) -> dict:
     import pytorch_lightning as pl
 
     from rankkit.data.bundled import load_mq2008
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
     from rankkit.neural import LambdaRank
 
     train, vali, _ = load_mq2008(1)
@@ -160,7 +160,7 @@ def load_results(path: str = RESULTS) -> dict:
 
 
 def save_results(results: dict, path: str = RESULTS) -> None:
-    from rankkit._io import atomic_write
+    from rankkit.infra.io import atomic_write
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 

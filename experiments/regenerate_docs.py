@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from rankkit._io import atomic_write
+from rankkit.infra.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->(.*?)<!-- \1:end -->", flags=re.S)

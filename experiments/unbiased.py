@@ -53,11 +53,10 @@ from _report import command_line, publish_image, write_section  # noqa: E402
 
 from rankkit.boosting import LambdaMART  # noqa: E402
 from rankkit.data import load_mq2008, make_synthetic, pad  # noqa: E402
+from rankkit.training.clicks import production_ranker, production_scores
 from rankkit.data.clicks import (
     CascadeModel,
     PositionBasedModel,
-    production_ranker,
-    production_scores,
     simulate_clicks,
 )
 from rankkit.metrics import ndcg

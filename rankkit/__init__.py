@@ -17,7 +17,7 @@ _EXPORTS = {
     "make_synthetic": "rankkit.data.synthetic",
     "fetch_mslr_web10k": "rankkit.data.fetch",
     "fetch_mslr_web30k": "rankkit.data.fetch",
-    "RankingDataModule": "rankkit.data.datamodule",
+    "RankingDataModule": "rankkit.training.datamodule",
     # the lambda kernel, the losses and the metrics
     "lambda_gradients": "rankkit.lambdas",
     "objective_gradients": "rankkit.losses",

@@ -23,6 +23,12 @@ import os
 import sys
 from typing import Any
 
+from rankkit.infra.checkpoint import read_checkpoint
+from rankkit.infra.io import check_outputs
+from rankkit.infra.quiet import verbose as env_verbose
+from rankkit.training.lightning_cli import _config_flag, config_names, lightning_cli
+from rankkit.tune import parse_overrides, tune
+
 COMMANDS = {
     "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2; "
            "shows its progress, everything with --verbose, nothing but its last line with --quiet)",
@@ -46,11 +52,6 @@ class UsageError(Exception):
 # -- fit / validate / test: LightningCLI ---------------------------------------------------------
 def run_lightning(argv: list[str] | None) -> int:
     """``rankkit fit|validate|test``: ``argv`` None reads ``sys.argv``."""
-    from rankkit._lightning_cli import lightning_cli
-
-    from rankkit._lightning_cli import _config_flag, config_names
-    from rankkit._quiet import verbose as env_verbose
-
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args or env_verbose()
     quiet = "--quiet" in args
@@ -68,7 +69,6 @@ def run_lightning(argv: list[str] | None) -> int:
                          f"(written by `rankkit fit`)")
     for a in args:  # a checkpoint to resume or evaluate: checked here, so a bad one is one line
         if a.startswith("--ckpt_path="):
-            from rankkit._checkpoint import read_checkpoint
 
             read_checkpoint(a.split("=", 1)[1])
     lightning_cli(args, verbose=verbose, progress=bool(args) and args[0] == "fit" and not quiet)
@@ -77,7 +77,6 @@ def run_lightning(argv: list[str] | None) -> int:
 
 # -- predict --------------------------------------------------------------------------------------
 def cmd_predict(args: argparse.Namespace) -> int:
-    from rankkit._io import check_outputs
     from rankkit.serving import predict_file
 
     check_outputs({"--output": args.output},
@@ -151,7 +150,6 @@ def check_export_suffix(output: str, fmt: str) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     suffix = EXPORT_SUFFIXES[args.format]
     out = args.output or os.path.splitext(args.model)[0] + suffix
-    from rankkit._io import check_outputs
 
     check_outputs({"--output" if args.output else "the default output": out}, {"model": args.model})
     r = export_model(args.model, out, args.format)
@@ -202,7 +200,6 @@ def tune_parser() -> argparse.ArgumentParser:
 
 def cmd_tune(argv: list[str]) -> int:
     args, rest = tune_parser().parse_known_args(argv)
-    from rankkit.tune import parse_overrides, tune
 
     try:
         overrides = parse_overrides(rest)
@@ -233,7 +230,7 @@ def _load_for_info(data: str, fold: int):
 
         return dict(zip(("train", "vali", "test"), load_mq2008(fold)))
     if os.path.isdir(data):  # a folder of train/vali/test files, or a LETOR root's fold
-        from rankkit.data.datamodule import RankingDataModule
+        from rankkit.training.datamodule import RankingDataModule
 
         dm = RankingDataModule(data=data, fold=fold)
         dm.setup()
@@ -261,7 +258,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         title = f"MQ2008 fold {args.fold} (bundled)" if args.data == "mq2008" else args.data
         if args.data != "mq2008" and os.path.isdir(args.data):
-            from rankkit.data.datamodule import available_folds
+            from rankkit.training.datamodule import available_folds
 
             title += f" fold {args.fold}" if available_folds(args.data) else ""
         print(title)

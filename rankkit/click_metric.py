@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rankkit._checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
+from rankkit.infra.checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
 from rankkit.unbiased import EM_SETTINGS, ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",

@@ -59,7 +59,7 @@ from typing import Callable
 
 import torch
 
-from rankkit import _checks
+from rankkit.infra import checks as _checks
 
 __all__ = ["TorchLoss", "ProbabilityLoss", "GradientObjective", "NumpyObjective", "as_objective",
            "qualified_name", "HESSIANS", "is_custom"]

@@ -14,7 +14,7 @@ Each takes any trained object: a plain features -> scores ``nn.Module``, a rankk
 LightningModule or a fitted :class:`rankkit.boosting.LambdaMART` (both expose
 ``serving_scorer()``). All write atomically (a temporary file renamed into place).
 
-**List-aware scorers** (``list_aware = True``, see :mod:`rankkit.neural.scorer`) score a
+**List-aware scorers** (``list_aware = True``, see :mod:`rankkit.scorers`) score a
 document beside the others of its query, so their artefacts take whole queries instead:
 
 * TorchScript: ``scorer(features [L, F])`` -> scores [L] for one query (any L), or
@@ -41,8 +41,9 @@ from typing import Callable, Optional, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from rankkit._io import atomic_write as _atomic_write
-from rankkit._io import via_memory
+from rankkit.infra.io import atomic_write as _atomic_write
+from rankkit.infra.io import via_memory
+from rankkit.scorers import is_list_aware
 
 
 class ServingScorer(nn.Module):
@@ -81,11 +82,6 @@ class ListServingScorer(nn.Module):
             raise ValueError("expected a mask of shape [Q, L] beside features [Q, L, F]")
         mask = mask.to(torch.bool)
         return self.scorer(features.to(torch.float32), mask).masked_fill(~mask, 0.0)
-
-
-def is_list_aware(scorer) -> bool:
-    """Whether a scorer (or a loaded artefact) takes whole queries: ``(features, mask)``."""
-    return bool(getattr(scorer, "list_aware", False))
 
 
 @runtime_checkable

@@ -28,10 +28,11 @@ from typing import Callable
 
 import torch
 
-from rankkit import _checks
+from rankkit.custom import GradientObjective, NumpyObjective, as_objective, is_custom
+from rankkit.infra import checks as _checks
+from rankkit.lambdas import lambda_gradients, planned_lambda_gradients
 from rankkit.lambdas.ranking import gain_shift, gain_values, ideal_dcg
 from rankkit.lambdas.weightings import WEIGHTINGS, ndcg_loss2pp
-from rankkit.lambdas import lambda_gradients, planned_lambda_gradients
 
 __all__ = ["OBJECTIVES", "PAIRWISE", "LISTWISE", "objective_gradients", "softmax_loss",
            "xendcg_loss", "listmle_loss", "approx_ndcg_loss", "neural_ndcg_loss"]
@@ -452,8 +453,6 @@ def objective_gradients(name, scores: torch.Tensor, labels: torch.Tensor, *,
     >>> grad, loss  # ∓σ/2, log 2
     (tensor([[-0.5000,  0.5000]]), tensor([0.6931]))
     """
-    from rankkit.custom import is_custom
-
     if is_custom(name):
         return _custom_gradients(name, scores, labels, mask, weights, **options)
     _checks.check_choice(name, OBJECTIVES, "objective")
@@ -461,8 +460,6 @@ def objective_gradients(name, scores: torch.Tensor, labels: torch.Tensor, *,
 
 
 def _custom_gradients(objective, scores, labels, mask, weights, hessian: str = "exact", **options) -> Result:
-    from rankkit.custom import GradientObjective, NumpyObjective, as_objective
-
     scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights)
     loss = as_objective(objective, hessian)
     if options:  # a closed form takes its own options; a torch or numpy objective none

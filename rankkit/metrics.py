@@ -33,7 +33,7 @@ import torch
 # torchmetrics is needed only by the logging wrappers at the bottom of this module.
 from torchmetrics import Metric, MetricCollection
 
-from rankkit._checks import check_batch, check_gain, check_k, check_number
+from rankkit.infra.checks import check_batch, check_gain, check_k, check_number
 from rankkit.lambdas.plan import QueryPlan
 from rankkit.lambdas.ranking import discounts, gain_values, rank_order
 
@@ -79,7 +79,7 @@ def _check_max_label(max_label) -> float:
 
 
 def _check_batch(scores, labels, mask, *, max_label: float | None = None):
-    """Validate a padded batch (:func:`rankkit._checks.check_batch`, one host
+    """Validate a padded batch (:func:`rankkit.infra.checks.check_batch`, one host
     synchronisation); return (scores, labels, mask) on the scores' device, padding zeroed.
 
     Both come back as float64 when ``scores`` are float64 and as float32 otherwise: every metric

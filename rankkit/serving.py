@@ -19,6 +19,13 @@ from typing import Callable
 
 import torch
 
+from rankkit.boosting import LambdaMART
+from rankkit.data.dataset import pad
+from rankkit.data.svmlight import iter_svmlight, svmlight_width
+from rankkit.export import HasScorer, is_list_aware, load_scorer, unwrap
+from rankkit.infra.checkpoint import load_checkpoint
+from rankkit.infra.io import atomic_write
+
 SCORER_SUFFIXES = (".pt", ".pt2", ".onnx", ".jit")
 _CHUNK = 1 << 16
 
@@ -36,11 +43,9 @@ def load_model(path: str | os.PathLike, *, trust_torchscript: bool = False):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
     if path.endswith(".ckpt"):
-        from rankkit._checkpoint import load_checkpoint
 
         return load_checkpoint(path)
     if path.endswith(SCORER_SUFFIXES):
-        from rankkit.export import load_scorer
 
         scorer = load_scorer(path, trust_torchscript=trust_torchscript)
         if isinstance(scorer, torch.fx.GraphModule):  # a .pt2: its width is its input's static shape
@@ -49,7 +54,6 @@ def load_model(path: str | os.PathLike, *, trust_torchscript: bool = False):
     with open(path, "rb") as f:
         head = f.read(8)
     if len(head) == 8 and int.from_bytes(head, "little") < os.path.getsize(path):  # a safetensors header
-        from rankkit.boosting import LambdaMART
 
         return LambdaMART.load(path)
     raise ValueError(f"{path}: not a rankkit model (a .ckpt checkpoint, a LambdaMART model file or a "
@@ -71,12 +75,11 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """A callable features [N, F] -> scores [N] float32 for any object :func:`load_model` returns
     (or any trained model: a LightningModule, a fitted LambdaMART, an ``nn.Module``).
 
-    For a list-aware model (see :mod:`rankkit.neural.scorer`) the callable instead takes a
+    For a list-aware model (see :mod:`rankkit.scorers`) the callable instead takes a
     padded batch ``(features [Q, L, F], mask [Q, L])`` -> scores [Q, L] and carries
     ``list_aware = True``; :func:`score_queries` drives either kind over a flat file."""
     from torch import nn
 
-    from rankkit.export import HasScorer, is_list_aware, unwrap
 
     if isinstance(model, torch.fx.GraphModule):
         # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the
@@ -120,9 +123,6 @@ def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor | None, *,
     Raises:
         ValueError: ``sizes`` do not add up to the N documents (or are None for a list-aware scorer).
     """
-    from rankkit.data.dataset import pad
-    from rankkit.export import is_list_aware
-
     list_aware = is_list_aware(scorer)
     if sizes is None and list_aware:
         raise ValueError("`sizes` is required: a list-aware scorer scores whole queries")
@@ -169,9 +169,6 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
     Returns:
         The number of documents scored.
     """
-    from rankkit.data.svmlight import iter_svmlight, svmlight_width
-    from rankkit.export import is_list_aware
-
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model, trust_torchscript=trust_torchscript)
     scorer = as_scorer(model)
@@ -211,7 +208,6 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
 
     if output is None or os.fspath(output) == "-":
         return write_scores(sys.stdout)
-    from rankkit._io import atomic_write
 
     written = []
 
@@ -225,8 +221,6 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
 
 def _expected_features(model) -> int | None:
     """The feature count the model takes (so a file with fewer columns pads with zeros), if known."""
-    from rankkit.export import HasScorer, unwrap
-
     try:
         inner = unwrap(model) if isinstance(model, HasScorer) else model
     except ValueError:

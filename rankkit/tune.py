@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rankkit import _yaml
-from rankkit._io import atomic_write
+from rankkit.infra import yaml as _yaml
+from rankkit.infra.io import atomic_write
+from rankkit.training.lightning_cli import lightning_cli, quiet_lightning_logs, resolve_config_arg, resolve_model_class
 
 __all__ = ["Param", "TuneResult", "apply_values", "load_space", "parse_overrides", "space_path", "tune"]
 
@@ -181,8 +182,7 @@ def _class_defaults(config: dict) -> dict[str, Any]:
 
     import pytorch_lightning as pl
 
-    from rankkit._lightning_cli import resolve_model_class
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     def defaults(cls, prefix):
         params = inspect.signature(cls.__init__).parameters
@@ -258,7 +258,6 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, repo
     import optuna
     import pytorch_lightning as pl
 
-    from rankkit._lightning_cli import lightning_cli, quiet_lightning_logs
 
     path = Path(workdir) / "trial.yaml"
     path.write_text(_yaml_dump(apply_values(config, values)))
@@ -338,8 +337,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     """
     import optuna
 
-    from rankkit._checks import check_choice, check_int
-    from rankkit._lightning_cli import resolve_config_arg
+    from rankkit.infra.checks import check_choice, check_int
 
     check_int(n_trials, "n_trials", low=1)
     check_int(seed, "seed", low=0)

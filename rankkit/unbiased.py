@@ -45,7 +45,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rankkit._checks import (
+from rankkit.data.dataset import pad
+from rankkit.infra.checks import (
     check_choice,
     check_int,
     check_k,
@@ -57,6 +58,8 @@ from rankkit._checks import (
     weights_condition,
 )
 from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
+from rankkit.metrics import ndcg
+from rankkit.scorers import MLPScorer
 
 __all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "FixedPropensities", "PropensityEstimator", "RegressionEM",
            "click_log_likelihood", "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step",
@@ -494,7 +497,7 @@ class RegressionEM:
     """Regression-EM (Wang et al., WSDM 2018): a neural relevance model and the position bias
     learned together from clicks by EM (see the comment above :func:`em_posteriors`).
 
-    The relevance model γ(x) = sigmoid(f(x)) is an :class:`rankkit.neural.scorer.MLPScorer`;
+    The relevance model γ(x) = sigmoid(f(x)) is an :class:`rankkit.scorers.MLPScorer`;
     f ranks documents (:meth:`predict`). Each of ``iterations`` EM iterations runs the E-step with
     the current θ and f, sets θ in closed form, then takes ``epochs`` passes of Adam over the rows
     on the weighted cross-entropy against the relevance targets (weights = impressions).
@@ -550,8 +553,6 @@ class RegressionEM:
             callback: called as ``callback(self, iteration)`` after every EM iteration (e.g. to
                 keep the iteration that scores best on a click-log validation split).
         """
-        from rankkit.neural.scorer import MLPScorer
-
         X = torch.as_tensor(X)
         check_tensor(X, "X", ndim=2, kind="float")
         clicks, impressions, bucket = _check_counts(clicks, impressions, position, self.n_positions)
@@ -653,9 +654,6 @@ def counterfactual_ndcg(scores, query_index, relevance, *, k: int | None = 10) -
     Returns:
         The mean over queries (float).
     """
-    from rankkit.data.dataset import pad
-    from rankkit.metrics import ndcg
-
     scores = check_tensor(torch.as_tensor(scores), "scores", ndim=1, kind="float")
     query_index = check_tensor(torch.as_tensor(query_index), "query_index", shape=scores.shape, kind="int")
     relevance = check_tensor(torch.as_tensor(relevance), "relevance", shape=scores.shape, kind="float")

@@ -1,6 +1,11 @@
 """The public API: every name in rankkit.__all__ resolves, and importing rankkit stays light."""
+import ast
+import functools
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import rankkit
 
@@ -16,36 +21,49 @@ def test_import_is_lazy():
     assert out.split() == ["False", "False"]
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """rankkit's modules and the rankkit modules each imports (at any depth in the file)."""
-    import ast
-    from pathlib import Path
-
+def _modules() -> dict[str, Path]:
+    """rankkit's modules by dotted name."""
     root = Path(rankkit.__file__).resolve().parent
     names = {}
     for path in root.rglob("*.py"):
         parts = path.relative_to(root.parent).with_suffix("").parts
         names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph = {}
-    for name, path in names.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return names
+
+
+def _imports(name: str, path: Path, names) -> list[tuple[str, str | None]]:
+    """(imported module, enclosing function or None at module level) for every import in a file.
+
+    ``from package import module`` names the module (and runs the package's ``__init__``, which
+    is its parent's business, not an edge of this file); a name outside rankkit is kept whole.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+
+    def visit(node, function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                out.extend((a.name, function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    up = package.split(".")[: len(package.split(".")) - child.level + 1]
                     base = ".".join(up + ([base] if base else []))
-                # `from package import module` depends on the module (and runs the package's
-                # __init__, which is its parent's business, not an edge of this file).
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names]
+                out.extend((f"{base}.{a.name}" if f"{base}.{a.name}" in names else base, function)
+                           for a in child.names)
             else:
-                continue
-            edges |= {t for t in targets if t in names and t != name}
-        graph[name] = edges
-    return graph
+                inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+                visit(child, inner)
+
+    visit(ast.parse(path.read_text()), None)
+    return out
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """rankkit's modules and the rankkit modules each imports (at any depth in the file)."""
+    names = _modules()
+    return {name: {t for t, _ in _imports(name, path, names) if t in names and t != name}
+            for name, path in names.items()}
 
 
 def test_the_import_graph_has_no_cycle():
@@ -73,8 +91,6 @@ def test_the_import_cycle_check_can_fail(monkeypatch):
     graph["rankkit.cli"] = graph["rankkit.cli"] | {"rankkit.compare.protocol"}
     graph["rankkit.compare.protocol"] = graph["rankkit.compare.protocol"] | {"rankkit.cli"}
     monkeypatch.setattr(sys.modules[__name__], "_import_graph", lambda: graph)
-    import pytest
-
     with pytest.raises(AssertionError, match="import cycle"):
         test_the_import_graph_has_no_cycle()
 
@@ -85,3 +101,98 @@ def test_neural_and_boosting_never_import_each_other():
         for name, edges in graph.items():
             if name.startswith(a):
                 assert not any(e.startswith(b) for e in edges), (name, edges)
+
+
+# The floors of the house, bottom first (docs/design.md draws them). A module imports only from
+# its own folder or from a lower floor; two folders on one floor never import each other.
+LAYERS = (
+    ("infra",),                                  # checks, file writes, YAML, quiet runs, checkpoints
+    ("kernels",),                                # the booster's compute backends (torch, C, Triton)
+    ("lambdas",),                                # the lambda kernel
+    ("data", "custom", "scorers"),               # files and batches; user objectives; the scorer nn.Modules
+    ("metrics", "losses", "export"),             # the maths on padded batches; serving artefacts
+    ("unbiased",),                               # position-bias estimation
+    ("click_metric",),                           # click-log model selection
+    ("neural", "boosting"),                      # the two model families
+    ("serving", "training"),                     # scoring files; the Lightning front end
+    ("tune",),
+    ("compare",),
+    ("cli", "examples", "rankkit"),
+)
+
+
+def _floor(module: str) -> tuple[int, str]:
+    part = module.split(".")[1] if "." in module else "rankkit"
+    for i, folders in enumerate(LAYERS):
+        if part in folders:
+            return i, part
+    raise AssertionError(f"{module} is on no floor of LAYERS: add its folder")
+
+
+def _arrows_up(graph) -> list[str]:
+    bad = []
+    for name, edges in graph.items():
+        floor, folder = _floor(name)
+        for target in edges:
+            to_floor, to_folder = _floor(target)
+            if to_folder != folder and to_floor >= floor:
+                bad.append(f"{name} -> {target}")
+    return sorted(bad)
+
+
+def test_every_import_points_down():
+    assert _arrows_up(_import_graph()) == []
+
+
+def test_the_layer_check_can_fail():
+    graph = _import_graph()
+    graph["rankkit.data.clicks"] = graph["rankkit.data.clicks"] | {"rankkit.boosting.booster"}
+    graph["rankkit.boosting.engine"] = graph["rankkit.boosting.engine"] | {"rankkit.neural.scorer"}
+    assert _arrows_up(graph) == ["rankkit.boosting.engine -> rankkit.neural.scorer",
+                                 "rankkit.data.clicks -> rankkit.boosting.booster"]
+
+
+# A function-local import of a rankkit module is for delaying a heavy dependency only: the module
+# it loads brings one (at its top level, at any depth) that the importing module does not.
+HEAVY = ("torch", "pytorch_lightning", "lightning", "triton", "optuna", "matplotlib")
+
+
+def _local_imports_without_reason() -> list[str]:
+    names = _modules()
+    imports = {name: _imports(name, path, names) for name, path in names.items()}
+
+    @functools.cache
+    def heavy(module: str, seen: frozenset = frozenset()) -> frozenset:
+        root = module.split(".")[0]
+        if root in HEAVY:
+            return frozenset({root})
+        if module not in names or module in seen:
+            return frozenset()
+        parents = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+        deps = {t for t, function in imports[module] if function is None} | parents
+        return frozenset().union(*(heavy(d, seen | {module}) for d in deps))
+
+    bad = []
+    for name, found in imports.items():
+        for target, function in found:
+            if function is not None and target.startswith("rankkit") and not heavy(target) - heavy(name):
+                bad.append(f"{name}.{function} imports {target}")
+    return sorted(bad)
+
+
+def test_function_local_imports_only_delay_heavy_dependencies():
+    assert _local_imports_without_reason() == []
+
+
+def test_the_local_import_check_can_fail(tmp_path, monkeypatch):
+    package = tmp_path / "rankkit"
+    package.mkdir()
+    (package / "light.py").write_text("import json\n")
+    (package / "heavy.py").write_text("import torch\n")
+    (package / "user.py").write_text("import os\n\ndef f():\n    from rankkit import light\n\n"
+                                     "def g():\n    from rankkit import heavy\n")
+    (package / "user_of_torch.py").write_text("import torch\n\ndef f():\n    from rankkit import heavy\n")
+    monkeypatch.setattr(sys.modules[__name__], "_modules",
+                        lambda: {f"rankkit.{p.stem}": p for p in package.glob("*.py")})
+    assert _local_imports_without_reason() == ["rankkit.user.f imports rankkit.light",
+                                               "rankkit.user_of_torch.f imports rankkit.heavy"]

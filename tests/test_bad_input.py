@@ -34,7 +34,7 @@ import pytest
 import torch
 from torch import nn
 
-from rankkit._io import atomic_write
+from rankkit.infra.io import atomic_write
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.data import RankingDataset, concat, read_svmlight
 from rankkit.data import svmlight
@@ -939,10 +939,10 @@ CLICKS = [
          r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
     Case("clicks-neural-dla-loss", module("LambdaRank", n_features=3, unbiased="dla", loss="softmax"), ValueError,
          r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None"),
-    Case("clicks-datamodule-unknown-key", new_entry("rankkit.data.datamodule.RankingDataModule", clicks={"modle": "pbm"}),
+    Case("clicks-datamodule-unknown-key", new_entry("rankkit.training.datamodule.RankingDataModule", clicks={"modle": "pbm"}),
          ValueError, r"`clicks` has to be a dict of \('model', 'eta', 'sessions', 'k', 'fraction', 'max_label'\), "
                      r"got 'modle'"),
-    Case("clicks-split-unknown-model", new_entry("rankkit.data.clicks.click_split", dataset(), None, model="dbn"),
+    Case("clicks-split-unknown-model", new_entry("rankkit.training.clicks.click_split", dataset(), None, model="dbn"),
          ValueError, r"`clicks.model` has to be one of \('pbm', 'cascade'\), got 'dbn'"),
     Case("clicks-fixed-propensity-zero", new_entry("rankkit.unbiased.FixedPropensities", torch.tensor([1.0, 0.0])),
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),

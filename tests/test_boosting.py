@@ -480,7 +480,7 @@ def test_lambdamart_module_trains_with_trainer_fit(tmp_path):
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     from rankkit.boosting import LambdaMARTModule
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     train, vali = small_set(0, n_queries=40), small_set(1, n_queries=20)
     dm = RankingDataModule.from_datasets(train, vali, vali, max_docs=256)
@@ -508,7 +508,7 @@ def test_lambdamart_module_random_strength_is_seeded(tmp_path):
     import pytorch_lightning as pl
 
     from rankkit.boosting import LambdaMARTModule
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     train, vali = small_set(0, n_queries=30), small_set(1, n_queries=10)
 
@@ -570,7 +570,7 @@ def test_lambdamart_module_grows_the_estimators_trees(tmp_path, exact_newton):
     import pytorch_lightning as pl
 
     from rankkit.boosting import LambdaMARTModule
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     train, vali = small_set(0, n_queries=40), small_set(1, n_queries=10)
     kw = dict(depth=3, learning_rate=0.3, min_data_in_leaf=3, k=5, normalize=True, subsample=0.7,

@@ -106,7 +106,7 @@ def test_the_progress_bar_rewrites_one_line_in_a_terminal():
     import io
     from types import SimpleNamespace
 
-    from rankkit._fit_progress import FitProgress
+    from rankkit.infra.progress import FitProgress
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -220,7 +220,7 @@ def test_fit_test_predict_export(model, letor, tmp_path, capsys):
 def test_test_and_validate_score_the_data_the_checkpoint_was_trained_on(tmp_path, capsys):
     """The README's sequence, fit on fold 2 then test with the config (fold: 1): fold 2's test set
     is scored, not fold 1's (whose test set is fold 2's vali set)."""
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.data.svmlight import read_svmlight
     from rankkit.metrics import ndcg
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rankkit._io import atomic_write, check_outputs
+from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -268,7 +268,7 @@ def test_export_past_a_file_size_limit_is_one_line_not_an_abort(work, fmt):
 def test_stale_temp_after_sigkill_does_not_break_the_next_write(tmp_path):
     target = tmp_path / "out.txt"
     code = ("import sys, time; sys.path.insert(0, %r)\n"
-            "from rankkit._io import atomic_write\n"
+            "from rankkit.infra.io import atomic_write\n"
             "def w(tmp):\n    open(tmp, 'w').write('half'); print('writing', flush=True); time.sleep(60)\n"
             "atomic_write(%r, w)\n" % (str(ROOT), str(target)))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

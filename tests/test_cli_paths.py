@@ -265,7 +265,7 @@ def test_compare_on_a_folder_without_vali(data, tmp_path, capsys):
 
 
 def test_val_seed_fixes_the_held_out_queries(data):
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     def held(**kw):
         dm = RankingDataModule(data=str(data / "novali"), val_fraction=0.25, **kw)

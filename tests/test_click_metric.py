@@ -26,11 +26,10 @@ from rankkit.click_metric import (
     session_log,
 )
 from rankkit.data import make_synthetic
+from rankkit.training.clicks import production_ranker, production_scores
 from rankkit.data.clicks import (
     CascadeModel,
     PositionBasedModel,
-    production_ranker,
-    production_scores,
     simulate_clicks,
 )
 from rankkit.unbiased import FixedPropensities, RegressionEM

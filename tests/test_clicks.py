@@ -14,11 +14,10 @@ import pytest
 import torch
 
 from rankkit.data import PaddedBatch, RankingDataset, concat, make_synthetic, pad
+from rankkit.training.clicks import production_ranker, production_scores
 from rankkit.data.clicks import (
     CascadeModel,
     PositionBasedModel,
-    production_ranker,
-    production_scores,
     shown_lists,
     simulate_clicks,
 )

@@ -20,7 +20,7 @@ from rankkit import LambdaMART
 from rankkit.boosting import LambdaMARTModule
 from rankkit.custom import NumpyObjective, ProbabilityLoss, TorchLoss, positive_surrogate
 from rankkit.data import make_synthetic
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.examples.losses import ranknet, smoothed_softmax, softmax_plus_pointwise, squared_pairwise_hinge
 from rankkit.losses import objective_gradients
 from rankkit.neural import LambdaRank, RankNet
@@ -331,7 +331,7 @@ def test_a_config_names_an_importable_loss_and_a_checkpoint_never_imports_it(tmp
     saved["hyper_parameters"]["objective"] = "no_such_package_anywhere.loss"
     torch.save(saved, tmp_path / "edited.ckpt")
     sys.modules.pop("no_such_package_anywhere", None)
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
 
     model = load_checkpoint(tmp_path / "edited.ckpt")
     assert "no_such_package_anywhere" not in sys.modules

@@ -17,7 +17,7 @@ import torch
 from rankkit.data import (RankingDataset, concat, fetch_letor_zip, load_mq2008, make_synthetic, pad,
                           read_svmlight)
 from rankkit.data import fetch as fetch_mod
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not present")

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.data import load_mq2008, make_synthetic
-from rankkit.data.datamodule import RankingDataModule, hold_out
+from rankkit.training.datamodule import RankingDataModule, hold_out
 from rankkit.neural import LambdaRank
 
 SHARED = "/work/shared/data"

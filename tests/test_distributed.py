@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from rankkit.data import make_synthetic
-from rankkit.data.datamodule import QueryBatchSampler, RankingDataModule
+from rankkit.training.datamodule import QueryBatchSampler, RankingDataModule
 from rankkit.metrics import ndcg, ranking_metrics
 from rankkit.neural import LambdaRank
-from rankkit.neural.scorer import FeaturePreprocessor
+from rankkit.scorers import FeaturePreprocessor
 
 # The data every multi-process script builds too (the scripts import nothing from this file).
 DATA = "make_synthetic(61, (2, 16), 5, seed=4)"
@@ -108,8 +108,8 @@ import json, sys
 import torch
 import torch.distributed as dist
 from rankkit.data import make_synthetic
-from rankkit.data.datamodule import RankingDataModule
-from rankkit.neural.scorer import FeaturePreprocessor
+from rankkit.training.datamodule import RankingDataModule
+from rankkit.scorers import FeaturePreprocessor
 
 dist.init_process_group("gloo")
 data = {DATA}
@@ -162,7 +162,7 @@ import sys
 import pytorch_lightning as pl
 import torch
 from rankkit.data import make_synthetic
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.neural import LambdaRank
 
 

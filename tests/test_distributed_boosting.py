@@ -75,7 +75,7 @@ def test_lambdamart_module_under_lightning_ddp_grows_the_single_process_trees(tm
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from test_distributed_boosting import KW, data
         from rankkit.boosting import LambdaMARTModule
-        from rankkit.data.datamodule import RankingDataModule
+        from rankkit.training.datamodule import RankingDataModule
         torch.set_num_threads(1)
         train, vali = data()
         kw = {kw!r}

@@ -1,10 +1,10 @@
 """Fuzzing the file headers under a memory limit: no file makes rankkit allocate past its limits.
 
 Mutated and random bytes go into every loader that reads sizes from a file -- Lightning
-checkpoints (:func:`rankkit._checkpoint.load_checkpoint`, including damaged pickles inside an
+checkpoints (:func:`rankkit.infra.checkpoint.load_checkpoint`, including damaged pickles inside an
 archive whose checksums are right), ``.npz`` dataset caches (:meth:`RankingDataset.load`),
 LETOR files with huge feature indices and LambdaMART model files -- and YAML configs into
-:func:`rankkit._yaml.safe_load`. The fuzz runs in a child process whose address space is
+:func:`rankkit.infra.yaml.safe_load`. The fuzz runs in a child process whose address space is
 capped (``resource.setrlimit(RLIMIT_AS)``) at what it uses after start-up plus
 :data:`HEADROOM`: a file that asked for gigabytes would end in ``MemoryError`` or a failed
 allocation there, which fails the test, instead of exhausting the machine. Each answer must be
@@ -139,7 +139,7 @@ def _npz_bytes() -> bytes:
 def fuzz_checkpoint_bytes() -> None:
     from hypothesis import given
 
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
 
     fuzz, st, mutation = _strategies()
     valid = _checkpoint_bytes()
@@ -159,7 +159,7 @@ def fuzz_checkpoint_members() -> None:
     """Damaged pickles, sizes and records inside an archive whose checksums are right."""
     from hypothesis import given
 
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
 
     fuzz, st, mutation = _strategies()
     files = _members(_checkpoint_bytes())
@@ -263,7 +263,7 @@ def fuzz_safetensors_header() -> None:
 def fuzz_yaml() -> None:
     from hypothesis import given
 
-    from rankkit import _yaml
+    from rankkit.infra import yaml as _yaml
 
     fuzz, st, mutation = _strategies()
     valid = (Path(__file__).resolve().parents[1] / "rankkit" / "configs" / "lambdarank.yaml").read_text()

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.data import make_synthetic
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.export import export_program, export_torchscript, load_scorer
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank, MLPScorer, RankNet, lambda_loss
@@ -284,7 +284,7 @@ class UserScorer(torch.nn.Module):
 
     def __init__(self, n_features: int):
         super().__init__()
-        from rankkit.neural.scorer import FeaturePreprocessor
+        from rankkit.scorers import FeaturePreprocessor
 
         self.pre = FeaturePreprocessor(n_features)
         self.inner = torch.nn.Bilinear(n_features, n_features, 1)
@@ -321,7 +321,7 @@ def test_lambdarank_trains_a_users_scorer_and_exports_it(tmp_path, tiny_data, fm
 
 
 def _feature_stats(x):
-    from rankkit.neural.scorer import FeaturePreprocessor
+    from rankkit.scorers import FeaturePreprocessor
 
     pre = FeaturePreprocessor(x.shape[1]).fit(x)
     return pre.mean, pre.std

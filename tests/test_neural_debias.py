@@ -12,7 +12,7 @@ import torch
 from rankkit.click_metric import ClickLikelihood
 from rankkit.data import make_synthetic
 from rankkit.data.clicks import PositionBasedModel, simulate_clicks
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.neural import LambdaRank
 from rankkit.neural.debias import NEURAL_AUTO, DualLearning

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankkit.data import make_synthetic
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.data.dataset import pad
 from rankkit.export import export_onnx, export_program, export_torchscript, is_list_aware, load_scorer
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank, MeanEnsemble, MLPScorer, RankNet, TransformerScorer, score_lists
-from rankkit.neural.scorer import FeaturePreprocessor
+from rankkit.scorers import FeaturePreprocessor
 from rankkit.serving import as_scorer, predict_file, score_queries
 
 F = 6

@@ -205,9 +205,9 @@ def test_loss_options_are_kept_in_checkpoints_and_read_from_yaml(tmp_path):
     import pytorch_lightning as pl
     from jsonargparse import ArgumentParser
 
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.data import make_synthetic
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
     from rankkit.neural import LambdaRank
 
     options = {"temperature": 0.5, "k": 5, "sinkhorn_iterations": 5}

@@ -133,7 +133,7 @@ def test_lambda_pass_and_eval_metric_do_not_sync_on_the_device(monkeypatch, opti
 @pytest.mark.parametrize("options", [{}, {"exact_newton": True, "bagging_temperature": 1.0, "subsample": 0.8},
                                      {"objective": "softmax"}, {"objective": "listmle"}])
 def test_nothing_is_validated_or_planned_inside_the_boosting_loop(monkeypatch, options):
-    from rankkit import _checks
+    from rankkit.infra import checks as _checks
     from rankkit.lambdas import plan as _plan
 
     data = make_synthetic(10, 12, 5, seed=2)

@@ -13,7 +13,7 @@ pl = pytest.importorskip("pytorch_lightning")
 from pytorch_lightning.loggers import CSVLogger  # noqa: E402
 
 from rankkit.boosting import LambdaMART, LambdaMARTModule  # noqa: E402
-from rankkit.data.datamodule import RankingDataModule  # noqa: E402
+from rankkit.training.datamodule import RankingDataModule  # noqa: E402
 from rankkit.data.synthetic import make_synthetic  # noqa: E402
 from rankkit.neural.module import LambdaRank, RankNet  # noqa: E402
 
@@ -60,7 +60,7 @@ def test_trainer_fit_of_a_rankkit_module_raises_no_warnings(name, tmp_path, monk
 @pytest.mark.parametrize("how", ["env", "scope"])
 @pytest.mark.parametrize("name", ["ranknet", "lambdamart"])
 def test_rankkit_verbose_lets_lightnings_warnings_through(name, how, tmp_path, monkeypatch):
-    from rankkit._quiet import verbose_scope
+    from rankkit.infra.quiet import verbose_scope
 
     if how == "env":
         monkeypatch.setenv("RANKKIT_VERBOSE", "1")
@@ -131,7 +131,7 @@ def test_a_users_module_on_rankkits_datamodule_keeps_the_logging_hint(tmp_path, 
 @pytest.mark.parametrize(("value", "expected"), [("", False), ("0", False), ("false", False), ("off", False),
                                                  ("1", True), ("yes", True), ("TRUE", True)])
 def test_rankkit_verbose_values(value, expected, monkeypatch):
-    from rankkit._quiet import verbose
+    from rankkit.infra.quiet import verbose
 
     monkeypatch.setenv("RANKKIT_VERBOSE", value)
     assert verbose() is expected
@@ -180,7 +180,7 @@ def test_importing_rankkit_installs_no_warnings_filter():
     import sys
 
     code = ("import warnings, torch, pytorch_lightning, torchmetrics; n = len(warnings.filters); "
-            "import rankkit, rankkit.boosting.module, rankkit.neural.module, rankkit.data.datamodule, "
+            "import rankkit, rankkit.boosting.module, rankkit.neural.module, rankkit.training.datamodule, "
             "rankkit.compare.protocol; "
             "print(len(warnings.filters) - n)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -84,7 +84,7 @@ def test_the_defaults_table_is_the_code_and_the_configs():
 
     import yaml
 
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
     from rankkit.neural import LambdaRank, RankNet
 
     section = README[README.index("| argument | `LambdaRank` / `RankNet` default"):]

@@ -114,7 +114,7 @@ def ranknet():
 
 def test_load_checkpoint_equals_lightning(tmp_path, ranknet):
     """rankkit builds the module itself; it scores as Lightning's own loader's module does."""
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.neural import RankNet
 
     path = _checkpoint(tmp_path, ranknet)
@@ -127,7 +127,7 @@ def test_load_checkpoint_equals_lightning(tmp_path, ranknet):
 
 def test_checkpoint_instantiator_is_never_imported(tmp_path, ranknet, capsys):
     """The file's ``_instantiator`` (a function Lightning would import and call) is ignored."""
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
 
     path = _checkpoint(tmp_path, ranknet, hyper_parameters={"_instantiator": "builtins.print"})
     load_checkpoint(path)
@@ -154,7 +154,7 @@ def test_checkpoint_instantiator_is_never_imported(tmp_path, ranknet, capsys):
 ])
 def test_checkpoint_cannot_choose_code_or_sizes(tmp_path, ranknet, edit, match):
     """A 40 GB ``torch.nn.Linear`` or a 3.9 GB ``hidden`` was built from the file before."""
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
 
     path = _checkpoint(tmp_path, ranknet, **edit)
     with pytest.raises(ValueError, match=match):
@@ -164,7 +164,7 @@ def test_checkpoint_cannot_choose_code_or_sizes(tmp_path, ranknet, edit, match):
 def test_checkpoint_with_own_scorer_passed_in_code(tmp_path):
     from torch import nn
 
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.neural import NeuralRanker
 
     module = NeuralRanker(scorer=nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)))
@@ -179,7 +179,7 @@ def test_checkpoint_with_own_scorer_passed_in_code(tmp_path):
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/x.ckpt", "https://h/x.ckpt", "s3://b/x.ckpt",
                                  "simplecache::http://127.0.0.1:9/x.ckpt", "file::/tmp/x.ckpt"])
 def test_checkpoint_url_refused_by_the_api(url):
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.serving import load_model
 
     with pytest.raises(ValueError, match=r"`ckpt_path` has to be a local checkpoint file"):
@@ -231,7 +231,7 @@ def test_cli_checkpoint_with_a_pickle_is_never_unpickled(tmp_path, capsys):
                                      {"architecture": "transformer", "hidden": [8], "heads": 2, "layers": 1}])
 def test_load_checkpoint_every_module_option(tmp_path, options):
     """The meta-device shape check builds every variant (EMA copy, propensities, layer norm)."""
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.neural import LambdaRank
 
     torch.manual_seed(1)
@@ -267,7 +267,7 @@ def test_yaml_alias_bomb_is_refused_by_every_command(tmp_path, argv, capsys):
 
 
 def test_yaml_limits():
-    from rankkit import _yaml
+    from rankkit.infra import yaml as _yaml
 
     _yaml.check_yaml(_bomb(levels=5, width=6))  # about 2 x 6^5 = 15552 scalars: within the limit
     with pytest.raises(_yaml.YAMLLimitError, match=r"s.yaml: more than 100000 YAML nodes"):
@@ -460,7 +460,7 @@ def test_a_trainers_ckpt_path_is_checked_before_lightning_reads_it(tmp_path, mod
     import pytorch_lightning as pl
 
     import rankkit
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     dm = RankingDataModule("mq2008", max_docs=128)
     model = rankkit.RankNet(n_features=46) if module == "RankNet" else rankkit.LambdaMARTModule(depth=2)
@@ -479,7 +479,7 @@ def test_a_trainers_ckpt_path_is_checked_before_lightning_reads_it(tmp_path, mod
 def test_checkpoint_values_are_checked_when_loaded(tmp_path, ranknet):
     """A RankNet checkpoint with a NaN weight, and a LambdaMART one with a NaN leaf, a NaN
     threshold or an infinite bias, loaded and scored NaN/inf with exit status 0."""
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
 
     name = next(k for k, v in ranknet.state_dict().items() if v.is_floating_point() and v.dim() == 2)
     weights = ranknet.state_dict()[name].clone()
@@ -492,9 +492,9 @@ def test_checkpoint_values_are_checked_when_loaded(tmp_path, ranknet):
 def test_a_lambdamart_checkpoint_with_bad_trees_is_refused(tmp_path):
     import pytorch_lightning as pl
 
-    from rankkit._checkpoint import load_checkpoint
+    from rankkit.infra.checkpoint import load_checkpoint
     from rankkit.boosting import LambdaMARTModule
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     module = LambdaMARTModule(depth=2, min_data_in_leaf=5)
     trainer = pl.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,

@@ -147,7 +147,7 @@ def test_a_resumed_lambdamart_module_with_sampling_grows_the_straight_runs_trees
     import pytorch_lightning as pl
 
     from rankkit.boosting import LambdaMARTModule
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     train, val = make_synthetic(40, (3, 20), 6, seed=0), make_synthetic(10, (3, 20), 6, seed=1)
 
@@ -173,7 +173,7 @@ def test_a_resumed_lambdamart_module_with_sampling_grows_the_straight_runs_trees
 def test_a_checkpoint_naming_a_foreign_scorer_cannot_size_a_huge_model(tmp_path, capsys):
     """Its shapes are the user's scorer's (not checked), but the model its hyper-parameters
     describe is counted on the meta device: `hidden: [65536, 65536]` in a 6 KB file was 17 GB."""
-    from rankkit._checkpoint import check_checkpoint
+    from rankkit.infra.checkpoint import check_checkpoint
     from rankkit.neural import LambdaRank
 
     model = LambdaRank(n_features=5, hidden=[8], dropout=0.0)

@@ -14,7 +14,7 @@ import torch
 
 from rankkit.data import make_synthetic, pad
 from rankkit.data.clicks import PositionBasedModel, attractiveness, simulate_clicks
-from rankkit.data.datamodule import RankingDataModule
+from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank, RankNet

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rankkit import _checks
+from rankkit.infra import checks as _checks
 
 _CHUNK = 1 << 16  # rows densified at once
 

@@ -23,14 +23,16 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from rankkit import _checks
-from rankkit._io import atomic_write
 from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.click_metric import ClickLikelihood
 from rankkit.custom import qualified_name
-from rankkit.data.dataset import RankingDataset
+from rankkit.data.dataset import RankingDataset, pad
+from rankkit.infra import checks as _checks
+from rankkit.infra.io import atomic_write
+from rankkit.metrics import ndcg
 
 _FORMAT = "rankkit.LambdaMART/1"
 
@@ -340,8 +342,6 @@ class LambdaMART(BaseEstimator):
     def _race(self, config: BoosterConfig, engine_for, evals, eval_position) -> BoostingEngine:
         """``unbiased="auto"``: the candidates' successive-halving race on the validation click
         log (see ``unbiased``); returns the winner's engine, its trees grown so far."""
-        from rankkit.click_metric import ClickLikelihood
-
         if not evals or eval_position is None or eval_position[0] is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: pass eval_set=[(X_val, "
                              "clicks_val)] with eval_qid (or eval_group) and eval_position=[position_val]")
@@ -422,9 +422,6 @@ class LambdaMART(BaseEstimator):
     def score(self, X, y=None, *, qid=None, group=None) -> float:
         """Mean NDCG@10 (exp gain, a query with nothing relevant scores 1) of the predictions,
         so that ``GridSearchCV`` and ``cross_val_score`` (with ``GroupKFold``) work."""
-        from rankkit.data.dataset import pad
-        from rankkit.metrics import ndcg
-
         check_is_fitted(self, "ensemble_")
         matrix, labels, sizes = _as_ranking_data(X, y, qid, group, "X")
         s, mask = pad(self._scores(matrix), sizes)

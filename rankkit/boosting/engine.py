@@ -28,18 +28,32 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
+
 import numpy as np
 import torch
 
-from rankkit import _checks
+from rankkit.boosting import distributed as dp
 from rankkit.boosting._inputs import FeatureMatrix
 from rankkit.boosting.binning import MAX_BINS, QuantileBinner
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
-from rankkit.boosting.tree import (N_CODES, ObliviousTreeGrower, Reduce, Tree, TreeParams, check_leaf_values,
-                                   exact_leaf_sums, identity_reduce, leaf_sums, newton_leaf_values)
+from rankkit.boosting.tree import (
+    N_CODES,
+    ObliviousTreeGrower,
+    Reduce,
+    Tree,
+    TreeParams,
+    check_leaf_values,
+    exact_leaf_sums,
+    identity_reduce,
+    leaf_sums,
+    newton_leaf_values,
+)
+from rankkit.click_metric import aggregate, session_log
 from rankkit.custom import HESSIANS, NonFiniteGradient, check_spec, is_custom
+from rankkit.infra import checks as _checks
 from rankkit.kernels.backends import Backend, choose
+from rankkit.unbiased import EM_SETTINGS, FixedPropensities, PropensityEstimator, RegressionEM
 
 
 @dataclass(frozen=True)
@@ -207,8 +221,6 @@ class BoostingEngine:
                  start_round: int = 0, init_scores: torch.Tensor | None = None,
                  reduce: Reduce | None = None, positions: torch.Tensor | None = None,
                  distributed: bool | None = None, backend: Backend | str | None = None):
-        from rankkit.boosting import distributed as dp
-
         self.config = config
         self.device = torch.device(device)
         # The one choice of kernels for this fit: every step of a round asks this object.
@@ -285,7 +297,6 @@ class BoostingEngine:
             if self.parallel is not None:
                 raise ValueError("`unbiased='position'` is not data-parallel yet: train on one process")
             return None, torch.zeros(c.n_positions, dtype=torch.float64, device=self.device)
-        from rankkit.unbiased import FixedPropensities, PropensityEstimator
 
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
             return FixedPropensities(ips_propensities(features, labels, self.sizes, positions, c),
@@ -446,9 +457,6 @@ def ips_propensities(features, labels, sizes, positions, config: BoosterConfig) 
     WSDM 2018), fitted on its impressions aggregated per (document, position): documents are
     identified by their feature rows (:func:`rankkit.click_metric.session_log`), so that a
     document shown in many sessions is one row with its impressions and clicks."""
-    from rankkit.click_metric import aggregate, session_log
-    from rankkit.unbiased import EM_SETTINGS, RegressionEM
-
     matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
     log = session_log(matrix.dense(), labels.cpu(), sizes, positions.cpu(), names=("X", "y", "position"))
     doc, bucket, shown, clicked = aggregate(log, config.n_positions)

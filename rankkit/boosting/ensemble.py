@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rankkit._checks import check_int, check_number, check_tensor, check_tensors, finite_condition
+from rankkit.infra.checks import check_int, check_number, check_tensor, check_tensors, finite_condition
 
 # Trees scored per step of forward: bounds the [N, chunk, D] temporaries.
 _TREE_CHUNK = 64

@@ -4,7 +4,7 @@ The module drives the same :class:`~rankkit.boosting.engine.BoostingEngine` as t
 scikit-learn estimator, so ``Trainer.fit`` and ``LambdaMART.fit`` grow the same trees. It takes
 its training data from its DataLoader: a boosting round needs the whole training set at once,
 so the module asks for it (``train_batching = "dataset"``) and
-:class:`~rankkit.data.datamodule.RankingDataModule` then yields the training
+:class:`~rankkit.training.datamodule.RankingDataModule` then yields the training
 :class:`~rankkit.data.dataset.RankingDataset` as the one item of every epoch (nothing is
 padded). Validation scores padded batches with the ensemble and logs the same metrics as the
 neural modules (``val/ndcg@1``, ``@3``, ``@5``, ``@10`` and ``val/map``), so Lightning's
@@ -23,8 +23,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from rankkit import _checks, _quiet
-from rankkit._checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
+from rankkit.infra import checks as _checks, quiet as _quiet
+from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
@@ -74,7 +74,7 @@ class LambdaMARTModule(pl.LightningModule):
             [N]); what evaluation and export use.
     """
 
-    #: Tells :class:`~rankkit.data.datamodule.RankingDataModule` to yield the whole training set.
+    #: Tells :class:`~rankkit.training.datamodule.RankingDataModule` to yield the whole training set.
     train_batching = "dataset"
     #: The model's name in tables (``rankkit compare``).
     label = "LambdaMART"
@@ -130,7 +130,7 @@ class LambdaMARTModule(pl.LightningModule):
             # unwrapped.
             strategy._setup_model = lambda model: model
             strategy._register_ddp_hooks = lambda: None
-        _quiet.hold(self)  # the logging-interval warning is moot: one batch per epoch (rankkit._quiet)
+        _quiet.hold(self)  # the logging-interval warning is moot: one batch per epoch (rankkit.infra.quiet)
         guard_trainer_restore(self)  # a ckpt_path given to the Trainer is checked before it is read
 
     def teardown(self, stage: str) -> None:

@@ -16,9 +16,14 @@ from typing import Callable
 
 import torch
 
-from rankkit.lambdas.plan import QueryPlan
+from rankkit.custom import NumpyObjective, TorchLoss, as_objective, fresh, is_custom, qualified_name
 from rankkit.data.dataset import padded_layout
-
+from rankkit.lambdas import WEIGHTINGS, planned_lambda_gradients
+from rankkit.lambdas.plan import QueryPlan
+from rankkit.lambdas.weightings import _ndcg_plan_terms
+from rankkit.losses import LISTWISE, objective_gradients
+from rankkit.losses import OBJECTIVES as LOSSES
+from rankkit.metrics import planned_average_precision, planned_ndcg
 
 
 class QueryLayout:
@@ -87,9 +92,6 @@ class RankingObjective:
 
     def __init__(self, name: str, *, k: int | None = None, sigma: float = 1.0, gain: str = "exp",
                  normalize: bool = False, seed: int = 0, propensity=None, exact: bool = False):
-        from rankkit.lambdas import WEIGHTINGS
-        from rankkit.losses import LISTWISE
-
         self.name = name
         self.pairwise = name not in LISTWISE
         self.weighting = WEIGHTINGS.get(name)
@@ -116,9 +118,6 @@ class RankingObjective:
                         *, triton: bool | None = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(grad, hess) [N] float64 on the padded queries by the planned torch kernel (the
         reference), or its fused Triton version where ``triton`` and the options allow."""
-        from rankkit.lambdas import planned_lambda_gradients
-        from rankkit.losses import objective_gradients
-
         padded = layout.pad(scores.to(torch.float64 if self.exact else torch.float32))
         options = dict(self.options)
         if groups is not None:
@@ -148,8 +147,6 @@ class RankingObjective:
         unless ``exact``) and rounds them to float32 values: with ``exact``
         (``quantized_grad=True``) the same bits as the torch path; otherwise within float32
         roundings of it, which can decide a near-tie split differently from a GPU's."""
-        from rankkit.lambdas import WEIGHTINGS
-
         if not self.pairwise or self.propensity is not None or \
                 self.weighting not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]):
             return None
@@ -187,8 +184,6 @@ class SquaredError:
 def objective_names() -> tuple[str, ...]:
     """Every objective the booster takes: ``"lambdarank"`` (with ``weighting``), ``"pointwise"``
     and every name of :data:`rankkit.losses.OBJECTIVES`."""
-    from rankkit.losses import OBJECTIVES as LOSSES
-
     return ("lambdarank", "pointwise", *LOSSES)
 
 
@@ -204,8 +199,6 @@ class CustomObjective:
     """
 
     def __init__(self, objective, hessian: str = "exact"):
-        from rankkit.custom import as_objective, fresh
-
         self.loss = fresh(as_objective(objective, hessian))  # the user's object is not changed by a fit
         self.name = _custom_name(objective)
 
@@ -215,8 +208,6 @@ class CustomObjective:
     def gradients(self, scores: torch.Tensor, layout: QueryLayout, groups: torch.Tensor | None = None, *,
                   backend=None) -> tuple[torch.Tensor, torch.Tensor]:
         """scores [N] -> (grad, hess) [N] float64 (any backend: the user's code runs on torch)."""
-        from rankkit.custom import NumpyObjective, TorchLoss
-
         if isinstance(self.loss, NumpyObjective):
             sizes = (layout.offsets[1:] - layout.offsets[:-1])
             weights = None if layout.weights is None else layout.flat(layout.weights)
@@ -228,8 +219,6 @@ class CustomObjective:
 
 
 def _custom_name(objective) -> str:
-    from rankkit.custom import qualified_name
-
     return qualified_name(objective)
 
 
@@ -244,9 +233,6 @@ def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int 
     :mod:`rankkit.custom` wrapper or a ``package.module.function`` is a
     :class:`CustomObjective` with the Hessian ``hessian`` (the ranking options do not apply).
     """
-    from rankkit.custom import is_custom
-    from rankkit.losses import OBJECTIVES as LOSSES
-
     if is_custom(name):
         return CustomObjective(name, hessian)
     if name == "pointwise":
@@ -270,8 +256,6 @@ def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayou
     :class:`~rankkit.lambdas.plan.QueryPlan` (ideal DCG computed once). ``reduce`` (data-parallel):
     the mean over every rank's queries, from all-reduced sums.
     """
-    from rankkit.metrics import planned_average_precision, planned_ndcg
-
     base, _, cut = name.partition("@")
     if base not in ("ndcg", "map") or (cut and not cut.isdigit()) or cut == "0":
         raise ValueError(f"`eval_metric` has to look like 'ndcg@10', 'ndcg', 'map@10' or 'map', got {name!r}")
@@ -300,8 +284,6 @@ def flat_ndcg_inputs(layout: QueryLayout, k: int | None, gain: str = "exp") -> d
     data set (cached on its plan): labels and each document's gain over its query's ideal
     DCG@cutoff [N] float64, the query bounds, the cutoff, the longest query, and the buffer of
     the last ranking each call's sort starts from."""
-    from rankkit.lambdas.weightings import _ndcg_plan_terms
-
     n_docs = layout.shape[1]
     cutoff = n_docs if k is None else min(k, n_docs)
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from rankkit.compare.protocol import MODELS, compare
+from rankkit.infra import yaml as _yaml
+from rankkit.infra.quiet import verbose
+from rankkit.training.lightning_cli import resolve_config_args
 
 
 def build_parser():
     """The ``rankkit compare`` parser (jsonargparse: ``--config compare.yaml`` plus overrides)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
 
-    from rankkit import _yaml
 
     _yaml.install()  # the YAML limits for --config and every value jsonargparse parses
     p = ArgumentParser(prog="rankkit compare", exit_on_error=False,
@@ -48,12 +50,9 @@ def build_parser():
 
 def compare_from_args(argv: list[str]) -> int:
     """``rankkit compare ...``: parse, run, print the table and where everything went."""
-    from rankkit._lightning_cli import resolve_config_args
-
     args = build_parser().parse_args(resolve_config_args(argv))
     kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
     if not kwargs.get("verbose"):
-        from rankkit._quiet import verbose
 
         kwargs["verbose"] = verbose()  # RANKKIT_VERBOSE=1, as --verbose
     result = compare(**kwargs)

@@ -37,10 +37,17 @@ from typing import Callable
 import torch
 import yaml
 
-from rankkit import _yaml
 from rankkit.compare import baselines as third_party
+from rankkit.compare.plots import plot
 from rankkit.data.dataset import RankingDataset, pad
+from rankkit.export import export_torchscript, load_scorer, unwrap
+from rankkit.infra import yaml as _yaml
+from rankkit.infra.io import atomic_write, check_outputs
+from rankkit.infra.quiet import verbose, verbose_scope
 from rankkit.metrics import average_precision, err, ndcg
+from rankkit.serving import as_scorer, score_queries
+from rankkit.training.lightning_cli import lightning_cli, quiet_lightning_logs, resolve_model_class
+from rankkit.tune import tune
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # package data
 MODELS = ("ranknet", "lambdarank", "lambdamart")
@@ -91,8 +98,6 @@ def resolve_config(model: str) -> Path:
 
 def model_class(config: dict) -> type:
     """The LightningModule class a config trains (its ``model.class_path``, resolved)."""
-    from rankkit._lightning_cli import resolve_model_class
-
     return resolve_model_class(config.get("model", {}).get("class_path", ""))
 
 
@@ -156,21 +161,15 @@ class Evaluator:
 
 # -- the rankkit models ---------------------------------------------------------------------------
 def _verbose(flag: bool | None) -> bool:
-    from rankkit._quiet import verbose
-
     return verbose(flag)
 
 
 def _loud():
-    from rankkit._quiet import verbose_scope
-
     return verbose_scope()
 
 
 def _quiet():
     """Lightning's info lines and warnings off while compare prints its own progress."""
-    from rankkit._lightning_cli import quiet_lightning_logs
-
     stack = contextlib.ExitStack()
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("ignore")
@@ -185,7 +184,6 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     ``keep``: a list to append the best model's serving scorer to (for a seed ensemble)."""
     import pytorch_lightning as pl
 
-    from rankkit._lightning_cli import lightning_cli
 
     config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
@@ -217,7 +215,6 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     if best_path:
         os.unlink(best_path)
     if keep is not None:
-        from rankkit.export import unwrap
 
         keep.append(unwrap(model))
     # The 0-based index of the first best epoch or tree, as ModelCheckpoint's names and best_iteration_.
@@ -230,9 +227,6 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
 def _export_verified(model, scorer_path: Path, test_eval: Evaluator) -> tuple[torch.Tensor, float]:
     """Eager test scores [N] of ``model`` (either kind of scorer), after exporting it as
     TorchScript to ``scorer_path`` and checking the reloaded file gives the same scores."""
-    from rankkit.export import export_torchscript, load_scorer
-    from rankkit.serving import as_scorer, score_queries
-
     features, sizes = test_eval.dataset.features, test_eval.dataset.sizes
     eager = score_queries(as_scorer(model), features, sizes)
     export_torchscript(model, scorer_path)
@@ -320,7 +314,7 @@ def fold_table(runs: list[dict], metric: str = "ndcg@10") -> str:
 # -- the run --------------------------------------------------------------------------------------
 def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingDataset, RankingDataset,
                                                                       RankingDataset]:
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     dm = RankingDataModule(data=data, fold=fold, val_fraction=val_fraction, val_seed=0)
     dm.setup()
@@ -371,7 +365,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     if data == "mq2008":
         fold_list = parse_folds(folds)
     else:
-        from rankkit.data.datamodule import available_folds
+        from rankkit.training.datamodule import available_folds
 
         if not os.path.isdir(data):
             raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
@@ -437,8 +431,6 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
 def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
            trials: int, trial_seeds: int, out_dir: Path, log) -> tuple[Path, float]:
     """The nested study of one model on one fold: (its best config, the study's wall seconds)."""
-    from rankkit.tune import tune
-
     overrides = {"data.data": data, "data.fold": fold, "data.val_fraction": val_fraction, "data.val_seed": 0}
     if max_epochs is not None:
         overrides["trainer.max_epochs"] = max_epochs
@@ -513,7 +505,6 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
         log("matplotlib is not installed: no plots (pip install 'rankkit[notebooks]')")
         plots = []
     else:
-        from rankkit.compare.plots import plot
 
         plots = plot(runs, out_dir, KS)
     result["table"] = table
@@ -527,7 +518,7 @@ def _data_files(data: str) -> list[str]:
     what compare must never write over."""
     if data == "mq2008" or not os.path.isdir(data):
         return []
-    from rankkit.data.datamodule import available_folds
+    from rankkit.training.datamodule import available_folds
 
     folds = set(available_folds(data))  # one listing, the datamodule's rule for a Fold folder
     folders = [data] + [os.path.join(data, name) for name in os.listdir(data)
@@ -538,8 +529,6 @@ def _data_files(data: str) -> list[str]:
 def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: int, ensemble: bool = False, *,
                    inputs: dict[str, list[str]]) -> None:
     """Refuse, before anything is trained or written, an output file of compare that is an input."""
-    from rankkit._io import check_outputs
-
     files = [out_dir / n for n in ("metrics.json", "table.md", "val_ndcg10.png", "test_ndcg.png")]
     files += [out_dir / "scorers" / f"{label.lower()}-fold{f}-{tag}.pt" for label in labels for f in folds
               for tag in [f"seed{s}" for s in range(seeds)] + (["ensemble"] if ensemble else [])]
@@ -548,8 +537,6 @@ def _check_outputs(out_dir: Path, labels: list[str], folds: list[int], seeds: in
 
 def _write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a crash leaves the old file or the new one)."""
-    from rankkit._io import atomic_write
-
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:
             f.write(text)

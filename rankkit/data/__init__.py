@@ -1,4 +1,6 @@
-"""Data: file formats, the in-memory dataset, padding/bucketing, the DataModule, bundled and synthetic data."""
+"""Data: file formats, the in-memory dataset, padding/bucketing, click simulation, bundled and synthetic data.
+
+The LightningDataModule lives in :mod:`rankkit.training.datamodule`."""
 from rankkit.data.bundled import load_mq2008
 from rankkit.data.dataset import PaddedBatch, RankingDataset, concat, pad, padded_layout
 from rankkit.data.fetch import fetch_letor_zip, fetch_mslr_web10k, fetch_mslr_web30k

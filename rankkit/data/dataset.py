@@ -14,8 +14,8 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from rankkit._checks import check_int, check_tensor, check_tensors, describe, labels_condition, to_device
-from rankkit._io import atomic_write
+from rankkit.infra.checks import check_int, check_tensor, check_tensors, describe, labels_condition, to_device
+from rankkit.infra.io import atomic_write
 
 
 class PaddedBatch(NamedTuple):

@@ -68,7 +68,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from rankkit._checks import check_bool, check_int
+from rankkit.infra.checks import check_bool, check_int
 from rankkit.data.dataset import RankingDataset
 
 #: The largest feature index read without ``n_features=`` (a corrupt ``2000000000:1`` would

@@ -43,15 +43,15 @@ from __future__ import annotations
 
 import torch
 
-from rankkit.kernels import torch_ref
+from rankkit.kernels import cpu, torch_ref
 from rankkit.kernels.switches import BACKENDS, Switches, read_switches, triton_takes
 from rankkit.kernels.torch_ref import N_CODES, identity_reduce
+from rankkit.kernels.triton import backend as triton_backend
+
 
 def cpu_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
     """Whether the compiled CPU kernels run on ``device``: CPU tensors, the kernels built, and
     not switched off by ``RANKKIT_CPU_KERNEL=0``."""
-    from rankkit.kernels import cpu
-
     s = read_switches() if switches is None else switches
     return torch.device(device).type == "cpu" and cpu.built() and s.cpu_kernel != "off"
 
@@ -212,8 +212,6 @@ class CpuBackend(Backend):
     name = "cpu"
 
     def lambdas(self, objective, scores, layout):
-        from rankkit.kernels import cpu
-
         inputs = None if self.switches.cpu_lambdas == "off" else objective.flat_lambda_inputs(layout)
         if inputs is None:
             return objective.torch_gradients(scores, layout, triton=False)
@@ -223,8 +221,6 @@ class CpuBackend(Backend):
         return codes.contiguous()  # row-major: a document's codes are one row
 
     def prepare(self, codes, valid_codes, depth):
-        from rankkit.kernels import cpu
-
         return cpu.TreeKernels(codes, depth, valid_codes)
 
     def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
@@ -240,14 +236,10 @@ class CpuBackend(Backend):
         return node, feats, cuts, gains, values
 
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
-        from rankkit.kernels import cpu
-
         return cpu.grow_levels_unfused(tree.codes, g, h, scale, valid, rows, features, noise, tree.params,
                                        reduce=tree.reduce)
 
     def leaves_of(self, codes, features, cuts):
-        from rankkit.kernels import cpu
-
         depth = features.shape[0]
         return cpu.route(codes, None, features, cuts, 1 << torch.arange(depth),
                          torch.zeros(codes.shape[0], dtype=torch.long))
@@ -262,8 +254,6 @@ class CpuBackend(Backend):
         return self._ndcg(metric, scores, layout, (values, codes, features, cuts))
 
     def _ndcg(self, metric, scores, layout, tree):
-        from rankkit.kernels import cpu
-
         if getattr(metric, "kind", None) != "ndcg" or scores.dtype != torch.float64 or not scores.is_contiguous():
             if tree is None:
                 return metric(scores, layout)
@@ -278,8 +268,6 @@ class CpuBackend(Backend):
         return float(sums[0] / sums[1])
 
     def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
-        from rankkit.kernels import cpu
-
         if leaf is not None or scores.dtype != torch.float64 or not scores.is_contiguous():
             return super().add_tree(scores, values, leaf=leaf, codes=codes, features=features, cuts=cuts)
         return cpu.add_tree(scores, values, codes, features, cuts)
@@ -314,7 +302,6 @@ class TritonBackend(Backend):
         return objective.torch_gradients(scores, layout, triton=True)
 
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
-        from rankkit.kernels.triton import backend as triton_backend
         from rankkit.kernels.triton.tree import grow_levels_triton
 
         if tree.reduce is not identity_reduce:
@@ -332,16 +319,12 @@ class TritonBackend(Backend):
                                   noise=noise, hist_dtype=torch.int64)
 
     def leaf_values(self, tree, node, g, h):
-        from rankkit.kernels.triton import backend as triton_backend
-
         p, n_leaves = tree.params, 1 << tree.params.depth
         if tree.reduce is identity_reduce and n_leaves <= 256:  # fixed-point sums: deterministic
             return torch_ref.newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
         return super().leaf_values(tree, node, g, h)
 
     def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
-        from rankkit.kernels.triton import backend as triton_backend
-
         if leaf is None and (features is None or features.numel() == 0):
             return scores
         return triton_backend.score_update(scores, values, leaf=leaf, codes_t=None if leaf is not None else codes,

@@ -32,6 +32,7 @@ import os
 
 import torch
 
+from rankkit.kernels import torch_ref
 from rankkit.kernels.switches import library_override, read_switches
 
 N_CODES = 256
@@ -435,8 +436,6 @@ def grow_levels_unfused(codes: torch.Tensor, g, h, scale, valid, rows, features,
     point ``reduce`` (data-parallel training): one histogram call per level, the split scan
     and the routing in C, the decisions on the host. Arguments and result as
     :func:`rankkit.kernels.torch_ref.grow_levels`, with ``codes`` [N, F] row-major."""
-    from rankkit.kernels import torch_ref
-
     n, depth = g.shape[0], params.depth
     raw = torch.arange(codes.shape[1]) if features is None else features
     node = torch.zeros(n, dtype=torch.long)

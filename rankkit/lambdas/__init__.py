@@ -42,7 +42,8 @@ import importlib.util
 
 import torch
 
-from rankkit import _checks
+from rankkit.infra import checks as _checks
+from rankkit.kernels.switches import triton_takes
 from rankkit.lambdas.blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout
 from rankkit.lambdas.plan import QueryPlan
 from rankkit.lambdas.ranking import rank_order
@@ -369,7 +370,6 @@ def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, t
     of its outputs) and grades below 64; everything else runs the torch path (the reference and
     the fallback)."""
     if triton is None:
-        from rankkit.kernels.switches import triton_takes
 
         triton = triton_takes(scores.device)
     if not triton or importlib.util.find_spec("triton") is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from rankkit import _checks
+from rankkit.infra import checks as _checks
 from rankkit.lambdas.blocks import plan_blocks
 from rankkit.lambdas.ranking import discounts, gain_shift, gain_values, ideal_dcg, label_key
 

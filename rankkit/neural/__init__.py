@@ -1,7 +1,7 @@
 """Neural rankers: scorers, the lambda-injecting loss, and the RankNet/LambdaRank LightningModules."""
 from rankkit.neural.loss import LambdaLoss, lambda_loss
 from rankkit.neural.module import LambdaRank, NeuralRanker, RankNet
-from rankkit.neural.scorer import (FeaturePreprocessor, MeanEnsemble, MLPScorer, TransformerScorer, is_list_aware,
+from rankkit.scorers import (FeaturePreprocessor, MeanEnsemble, MLPScorer, TransformerScorer, is_list_aware,
                                     score_lists)
 
 __all__ = ["FeaturePreprocessor", "LambdaLoss", "LambdaRank", "MLPScorer", "MeanEnsemble", "NeuralRanker", "RankNet",

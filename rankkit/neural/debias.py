@@ -36,10 +36,10 @@ from torch import nn
 
 import math
 
-from rankkit import _checks
+from rankkit.infra import checks as _checks
 from rankkit.click_metric import explained_clicks
 from rankkit.data.dataset import PaddedBatch
-from rankkit.neural.scorer import score_lists
+from rankkit.scorers import score_lists
 
 __all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "DebiasingRace", "DualLearning", "PositionBias"]
 

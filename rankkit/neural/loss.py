@@ -31,7 +31,7 @@ import inspect
 
 import torch
 
-from rankkit import _checks
+from rankkit.infra import checks as _checks
 from rankkit.losses import LISTWISE, OBJECTIVES
 
 REDUCTIONS = ("query", "pair", "sum")

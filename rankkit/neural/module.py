@@ -16,14 +16,18 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from rankkit import _checks, _quiet
-from rankkit._checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
-from rankkit.custom import check_spec, is_custom, qualified_name
+from rankkit.custom import GradientObjective, check_spec, fresh, is_custom, qualified_name, torch_loss
 from rankkit.data.dataset import PaddedBatch
+from rankkit.infra import checks as _checks
+from rankkit.infra import quiet as _quiet
+from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
+from rankkit.lambdas import lambda_gradients
+from rankkit.losses import LISTWISE, OBJECTIVES
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.debias import NEURAL_AUTO, NEURAL_UNBIASED, DebiasingRace, DualLearning, PositionBias
-from rankkit.neural.loss import REDUCTIONS, lambda_loss
-from rankkit.neural.scorer import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
+from rankkit.neural.loss import REDUCTIONS, LambdaLoss, _denominator, lambda_loss
+from rankkit.scorers import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
+from rankkit.unbiased import PropensityEstimator
 
 # Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
 # pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
@@ -44,9 +48,6 @@ def check_loss_options(options, name: str) -> dict[str, Any]:
     :data:`rankkit.losses.OBJECTIVES`: every key one of its keyword arguments, every value
     accepted by it (it is called once on a two-document query). Returns a copy; ValueError naming
     the first bad key otherwise."""
-    from rankkit.lambdas import lambda_gradients
-    from rankkit.losses import LISTWISE, OBJECTIVES
-
     if options is None:
         return {}
     if not isinstance(options, dict):
@@ -88,20 +89,20 @@ class NeuralRanker(pl.LightningModule):
             ignored when ``scorer`` is given.
         scorer: any scorer ``nn.Module`` (a ``class_path`` in YAML): pointwise, features
             [..., F] -> scores [...], or list-aware, ``list_aware = True`` and (features
-            [Q, L, F], mask [Q, L]) -> scores [Q, L] (see :mod:`rankkit.neural.scorer`). None
+            [Q, L, F], mask [Q, L]) -> scores [Q, L] (see :mod:`rankkit.scorers`). None
             builds the ``architecture``'s scorer from ``n_features`` and the options below.
         architecture: ``"mlp"`` (:class:`MLPScorer` from ``hidden``, ``activation``,
             ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``
-            (:class:`~rankkit.neural.scorer.TransformerScorer`: the per-document tower
+            (:class:`~rankkit.scorers.TransformerScorer`: the per-document tower
             ``hidden``, ``layers`` self-attention blocks of ``heads`` heads over the query's
             documents, the DASALC ``latent_cross``; ``activation``, ``dropout``, ``log1p``,
             ``standardize`` as for the MLP).
         noise: σ ≥ 0 of the Gaussian noise added to the preprocessed features in training
             (DASALC's data augmentation; Qin et al., ICLR 2021): set on every
-            :class:`~rankkit.neural.scorer.FeaturePreprocessor` in the scorer (an error when it
+            :class:`~rankkit.scorers.FeaturePreprocessor` in the scorer (an error when it
             has none). Evaluation and export never add it.
             Feature preprocessing belongs inside it (it is exported with it); a
-            :class:`~rankkit.neural.scorer.FeaturePreprocessor` anywhere in it that is not yet
+            :class:`~rankkit.scorers.FeaturePreprocessor` anywhere in it that is not yet
             fitted is fitted on the training DataLoader's documents when training starts.
         weighting: ``"ranknet"``, ``"ndcg"``, ``"map"`` or ``"err"``.
         loss: any objective of :data:`rankkit.losses.OBJECTIVES` by name, e.g. a LambdaLoss
@@ -186,7 +187,6 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_choice(weighting, self.weighting_choices, "weighting")
         custom = loss is not None and is_custom(loss)
         if loss is not None:
-            from rankkit.losses import OBJECTIVES
 
             if custom:
                 check_spec(loss, "loss", tuple(OBJECTIVES))
@@ -271,9 +271,6 @@ class NeuralRanker(pl.LightningModule):
     @staticmethod
     def _propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k):
         """The click-bias estimator of ``unbiased`` (None without it)."""
-        from rankkit.losses import LISTWISE
-        from rankkit.unbiased import PropensityEstimator
-
         if unbiased is not True:
             return None
         _checks.check_number(bias_p, "bias_p", low=0)
@@ -393,7 +390,6 @@ class NeuralRanker(pl.LightningModule):
         debias = {} if self.propensity is None else {"pair_weights": self._pair_weights(scores, batch)}
         own = dict(h.get("loss_options") or {})
         if h.get("loss") is not None:
-            from rankkit.losses import LISTWISE
 
             options = {} if h.loss in LISTWISE else dict(sigma=h.sigma, k=h.k, normalize=h.normalize)
             if h.loss in ("xendcg", "listmle"):  # XE-NDCG's γ, ListMLE's order among equal labels
@@ -409,9 +405,6 @@ class NeuralRanker(pl.LightningModule):
         """A custom loss by plain autograd: Σ of its per-query losses over ``reduction``'s
         denominator (the built-in loss's normalisation). Imported (a config's
         ``package.module.function``) and checked for padding on the first batch."""
-        from rankkit.custom import GradientObjective, fresh, torch_loss
-        from rankkit.neural.loss import LambdaLoss, _denominator
-
         loss = getattr(self, "_custom_wrapped", None)
         if loss is None:
             loss = fresh(torch_loss(self._custom_loss if self._custom_loss is not None else self.hparams.loss, "loss"))
@@ -510,7 +503,7 @@ class NeuralRanker(pl.LightningModule):
         return self(batch.features, batch.mask)[batch.mask]
 
     def setup(self, stage: str) -> None:
-        _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit._quiet)
+        _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit.infra.quiet)
         guard_trainer_restore(self)  # a ckpt_path given to the Trainer is checked before it is read
 
     def teardown(self, stage: str) -> None:

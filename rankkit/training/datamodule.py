@@ -18,10 +18,12 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from rankkit import _quiet
-from rankkit._checks import check_int, check_number
+from rankkit.data.bundled import mq2008_split
 from rankkit.data.dataset import PaddedBatch, RankingDataset, shard_queries
 from rankkit.data.svmlight import read_svmlight
+from rankkit.infra import quiet as _quiet
+from rankkit.infra.checks import check_int, check_number
+from rankkit.training.clicks import CLICK_OPTIONS, click_split
 
 
 class QueryBatchSampler(DistributedSampler):
@@ -215,7 +217,7 @@ class RankingDataModule(pl.LightningDataModule):
         val_seed: draws the ``val_fraction`` split instead of ``seed`` (``rankkit compare`` holds
             out the same queries for every seed and model).
         clicks: train on simulated clicks instead of the labels: a dict of
-            :func:`rankkit.data.clicks.click_split`'s options (``model``, ``eta``, ``sessions``,
+            :func:`rankkit.training.clicks.click_split`'s options (``model``, ``eta``, ``sessions``,
             ``k``, ``fraction``, ``max_label``), e.g. ``{"model": "pbm", "eta": 1.0}``. The
             training and validation splits become click logs (one query per session, clicks as
             labels, with ``position``), drawn from ``seed``; the test split keeps its true labels.
@@ -231,7 +233,6 @@ class RankingDataModule(pl.LightningDataModule):
                  val_fraction: float = 0.0, val_seed: int | None = None, clicks: dict | None = None):
         super().__init__()
         if clicks is not None:
-            from rankkit.data.clicks import CLICK_OPTIONS
 
             if not isinstance(clicks, dict) or any(key not in CLICK_OPTIONS for key in clicks):
                 bad = next((key for key in clicks if key not in CLICK_OPTIONS), None) if isinstance(clicks, dict) \
@@ -274,13 +275,11 @@ class RankingDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage is not None and self.trainer is not None:
-            _quiet.hold(self, logging_interval=False)  # Lightning's LeafSpec deprecation (rankkit._quiet)
+            _quiet.hold(self, logging_interval=False)  # Lightning's LeafSpec deprecation (rankkit.infra.quiet)
         if any(d is not None for d in (self.train_set, self.val_set, self._test_set, self._read_test)):
             return
         h = self.hparams
         if h.data == "mq2008":
-            from rankkit.data.bundled import mq2008_split
-
             self.train_set, self.val_set = mq2008_split(h.fold, "train"), mq2008_split(h.fold, "vali")
             self._read_test = functools.partial(mq2008_split, h.fold, "test")
             self._to_clicks()
@@ -309,8 +308,6 @@ class RankingDataModule(pl.LightningDataModule):
         """With ``clicks``: the training and validation splits become simulated click logs."""
         options = self.hparams.get("clicks")
         if options:
-            from rankkit.data.clicks import click_split
-
             self.train_set, self.val_set = click_split(self.train_set, self.val_set, seed=self.hparams.seed,
                                                        **options)
 

@@ -32,9 +32,9 @@ CLASS_KEY = "rankkit_class"
 # The classes a checkpoint may name (their import paths; loaded on demand).
 TRAINABLE = ("rankkit.neural.module.RankNet", "rankkit.neural.module.LambdaRank",
              "rankkit.neural.module.NeuralRanker", "rankkit.boosting.module.LambdaMARTModule")
-# The module whose scorers the LightningModules build from their hyper-parameters: a checkpoint
+# The modules whose scorers the LightningModules build from their hyper-parameters: a checkpoint
 # recording one of them loads without `scorer=` (the record is compared, never imported).
-OWN_SCORERS = "rankkit.neural.scorer."
+OWN_SCORERS = ("rankkit.scorers.", "rankkit.neural.scorer.")  # and their former module, in older checkpoints
 
 #: The largest value of each size hyper-parameter a checkpoint may declare (``hidden``: of each
 #: layer's width). Feature counts share the LETOR reader's limit.
@@ -105,7 +105,7 @@ def _check_value(path: str, key: str, value, depth: int = 0) -> None:
         limit = LIMITS.get(key)
         if limit is not None and not 0 <= value <= limit:
             raise ValueError(f"{path}: hyper-parameter `{key}` = {value} is beyond the limit {limit} "
-                             f"(rankkit._checkpoint.LIMITS)")
+                             f"(rankkit.infra.checkpoint.LIMITS)")
         return
     if isinstance(value, dict) and depth == 0 and "class_path" not in value:  # loss_options
         if len(value) > MAX_LIST:
@@ -186,7 +186,7 @@ def _check_size(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
     if described > max(_SIZE_FLOOR, SIZE_PER_STORED * stored):
         raise ValueError(f"{path}: its hyper-parameters describe a model of {described} values, the file holds "
                          f"{stored}: more than {SIZE_PER_STORED}x what it stores "
-                         f"(rankkit._checkpoint.SIZE_PER_STORED)")
+                         f"(rankkit.infra.checkpoint.SIZE_PER_STORED)")
 
 
 def check_checkpoint(path: str | os.PathLike, *, scorer=None, need_scorer: bool = True):
@@ -218,7 +218,7 @@ def check_checkpoint(path: str | os.PathLike, *, scorer=None, need_scorer: bool 
         if need_scorer:
             raise ValueError(f"{path}: the model was trained with the scorer {scorer_class!r}, which a "
                              f"checkpoint may not build: pass scorer=<a fresh instance> "
-                             f"(rankkit._checkpoint.load_checkpoint)")
+                             f"(rankkit.infra.checkpoint.load_checkpoint)")
         _check_size(path, cls, kwargs, ckpt)
         return ckpt, cls, kwargs
     _check_shapes(path, cls, kwargs, ckpt)

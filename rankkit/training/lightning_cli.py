@@ -15,6 +15,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rankkit.infra import yaml as _yaml
+from rankkit.infra.checkpoint import check_checkpoint
+from rankkit.infra.io import atomic_write, check_outputs
+from rankkit.infra.quiet import verbose_scope
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 MODEL_CLASSES = {
     "RankNet": "rankkit.neural.module.RankNet",
@@ -145,8 +150,6 @@ def check_run_config(config) -> dict | None:
     and ``ckpt_path:`` in a YAML file all arrive here): a checkpoint to resume or evaluate has to
     be a local, readable Lightning checkpoint, and Lightning reads it with ``weights_only=True``
     whatever the config says (so nothing in it is unpickled)."""
-    from rankkit._checkpoint import check_checkpoint
-
     ckpt_path = config.get("ckpt_path")
     checkpoint = None
     if ckpt_path is not None:  # refuses URLs, unreadable files, classes, sizes: now, in one line
@@ -215,7 +218,7 @@ def without_validation(trainer, datamodule) -> bool:
     and ModelCheckpoint keeps the last epoch. Says so on stderr; returns whether it did."""
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     if not isinstance(datamodule, RankingDataModule):
         return False
@@ -266,17 +269,15 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
     model summary, no Lightning tips, banners or info lines, no warnings raised inside
     Lightning or torch (rankkit's own warnings still show); ``fit`` ends with one line naming
     the checkpoint it kept; ``progress`` adds rankkit's own progress (a one-line bar in a terminal,
-    a line every 10 epochs in a log: :class:`rankkit._fit_progress.FitProgress`). Options given in the
+    a line every 10 epochs in a log: :class:`rankkit.infra.progress.FitProgress`). Options given in the
     config or on the command line (``--trainer.enable_progress_bar=true``) still win."""
     import pytorch_lightning as pl
     from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
-    from rankkit._io import atomic_write, check_outputs
-    from rankkit.data.datamodule import RankingDataModule
+    from rankkit.training.datamodule import RankingDataModule
 
     for path in MODEL_CLASSES.values():  # imported so `--model=LambdaRank` resolves
         resolve_model_class(path)
-    from rankkit import _yaml
 
     _yaml.install()
     if args is not None:
@@ -371,15 +372,14 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
         parser_kwargs.update({name: {"exit_on_error": False, "description": text}
                               for name, text in descriptions().items()})
     trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
-    if progress and not verbose:  # a quiet fit still shows its progress (rankkit._fit_progress), unless --quiet
-        from rankkit._fit_progress import FitProgress
+    if progress and not verbose:  # a quiet fit still shows its progress (rankkit.infra.progress), unless --quiet
+        from rankkit.infra.progress import FitProgress
 
         trainer_defaults["callbacks"] = [FitProgress()]
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         # LightningCLI warns whenever `args` is given while sys.argv holds anything (pytest, compare).
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        if verbose:  # rankkit's modules then filter nothing either (rankkit._quiet)
-            from rankkit._quiet import verbose_scope
+        if verbose:  # rankkit's modules then filter nothing either (rankkit.infra.quiet)
 
             stack.enter_context(verbose_scope())
         else:

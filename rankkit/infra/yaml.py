@@ -39,11 +39,11 @@ def check_yaml(text: str, source: str = "YAML") -> None:
     >>> check_yaml(bomb, "bomb.yaml")
     Traceback (most recent call last):
     ...
-    rankkit._yaml.YAMLLimitError: bomb.yaml: more than 100000 YAML nodes with aliases expanded ...
+    rankkit.infra.yaml.YAMLLimitError: bomb.yaml: more than 100000 YAML nodes with aliases expanded ...
     """
     if len(text) > MAX_BYTES:
         raise YAMLLimitError(f"{source}: {len(text)} characters of YAML, more than rankkit's limit "
-                             f"rankkit._yaml.MAX_BYTES = {MAX_BYTES}")
+                             f"rankkit.infra.yaml.MAX_BYTES = {MAX_BYTES}")
     _check_depth(text, source)
     try:
         roots = [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
@@ -56,16 +56,16 @@ def check_yaml(text: str, source: str = "YAML") -> None:
         count += 1
         if count > MAX_NODES:
             raise YAMLLimitError(f"{source}: more than {MAX_NODES} YAML nodes with aliases expanded (an alias "
-                                 f"bomb?); rankkit's limit is rankkit._yaml.MAX_NODES")
+                                 f"bomb?); rankkit's limit is rankkit.infra.yaml.MAX_NODES")
         if depth > MAX_DEPTH:
             raise YAMLLimitError(f"{source}: YAML nested more than {MAX_DEPTH} levels deep; rankkit's limit is "
-                                 f"rankkit._yaml.MAX_DEPTH")
+                                 f"rankkit.infra.yaml.MAX_DEPTH")
         if isinstance(node, yaml.ScalarNode):
             chars += len(node.value)
             if chars > MAX_EXPANDED_BYTES:
                 raise YAMLLimitError(f"{source}: more than {MAX_EXPANDED_BYTES} characters of YAML values with "
                                      f"aliases expanded (an alias bomb?); rankkit's limit is "
-                                     f"rankkit._yaml.MAX_EXPANDED_BYTES")
+                                     f"rankkit.infra.yaml.MAX_EXPANDED_BYTES")
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in node.value)
         elif isinstance(node, yaml.MappingNode):
@@ -85,7 +85,7 @@ def _check_depth(text: str, source: str) -> None:
             depth = max(depth - 1, 0)
     if top > MAX_DEPTH:
         raise YAMLLimitError(f"{source}: YAML nested more than {MAX_DEPTH} levels deep; rankkit's limit is "
-                             f"rankkit._yaml.MAX_DEPTH")
+                             f"rankkit.infra.yaml.MAX_DEPTH")
 
 
 def safe_load(text: str, source: str = "YAML"):

@@ -23,6 +23,8 @@ import math
 import torch
 from torch import nn
 
+from rankkit.infra import checks as _checks
+
 
 def is_list_aware(scorer) -> bool:
     """Whether ``scorer`` takes ``(features [Q, L, F], mask [Q, L])`` (its ``list_aware``)."""
@@ -152,8 +154,6 @@ class FeaturePreprocessor(nn.Module):
 
 def _check_tower(n_features, hidden, activation: str, dropout: float) -> None:
     """The arguments every scorer's per-document tower shares (MLPScorer, TransformerScorer)."""
-    from rankkit import _checks
-
     _checks.check_int(n_features, "n_features", low=1)
     for i, h in enumerate(hidden):
         if isinstance(h, bool) or not isinstance(h, int) or h < 1:
@@ -285,7 +285,6 @@ class TransformerScorer(nn.Module):
                  dropout: float = 0.1, latent_cross: bool = True, log1p: bool = True,
                  standardize: bool = True, noise: float = 0.0):
         super().__init__()
-        from rankkit import _checks
 
         if not len(hidden):
             raise ValueError("`hidden` has to hold at least one width (the attention width is its last)")
