@@ -555,42 +555,20 @@ class WarmupCosine:
 
 
 class RankNet(NeuralRanker):
-    """RankNet: the lambda loss with |ΔZ| = 1 (Burges 2010, section 2)."""
+    """RankNet: the lambda loss with |ΔZ| = 1 (Burges 2010, section 2). Options: as
+    :class:`NeuralRanker`."""
 
     weighting_choices = ("ranknet",)
 
-    def __init__(self, n_features: int | None = None, hidden: list[int] = [128, 64],  # noqa: B006
-                 activation: str = "relu", dropout: float = 0.1, norm: str = "none",
-                 log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
-                 k: int | None = None, sigma: float = 1.0, normalize: bool = False,
-                 reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
-                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
-                 loss_options: dict[str, Any] | None = None):
-        super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
-                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer, loss, unbiased, bias_p, n_positions, architecture, heads, layers,
-                         latent_cross, noise, loss_options)
+    def __init__(self, n_features: int | None = None, *, weighting: str = "ranknet", **options):
+        super().__init__(n_features, weighting=weighting, **options)
 
 
 class LambdaRank(NeuralRanker):
-    """LambdaRank: lambdas weighted by |ΔNDCG@k| (or MAP, ERR) of each swap (Burges 2010, section 4)."""
+    """LambdaRank: lambdas weighted by |ΔNDCG@k| (or MAP, ERR) of each swap (Burges 2010, section 4).
+    Options: as :class:`NeuralRanker`."""
 
     weighting_choices = ("ndcg", "map", "err")
 
-    def __init__(self, n_features: int | None = None, hidden: list[int] = [128, 64],  # noqa: B006
-                 activation: str = "relu", dropout: float = 0.1, norm: str = "none",
-                 log1p: bool = True, standardize: bool = True, weighting: str = "ndcg",
-                 k: int | None = None, sigma: float = 1.0, normalize: bool = False,
-                 reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
-                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
-                 loss_options: dict[str, Any] | None = None):
-        super().__init__(n_features, hidden, activation, dropout, norm, log1p, standardize, weighting, k,
-                         sigma, normalize, reduction, optimizer, lr, weight_decay, scheduler, ema_decay,
-                         scorer, loss, unbiased, bias_p, n_positions, architecture, heads, layers,
-                         latent_cross, noise, loss_options)
+    def __init__(self, n_features: int | None = None, *, weighting: str = "ndcg", **options):
+        super().__init__(n_features, weighting=weighting, **options)

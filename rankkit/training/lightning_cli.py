@@ -20,7 +20,7 @@ from rankkit.infra.checkpoint import check_checkpoint
 from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.infra.quiet import verbose_scope
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # package data
 MODEL_CLASSES = {
     "RankNet": "rankkit.neural.module.RankNet",
     "LambdaRank": "rankkit.neural.module.LambdaRank",
