@@ -159,7 +159,7 @@ def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting,
         for normalize in (False, True):
             options = dict(weighting=weighting, k=k, sigma=1.2, normalize=normalize)
             # exact (quantized_grad): float64 on both sides, rounded to float32 values: the same bits
-            fast, slow = _objective_pair(monkeypatch, scores, layout, exact=True, **options)
+            fast, slow = _objective_pair(monkeypatch, scores, layout, quantized_grad=True, **options)
             assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
             # float32: the torch path computes in float32; the kernel's float64 result rounded
             fast, slow = _objective_pair(monkeypatch, scores, layout, **options)
@@ -175,7 +175,7 @@ def test_other_options_fall_back_to_the_torch_path(monkeypatch):
         assert make_objective("lambdarank", weighting=name).flat_lambda_inputs(layout) is None
     assert make_objective("softmax").flat_lambda_inputs(layout) is None
     # the compiled pass takes RankNet and NDCG, float32 and exact gradients alike
-    for obj in (make_objective("lambdarank", weighting="ndcg"), make_objective("ranknet", exact=True)):
+    for obj in (make_objective("lambdarank", weighting="ndcg"), make_objective("ranknet", quantized_grad=True)):
         assert obj.flat_lambda_inputs(layout) is not None
     # RANKKIT_CPU_LAMBDAS=0: the compiled trees, the torch lambda pass (the calls are counted)
     calls = []

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -24,14 +25,15 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
-from rankkit.boosting.binning import MAX_BINS
-from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+from rankkit.boosting.config import BoosterConfig
+from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.click_metric import ClickLikelihood
 from rankkit.custom import qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
 from rankkit.infra.io import atomic_write
+from rankkit.infra.params import args_section, check_all, declared, hyperparameter, make_init
 from rankkit.metrics import ndcg
 
 _FORMAT = "rankkit.LambdaMART/1"
@@ -85,6 +87,27 @@ SKLEARN_EXPECTED_FAILED_CHECKS: dict[str, str] = {name: _NEEDS_QUERIES for name 
 )}
 
 
+@dataclass(frozen=True)
+class EstimatorOptions:
+    """The estimator's hyper-parameters beyond the run's (:class:`BoosterConfig`)."""
+
+    n_estimators: int = hyperparameter(100, "the maximum number of rounds (trees).",
+                                       check=partial(_checks.check_int, low=1), module=False)
+    device: str = hyperparameter("cpu", "where the trees are grown (``\"cpu\"``, ``\"cuda\"``).", module=False)
+    verbose: int = hyperparameter(0, "> 0 shows a tqdm progress bar over the rounds with the eval metrics "
+                                     "(0: silent).", check=partial(_checks.check_int, low=0), module=False)
+
+
+#: LambdaMART's hyper-parameters, in the order of its signature and docstring.
+PARAMS = declared(BoosterConfig)[:1] + declared(EstimatorOptions)[:1] + declared(BoosterConfig)[1:] + \
+    declared(EstimatorOptions)[1:]
+
+
+def _store(estimator, params: dict) -> None:
+    for name, value in params.items():
+        setattr(estimator, name, value)
+
+
 #: The most features a model file may declare (the LETOR reader's MAX_FEATURES): scoring pads
 #: every input to this width, so a file cannot make a scorer allocate more.
 MAX_MODEL_FEATURES = 1_000_000
@@ -94,92 +117,7 @@ class LambdaMART(BaseEstimator):
     """Gradient-boosted oblivious trees for ranking (LambdaMART), CPU or CUDA.
 
     Args:
-        objective: ``"lambdarank"`` (|ΔZ| of ``weighting``, truncation ``k``), ``"ranknet"``,
-            ``"pointwise"`` (squared error on the labels), any other name of
-            :data:`rankkit.losses.OBJECTIVES` (``"softmax"``, ``"xendcg"``, ...), or a custom
-            objective (:mod:`rankkit.custom`): a differentiable torch loss
-            ``loss(scores, labels, mask) -> [Q]`` over padded queries, a LightGBM/XGBoost style
-            ``f(y_true, y_pred[, weight][, group]) -> (grad, hess)`` on numpy arrays, or the text
-            ``"package.module.function"`` naming one (imported when ``fit`` starts). A saved
-            model records a custom objective's qualified name as text, never the code.
-        hessian: the Newton weights of a custom torch loss: ``"exact"`` (the diagonal of its
-            Hessian by forward-over-reverse autograd), ``"gauss-newton"`` (a
-            :class:`rankkit.custom.ProbabilityLoss`) or ``"constant"`` (first-order boosting).
-            Built-in objectives have their own (leave it at ``"exact"``).
-        n_estimators: the maximum number of rounds (trees).
-        depth: D, levels of every oblivious tree (2^D leaves).
-        learning_rate: η, the shrinkage of each leaf.
-        l2: λ, the L2 penalty added to every hessian sum.
-        min_data_in_leaf: no split leaves a non-empty child with fewer documents.
-        min_sum_hessian: nor with a smaller hessian sum; a leaf whose ΣH + λ is below it gets 0.
-        weighting, k, sigma, gain, normalize: passed to the lambda kernel
-            (:func:`rankkit.lambdas.lambda_gradients`).
-        subsample: fraction of queries drawn (without replacement) for each tree.
-        bagging_temperature: CatBoost's Bayesian bootstrap, per query: each tree multiplies the
-            gradients and hessians of every query by its own weight ``(-log U)^T``, U uniform
-            on (0, 1] (mean 1 at T = 1; 0 turns it off, larger T bags harder). Combines with
-            ``subsample``.
-        random_strength: CatBoost's split-score noise: each level of each tree picks the split
-            that maximises score + N(0, sd²) over the allowed candidates, sd = random_strength ×
-            Σg²/Σh (the score a split on pure noise gains) × m/(1 + m), m = N e^{−trees × η},
-            so the noise fades as the model grows (see :func:`random_strength_sd`). 0 (the
-            default) turns it off.
-        colsample: fraction of the (non-constant) features drawn for each tree.
-        exact_newton: the leaves' Newton steps use the exact second derivative of the pairwise
-            loss in the leaf value: pairs whose two documents fall in the same leaf move
-            together and leave that leaf's ΣH (Tunys, "LambdaMART Demystified", 2015, appendix, shows that the
-            usual ΣH is exact only when no leaf holds two documents of one query). The split
-            search is unchanged; one more pass of the lambda kernel per round. Off by default
-            (Burges' and LightGBM's ΣH).
-        quantized_grad: search the splits on histograms of gradients and hessians rounded
-            stochastically to small integers (LightGBM 4's ``use_quantized_grad``): integer
-            sums, exact and independent of thread count and summation order, and fewer bytes
-            per histogram cell; the leaf values still use the full-precision sums. Off by
-            default (see docs/benchmarks.md for its effect on MQ2008).
-        num_grad_quant_bins: B, the integer levels of the quantized gradients (g in
-            −B/2..B/2, hessians in 0..B).
-        max_bins: codes per feature, including the missing-value bin (<= 255).
-        eval_metric: ``"ndcg@k"``, ``"ndcg"``, ``"map@k"`` or ``"map"`` for ``eval_set``.
-        early_stopping_rounds: stop when the metric on the **last** eval set has not improved
-            for this many rounds, and keep the trees up to the best round; None to run all.
-        seed: seeds the binning sample and the row/feature subsampling; the same seed and
-            data give the same model.
-        device: where the trees are grown (``"cpu"``, ``"cuda"``).
-        verbose: > 0 shows a tqdm progress bar over the rounds with the eval metrics (0: silent).
-        unbiased: learning from clicks: ``y`` are clicks (0/1), a query is a session, and ``fit``
-            takes each document's displayed ``position``. One of:
-
-            * False: clicks as labels (naive);
-            * True: Unbiased LambdaMART (Hu, Wang, Peng, Li, "Unbiased LambdaMART: An Unbiased
-              Pairwise Learning-to-Rank Algorithm", WWW 2019): position biases of clicked (t⁺)
-              and unclicked (t⁻) positions estimated jointly with the trees (every round, at the
-              current scores), each pair (clicked i, unclicked j) weighing
-              1 / (t⁺(pos_i) t⁻(pos_j)) (see :mod:`rankkit.unbiased`);
-            * ``"position"``: an additive position bias b learned jointly with the trees, as
-              LightGBM's ``Dataset(position=...)``: the lambdas are taken at s + b[pos], and b
-              takes a Newton step per round; ``predict`` leaves it out;
-            * ``"ips"``: examination probabilities θ̂ by regression-EM on the training log (Wang,
-              Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for Unbiased
-              Learning to Rank in Personal Search", WSDM 2018; its impressions aggregated per
-              document and position, documents told apart by their features), then each pair
-              (clicked i, unclicked j) weighs min(1/θ̂(pos_i), ``propensity_clip``);
-            * ``"auto"``: the choice among naive, Unbiased LambdaMART at p = 1, ``"position"`` and
-              ``"ips"`` (``AUTO_CANDIDATES``), inside this one ``fit``, by how well each explains a
-              **validation click log** (the first ``eval_set``, its sessions from ``eval_qid`` /
-              ``eval_group``, and ``eval_position``) once every position has its own click
-              offset (:class:`rankkit.click_metric.ClickLikelihood`, which assumes no click
-              model). No true label is read. The candidates race by successive halving: all
-              grow a third of ``n_estimators``, the best two two thirds, the best one the rest
-              (the rounds of (C + 3) / 3 fits for C candidates: 2.33). ``unbiased_choice_`` says
-              which won, ``unbiased_scores_`` what each scored at its last stage.
-
-            The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.
-        bias_p: p, the exponent of the propensities' regularisation with ``unbiased=True`` (the
-            update takes the 1/(p + 1)-th power; 0 is unregularised).
-        n_positions: positions with their own propensity or bias; deeper positions share the last.
-        position_bias_regularization: λ ≥ 0, the L2 penalty of ``unbiased="position"``'s bias
-            (LightGBM's ``lambdarank_position_bias_regularization``).
-        propensity_clip: the bound on 1/θ̂ of ``unbiased="ips"`` (None: none).
+        {params}
 
     Attributes (after :meth:`fit`; learned state ends in ``_``):
         ensemble_: the :class:`ObliviousEnsemble` (raw features [N, F] -> scores [N]).
@@ -211,48 +149,7 @@ class LambdaMART(BaseEstimator):
     (200,)
     """
 
-    def __init__(self, objective="lambdarank", *, n_estimators: int = 100, depth: int = 6,
-                 learning_rate: float = 0.1, l2: float = 1.0, min_data_in_leaf: int = 20,
-                 min_sum_hessian: float = 1e-3, weighting: str = "ndcg", k: int | None = None,
-                 sigma: float = 1.0, gain: str = "exp", normalize: bool = False,
-                 subsample: float = 1.0, colsample: float = 1.0, bagging_temperature: float = 0.0,
-                 random_strength: float = 0.0, exact_newton: bool = False,
-                 quantized_grad: bool = False, num_grad_quant_bins: int = 4,
-                 max_bins: int = MAX_BINS, eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None,
-                 seed: int = 0, device: str = "cpu", verbose: int = 0, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, hessian: str = "exact",
-                 position_bias_regularization: float = 0.0, propensity_clip: float | None = 10.0):
-        self.objective = objective
-        self.hessian = hessian
-        self.n_estimators = n_estimators
-        self.depth = depth
-        self.learning_rate = learning_rate
-        self.l2 = l2
-        self.min_data_in_leaf = min_data_in_leaf
-        self.min_sum_hessian = min_sum_hessian
-        self.weighting = weighting
-        self.k = k
-        self.sigma = sigma
-        self.gain = gain
-        self.normalize = normalize
-        self.subsample = subsample
-        self.colsample = colsample
-        self.bagging_temperature = bagging_temperature
-        self.random_strength = random_strength
-        self.exact_newton = exact_newton
-        self.quantized_grad = quantized_grad
-        self.num_grad_quant_bins = num_grad_quant_bins
-        self.max_bins = max_bins
-        self.eval_metric = eval_metric
-        self.early_stopping_rounds = early_stopping_rounds
-        self.seed = seed
-        self.device = device
-        self.verbose = verbose
-        self.unbiased = unbiased
-        self.bias_p = bias_p
-        self.n_positions = n_positions
-        self.position_bias_regularization = position_bias_regularization
-        self.propensity_clip = propensity_clip
+    __init__ = make_init(PARAMS, _store, "LambdaMART", positional=1)  # scikit-learn's rule: store, no logic
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X, y=None, *, qid=None, group=None, sample_weight=None, init_score=None, position=None,
@@ -326,7 +223,7 @@ class LambdaMART(BaseEstimator):
         self.backend_ = engine.backend.name
         if self.verbose:
             print(f"LambdaMART: {engine.backend.name} backend on {engine.device}", file=sys.stderr)
-        bar = _progress(self.verbose, self.n_estimators)
+        bar = _progress_bar(self.verbose, self.n_estimators)
         if bar is not None:
             bar.update(len(engine.trees))
         while len(engine.trees) < self.n_estimators and not engine.should_stop:
@@ -383,8 +280,7 @@ class LambdaMART(BaseEstimator):
 
     def _config(self) -> BoosterConfig:
         params = self.get_params()
-        _checks.check_int(params.pop("n_estimators"), "n_estimators", low=1)
-        _checks.check_int(params.pop("verbose"), "verbose", low=0)
+        check_all(EstimatorOptions(**{f.name: params.pop(f.name) for f in fields(EstimatorOptions)}))
         config = BoosterConfig.from_params(params)
         if config.objective != "lambdarank" and config.weighting != BoosterConfig.weighting:
             # Only "lambdarank" reads `weighting`; any other objective would drop it silently.
@@ -564,7 +460,7 @@ def _eval_item(item, i: int, eval_qid, eval_group, n_feat: int):
     return matrix, labels, sizes
 
 
-def _progress(verbose: int, total: int):
+def _progress_bar(verbose: int, total: int):
     """A tqdm bar over the rounds when ``verbose`` is set (and tqdm is installed)."""
     if not verbose:
         return None
@@ -573,3 +469,6 @@ def _progress(verbose: int, total: int):
     except ImportError:
         return None
     return tqdm(total=total, desc="LambdaMART", unit="tree", mininterval=max(0.1, float(verbose) / 10))
+
+
+LambdaMART.__doc__ = LambdaMART.__doc__.replace("        {params}\n", args_section(PARAMS, indent=8))

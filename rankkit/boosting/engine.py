@@ -26,23 +26,22 @@ replaces it by an all-reduce, and nothing else changes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 
 from rankkit.boosting import distributed as dp
 from rankkit.boosting._inputs import FeatureMatrix
-from rankkit.boosting.binning import MAX_BINS, QuantileBinner
+from rankkit.boosting.binning import QuantileBinner
+from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.ensemble import ObliviousEnsemble
-from rankkit.boosting.objectives import OBJECTIVES, QueryLayout, make_metric, make_objective
+from rankkit.boosting.objectives import QueryLayout, make_metric, make_objective
 from rankkit.boosting.tree import (
     N_CODES,
     ObliviousTreeGrower,
     Reduce,
     Tree,
-    TreeParams,
     check_leaf_values,
     exact_leaf_sums,
     identity_reduce,
@@ -50,123 +49,10 @@ from rankkit.boosting.tree import (
     newton_leaf_values,
 )
 from rankkit.click_metric import aggregate, session_log
-from rankkit.custom import HESSIANS, NonFiniteGradient, check_spec, is_custom
-from rankkit.infra import checks as _checks
+from rankkit.custom import NonFiniteGradient
 from rankkit.kernels.backends import Backend, choose
 from rankkit.unbiased import EM_SETTINGS, FixedPropensities, PropensityEstimator, RegressionEM
 
-
-@dataclass(frozen=True)
-class BoosterConfig:
-    """Every hyperparameter of a boosting run (see :class:`rankkit.boosting.LambdaMART`)."""
-
-    objective: Any = "lambdarank"
-    depth: int = 6
-    learning_rate: float = 0.1
-    l2: float = 1.0
-    min_data_in_leaf: int = 20
-    min_sum_hessian: float = 1e-3
-    weighting: str = "ndcg"
-    k: int | None = None
-    sigma: float = 1.0
-    gain: str = "exp"
-    normalize: bool = False
-    subsample: float = 1.0
-    colsample: float = 1.0
-    bagging_temperature: float = 0.0
-    random_strength: float = 0.0
-    exact_newton: bool = False
-    quantized_grad: bool = False
-    num_grad_quant_bins: int = 4
-    max_bins: int = MAX_BINS
-    eval_metric: str = "ndcg@10"
-    early_stopping_rounds: int | None = None
-    seed: int = 0
-    unbiased: bool | str = False
-    bias_p: float = 1.0
-    n_positions: int = 10
-    position_bias_regularization: float = 0.0
-    propensity_clip: float | None = 10.0
-    hessian: str = "exact"
-
-    @classmethod
-    def from_params(cls, params: dict) -> "BoosterConfig":
-        """The config of the names in ``params`` that it knows (others are ignored), checked."""
-        names = {f.name for f in fields(cls)}
-        config = cls(**{k: v for k, v in params.items() if k in names})
-        config.check()
-        return config
-
-    def check(self) -> None:
-        """Raise ValueError naming the first hyperparameter out of its range."""
-        c = _checks
-        custom = is_custom(self.objective)
-        if custom:
-            check_spec(self.objective, "objective", OBJECTIVES)
-        else:
-            c.check_choice(self.objective, OBJECTIVES, "objective")
-        c.check_choice(self.hessian, HESSIANS, "hessian")
-        if not custom and self.hessian != "exact":
-            raise ValueError(f"`hessian` applies to custom objectives (a callable loss); objective="
-                             f"{self.objective!r} has its own hessian, got hessian={self.hessian!r}")
-        if custom:  # the ranking options configure the built-in kernel: a custom loss would drop them
-            for option in ("k", "sigma", "gain", "normalize"):
-                if getattr(self, option) != getattr(BoosterConfig, option):
-                    raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom objective takes its "
-                                     f"own (set it in the loss), got {option}={getattr(self, option)!r}")
-        if custom and (self.exact_newton or self.unbiased):
-            raise ValueError(f"`{'exact_newton' if self.exact_newton else 'unbiased'}` needs a built-in pairwise "
-                             f"objective (it reweighs the lambda kernel's pairs), not a custom one")
-        c.check_int(self.depth, "depth", low=1, high=12)
-        c.check_number(self.learning_rate, "learning_rate", low=0, low_open=True)
-        c.check_number(self.l2, "l2", low=0)
-        c.check_int(self.min_data_in_leaf, "min_data_in_leaf", low=1)
-        c.check_number(self.min_sum_hessian, "min_sum_hessian", low=0)
-        c.check_k(self.k)
-        c.check_number(self.sigma, "sigma", low=0, low_open=True)
-        c.check_gain(self.gain)
-        c.check_bool(self.normalize, "normalize")
-        c.check_number(self.subsample, "subsample", low=0, high=1, low_open=True)
-        c.check_number(self.colsample, "colsample", low=0, high=1, low_open=True)
-        c.check_number(self.bagging_temperature, "bagging_temperature", low=0)
-        c.check_number(self.random_strength, "random_strength", low=0)
-        c.check_bool(self.exact_newton, "exact_newton")
-        if self.exact_newton and self.objective == "pointwise":
-            raise ValueError("`exact_newton` applies to the pairwise objectives; the pointwise "
-                             "objective's Newton steps are exact already")
-        c.check_bool(self.quantized_grad, "quantized_grad")
-        c.check_int(self.num_grad_quant_bins, "num_grad_quant_bins", low=2, high=256)
-        c.check_int(self.max_bins, "max_bins", low=3, high=MAX_BINS)
-        make_metric(self.eval_metric)  # raises for a bad name
-        c.check_int(self.early_stopping_rounds, "early_stopping_rounds", low=1, none=True)
-        c.check_int(self.seed, "seed", low=0)
-        c.check_setting(self.unbiased, UNBIASED, "unbiased")
-        c.check_number(self.bias_p, "bias_p", low=0)
-        c.check_int(self.n_positions, "n_positions", low=1, high=4096)  # rankkit.unbiased.MAX_POSITIONS
-        c.check_number(self.position_bias_regularization, "position_bias_regularization", low=0)
-        if self.propensity_clip is not None:
-            c.check_number(self.propensity_clip, "propensity_clip", low=1)
-        if self.unbiased in (True, "ips", "auto") and \
-                self.objective in ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg"):
-            raise ValueError(f"`unbiased={self.unbiased!r}` debiases pairs: it needs a pairwise objective, "
-                             f"got {self.objective!r}")
-        if not custom:  # a custom objective is imported and checked when training starts, not here
-            make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
-                           gain=self.gain, normalize=self.normalize)
-
-    @property
-    def tree(self) -> TreeParams:
-        return TreeParams(self.depth, self.learning_rate, self.l2, self.min_data_in_leaf, self.min_sum_hessian,
-                          self.quantized_grad, self.num_grad_quant_bins)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-# The debiasing of click data (see LambdaMART's docstring): none, Unbiased LambdaMART's learned
-# pair biases, LightGBM's additive position bias, inverse propensities by regression-EM, or
-# the choice among them on a validation click log.
-UNBIASED = (False, True, "position", "ips", "auto")
 
 # Offsets the seed of the device generator from the host generator's.
 _DEVICE_STREAM = 1 << 40
@@ -238,7 +124,7 @@ class BoostingEngine:
         self.propensity, self.position_bias = self._debiasing(features, labels, positions)
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
                                         sigma=config.sigma, gain=config.gain, normalize=config.normalize,
-                                        seed=config.seed, exact=config.quantized_grad, hessian=config.hessian,
+                                        seed=config.seed, quantized_grad=config.quantized_grad, hessian=config.hessian,
                                         propensity=None if self.propensity is None else
                                         (self.propensity, positions.to(self.device).long()))
         self.bucket = None
@@ -508,17 +394,17 @@ def sample_round(generator: torch.Generator, sizes: torch.Tensor, n_features: in
         n_rows = int(s.sum())
         # Per query: its first document minus its first position in the sample.
         shift = first[queries] - (torch.cumsum(s, 0) - s)
-        shift, s_device = to_device(device, shift, s)
+        shift, s_device = upload(device, shift, s)
         q_of = torch.repeat_interleave(torch.arange(len(queries), device=device), s_device,
                                        output_size=n_rows)
         rows = shift[q_of] + torch.arange(n_rows, device=device)
     if colsample < 1.0 and n_features > 1:
         features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
-        features = to_device(device, features.sort().values)[0]
+        features = upload(device, features.sort().values)[0]
     return rows, features
 
 
-def to_device(device: torch.device | str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+def upload(device: torch.device | str, *tensors: torch.Tensor) -> list[torch.Tensor]:
     """The host tensors ``tensors`` (1-D, one dtype) on ``device``. To a GPU in one copy that
     does not block the host: packed into pinned memory and copied with ``non_blocking=True``
     (a copy from pageable memory would wait for the device, a sync every round)."""
@@ -553,7 +439,7 @@ def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tens
     if bagging_temperature > 0:
         w = bayesian_bootstrap_weights(sizes, bagging_temperature, generator, per_query=True)
         w = _query_weights(w, sizes, grad.device) if query_of is None else \
-            to_device(grad.device, w)[0][query_of]
+            upload(grad.device, w)[0][query_of]
         grad, hess = grad * w, hess * w
     noise_sd = _noise_sd(grad, hess, random_strength, model_length) if random_strength > 0 else 0.0
     tree = grower.grow(grad, hess, rows=rows, features=features, noise_sd=noise_sd,
@@ -592,7 +478,7 @@ def bayesian_bootstrap_weights(sizes: torch.Tensor, temperature: float, generato
 def _query_weights(w: torch.Tensor, sizes: torch.Tensor, device: torch.device) -> torch.Tensor:
     """[N] on ``device``: the per-query values w [Q] (CPU) repeated over each query's documents,
     expanded on the device (per-query copies that do not block the host)."""
-    (w,), (sizes_device,) = to_device(device, w), to_device(device, sizes)
+    (w,), (sizes_device,) = upload(device, w), upload(device, sizes)
     return torch.repeat_interleave(w, sizes_device, output_size=int(sizes.sum()))
 
 

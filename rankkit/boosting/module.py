@@ -18,15 +18,18 @@ placeholder, with a warning on every fit.)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 
 from rankkit.infra import checks as _checks, quiet as _quiet
+from rankkit.infra.params import args_section, check_all, declared, hyperparameter, make_init
 from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
-from rankkit.boosting.binning import MAX_BINS
-from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+from rankkit.boosting.config import BoosterConfig
+from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.custom import qualified_name
 from rankkit.data.dataset import PaddedBatch, RankingDataset
@@ -58,16 +61,28 @@ class RoundCounter(torch.optim.Optimizer):
         return None
 
 
+@dataclass(frozen=True)
+class ModuleOptions:
+    """The module's hyper-parameters beyond the run's (:class:`BoosterConfig`)."""
+
+    n_features: int | None = hyperparameter(None, """
+        the feature count the training data must have (linked from the datamodule by
+        ``rankkit fit``), None to take the data's.""", check=partial(_checks.check_int, none=True))
+
+
+#: The module's hyper-parameters: the run's that a Lightning fit uses, and its own.
+PARAMS = [p for p in declared(BoosterConfig) if p.module] + declared(ModuleOptions)
+
+
 class LambdaMARTModule(pl.LightningModule):
     """Boosted oblivious trees trained by ``Trainer.fit``, one tree per epoch.
 
-    Args: as :class:`rankkit.boosting.LambdaMART` (the epochs play ``n_estimators``, and
-        Lightning's EarlyStopping plays ``early_stopping_rounds``), and ``n_features``: the
-        feature count the training data must have (linked from the datamodule by
-        ``rankkit fit``), None to take the data's. ``objective`` may be a custom objective
-        (a callable, or in a config ``package.module.function``, imported when training
-        starts); the hyper-parameters and checkpoints record its qualified name as text, so a
-        checkpoint loads (to test, predict, export) without it.
+    The epochs play ``n_estimators``, Lightning's EarlyStopping plays ``early_stopping_rounds``.
+    The hyper-parameters and checkpoints record a custom ``objective`` by its qualified name as
+    text, so a checkpoint loads (to test, predict, export) without it.
+
+    Args:
+        {params}
 
     Attributes:
         scorer: the :class:`ObliviousEnsemble` grown so far (raw features [N, F] -> scores
@@ -81,27 +96,14 @@ class LambdaMARTModule(pl.LightningModule):
     #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
     load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
-    def __init__(self, objective: str = "lambdarank", depth: int = 6, learning_rate: float = 0.1,
-                 l2: float = 1.0, min_data_in_leaf: int = 20, min_sum_hessian: float = 1e-3,
-                 weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
-                 gain: str = "exp", normalize: bool = False, subsample: float = 1.0,
-                 colsample: float = 1.0, max_bins: int = MAX_BINS, seed: int = 0,
-                 bagging_temperature: float = 0.0, random_strength: float = 0.0,
-                 exact_newton: bool = False, quantized_grad: bool = False, num_grad_quant_bins: int = 4,
-                 n_features: int | None = None, hessian: str = "exact"):
+    def _init(self, params: dict) -> None:
         super().__init__()
-        _checks.check_int(n_features, "n_features", none=True)
-        self.config = BoosterConfig.from_params(dict(
-            objective=objective, hessian=hessian, depth=depth, learning_rate=learning_rate, l2=l2,
-            min_data_in_leaf=min_data_in_leaf, min_sum_hessian=min_sum_hessian, weighting=weighting,
-            k=k, sigma=sigma, gain=gain, normalize=normalize, subsample=subsample, colsample=colsample,
-            max_bins=max_bins, seed=seed, bagging_temperature=bagging_temperature,
-            random_strength=random_strength, exact_newton=exact_newton, quantized_grad=quantized_grad,
-            num_grad_quant_bins=num_grad_quant_bins))
-        self.save_hyperparameters()
+        check_all(ModuleOptions(n_features=params["n_features"]))
+        self.config = BoosterConfig.from_params(params)
+        self.save_hyperparameters(params)
         # A custom objective (a callable) is recorded as its qualified name: a checkpoint holds
         # text, never code, and loading one never imports it (it is imported to train only).
-        self.hparams["objective"] = qualified_name(objective)
+        self.hparams["objective"] = qualified_name(params["objective"])
         self._hparams_initial["objective"] = self.hparams["objective"]  # what loggers write out
         self.automatic_optimization = False
         self.scorer: ObliviousEnsemble | None = None
@@ -110,6 +112,8 @@ class LambdaMARTModule(pl.LightningModule):
         self._engine: BoostingEngine | None = None
         self._engine_data: RankingDataset | None = None
         self._prefix: ObliviousEnsemble | None = None  # trees from before this fit (a resume)
+
+    __init__ = make_init(PARAMS, _init, "LambdaMARTModule")
 
     def serving_scorer(self) -> ObliviousEnsemble:
         """The features -> scores module that export uses."""
@@ -213,3 +217,6 @@ class LambdaMARTModule(pl.LightningModule):
             raise ValueError("the checkpoint does not record the feature count (`rankkit_n_features`)")
         self.scorer = ObliviousEnsemble(n_features, torch.zeros(n_trees, depth, dtype=torch.long),
                                         torch.full((n_trees, depth), torch.inf), torch.zeros(n_trees, 1 << depth))
+
+
+LambdaMARTModule.__doc__ = LambdaMARTModule.__doc__.replace("        {params}\n", args_section(PARAMS, indent=8))

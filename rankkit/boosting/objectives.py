@@ -80,10 +80,10 @@ class RankingObjective:
         k, sigma, gain, normalize: the kernel's options (pairwise objectives only).
         seed: seeds the listwise losses that draw random numbers (XE-NDCG's γ, ListMLE's order
             among equal labels: without it ListMLE learns the documents' file order), once per fit.
-        exact: compute in float64 and round the (grad, hess) to float32 values, so that a
+        quantized_grad: compute in float64 and round the (grad, hess) to float32 values, so that a
             document's gradients do not depend on which other queries share the kernel call (the
             kernel's float32 sums follow its block plan): what makes data-parallel trees equal
-            to one process's (``quantized_grad``).
+            to one process's (the booster's ``quantized_grad``).
         propensity: an :class:`rankkit.unbiased.PropensityEstimator` and the documents'
             displayed positions [N] (long), for Unbiased LambdaMART: every round first updates
             the propensities at the current scores, then weighs each pair (clicked i,
@@ -91,7 +91,7 @@ class RankingObjective:
     """
 
     def __init__(self, name: str, *, k: int | None = None, sigma: float = 1.0, gain: str = "exp",
-                 normalize: bool = False, seed: int = 0, propensity=None, exact: bool = False):
+                 normalize: bool = False, seed: int = 0, propensity=None, quantized_grad: bool = False):
         self.name = name
         self.pairwise = name not in LISTWISE
         self.weighting = WEIGHTINGS.get(name)
@@ -99,7 +99,7 @@ class RankingObjective:
         if name in ("xendcg", "listmle"):  # XE-NDCG's γ; ListMLE's random order among equal labels
             self.options["generator"] = torch.Generator().manual_seed(seed)
         self.propensity = propensity
-        self.exact = exact
+        self.quantized_grad = quantized_grad
 
     def init_score(self, labels: torch.Tensor, weights: torch.Tensor | None, reduce=None) -> float:
         return 0.0  # a constant shift changes no ranking
@@ -118,7 +118,7 @@ class RankingObjective:
                         *, triton: bool | None = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(grad, hess) [N] float64 on the padded queries by the planned torch kernel (the
         reference), or its fused Triton version where ``triton`` and the options allow."""
-        padded = layout.pad(scores.to(torch.float64 if self.exact else torch.float32))
+        padded = layout.pad(scores.to(torch.float64 if self.quantized_grad else torch.float32))
         options = dict(self.options)
         if groups is not None:
             options["groups"] = layout.pad(groups)
@@ -134,7 +134,7 @@ class RankingObjective:
         else:
             grad, hess, _ = objective_gradients(self.name, padded, layout.labels, mask=layout.mask,
                                                 weights=layout.weights, plan=layout.plan, **options)
-        if self.exact:
+        if self.quantized_grad:
             grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()
 
@@ -144,8 +144,8 @@ class RankingObjective:
         compute this objective (weightings other than RankNet and NDCG, propensity weights).
 
         The pass computes the torch path's numbers in float64 (from the scores' float32 values
-        unless ``exact``) and rounds them to float32 values: with ``exact``
-        (``quantized_grad=True``) the same bits as the torch path; otherwise within float32
+        unless ``quantized_grad``) and rounds them to float32 values: with ``quantized_grad``
+        the same bits as the torch path; otherwise within float32
         roundings of it, which can decide a near-tie split differently from a GPU's."""
         if not self.pairwise or self.propensity is not None or \
                 self.weighting not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]):
@@ -159,7 +159,7 @@ class RankingObjective:
             half_w = layout.plan.cached(("compiled_half_weights",),
                                         lambda: layout.flat(layout.weights.double() * 0.5).contiguous())
         return dict(inputs, sigma=o["sigma"], normalize=o["normalize"], half_weights=half_w,
-                    float32_scores=not self.exact, float32_out=True)
+                    float32_scores=not self.quantized_grad, float32_out=True)
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ def _custom_name(objective) -> str:
     return qualified_name(objective)
 
 
-def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int = 0, exact: bool = False,
+def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int = 0, quantized_grad: bool = False,
                    hessian: str = "exact", **options) -> RankingObjective | SquaredError | CustomObjective:
     """The one place where objective names become behaviour.
 
@@ -243,7 +243,7 @@ def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int 
             raise ValueError(f"`weighting` has to be one of {tuple(LOSSES)}, got {weighting!r}")
     if name not in LOSSES:
         raise ValueError(f"`objective` has to be one of {objective_names()}, got {name!r}")
-    return RankingObjective(name, propensity=propensity, seed=seed, exact=exact, **options)
+    return RankingObjective(name, propensity=propensity, seed=seed, quantized_grad=quantized_grad, **options)
 
 
 def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayout], torch.Tensor]:

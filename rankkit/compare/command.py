@@ -9,7 +9,7 @@ from rankkit.infra.quiet import verbose
 from rankkit.training.lightning_cli import resolve_config_args
 
 
-def build_parser():
+def build_compare_parser():
     """The ``rankkit compare`` parser (jsonargparse: ``--config compare.yaml`` plus overrides)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
 
@@ -50,7 +50,7 @@ def build_parser():
 
 def compare_from_args(argv: list[str]) -> int:
     """``rankkit compare ...``: parse, run, print the table and where everything went."""
-    args = build_parser().parse_args(resolve_config_args(argv))
+    args = build_compare_parser().parse_args(resolve_config_args(argv))
     kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
     if not kwargs.get("verbose"):
 

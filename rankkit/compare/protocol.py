@@ -471,20 +471,20 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
                                     keep=members[label] if ensemble else None)
                     runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
                                  "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune else {})})
-                    log(_progress(runs[-1]))
+                    log(_progress_line(runs[-1]))
                 for name in chosen:
                     r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
                                        patience=patience, val_eval=val_eval)
                     runs.append({"model": third_party.BASELINE_LABELS[name], "kind": "trees", "config": None,
                                  "fold": fold, "seed": seed, **r})
-                    log(_progress(runs[-1]))
+                    log(_progress_line(runs[-1]))
             for label, (path, cfg) in configs.items() if ensemble else ():
                 mine = [r for r in runs if r["model"] == label and r["fold"] == fold]
                 r = ensemble_model(members[label], mine, test_eval=test_eval,
                                    scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-ensemble.pt")
                 runs.append({"model": f"{label} ×{seeds}", "kind": model_kind(cfg), "config": str(path),
                              "fold": fold, "seed": "ensemble", **r})
-                log(_progress(runs[-1]))
+                log(_progress_line(runs[-1]))
     table = markdown_table(runs)
     if len(fold_list) > 1:
         table += "\n\n" + fold_table(runs)
@@ -544,7 +544,7 @@ def _write_text(path: Path, text: str) -> None:
     atomic_write(path, write)
 
 
-def _progress(r: dict) -> str:
+def _progress_line(r: dict) -> str:
     export = (f", exported {r['export_bytes'] / 1024:.1f} KiB (verified, max diff {r['export_max_abs_diff']:.1g})"
               if r["export_bytes"] is not None else "")
     unit = "epochs" if r["kind"] == "neural" else "trees"
