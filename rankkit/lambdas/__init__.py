@@ -208,131 +208,18 @@ def planned_lambda_gradients(
         return lambda_gradients_triton(scores, plan.labels, mask=plan.mask, weighting=name, sigma=sigma,
                                        k=k, gain=gain, weights=plan.weights, return_loss=return_loss)
     n_queries, n_docs = scores.shape
-    device = scores.device
     dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
     cutoff = n_docs if k is None else min(k, n_docs)
     if fn is WEIGHTINGS["err"] and max_err_label is None:
         max_err_label = plan.max_label
-
-    # Queries in order of length (qperm None: they already are), then each query's documents
-    # in order of rank (padding last).
-    y, m, lengths, half_w = plan.sorted_batch(dtype)
-    qperm, full = plan.qperm, plan.full
-    s = plan.to_plan_order(scores.detach().to(dtype))
-    if not full:
-        s = s.masked_fill(~m, 0.0)
-    # On the CPU the fastest tie-breaking sort; elsewhere one that never syncs (same order).
-    order = rank_order(s, y, m, sync=device.type == "cpu",
-                       label_key=plan.label_key(plan_order=True) if dtype == torch.float32 else None)
-    s, y, m = s.gather(1, order), y.gather(1, order), plan.ranked_mask(plan_order=True)
-    if sigma != 1.0:
-        s = s * sigma
-    constants = plan.weighting_constants(fn, dtype, cutoff, gain, max_err_label)
-    if constants is None:
-        terms = fn.doc_terms(y, m, cutoff, gain, max_err_label)
-    else:
-        per_doc, per_position = constants
-        terms = fn.doc_terms(y, m, cutoff, gain, max_err_label,
-                             constants=(tuple(t.gather(1, order) for t in per_doc), per_position))
-    if half_w is not None:
-        half_w = half_w.gather(1, order)
-    group = None
-    if groups is not None:
-        group = plan.to_plan_order(groups).gather(1, order).to(dtype)
-    upper_lower = []
-    for t in pair_weights or ():
-        t = t.detach().to(dtype)
-        upper_lower.append(plan.to_plan_order(t).gather(1, order).masked_fill_(~m, 0.0))
-
-    # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order). Blocks in the
-    # query-minor layout accumulate into acc_t, its [2, L, Q] transpose (see _Layout).
-    acc = torch.zeros(2, n_queries, n_docs, dtype=dtype, device=device)
-    loss = torch.zeros(n_queries, dtype=dtype, device=device) if return_loss else None
-    abs_sum = torch.zeros(n_queries, dtype=dtype, device=device) if normalize else None
-    tie_weight = fn.tie_weight if tie_term else 0.0
-
-    cap = max(1, workspace_bytes // (BUFFERS_PER_PAIR * acc.element_size()))
-    cpu = device.type == "cpu"
-    if cpu:
-        cap = min(cap, CPU_BLOCK_PAIRS)
-    blocks = plan.blocks(cutoff, cap, cpu)
-    acc_t = None
-    if blocks:
-        biggest = max((q1 - q0) * (r1 - r0) * (c1 - c0)
-                      for q0, q1, _, (r0, r1), (c0, c1), _ in blocks)
-        # Reused buffers: [0] W, then ∂C/∂s_a / (−σ); [1] |W|, then the Newton term / σ²;
-        # [2] 1/ρ's 1 + e^{−d}; [3] loss terms; [4] pair weights.
-        work = torch.empty(3 + return_loss + (half_w is not None or pair_weights is not None),
-                           biggest, dtype=dtype, device=device)
-        # Pairs (a, b) need b > a: upper[i, j] = j >= i, sliced for the blocks whose columns
-        # overlap their rows (see _accumulate_block).
-        tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _), _ in blocks if c0 < r1), default=0)
-        upper = plan.cached(("upper", tall, dtype),
-                            lambda: torch.ones(tall, tall, dtype=dtype, device=device).triu_())
-        # Per-document factors of the pair sigmoid: e^{z_a} e^{−z_b} = e^{σ(s_a − s_b)} with
-        # z = σ s − centre, for the queries whose scores span at most _EXP_SPAN.
-        last = s.gather(1, plan.cached("last", lambda: (lengths - 1).clamp(min=0)[:, None]))[:, 0]
-        spread, centre = s[:, 0] - last, (s[:, 0] + last) * 0.5
-        z = (s - centre[:, None]).clamp_(-_EXP_SPAN / 2 - 1, _EXP_SPAN / 2 + 1)
-        exp_pos, exp_neg = torch.exp(z), torch.exp(z.neg_())
-        wide = ~(spread <= _EXP_SPAN)  # NaN counts as wide
-        direct = None
-        if cpu:
-            n_wide = [0] + wide.cumsum(0).tolist()
-        else:
-            # Asking the host which blocks hold a wide query would sync: each block computes
-            # both forms and keeps one by a flag on the device (the CPU's choice, so the same
-            # numbers), all blocks' flags in one indexing.
-            n_wide = [0] * (n_queries + 1)
-            cum = torch.cat([wide.new_zeros(1, dtype=torch.long), wide.cumsum(0)])
-            q0s, q1s = plan.cached(("block_queries", cutoff, cap), lambda: torch.tensor(
-                [[b[0] for b in blocks], [b[1] for b in blocks]], device=device))
-            block_wide = cum[q1s] > cum[q0s]
-            direct = torch.empty(biggest, dtype=dtype, device=device)
-        per_doc = [s, exp_pos, exp_neg, *terms]
-        # Where the optional per-document tensors sit in per_doc (None: absent).
-        slot = {}
-        for name, t in (("half_w", half_w), ("group", group),
-                        ("upper", upper_lower[0] if upper_lower else None),
-                        ("lower", upper_lower[1] if upper_lower else None)):
-            slot[name] = None if t is None else len(per_doc)
-            if t is not None:
-                per_doc.append(t)
-        if not full:
-            per_doc.append(m.to(dtype))
-        layouts = {}
-        one = plan.cached(("one", dtype), lambda: torch.ones(1, 1, 1, dtype=dtype, device=device))
-    for i, (q0, q1, shortest, (r0, r1), (c0, c1), q_minor) in enumerate(blocks):
-        lay = layouts.get(q_minor)
-        if lay is None:
-            lay = layouts[q_minor] = Layout(q_minor, per_doc, acc)
-            if q_minor:
-                acc_t = lay.acc
-        row_views, col_views = lay.cut(q0, q1, r0, r1, c0, c1)
-        s_a, e_a = row_views[0], row_views[1]
-        s_b, f_b = col_views[0], col_views[2]
-        n_terms = len(terms)
-        both = lambda name, rv=row_views, cv=col_views: None if slot[name] is None else (
-            rv[slot[name]], cv[slot[name]])
-        width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
-        _accumulate_block(
-            s_a, s_b, None if n_wide[q1] > n_wide[q0] else (
-                e_a, f_b, one if q_minor else lay.ones[..., :c1 - c0],
-                None if direct is None else (block_wide[i], direct)),
-            tuple(row_views[3:3 + n_terms]), tuple(col_views[3:3 + n_terms]),
-            lay.tri(upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width]) if width > 0 else None,
-            None if shortest >= c1 else col_views[-1],
-            fn.signed_delta, tie_weight,
-            both("half_w"), both("group"),
-            None if slot["upper"] is None else both("upper") + both("lower"),
-            work, lay, (q1 - q0, r1 - r0, c1 - c0), lay.acc_rows(q0, q1, r0, r1),
-            lay.acc_rows(q0, q1, c0, c1),
-            None if loss is None else loss[q0:q1],
-            None if abs_sum is None else abs_sum[q0:q1],
-        )
-    if acc_t is not None:
-        acc.add_(acc_t.transpose(1, 2))
-
+    ranked = _Ranked.of(scores, plan, fn, dtype=dtype, sigma=sigma, cutoff=cutoff, gain=gain,
+                        max_err_label=max_err_label, groups=groups, pair_weights=pair_weights)
+    # acc[0] = −grad / σ and acc[1] = hess / σ², in (length order, rank order).
+    acc = torch.zeros(2, n_queries, n_docs, dtype=dtype, device=scores.device)
+    loss = torch.zeros(n_queries, dtype=dtype, device=scores.device) if return_loss else None
+    abs_sum = torch.zeros(n_queries, dtype=dtype, device=scores.device) if normalize else None
+    _accumulate_pairs(ranked, plan, acc, loss, abs_sum, cutoff=cutoff, workspace_bytes=workspace_bytes,
+                      signed_delta=fn.signed_delta, tie_weight=fn.tie_weight if tie_term else 0.0)
     acc[0].mul_(-sigma)
     acc[1].mul_(sigma * sigma)
     if normalize:
@@ -342,19 +229,171 @@ def planned_lambda_gradients(
         acc.mul_(factor[:, None])
         if loss is not None:
             loss.mul_(factor)
+    return _to_caller_layout(acc, loss, ranked.order, plan.qperm, scores.dtype)
 
-    # Back from (length order, rank order) to the caller's layout: one scatter per output.
+
+class _Ranked:
+    """A call's per-document inputs in (length order, rank order), the layout of the pair loop:
+    σ-scaled scores ``s``, labels ``y``, mask ``m``, the weighting's ``terms``, and the optional
+    pair weights (``half_w``, ``group``, ``upper_lower``); ``order`` maps back."""
+
+    def __init__(self, order, s, y, m, lengths, terms, half_w, group, upper_lower):
+        self.order, self.s, self.y, self.m, self.lengths = order, s, y, m, lengths
+        self.terms, self.half_w, self.group, self.upper_lower = terms, half_w, group, upper_lower
+
+    @classmethod
+    def of(cls, scores, plan, fn, *, dtype, sigma, cutoff, gain, max_err_label, groups, pair_weights):
+        # Queries in order of length (qperm None: they already are), then each query's documents
+        # in order of rank (padding last).
+        y, m, lengths, half_w = plan.sorted_batch(dtype)
+        s = plan.to_plan_order(scores.detach().to(dtype))
+        if not plan.full:
+            s = s.masked_fill(~m, 0.0)
+        # On the CPU the fastest tie-breaking sort; elsewhere one that never syncs (same order).
+        order = rank_order(s, y, m, sync=scores.device.type == "cpu",
+                           label_key=plan.label_key(plan_order=True) if dtype == torch.float32 else None)
+        s, y, m = s.gather(1, order), y.gather(1, order), plan.ranked_mask(plan_order=True)
+        if sigma != 1.0:
+            s = s * sigma
+        constants = plan.weighting_constants(fn, dtype, cutoff, gain, max_err_label)
+        if constants is None:
+            terms = fn.doc_terms(y, m, cutoff, gain, max_err_label)
+        else:
+            per_doc, per_position = constants
+            terms = fn.doc_terms(y, m, cutoff, gain, max_err_label,
+                                 constants=(tuple(t.gather(1, order) for t in per_doc), per_position))
+        if half_w is not None:
+            half_w = half_w.gather(1, order)
+        group = None if groups is None else plan.to_plan_order(groups).gather(1, order).to(dtype)
+        upper_lower = [plan.to_plan_order(t.detach().to(dtype)).gather(1, order).masked_fill_(~m, 0.0)
+                       for t in pair_weights or ()]
+        return cls(order, s, y, m, lengths, terms, half_w, group, upper_lower)
+
+
+def _to_caller_layout(acc, loss, order, qperm, dtype) -> tuple:
+    """(grad, hess[, loss]) from (length order, rank order) back to the caller's layout: one
+    scatter per output."""
+    n_docs = acc.shape[2]
     if qperm is None:
         place = lambda t: torch.empty_like(t).scatter_(1, order, t)
     else:
         index = (qperm[:, None] * n_docs + order).view(-1)
         place = lambda t: torch.empty_like(t).view(-1).index_copy_(0, index, t.reshape(-1)
                                                                    ).view(t.shape)
-    out = [place(acc[0]).to(scores.dtype), place(acc[1]).to(scores.dtype)]
+    out = [place(acc[0]).to(dtype), place(acc[1]).to(dtype)]
     if loss is not None:
-        out.append(loss.to(scores.dtype) if qperm is None else
-                   torch.empty_like(loss).index_copy_(0, qperm, loss).to(scores.dtype))
+        out.append(loss.to(dtype) if qperm is None else torch.empty_like(loss).index_copy_(0, qperm, loss).to(dtype))
     return tuple(out)
+
+
+class _Pass:
+    """What every block of one call shares: the per-document tensors ``per_doc`` and where the
+    optional ones sit in it (``slot``), the reused ``work`` buffers, the b > a mask ``upper``,
+    the sigmoid's form per block (``n_wide``, and off the CPU ``block_wide`` and ``direct``),
+    the weighting's ``signed_delta`` and ``tie_weight``."""
+
+    def __init__(self, ranked: _Ranked, plan, blocks, *, cutoff, cap, with_loss, signed_delta, tie_weight):
+        s, dtype, device = ranked.s, ranked.s.dtype, ranked.s.device
+        n_queries = s.shape[0]
+        self.signed_delta, self.tie_weight, self.n_terms = signed_delta, tie_weight, len(ranked.terms)
+        biggest = max((q1 - q0) * (r1 - r0) * (c1 - c0) for q0, q1, _, (r0, r1), (c0, c1), _ in blocks)
+        # Reused buffers: [0] W, then ∂C/∂s_a / (−σ); [1] |W|, then the Newton term / σ²;
+        # [2] 1/ρ's 1 + e^{−d}; [3] loss terms; [4] pair weights.
+        self.work = torch.empty(3 + with_loss + (ranked.half_w is not None or bool(ranked.upper_lower)),
+                                biggest, dtype=dtype, device=device)
+        # Pairs (a, b) need b > a: upper[i, j] = j >= i, sliced for the blocks whose columns
+        # overlap their rows (see _accumulate_block).
+        tall = max((r1 - r0 for _, _, _, (r0, r1), (c0, _), _ in blocks if c0 < r1), default=0)
+        self.upper = plan.cached(("upper", tall, dtype),
+                                 lambda: torch.ones(tall, tall, dtype=dtype, device=device).triu_())
+        # Per-document factors of the pair sigmoid: e^{z_a} e^{−z_b} = e^{σ(s_a − s_b)} with
+        # z = σ s − centre, for the queries whose scores span at most _EXP_SPAN.
+        last = s.gather(1, plan.cached("last", lambda: (ranked.lengths - 1).clamp(min=0)[:, None]))[:, 0]
+        spread, centre = s[:, 0] - last, (s[:, 0] + last) * 0.5
+        z = (s - centre[:, None]).clamp_(-_EXP_SPAN / 2 - 1, _EXP_SPAN / 2 + 1)
+        exp_pos, exp_neg = torch.exp(z), torch.exp(z.neg_())
+        wide = ~(spread <= _EXP_SPAN)  # NaN counts as wide
+        self.direct = self.block_wide = None
+        if device.type == "cpu":
+            self.n_wide = [0] + wide.cumsum(0).tolist()
+        else:
+            # Asking the host which blocks hold a wide query would sync: each block computes
+            # both forms and keeps one by a flag on the device (the CPU's choice, so the same
+            # numbers), all blocks' flags in one indexing.
+            self.n_wide = [0] * (n_queries + 1)
+            cum = torch.cat([wide.new_zeros(1, dtype=torch.long), wide.cumsum(0)])
+            q0s, q1s = plan.cached(("block_queries", cutoff, cap), lambda: torch.tensor(
+                [[b[0] for b in blocks], [b[1] for b in blocks]], device=device))
+            self.block_wide = cum[q1s] > cum[q0s]
+            self.direct = torch.empty(biggest, dtype=dtype, device=device)
+        self.per_doc = [s, exp_pos, exp_neg, *ranked.terms]
+        upper_lower = ranked.upper_lower
+        self.slot = {}  # where the optional per-document tensors sit in per_doc (None: absent)
+        for name, t in (("half_w", ranked.half_w), ("group", ranked.group),
+                        ("upper", upper_lower[0] if upper_lower else None),
+                        ("lower", upper_lower[1] if upper_lower else None)):
+            self.slot[name] = None if t is None else len(self.per_doc)
+            if t is not None:
+                self.per_doc.append(t)
+        if not plan.full:
+            self.per_doc.append(ranked.m.to(dtype))
+        self.one = plan.cached(("one", dtype), lambda: torch.ones(1, 1, 1, dtype=dtype, device=device))
+
+    def both(self, name, rows, cols):
+        """(row view, column view) of the optional per-document tensor ``name``, or None."""
+        return None if self.slot[name] is None else (rows[self.slot[name]], cols[self.slot[name]])
+
+
+class _Block:
+    """One block of pairs: positions a in rows [r0, r1), b in columns [c0, c1) of queries
+    [q0, q1), as views into the pass's tensors (see :func:`_accumulate_block`)."""
+
+    def __init__(self, p: _Pass, i, block, lay: Layout, loss, abs_sum):
+        q0, q1, shortest, (r0, r1), (c0, c1), q_minor = block
+        rows, cols = lay.cut(q0, q1, r0, r1, c0, c1)
+        n_terms = p.n_terms
+        width = min(r1, c1) - c0  # columns that overlap the rows: there b > a is needed
+        self.s_a, self.s_b = rows[0], cols[0]
+        self.exps = None if p.n_wide[q1] > p.n_wide[q0] else (
+            rows[1], cols[2], p.one if q_minor else lay.ones[..., :c1 - c0],
+            None if p.direct is None else (p.block_wide[i], p.direct))
+        self.rows, self.cols = tuple(rows[3:3 + n_terms]), tuple(cols[3:3 + n_terms])
+        self.tri = lay.tri(p.upper[:r1 - r0, c0 - r0 - 1:c0 - r0 - 1 + width]) if width > 0 else None
+        self.pad = None if shortest >= c1 else cols[-1]
+        self.half_w, self.group = p.both("half_w", rows, cols), p.both("group", rows, cols)
+        self.upper_lower = None if p.slot["upper"] is None else p.both("upper", rows, cols) + p.both(
+            "lower", rows, cols)
+        self.layout, self.size = lay, (q1 - q0, r1 - r0, c1 - c0)
+        self.acc_rows, self.acc_cols = lay.acc_rows(q0, q1, r0, r1), lay.acc_rows(q0, q1, c0, c1)
+        self.loss = None if loss is None else loss[q0:q1]
+        self.abs_sum = None if abs_sum is None else abs_sum[q0:q1]
+
+
+def _accumulate_pairs(ranked: _Ranked, plan, acc, loss, abs_sum, *, cutoff, workspace_bytes,
+                      signed_delta, tie_weight) -> None:
+    """Add every pair of the plan's blocks to ``acc`` (and ``loss``, ``abs_sum``). Blocks in the
+    query-minor layout accumulate into its [2, L, Q] transpose (see :class:`Layout`)."""
+    device = ranked.s.device
+    cap = max(1, workspace_bytes // (BUFFERS_PER_PAIR * acc.element_size()))
+    cpu = device.type == "cpu"
+    if cpu:
+        cap = min(cap, CPU_BLOCK_PAIRS)
+    blocks = plan.blocks(cutoff, cap, cpu)
+    if not blocks:
+        return
+    p = _Pass(ranked, plan, blocks, cutoff=cutoff, cap=cap, with_loss=loss is not None, signed_delta=signed_delta,
+              tie_weight=tie_weight)
+    layouts, acc_t = {}, None
+    for i, block in enumerate(blocks):
+        q_minor = block[5]
+        lay = layouts.get(q_minor)
+        if lay is None:
+            lay = layouts[q_minor] = Layout(q_minor, p.per_doc, acc)
+            if q_minor:
+                acc_t = lay.acc
+        _accumulate_block(_Block(p, i, block, lay, loss, abs_sum), p)
+    if acc_t is not None:
+        acc.add_(acc_t.transpose(1, 2))
 
 
 # Grades the fused Triton kernel takes: it forms 2^y in the scores' dtype (float32 overflows at 128).
@@ -381,8 +420,7 @@ def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, t
     return plan.max_label < _TRITON_MAX_GRADE
 
 
-def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_weight, half_w,
-                      group, upper_lower, work, layout, size, acc_rows, acc_cols, loss, abs_sum):
+def _accumulate_block(b: _Block, p: _Pass) -> None:
     """Add one block of pairs (positions a in rows, b in cols) to the outputs.
 
     The pair formula lives here and nowhere else. With W = sign(y_a − y_b)|ΔZ|, the pair
@@ -406,74 +444,86 @@ def _accumulate_block(s_a, s_b, exps, rows, cols, tri, pad, signed_delta, tie_we
     label, or a tie oriented a over b) and u_b l_a when W < 0;
     ``abs_sum`` (the normalisation) is taken before that weight. ``layout`` (a
     :class:`rankkit.lambdas.blocks.Layout`) says how the block of ``size`` (q, r, c) pairs lies in
-    ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
+    the pass's ``work``; ``acc_rows`` and ``acc_cols`` are [2, ...] views of −grad / σ and hess / σ² at
     the rows and the columns (the caller applies the factors σ and σ²).
     """
-    shape = layout.shape(*size)
-    n = size[0] * size[1] * size[2]
-    pair = work[:2, :n].view(2, *shape)
+    shape = b.layout.shape(*b.size)
+    n = b.size[0] * b.size[1] * b.size[2]
+    pair = p.work[:2, :n].view(2, *shape)
     w, a = pair[0], pair[1]
-    x = work[2, :n].view(shape)
-    signed_delta(rows, cols, w)
-    if tri is not None:
-        w[tri[0]].mul_(tri[1])
-    if pad is not None:
-        w.mul_(pad)
-    ties = None
-    if tie_weight:
-        ties = (w == 0).to(w.dtype)
-        if tri is not None:
-            ties[tri[0]].mul_(tri[1])
-        if pad is not None:
-            ties.mul_(pad)
-        ties.mul_(tie_weight)
-        w.add_(ties)
-    torch.abs(w, out=a)
-    product = None
-    if upper_lower is not None:  # taken while W still has its sign
-        u_a, u_b, l_a, l_b = upper_lower
-        product = torch.where(w >= 0, u_a * l_b, u_b * l_a)
-    if exps is not None:
-        torch.addcmul(exps[2], exps[0], exps[1], out=x)
-        if exps[3] is not None:  # (the block holds a wide query: a 0-dim flag, a buffer)
-            flag, buffer = exps[3]
-            d = torch.sub(s_a, s_b, out=buffer[:n].view(shape)).exp_().add_(1.0)
-            torch.where(flag, d, x, out=x)
-    else:
-        torch.sub(s_a, s_b, out=x).exp_().add_(1.0)
+    x = p.work[2, :n].view(shape)
+    ties, product = _signed_weights(b, p, w, a)
+    _one_plus_exp(b, x, n, shape)
     low = w.clamp_(max=0.0)  # min(W, 0)
     if ties is not None:
         low.sub_(ties, alpha=0.5)
-    omega = None if half_w is None else torch.add(half_w[0], half_w[1],
-                                                  out=work[-1, :n].view(shape))
-    if group is not None:  # a pair inside a group weighs 0 (after abs_sum, which omega skips)
-        keep = torch.ne(group[0], group[1]).to(w.dtype)
+    omega = None if b.half_w is None else torch.add(b.half_w[0], b.half_w[1], out=p.work[-1, :n].view(shape))
+    if b.group is not None:  # a pair inside a group weighs 0 (after abs_sum, which omega skips)
+        keep = torch.ne(b.group[0], b.group[1]).to(w.dtype)
         omega = keep if omega is None else omega.mul_(keep)
     if product is not None:
         omega = product if omega is None else omega.mul_(product)
-    each = layout.pair_dims
-    if loss is not None:
-        cost = work[3, :n].view(shape)
-        torch.sub(s_b, s_a, out=cost).mul_(low)  # min(W, 0) d
+    each = b.layout.pair_dims
+    if b.loss is not None:
+        cost = p.work[3, :n].view(shape)
+        torch.sub(b.s_b, b.s_a, out=cost).mul_(low)  # min(W, 0) d
         if omega is not None:
             cost.mul_(omega)
-        loss.add_(cost.sum(each))
+        b.loss.add_(cost.sum(each))
         # −|W| softplus(d) = |W| log1p(−p); the clamp only keeps masked pairs (p > ½) finite.
         torch.reciprocal(x, out=cost).neg_().clamp_(min=-0.5).log1p_().mul_(a)
         if omega is not None:
             cost.mul_(omega)
-        loss.sub_(cost.sum(each))
+        b.loss.sub_(cost.sum(each))
     u = a.div_(x)  # |W| p
     g = low.add_(u)  # W ρ: ∂C/∂s_a = −σ W ρ
-    if abs_sum is not None:
-        abs_sum.add_(g.abs().sum(each))  # |λ_ab| / σ
+    if b.abs_sum is not None:
+        b.abs_sum.add_(g.abs().sum(each))  # |λ_ab| / σ
     u.addcdiv_(u, x, value=-1.0)  # |W| p (1 − p)
     if omega is not None:
         pair.mul_(omega)
-    per_col = pair.sum(1 + layout.col_dim)
-    acc_rows.add_(pair.sum(1 + layout.row_dim))
-    acc_cols[0].sub_(per_col[0])
-    acc_cols[1].add_(per_col[1])
+    per_col = pair.sum(1 + b.layout.col_dim)
+    b.acc_rows.add_(pair.sum(1 + b.layout.row_dim))
+    b.acc_cols[0].sub_(per_col[0])
+    b.acc_cols[1].add_(per_col[1])
+
+
+def _signed_weights(b: _Block, p: _Pass, w, a):
+    """W = sign(y_a − y_b)|ΔZ| into ``w`` (b > a and real documents only, plus the tie term),
+    |W| into ``a``; returns (the tie weights or None, the pair weights u l or None)."""
+    p.signed_delta(b.rows, b.cols, w)
+    if b.tri is not None:
+        w[b.tri[0]].mul_(b.tri[1])
+    if b.pad is not None:
+        w.mul_(b.pad)
+    ties = None
+    if p.tie_weight:
+        ties = (w == 0).to(w.dtype)
+        if b.tri is not None:
+            ties[b.tri[0]].mul_(b.tri[1])
+        if b.pad is not None:
+            ties.mul_(b.pad)
+        ties.mul_(p.tie_weight)
+        w.add_(ties)
+    torch.abs(w, out=a)
+    product = None
+    if b.upper_lower is not None:  # taken while W still has its sign
+        u_a, u_b, l_a, l_b = b.upper_lower
+        product = torch.where(w >= 0, u_a * l_b, u_b * l_a)
+    return ties, product
+
+
+def _one_plus_exp(b: _Block, x, n, shape) -> None:
+    """X = 1 + e^{σ(s_a − s_b)} into ``x``, from the per-document exponentials where the block
+    allows (see :func:`_accumulate_block`)."""
+    if b.exps is not None:
+        torch.addcmul(b.exps[2], b.exps[0], b.exps[1], out=x)
+        if b.exps[3] is not None:  # (the block holds a wide query: a 0-dim flag, a buffer)
+            flag, buffer = b.exps[3]
+            d = torch.sub(b.s_a, b.s_b, out=buffer[:n].view(shape)).exp_().add_(1.0)
+            torch.where(flag, d, x, out=x)
+    else:
+        torch.sub(b.s_a, b.s_b, out=x).exp_().add_(1.0)
 
 
 def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
