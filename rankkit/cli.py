@@ -26,7 +26,7 @@ from typing import Any
 from rankkit.infra.checkpoint import read_checkpoint
 from rankkit.infra.io import check_outputs
 from rankkit.infra.quiet import verbose as env_verbose
-from rankkit.training.lightning_cli import _config_flag, config_names, lightning_cli
+from rankkit.training.run_config import _config_flag, config_names
 from rankkit.tune import parse_overrides, tune
 
 COMMANDS = {
@@ -69,8 +69,9 @@ def run_lightning(argv: list[str] | None) -> int:
                          f"(written by `rankkit fit`)")
     for a in args:  # a checkpoint to resume or evaluate: checked here, so a bad one is one line
         if a.startswith("--ckpt_path="):
-
             read_checkpoint(a.split("=", 1)[1])
+    from rankkit.training.lightning_cli import lightning_cli  # Lightning: only when a run starts
+
     lightning_cli(args, verbose=verbose, progress=bool(args) and args[0] == "fit" and not quiet)
     return 0
 

@@ -43,10 +43,8 @@ def load_model(path: str | os.PathLike, *, trust_torchscript: bool = False):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
     if path.endswith(".ckpt"):
-
         return load_checkpoint(path)
     if path.endswith(SCORER_SUFFIXES):
-
         scorer = load_scorer(path, trust_torchscript=trust_torchscript)
         if isinstance(scorer, torch.fx.GraphModule):  # a .pt2: its width is its input's static shape
             scorer.n_features = _program_width(scorer)
@@ -79,7 +77,6 @@ def as_scorer(model) -> Callable[[torch.Tensor], torch.Tensor]:
     padded batch ``(features [Q, L, F], mask [Q, L])`` -> scores [Q, L] and carries
     ``list_aware = True``; :func:`score_queries` drives either kind over a flat file."""
     from torch import nn
-
 
     if isinstance(model, torch.fx.GraphModule):
         # A `torch.export` program (``load_scorer`` of a ``.pt2``): its mode is fixed in the

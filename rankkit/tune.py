@@ -46,7 +46,8 @@ from typing import Any, Callable
 
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.io import atomic_write
-from rankkit.training.lightning_cli import lightning_cli, quiet_lightning_logs, resolve_config_arg, resolve_model_class
+from rankkit.infra.params import init_parameters
+from rankkit.training.run_config import quiet_lightning_logs, resolve_config_arg, resolve_model_class
 
 __all__ = ["Param", "TuneResult", "apply_values", "load_space", "parse_overrides", "space_path", "tune"]
 
@@ -185,7 +186,7 @@ def _class_defaults(config: dict) -> dict[str, Any]:
     from rankkit.training.datamodule import RankingDataModule
 
     def defaults(cls, prefix):
-        params = inspect.signature(cls.__init__).parameters
+        params = init_parameters(cls)
         return {f"{prefix}.{n}": p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
 
     class_path = (config.get("model") or {}).get("class_path")
@@ -258,6 +259,7 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, repo
     import optuna
     import pytorch_lightning as pl
 
+    from rankkit.training.lightning_cli import lightning_cli
 
     path = Path(workdir) / "trial.yaml"
     path.write_text(_yaml_dump(apply_values(config, values)))

@@ -10,7 +10,7 @@ import pytest
 optuna = pytest.importorskip("optuna")
 
 from rankkit import tune as tuning  # noqa: E402
-from rankkit.training.lightning_cli import config_names  # noqa: E402
+from rankkit.training.run_config import config_names  # noqa: E402
 from rankkit.cli import main  # noqa: E402
 from tests.test_cli import write_letor  # noqa: E402
 

@@ -65,6 +65,15 @@ class _EvalSet:
         self.name, self.codes, self.layout, self.scores = name, codes, layout, scores
 
 
+def _all_reduce(config: BoosterConfig, n_docs: int) -> dp.AllReduce:
+    """The all-reduce of a data-parallel run, after refusing the options it cannot shard yet."""
+    bad = [name for name, on in (("subsample", config.subsample < 1), ("bagging_temperature",
+           config.bagging_temperature > 0), ("random_strength", config.random_strength > 0)) if on]
+    if bad:
+        raise ValueError(f"`{bad[0]}` is not data-parallel yet: train on several processes without it")
+    return dp.AllReduce(n_docs)
+
+
 class BoostingEngine:
     """A LambdaMART training run: binned data, scores, eval sets, early stopping.
 
@@ -114,12 +123,7 @@ class BoostingEngine:
         self.reduce: Reduce = reduce or identity_reduce
         self.parallel = None
         if distributed or (distributed is None and reduce is None and dp.world()[1] > 1):
-            bad = [name for name, on in (("subsample", config.subsample < 1), ("bagging_temperature",
-                   config.bagging_temperature > 0), ("random_strength", config.random_strength > 0)) if on]
-            if bad:
-                raise ValueError(f"`{bad[0]}` is not data-parallel yet: train on several processes without it")
-            self.parallel = dp.AllReduce(len(labels))
-            self.reduce = self.parallel
+            self.parallel = self.reduce = _all_reduce(config, len(labels))
         self.sizes = sizes.cpu()
         self.propensity, self.position_bias = self._debiasing(features, labels, positions)
         self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
@@ -131,19 +135,7 @@ class BoostingEngine:
         if self.position_bias is not None:
             self.bucket = positions.to(self.device).long().clamp(max=config.n_positions - 1)
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
-        matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-        self.n_features = matrix.n_features
-        if self.parallel is None:
-            self.binner = fit_binner(matrix, config.max_bins, config.seed)
-        else:  # the borders one process would fit on all the data, on every rank
-            binner = QuantileBinner(config.max_bins, seed=config.seed)
-            self.binner = binner.fit(dp.gather_sample(matrix.rows, self.parallel, matrix.n_features,
-                                                      binner.sample, config.seed))
-        self.used = self.binner.used_features_
-        self._thresholds = self.binner.thresholds()
-        codes = transform(self.binner, matrix)[:, self.used].to(self.device)
-        self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
-                                          backend=self.backend, reduce=self.reduce, shard=self.parallel)
+        self._bin(features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features"))
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
         self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
@@ -167,6 +159,23 @@ class BoostingEngine:
         self._raw: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.importance_gain = np.zeros(self.n_features)
         self.importance_split = np.zeros(self.n_features, dtype=np.int64)
+
+    def _bin(self, matrix: FeatureMatrix) -> None:
+        """Fit the bin borders (on every rank, the borders one process would fit on all the data)
+        and the tree grower on the training codes."""
+        config = self.config
+        self.n_features = matrix.n_features
+        if self.parallel is None:
+            self.binner = fit_binner(matrix, config.max_bins, config.seed)
+        else:
+            binner = QuantileBinner(config.max_bins, seed=config.seed)
+            self.binner = binner.fit(dp.gather_sample(matrix.rows, self.parallel, matrix.n_features,
+                                                      binner.sample, config.seed))
+        self.used = self.binner.used_features_
+        self._thresholds = self.binner.thresholds()
+        codes = transform(self.binner, matrix)[:, self.used].to(self.device)
+        self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
+                                          backend=self.backend, reduce=self.reduce, shard=self.parallel)
 
     def _debiasing(self, features, labels, positions):
         """(pair propensities for the objective or None, the position bias [P] or None) of

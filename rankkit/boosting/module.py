@@ -18,6 +18,7 @@ placeholder, with a warning on every fit.)
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -100,7 +101,7 @@ class LambdaMARTModule(pl.LightningModule):
         super().__init__()
         check_all(ModuleOptions(n_features=params["n_features"]))
         self.config = BoosterConfig.from_params(params)
-        self.save_hyperparameters(params)
+        self.save_hyperparameters(frame=inspect.currentframe().f_back)  # the parameters of __init__
         # A custom objective (a callable) is recorded as its qualified name: a checkpoint holds
         # text, never code, and loading one never imports it (it is imported to train only).
         self.hparams["objective"] = qualified_name(params["objective"])
@@ -112,8 +113,6 @@ class LambdaMARTModule(pl.LightningModule):
         self._engine: BoostingEngine | None = None
         self._engine_data: RankingDataset | None = None
         self._prefix: ObliviousEnsemble | None = None  # trees from before this fit (a resume)
-
-    __init__ = make_init(PARAMS, _init, "LambdaMARTModule")
 
     def serving_scorer(self) -> ObliviousEnsemble:
         """The features -> scores module that export uses."""
@@ -219,4 +218,5 @@ class LambdaMARTModule(pl.LightningModule):
                                         torch.full((n_trees, depth), torch.inf), torch.zeros(n_trees, 1 << depth))
 
 
+LambdaMARTModule.__init__ = make_init(PARAMS, LambdaMARTModule._init, "LambdaMARTModule", owner=LambdaMARTModule)
 LambdaMARTModule.__doc__ = LambdaMARTModule.__doc__.replace("        {params}\n", args_section(PARAMS, indent=8))

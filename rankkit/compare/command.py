@@ -6,13 +6,12 @@ from pathlib import Path
 from rankkit.compare.protocol import MODELS, compare
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.quiet import verbose
-from rankkit.training.lightning_cli import resolve_config_args
+from rankkit.training.run_config import resolve_config_args
 
 
 def build_compare_parser():
     """The ``rankkit compare`` parser (jsonargparse: ``--config compare.yaml`` plus overrides)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
-
 
     _yaml.install()  # the YAML limits for --config and every value jsonargparse parses
     p = ArgumentParser(prog="rankkit compare", exit_on_error=False,
@@ -53,7 +52,6 @@ def compare_from_args(argv: list[str]) -> int:
     args = build_compare_parser().parse_args(resolve_config_args(argv))
     kwargs = {k: v for k, v in args.as_dict().items() if k not in ("config", "__path__")}
     if not kwargs.get("verbose"):
-
         kwargs["verbose"] = verbose()  # RANKKIT_VERBOSE=1, as --verbose
     result = compare(**kwargs)
     print()

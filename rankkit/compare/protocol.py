@@ -45,11 +45,13 @@ from rankkit.infra import yaml as _yaml
 from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.infra.quiet import verbose, verbose_scope
 from rankkit.metrics import average_precision, err, ndcg
+from rankkit.neural import MeanEnsemble
 from rankkit.serving import as_scorer, score_queries
-from rankkit.training.lightning_cli import lightning_cli, quiet_lightning_logs, resolve_model_class
+from rankkit.training.datamodule import RankingDataModule, available_folds
+from rankkit.training.lightning_cli import lightning_cli
+from rankkit.training.run_config import CONFIG_DIR, quiet_lightning_logs, resolve_model_class
 from rankkit.tune import tune
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # package data
 MODELS = ("ranknet", "lambdarank", "lambdamart")
 KS = (1, 3, 5, 10)
 METRICS = tuple(f"ndcg@{k}" for k in KS) + ("map", "err@10")
@@ -184,7 +186,6 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     ``keep``: a list to append the best model's serving scorer to (for a seed ensemble)."""
     import pytorch_lightning as pl
 
-
     config = _yaml.safe_load(config_path.read_text(), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
             f"--data.seed={seed}", f"--data.val_fraction={val_fraction}", "--data.val_seed=0",
@@ -215,7 +216,6 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     if best_path:
         os.unlink(best_path)
     if keep is not None:
-
         keep.append(unwrap(model))
     # The 0-based index of the first best epoch or tree, as ModelCheckpoint's names and best_iteration_.
     best_epoch = max(range(len(curve)), key=curve.__getitem__) if curve else 0
@@ -242,8 +242,6 @@ def ensemble_model(members: list, runs: list[dict], *, scorer_path: Path, test_e
     """The seed ensemble of one model on one fold: the mean score of its seeds' best scorers
     (:class:`rankkit.neural.MeanEnsemble`), tested, exported as one TorchScript scorer and
     verified. ``runs`` are the members' rows (for the time and epoch columns)."""
-    from rankkit.neural import MeanEnsemble
-
     ensemble = MeanEnsemble(members).eval()
     eager, diff = _export_verified(ensemble, scorer_path, test_eval)
     return {"train_seconds": sum(r["train_seconds"] for r in runs),
@@ -314,8 +312,6 @@ def fold_table(runs: list[dict], metric: str = "ndcg@10") -> str:
 # -- the run --------------------------------------------------------------------------------------
 def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingDataset, RankingDataset,
                                                                       RankingDataset]:
-    from rankkit.training.datamodule import RankingDataModule
-
     dm = RankingDataModule(data=data, fold=fold, val_fraction=val_fraction, val_seed=0)
     dm.setup()
     if dm.test_set is None:
@@ -365,8 +361,6 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     if data == "mq2008":
         fold_list = parse_folds(folds)
     else:
-        from rankkit.training.datamodule import available_folds
-
         if not os.path.isdir(data):
             raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
                              f"of Fold1..FoldN folders, got {data!r}")
@@ -505,7 +499,6 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
         log("matplotlib is not installed: no plots (pip install 'rankkit[notebooks]')")
         plots = []
     else:
-
         plots = plot(runs, out_dir, KS)
     result["table"] = table
     result["plots"] = [str(p) for p in plots]
@@ -518,8 +511,6 @@ def _data_files(data: str) -> list[str]:
     what compare must never write over."""
     if data == "mq2008" or not os.path.isdir(data):
         return []
-    from rankkit.training.datamodule import available_folds
-
     folds = set(available_folds(data))  # one listing, the datamodule's rule for a Fold folder
     folders = [data] + [os.path.join(data, name) for name in os.listdir(data)
                         if (m := re.fullmatch(r"fold(\d+)", name, re.IGNORECASE)) and int(m.group(1)) in folds]

@@ -75,12 +75,14 @@ def check_all(config) -> None:
 
 
 def make_init(params: list[Hyperparameter], body: Callable[[Any, dict], None], qualname: str, *,
-              positional: int = 0) -> Callable:
+              positional: int = 0, owner: type | None = None) -> Callable:
     """``__init__(self, p_0, ..., *, p_n=default_n, ...)`` calling ``body(self, {name: value})``.
 
     The first ``positional`` parameters may be given by position, the rest by keyword only.
     The function carries the declared defaults and annotations, so ``inspect.signature`` (and
-    whatever reads it) sees every parameter.
+    whatever reads it) sees every parameter. With ``owner`` (the class, once it exists) the
+    function's frame holds ``__class__`` as a method's does, so that Lightning's
+    ``save_hyperparameters(frame=...)`` reads the parameters from it.
     """
     names = [p.name for p in params]
     if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
@@ -88,11 +90,14 @@ def make_init(params: list[Hyperparameter], body: Callable[[Any, dict], None], q
     head = [f"{n}=__defaults[{n!r}]" for n in names]
     if len(names) > positional:
         head.insert(positional, "*")
-    source = (f"def __init__(self, {', '.join(head)}):\n"
-              f"    __body(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
+    source = (f"def __factory(__class__):\n"
+              f"    def __init__(self, {', '.join(head)}):\n"
+              f"        __class__  # a method's cell (see above)\n"
+              f"        __body(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n"
+              f"    return __init__\n")
     namespace = {"__defaults": {p.name: p.default for p in params}, "__body": body}
     exec(source, namespace)  # noqa: S102 -- a signature built from the declared names, as dataclasses do
-    init = namespace["__init__"]
+    init = namespace["__factory"](owner)
     init.__qualname__ = f"{qualname}.__init__"
     init.__annotations__ = {p.name: p.annotation for p in params}
     return init
@@ -106,3 +111,20 @@ def args_section(params: list[Hyperparameter], indent: int = 4) -> str:
         lines.append(" " * indent + f"{p.name}: {first}")
         lines += [(" " * (indent + 4) + line) if line.strip() else "" for line in rest]
     return "\n".join(lines) + "\n"
+
+
+def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """Every named parameter ``cls(...)`` takes: its ``__init__``'s, and where that passes
+    ``**options`` on to its parent (``RankNet(weighting=..., **options)``), the parent's too
+    (the nearest class's default wins), as LightningCLI resolves them."""
+    out: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        for name, p in params.items():
+            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                out.setdefault(name, p)
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return out

@@ -409,7 +409,6 @@ def _triton_route(scores, plan, fn, tie_term, normalize, groups, pair_weights, t
     of its outputs) and grades below 64; everything else runs the torch path (the reference and
     the fallback)."""
     if triton is None:
-
         triton = triton_takes(scores.device)
     if not triton or importlib.util.find_spec("triton") is None:
         return False

@@ -81,6 +81,31 @@ SCHEDULERS = ("none", "cosine", "plateau", "warmup_cosine")
 ARCHITECTURES = ("mlp", "transformer")
 
 
+def default_scorer(n_features: int | None, *, architecture: str, hidden, activation: str, dropout: float,
+                   norm: str, log1p: bool, standardize: bool, heads: int, layers: int,
+                   latent_cross: bool) -> nn.Module:
+    """The scorer a :class:`NeuralRanker` builds when none is passed in: an
+    :class:`~rankkit.scorers.MLPScorer` or a :class:`~rankkit.scorers.TransformerScorer`."""
+    if n_features is None:
+        raise ValueError("pass `n_features` (for the default MLP scorer) or `scorer` (an nn.Module)")
+    n = _checks.check_int(n_features, "n_features")
+    if architecture == "transformer":
+        return TransformerScorer(n, tuple(hidden), heads=heads, layers=layers, activation=activation,
+                                 dropout=dropout, latent_cross=latent_cross, log1p=log1p, standardize=standardize)
+    return MLPScorer(n, tuple(hidden), activation=activation, dropout=dropout, norm=norm, log1p=log1p,
+                     standardize=standardize)
+
+
+def _set_noise(scorer: nn.Module, noise: float) -> None:
+    """DASALC's training noise σ on every FeaturePreprocessor of ``scorer``."""
+    preprocessors = [m for m in scorer.modules() if isinstance(m, FeaturePreprocessor)]
+    if not preprocessors:
+        raise ValueError(f"`noise` is added by the scorer's FeaturePreprocessor, and the scorer "
+                         f"{type(scorer).__name__} has none")
+    for pre in preprocessors:
+        pre.noise = float(noise)
+
+
 class NeuralRanker(pl.LightningModule):
     """A scorer trained with the lambda loss.
 
@@ -173,7 +198,7 @@ class NeuralRanker(pl.LightningModule):
     #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
     load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
-    def __init__(self, n_features: int | None = None, hidden: list[int] = [128, 64],  # noqa: B006
+    def __init__(self, n_features: int | None = None, *, hidden: list[int] = [128, 64],  # noqa: B006
                  activation: str = "relu", dropout: float = 0.1, norm: str = "none",
                  log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
                  k: int | None = None, sigma: float = 1.0, normalize: bool = False,
@@ -184,21 +209,8 @@ class NeuralRanker(pl.LightningModule):
                  layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
                  loss_options: dict[str, Any] | None = None):
         super().__init__()
-        _checks.check_choice(weighting, self.weighting_choices, "weighting")
         custom = loss is not None and is_custom(loss)
-        if loss is not None:
-
-            if custom:
-                check_spec(loss, "loss", tuple(OBJECTIVES))
-                if unbiased or loss_options:
-                    raise ValueError(f"`{'unbiased' if unbiased else 'loss_options'}` applies to the built-in "
-                                     f"objectives; a custom loss takes its options itself")
-            else:
-                _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
-            default = inspect.signature(type(self).__init__).parameters["weighting"].default
-            if weighting != default:  # `loss` replaces `weighting`: say so rather than drop it
-                raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
-                                 f"weighting); leave weighting at {default!r}, got {weighting!r}")
+        self._check_objective(weighting, loss, custom, unbiased, loss_options)
         _checks.check_choice(optimizer, sorted(OPTIMIZERS), "optimizer")
         _checks.check_choice(scheduler, SCHEDULERS, "scheduler")
         _checks.check_choice(reduction, REDUCTIONS, "reduction")
@@ -220,25 +232,13 @@ class NeuralRanker(pl.LightningModule):
         _checks.check_choice(architecture, ARCHITECTURES, "architecture")
         _checks.check_number(noise, "noise", low=0)
         if scorer is None:
-            if n_features is None:
-                raise ValueError("pass `n_features` (for the default MLP scorer) or `scorer` (an nn.Module)")
-            n = _checks.check_int(n_features, "n_features")
-            if architecture == "transformer":
-                scorer = TransformerScorer(n, tuple(hidden), heads=heads, layers=layers, activation=activation,
-                                           dropout=dropout, latent_cross=latent_cross, log1p=log1p,
-                                           standardize=standardize)
-            else:
-                scorer = MLPScorer(n, tuple(hidden), activation=activation, dropout=dropout, norm=norm,
-                                   log1p=log1p, standardize=standardize)
+            scorer = default_scorer(n_features, architecture=architecture, hidden=hidden, activation=activation,
+                                    dropout=dropout, norm=norm, log1p=log1p, standardize=standardize,
+                                    heads=heads, layers=layers, latent_cross=latent_cross)
         elif not isinstance(scorer, nn.Module):
             raise ValueError(f"`scorer` has to be an nn.Module, got {_checks.describe(scorer)}")
         if noise > 0:
-            preprocessors = [m for m in scorer.modules() if isinstance(m, FeaturePreprocessor)]
-            if not preprocessors:
-                raise ValueError(f"`noise` is added by the scorer's FeaturePreprocessor, and the scorer "
-                                 f"{type(scorer).__name__} has none")
-            for pre in preprocessors:
-                pre.noise = float(noise)
+            _set_noise(scorer, noise)
         self.save_hyperparameters(ignore=["scorer"])
         # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
         # its qualified name as text (a checkpoint holds no code; loading one never imports it).
@@ -260,13 +260,37 @@ class NeuralRanker(pl.LightningModule):
             if ema_decay > 0 or custom:
                 raise ValueError(f"`unbiased='auto'` races copies of the scorer; it takes no "
                                  f"{'ema_decay' if ema_decay > 0 else 'custom loss'}")
-            same = dict(hidden=hidden, activation=activation, dropout=dropout, norm=norm, log1p=log1p,
-                        standardize=standardize, weighting=weighting, k=k, sigma=sigma, normalize=normalize,
-                        reduction=reduction, optimizer=optimizer, lr=lr, weight_decay=weight_decay,
-                        scheduler=scheduler, loss=loss, n_positions=n_positions, loss_options=loss_options)
-            self.race = DebiasingRace({name: type(self)(self.n_features, scorer=copy.deepcopy(scorer), unbiased=mode,
-                                                        bias_p=p, **same)
-                                       for name, (mode, p) in NEURAL_AUTO.items()}, n_positions)
+            self.race = self._debiasing_race(scorer, n_positions)
+
+    def _check_objective(self, weighting, loss, custom, unbiased, loss_options) -> None:
+        """``weighting`` one of the class's, and ``loss`` (when given) a known or custom objective
+        that replaces it."""
+        _checks.check_choice(weighting, self.weighting_choices, "weighting")
+        if loss is None:
+            return
+        if custom:
+            check_spec(loss, "loss", tuple(OBJECTIVES))
+            if unbiased or loss_options:
+                raise ValueError(f"`{'unbiased' if unbiased else 'loss_options'}` applies to the built-in "
+                                 f"objectives; a custom loss takes its options itself")
+        else:
+            _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
+        default = inspect.signature(type(self).__init__).parameters["weighting"].default
+        if weighting != default:  # `loss` replaces `weighting`: say so rather than drop it
+            raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
+                             f"weighting); leave weighting at {default!r}, got {weighting!r}")
+
+    def _debiasing_race(self, scorer: nn.Module, n_positions: int) -> DebiasingRace:
+        """``unbiased="auto"``: copies of this module, one per debiasing of ``NEURAL_AUTO``, with
+        the same settings and a copy of the scorer each."""
+        h = self.hparams
+        same = {name: h[name] for name in (
+            "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
+            "normalize", "reduction", "optimizer", "lr", "weight_decay", "scheduler", "loss", "n_positions",
+            "loss_options")}
+        return DebiasingRace({name: type(self)(self.n_features, scorer=copy.deepcopy(scorer), unbiased=mode,
+                                               bias_p=p, **same)
+                              for name, (mode, p) in NEURAL_AUTO.items()}, n_positions)
 
     @staticmethod
     def _propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k):
@@ -390,7 +414,6 @@ class NeuralRanker(pl.LightningModule):
         debias = {} if self.propensity is None else {"pair_weights": self._pair_weights(scores, batch)}
         own = dict(h.get("loss_options") or {})
         if h.get("loss") is not None:
-
             options = {} if h.loss in LISTWISE else dict(sigma=h.sigma, k=h.k, normalize=h.normalize)
             if h.loss in ("xendcg", "listmle"):  # XE-NDCG's γ, ListMLE's order among equal labels
                 if getattr(self, "_loss_generator", None) is None:  # seeded by seed_everything

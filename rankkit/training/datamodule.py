@@ -233,7 +233,6 @@ class RankingDataModule(pl.LightningDataModule):
                  val_fraction: float = 0.0, val_seed: int | None = None, clicks: dict | None = None):
         super().__init__()
         if clicks is not None:
-
             if not isinstance(clicks, dict) or any(key not in CLICK_OPTIONS for key in clicks):
                 bad = next((key for key in clicks if key not in CLICK_OPTIONS), None) if isinstance(clicks, dict) \
                     else clicks

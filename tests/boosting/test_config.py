@@ -11,7 +11,7 @@ from rankkit.boosting.booster import EstimatorOptions
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.module import ModuleOptions
 from rankkit.infra.params import declared, hyperparameter, make_init
-from rankkit.training.lightning_cli import CONFIG_DIR
+from rankkit.training.run_config import CONFIG_DIR
 
 
 def _signature(cls) -> dict:
