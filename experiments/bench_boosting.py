@@ -403,7 +403,7 @@ def main_trees(args, passthrough) -> None:
     body = (f"## Boosting: one tree by backend (MQ2008 Fold1)\n\n{_machine(args)}, {args.threads} thread(s). "
             f"Command: `{cmd}`.\n\n9,630 documents x 40 binned features, depth {args.depth}, the first round's "
             f"lambdas; median of {args.rounds} trees after a warm-up. The three grow the same trees "
-            f"(tests/test_kernels.py). CPU ms is the process's CPU time (all threads): on a loaded machine "
+            f"(tests/kernels/test_backends.py). CPU ms is the process's CPU time (all threads): on a loaded machine "
             f"it moves less than the wall time.\n\n" + "\n".join(lines) + "\n")
     _write(args, "bench_boosting_trees", body)
 

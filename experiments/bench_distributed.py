@@ -8,7 +8,7 @@ The data is experiments/bench_boosting.py's MSLR-shaped synthetic set (by defaul
 120 documents x 136 features = 1.2M rows). Each configuration runs in its own process group:
 one plain process for "1 x 2 threads", ``python -m torch.distributed.run --standalone
 --nproc_per_node 2`` for "2 x 1 thread"; every rank builds the same data and keeps its shard of
-whole queries (``rankkit.boosting.distributed.shard``), as in tests/test_distributed_boosting.py.
+whole queries (``rankkit.boosting.distributed.shard``), as in tests/boosting/test_distributed.py.
 
 The traffic is counted by wrapping ``torch.distributed.all_reduce`` and ``all_gather`` in the
 rank's process (the engine builds its own ``AllReduce``, which calls them at every use): the

@@ -43,7 +43,7 @@ EOF
 echo "== $(stamp) CUDA-guarded tests" | tee -a "$LOG"
 timeout 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tail -15 | tee -a "$LOG"
 TESTS_RC=${PIPESTATUS[0]}
-timeout 120 "$PY" -m pytest -q -p no:cacheprovider -x tests/test_kernels.py tests/test_triton_tree.py 2>&1 \
+timeout 120 "$PY" -m pytest -q -p no:cacheprovider -x tests/kernels/test_backends.py tests/kernels/triton/test_tree.py 2>&1 \
     | tail -5 | tee -a "$LOG"
 
 echo "== $(stamp) benchmark at MSLR-WEB30K size" | tee -a "$LOG"

@@ -269,10 +269,10 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels` and updates the "
         "training and eval scores with `score_update`; `rankkit.lambdas` routes RankNet / NDCG "
         "lambdas (the loss included) to the Triton kernels, for the booster and the neural "
-        "loss alike. Tests: `tests/test_triton.py` (lambdas, histogram, sm_90 compiles), "
-        "`tests/test_triton_tree.py` (the fused levels grow the torch path's levels; a boosting "
+        "loss alike. Tests: `tests/kernels/triton/test_triton.py` (lambdas, histogram, sm_90 compiles), "
+        "`tests/kernels/triton/test_tree.py` (the fused levels grow the torch path's levels; a boosting "
         "run on the Triton lambdas and levels grows the reference trees, bit for bit with "
-        "`quantized_grad`), `tests/test_triton_first_contact.py` (device generators).",
+        "`quantized_grad`), `tests/kernels/triton/test_backend_first_contact.py` (device generators).",
         "",
         "## First contact (each fixed with a test that failed before)",
         "",
@@ -391,7 +391,7 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "(`rankkit.kernels.backends.fixed_point`: a per-round scale 2^-S from the gradients' range, "
         "S the largest shift with n max|g| 2^S <= 2^62), so its histograms and leaf sums are integer "
         "atomics, the same bits in any order: a seed grows the same trees run after run on one GPU. "
-        "`tests/test_triton_tree.py` shows it under the interpreter (permuted documents, the same "
+        "`tests/kernels/triton/test_tree.py` shows it under the interpreter (permuted documents, the same "
         "tree bit for bit; float64 cells give another sum on a fixture).",
         "",
         "## Not done",
@@ -430,7 +430,7 @@ def main(argv=None):
     lengths = mslr_lengths()
     lam = lambda_model(lengths)
     # The modelled round launches what the interpreter counted (Triton kernels + torch ops), so that
-    # the counted and the modelled figures on the page agree (tests/test_triton_bench.py checks it).
+    # the counted and the modelled figures on the page agree (tests/experiment_scripts/test_bench_gpu.py checks it).
     page = render(sim, launches, compiled, lam, round_model(lam, launches=counted_launches(launches["default"])),
                   lengths, lambda_model(lengths, loss=True))
     print(page)

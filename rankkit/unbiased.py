@@ -26,7 +26,7 @@ released default (their ``eta = 0.5`` is 1/(p+1)); p → 0 (exponent 1) is the u
 limit, under which t⁺ is the inverse-loss share of each position. With the scores fixed, the
 update is a Sinkhorn-type scaling of C and repeated steps converge; with p = 0 and documents
 that are exchangeable across positions (C[a, b] ∝ θ_a w_b), t⁺_a / t⁺_0 = θ_a / θ_0, the
-examination ratio of a position-based model (the recovery test in tests/test_clicks.py).
+examination ratio of a position-based model (the recovery test in tests/data/test_clicks.py).
 
 Positions at or beyond ``n_positions − 1`` share the last bucket (the authors'
 ``position_bins``). A bucket that received no pair keeps its previous bias.
@@ -394,7 +394,7 @@ class FixedPropensities(PropensityEstimator):
 # labels from the posterior and fits GBDT; here f is a neural scorer and the targets are the
 # posteriors themselves (the expected complete-data log-likelihood, whose gradient the sampled
 # labels only estimate). With a free γ per document instead of f, the step is the classic EM of
-# the position-based model, whose fixed point maximises the click likelihood (tests/test_clicks.py
+# the position-based model, whose fixed point maximises the click likelihood (tests/data/test_clicks.py
 # checks it against direct maximisation).
 
 _PROB_EPS = 1e-6

@@ -196,3 +196,84 @@ def test_the_local_import_check_can_fail(tmp_path, monkeypatch):
                         lambda: {f"rankkit.{p.stem}": p for p in package.glob("*.py")})
     assert _local_imports_without_reason() == ["rankkit.user.f imports rankkit.light",
                                                "rankkit.user_of_torch.f imports rankkit.heavy"]
+
+
+# The tests mirror the modules: tests/boosting/test_tree.py tests rankkit/boosting/tree.py (an
+# aspect may follow the module's name: test_tree_quantized.py), tests/experiment_scripts/ the
+# scripts of experiments/. These files are contracts across modules instead.
+CONTRACTS = {"test_api.py", "test_bad_input.py", "test_memory_limits.py", "test_notebooks.py", "test_readme.py",
+             "test_simcuda.py"}
+
+
+def _unmirrored(tests: Path, package: Path, scripts: Path) -> list[str]:
+    bad = []
+    for path in tests.rglob("test_*.py"):
+        rel = path.relative_to(tests)
+        folders, words = rel.parts[:-1], path.stem.removeprefix("test_").split("_")
+        if not folders and rel.name in CONTRACTS:
+            continue
+        base = package
+        if folders[:1] == ("experiment_scripts",):
+            base, folders = scripts, folders[1:]
+        names = ["_".join(words[:i]) for i in range(1, len(words) + 1)]
+        if not any(base.joinpath(*folders, f"{name}.py").exists()
+                   or (folders and name == folders[-1] and base.joinpath(*folders, "__init__.py").exists())
+                   for name in names):
+            bad.append(str(rel))
+    return sorted(bad)
+
+
+def test_every_test_file_is_named_after_the_module_it_tests():
+    root = Path(rankkit.__file__).resolve().parent
+    assert _unmirrored(Path(__file__).resolve().parent, root, root.parent / "experiments") == []
+
+
+def test_the_mirror_check_can_fail(tmp_path):
+    package, tests = tmp_path / "pkg", tmp_path / "tests"
+    (package / "boosting").mkdir(parents=True)
+    (package / "boosting" / "tree.py").write_text("")
+    (tests / "boosting").mkdir(parents=True)
+    for name in ("test_tree.py", "test_tree_quantized.py", "test_trust.py"):
+        (tests / "boosting" / name).write_text("")
+    assert _unmirrored(tests, package, tmp_path / "experiments") == ["boosting/test_trust.py"]
+
+
+# Functions a reader can hold: at most MAX_BODY lines of body (the docstring not counted) and at
+# most MAX_POSITIONAL parameters that are not keyword-only. Triton kernels (@triton.jit) take one
+# argument per pointer and stride, and rankkit.kernels.cpu's wrappers mirror the C functions'
+# argument lists one to one; both are exempt. LONG_FUNCTIONS is the known debt, off the training path.
+MAX_BODY, MAX_POSITIONAL = 60, 8
+LONG_FUNCTIONS = {"rankkit.tune.tune", "rankkit.compare.protocol.compare", "rankkit.compare.protocol._compare_run",
+                  "rankkit.data.svmlight._parse_fast"}
+
+
+def _too_big(names: dict[str, Path]) -> list[str]:
+    bad = []
+    for module, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            body = node.body
+            if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]
+            lines = node.end_lineno - body[0].lineno + 1
+            if lines > MAX_BODY and f"{module}.{node.name}" not in LONG_FUNCTIONS:
+                bad.append(f"{module}.{node.name}: {lines} lines")
+            jit = any("jit" in ast.unparse(d) for d in node.decorator_list)
+            positional = [a for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+            if len(positional) > MAX_POSITIONAL and not jit and module != "rankkit.kernels.cpu":
+                bad.append(f"{module}.{node.name}: {len(positional)} positional parameters")
+    return sorted(bad)
+
+
+def test_functions_are_short_and_take_few_positional_parameters():
+    assert _too_big(_modules()) == []
+
+
+def test_the_size_check_can_fail(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_BODY + 1))
+    path = tmp_path / "m.py"
+    path.write_text(f'def long():\n    """Doc."""\n{body}\n\n\n'
+                    f'def wide(a, b, c, d, e, f, g, h, i, *, j):\n    pass\n\n\n'
+                    f'def fine(a, b, *, c, d, e, f, g, h, i, j):\n    pass\n')
+    assert _too_big({"m": path}) == [f"m.long: {MAX_BODY + 1} lines", "m.wide: 9 positional parameters"]

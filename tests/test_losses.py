@@ -326,7 +326,7 @@ def test_lambda_loss_rejects_conflicting_options():
 
 
 # ---------------------------------------------------------------------------------------------
-# Properties of the new weightings (as tests/test_lambdas.py checks the others).
+# Properties of the new weightings (as tests/lambdas/test_lambdas.py checks the others).
 # ---------------------------------------------------------------------------------------------
 
 from hypothesis import given, settings  # noqa: E402

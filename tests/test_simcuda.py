@@ -283,7 +283,7 @@ def _fit(device, n_estimators=3, **options):
 @pytest.mark.parametrize("option", list(BOOSTER_OPTIONS))
 def test_simcuda_lambdamart_fit_equals_cpu(monkeypatch, option):
     # Bit for bit against the CPU's torch lambda pass (the compiled one, the CPU default, agrees
-    # to float32 roundings: tests/test_kernels_lambdas.py); the trees are the compiled kernels'.
+    # to float32 roundings: tests/kernels/test_cpu_lambdas.py); the trees are the compiled kernels'.
     monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     cpu, data = _fit("cpu", **BOOSTER_OPTIONS[option])
     with simcuda():

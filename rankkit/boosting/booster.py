@@ -48,7 +48,7 @@ AUTO_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": Tr
 # scikit-learn's estimator checks that LambdaMART cannot pass, and why (pass it as
 # ``check_estimator(LambdaMART(), expected_failed_checks=SKLEARN_EXPECTED_FAILED_CHECKS)``). Each
 # calls ``fit(X, y)`` with no query information, which a ranker refuses (XGBoost's rule: it
-# would otherwise guess that every document belongs to one query). tests/test_estimator.py runs
+# would otherwise guess that every document belongs to one query). tests/boosting/test_booster_sklearn.py runs
 # every one of them on a subclass that makes ``fit(X, y)`` one query, and they all pass there.
 _NEEDS_QUERIES = "calls fit(X, y) without qid or group, which LambdaMART refuses (a ranker needs its queries)"
 SKLEARN_EXPECTED_FAILED_CHECKS: dict[str, str] = {name: _NEEDS_QUERIES for name in (

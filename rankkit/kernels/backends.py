@@ -36,7 +36,7 @@ allow); anything else a switch does not take is a ValueError naming the variable
 
 To add a backend: subclass :class:`Backend`, implement :meth:`Backend.grow` (and whichever of
 the other steps it does faster than the torch defaults), and add it to :func:`choose`. The
-identity tests (tests/test_kernels.py) then grow every fixture's trees on it against the torch
+identity tests (tests/kernels/test_backends.py) then grow every fixture's trees on it against the torch
 backend's.
 """
 from __future__ import annotations

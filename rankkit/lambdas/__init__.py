@@ -164,8 +164,8 @@ def lambda_gradients(
     tensor([[0.2500, 0.2500]])
     """
     scores, labels, mask, weights, groups, pair_weights, fn = _check(
-        scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-        workspace_bytes, groups, pair_weights)
+        scores, labels, mask=mask, weighting=weighting, sigma=sigma, k=k, gain=gain, weights=weights,
+        max_err_label=max_err_label, workspace_bytes=workspace_bytes, groups=groups, pair_weights=pair_weights)
     plan = QueryPlan(labels, mask, weights=weights, check=False)
     return planned_lambda_gradients(scores, plan, weighting=fn, sigma=sigma, k=k, gain=gain,
                                     tie_term=tie_term, normalize=normalize,
@@ -237,7 +237,7 @@ class _Ranked:
     σ-scaled scores ``s``, labels ``y``, mask ``m``, the weighting's ``terms``, and the optional
     pair weights (``half_w``, ``group``, ``upper_lower``); ``order`` maps back."""
 
-    def __init__(self, order, s, y, m, lengths, terms, half_w, group, upper_lower):
+    def __init__(self, *, order, s, y, m, lengths, terms, half_w, group, upper_lower):
         self.order, self.s, self.y, self.m, self.lengths = order, s, y, m, lengths
         self.terms, self.half_w, self.group, self.upper_lower = terms, half_w, group, upper_lower
 
@@ -267,7 +267,8 @@ class _Ranked:
         group = None if groups is None else plan.to_plan_order(groups).gather(1, order).to(dtype)
         upper_lower = [plan.to_plan_order(t.detach().to(dtype)).gather(1, order).masked_fill_(~m, 0.0)
                        for t in pair_weights or ()]
-        return cls(order, s, y, m, lengths, terms, half_w, group, upper_lower)
+        return cls(order=order, s=s, y=y, m=m, lengths=lengths, terms=terms, half_w=half_w, group=group,
+                   upper_lower=upper_lower)
 
 
 def _to_caller_layout(acc, loss, order, qperm, dtype) -> tuple:
@@ -525,8 +526,8 @@ def _one_plus_exp(b: _Block, x, n, shape) -> None:
         torch.sub(b.s_a, b.s_b, out=x).exp_().add_(1.0)
 
 
-def _check(scores, labels, mask, weighting, sigma, k, gain, weights, max_err_label,
-           workspace_bytes, groups, pair_weights):
+def _check(scores, labels, *, mask, weighting, sigma, k, gain, weights, max_err_label, workspace_bytes, groups,
+           pair_weights):
     """Validate the public arguments once (one host synchronisation for the tensors); return
     (scores, labels, mask, weights, groups, pair_weights) on the scores' device, mask all True for None, and
     the weighting to use."""

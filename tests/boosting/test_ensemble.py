@@ -1,0 +1,30 @@
+"""rankkit.boosting.ensemble: the oblivious ensemble exported (TorchScript, torch.export) equals eager,
+and checks its buffers and input."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rankkit.boosting import ObliviousEnsemble
+
+# -- persistence and export ---------------------------------------------------------------------------
+
+
+def test_torchscript_and_torch_export_equal_eager(fitted, tmp_path):
+    model, x = fitted
+    eager = model.ensemble_(x)
+    scripted = torch.jit.script(model.ensemble_)
+    path = tmp_path / "model.pt"
+    scripted.save(str(path))
+    assert torch.equal(torch.jit.load(str(path))(x), eager)
+    program = torch.export.export(model.ensemble_, (x,))
+    assert torch.equal(program.module()(x), eager)
+
+
+def test_ensemble_checks_its_buffers_and_input():
+    with pytest.raises(ValueError, match="leaf_values"):
+        ObliviousEnsemble(3, torch.zeros(2, 2, dtype=torch.long), torch.zeros(2, 2), torch.zeros(2, 3))
+    m = ObliviousEnsemble(3, torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, 2), torch.zeros(0, 4), 1.5)
+    assert m(torch.zeros(4, 3)).tolist() == [1.5] * 4
+    with pytest.raises(ValueError, match="N, 3"):
+        m(torch.zeros(4, 2))

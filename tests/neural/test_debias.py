@@ -1,0 +1,165 @@
+"""The neural rankers' click modes (rankkit.neural.debias): ``unbiased="position"``, ``"dla"``
+and the ``"auto"`` race, each against a slow path written here (the lambda kernel at shifted
+scores, a float64 loop of the Dual Learning losses, the click criterion recomputed)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from rankkit.click_metric import ClickLikelihood
+from rankkit.data import make_synthetic
+from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+from rankkit.training.datamodule import RankingDataModule
+from rankkit.lambdas import lambda_gradients
+from rankkit.neural import LambdaRank
+from rankkit.neural.debias import NEURAL_AUTO, DualLearning
+
+P = 6
+
+
+@pytest.fixture(scope="module")
+def logs():
+    """(source, training log, validation log): PBM η = 1 clicks on lists shown in random order."""
+    data = make_synthetic(80, (4, 12), 5, seed=0)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0))
+    model = PositionBasedModel(eta=1.0, max_label=4)
+    train = simulate_clicks(data, scores, model=model, sessions_per_query=6, k=P, seed=0, drop_unclicked=True)
+    vali = simulate_clicks(data, scores, model=model, sessions_per_query=6, k=P, seed=1, drop_unclicked=True)
+    return data, train, vali
+
+
+def test_position_bias_trains_on_shifted_scores(logs):
+    _, train, _ = logs
+    torch.manual_seed(0)
+    module = LambdaRank(n_features=5, hidden=[8], dropout=0.0, k=4, reduction="sum", unbiased="position",
+                        n_positions=P)
+    with torch.no_grad():
+        module.position_bias.bias.copy_(torch.linspace(1.0, -1.0, P))
+    batch = train.sessions.padded(torch.arange(30))
+    scores = module.scorer(batch.features).detach().double().requires_grad_(True)
+    loss = module.objective(scores, batch)
+    grad, bias_grad = torch.autograd.grad(loss, [scores, module.position_bias.bias])
+    shifted = scores.detach() + torch.linspace(1.0, -1.0, P).double()[batch.position.clamp(max=P - 1)]
+    expected, _ = lambda_gradients(shifted, batch.labels.double(), mask=batch.mask, weighting="ndcg", k=4)
+    torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-7)
+    by_position = torch.zeros(P, dtype=torch.float64)
+    for q in range(batch.mask.shape[0]):
+        for i in range(batch.mask.shape[1]):
+            if batch.mask[q, i]:
+                by_position[min(int(batch.position[q, i]), P - 1)] += expected[q, i]
+    torch.testing.assert_close(bias_grad.double(), by_position, rtol=1e-4, atol=1e-6)
+    # evaluation and export leave the bias out
+    torch.testing.assert_close(module(batch.features), module.scorer(batch.features))
+
+
+def test_dla_losses_against_a_float64_loop():
+    g = torch.Generator().manual_seed(2)
+    scores = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    clicks = torch.tensor([[0, 1, 0, 1, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.float64)
+    position = torch.tensor([[0, 1, 2, 3, 4], [2, 0, 1, 4, 3], [0, 1, 2, 3, 4]])
+    mask = torch.tensor([[True] * 5, [True] * 4 + [False], [True] * 5])
+    dla = DualLearning(4, clip=3.0)
+    with torch.no_grad():
+        dla.logits.copy_(torch.tensor([0.5, -0.3, -1.0, -2.5]))
+    got = dla.loss(scores, clicks, position, mask)
+    phi = [0.5, -0.3, -1.0, -2.5]
+    rank_num = exam_num = weight_rank = weight_exam = 0.0
+    for q in range(3):
+        docs = [i for i in range(5) if mask[q, i]]
+        top = min(docs, key=lambda i: int(position[q, i]))
+        s = [float(scores[q, i]) for i in docs]
+        f = [phi[min(int(position[q, i]), 3)] for i in docs]
+        log_s = [v - math.log(sum(math.exp(x) for x in s)) for v in s]
+        log_f = [v - math.log(sum(math.exp(x) for x in f)) for v in f]
+        for n, i in enumerate(docs):
+            c = float(clicks[q, i])
+            w = min(math.exp(phi[0] - f[n]), 3.0)
+            v = min(math.exp(float(scores[q, top]) - s[n]), 3.0)
+            rank_num -= c * w * log_s[n]
+            exam_num -= c * v * log_f[n]
+            weight_rank += c * w
+            weight_exam += c * v
+    assert float(got) == pytest.approx(rank_num / weight_rank + exam_num / weight_exam, rel=1e-6)
+    assert torch.allclose(dla.propensities, torch.exp(torch.tensor(phi, dtype=torch.float64) - 0.5))
+
+
+def test_race_halves_and_keeps_the_leader(logs):
+    data, train, vali = logs
+    torch.manual_seed(0)
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+    module.fit_preprocessor(data.features)
+    opt = module.configure_optimizers()
+    alive = []
+    for epoch in range(3):
+        for batch in train.sessions.iter_batches(64, shuffle=True, generator=torch.Generator().manual_seed(epoch)):
+            opt.zero_grad()
+            module.race.loss(batch).backward()
+            opt.step()
+        leader = module.validate_race(vali.sessions.iter_batches(256), epoch, 3)
+        alive.append(list(module.race.alive))
+    assert [len(a) for a in alive] == [2, 1, 1]
+    assert leader == module.unbiased_choice_ == alive[-1][0] and leader in NEURAL_AUTO
+    winner = module.race.candidates[leader]
+    for a, b in zip(module.scorer.state_dict().values(), winner.scorer.state_dict().values()):
+        assert torch.equal(a, b)
+    # the criterion, recomputed from the features
+    criterion = ClickLikelihood(vali.sessions.features, vali.clicks, vali.sessions.sizes, vali.position, n_positions=P)
+    winner.eval()
+    assert module.race.scores_[leader] == pytest.approx(criterion(lambda x: winner.scorer(x)), abs=1e-6)
+
+
+def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
+    data, train, vali = logs
+    pl.seed_everything(0, verbose=False)
+    dm = RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512)
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+    trainer = pl.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=dm)
+    assert module.unbiased_choice_ in NEURAL_AUTO and module.race.alive == [module.unbiased_choice_]
+    path = tmp_path / "auto.ckpt"
+    trainer.save_checkpoint(path)
+    restored = LambdaRank.load_from_checkpoint(path)
+    assert restored.unbiased_choice_ == module.unbiased_choice_
+    x = data.features[:20]
+    module.eval()
+    restored.eval()
+    torch.testing.assert_close(restored(x), module(x))
+
+
+def test_click_modes_refuse_what_they_cannot_do(logs):
+    data, _, _ = logs
+    with pytest.raises(ValueError, match=r"`unbiased` has to be one of"):
+        LambdaRank(n_features=5, unbiased="ips")
+    with pytest.raises(ValueError, match=r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"):
+        LambdaRank(n_features=5, unbiased="auto", ema_decay=0.9)
+    with pytest.raises(ValueError, match=r"`unbiased='dla'` trains by its own softmax cross-entropies"):
+        LambdaRank(n_features=5, unbiased="dla", loss="softmax")
+    module = LambdaRank(n_features=5, unbiased="position", n_positions=P)
+    batch = data.padded(torch.arange(3))
+    with pytest.raises(ValueError, match=r"`unbiased='position'` needs the documents' displayed positions"):
+        module.objective(module.scorer(batch.features), batch)
+    auto = LambdaRank(n_features=5, unbiased="auto", n_positions=P)
+    with pytest.raises(ValueError, match=r"the validation batch has no `position`"):
+        auto.validate_race([batch], 0, 3)
+
+
+def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
+    """experiments/lambdarank_clicks.yaml: `unbiased: auto` through `rankkit fit` on simulated
+    MQ2008 clicks (data.clicks), then `rankkit test` on the true labels."""
+    from pathlib import Path
+
+    from rankkit.cli import main
+
+    config = str(Path(__file__).resolve().parents[2] / "experiments" / "lambdarank_clicks.yaml")
+    quick = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false",
+             "--data.clicks={model: pbm, eta: 1.0, sessions: 3, k: 10}"]
+    assert main(["fit", "--config", config, *quick, "--trainer.max_epochs=2"]) == 0
+    ckpt = sorted(tmp_path.rglob("*.ckpt"))[-1]
+    restored = LambdaRank.load_from_checkpoint(ckpt)
+    assert restored.unbiased_choice_ in NEURAL_AUTO
+    assert main(["test", "--config", config, *quick, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
+    assert "test/ndcg@10" in capsys.readouterr().out
