@@ -153,7 +153,7 @@ READER = [
     Case("reader-query-file-wraps", with_query("2 1:1\n1 1:2\n0 1:3\n",
                                                "9223372036854775807\n9223372036854775807\n5\n"), ValueError,
          r"f\.txt\.query: group sizes up to group 1 already sum to 9223372036854775807"),
-    # issue 30: wrong results with exit 0 before, and a file asking for gigabytes
+    # wrong results with exit 0 once, and a file asking for gigabytes
     Case("reader-underscore-in-number", line2("0 qid:1 1:1_000"), ValueError,
          r"f\.txt:2: malformed line \('1:1_000' is not <index>:<value>\)"),
     Case("reader-qid-nan", line2("0 qid:nan 1:1"), ValueError,

@@ -1,6 +1,6 @@
 """No `rankkit` command destroys an input, and a failed write is one line, exit 2, no temp file.
 
-Issues #26 and #30: an output path that is an input (by path, through a symbolic link, as a
+An output path that is an input (by path, through a symbolic link, as a
 hard link, or an input's `.query` sidecar) is refused before anything is written; a full disk
 (ENOSPC), a file-size limit (EFBIG), a folder that cannot be written (EACCES) or a file where a
 folder should be (ENOTDIR) ends in one line on stderr and exit status 2, with no temporary

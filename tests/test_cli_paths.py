@@ -1,4 +1,4 @@
-"""Every `rankkit` command path from a temporary directory (#26), and the errors of #30 that used
+"""Every `rankkit` command path from a temporary directory, and the errors that used
 to end in a traceback: one line on stderr and exit status 2.
 
 Subcommands exercised here or in tests/test_cli.py: fit, validate, test, predict, export
@@ -46,7 +46,7 @@ def quick(data: Path, root: Path, model: str, epochs: int = 2) -> list[str]:
     return args + (["--model.init_args.min_data_in_leaf=5"] if model == "lambdamart" else [])
 
 
-# -- #26: a folder without vali trains with every config -------------------------------------------
+# -- a folder without vali trains with every config -------------------------------------------
 @pytest.mark.parametrize("config_dir", CONFIG_DIRS, ids=["configs", "rankkit-configs"])
 @pytest.mark.parametrize("model", MODELS)
 def test_a_folder_without_vali_trains_with_every_config(model, config_dir, data, tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_validate_and_info(data, tmp_path, capsys):
     assert summary[str(data / "letor" / "test.txt")]["queries"] == 24
 
 
-# -- #26: compare on a LETOR root's folds ----------------------------------------------------------
+# -- compare on a LETOR root's folds ----------------------------------------------------------
 def test_compare_runs_a_letor_root_s_folds(data, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", "--data", str(data / "root"), "--folds", "1,2", "--models", "lambdamart",
@@ -138,7 +138,7 @@ def test_compare_same_model_twice(data, tmp_path, capsys):
     assert [r["model"] for r in result["runs"]] == ["LambdaMART", "LambdaMART-deep"]
 
 
-# -- #30: errors that were tracebacks --------------------------------------------------------------
+# -- errors that were tracebacks --------------------------------------------------------------
 @pytest.mark.parametrize("option, needle", [
     ("--trainer.max_epochs=-5", "`max_epochs` must be a non-negative integer"),
     ("--trainer.devices=meta", "`devices`"),
@@ -181,7 +181,7 @@ def test_an_output_folder_under_a_file_in_fit(data, tmp_path, capsys):
     assert blocker.read_text() == "x"
 
 
-# -- #26: quiet by default -------------------------------------------------------------------------
+# -- quiet by default -------------------------------------------------------------------------
 NOISE = ("Tip", "litlogger", "LeafSpec", "logging interval", "GPU available", "Total params", "Epoch 0",
          "Seed set", "Warning")
 

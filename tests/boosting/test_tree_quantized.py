@@ -212,7 +212,7 @@ def test_torch_path_runs_under_deterministic_algorithms(quantized):
 @needs_kernel
 @pytest.mark.parametrize("max_bins", [5, 40, 255])
 def test_compiled_binning_equals_searchsorted(max_bins, monkeypatch):
-    # Not quantization, but the same issue's other compiled pass (binning speed, issue 18): the
+    # Not quantization, but the other compiled pass of the same work (binning speed): the
     # branchless binary search against torch.searchsorted, with NaN, ±inf and a 4-value feature.
     from rankkit.boosting.binning import QuantileBinner
 

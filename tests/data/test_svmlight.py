@@ -201,7 +201,7 @@ def test_fast_parser_takes_ordinary_blocks():
     assert fast.cols.tolist() == [0, 1, 2, 0, 2, 1]
 
 
-# -- issue 30: the reader's wrong-with-exit-0 cases and allocation limits --------------------------
+# -- the reader's once wrong-with-exit-0 cases and allocation limits --------------------------
 GOOD = "2 qid:1 1:0.5 2:1.0\n0 qid:1 1:0.1 2:0.2\n1 qid:2 1:0.3 3:0.7\n"
 
 

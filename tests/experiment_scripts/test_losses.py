@@ -1,4 +1,4 @@
-"""experiments/losses.py (issue 19): every loss, neural and trees, on a --small MQ2008 setting."""
+"""experiments/losses.py: every loss, neural and trees, on a --small MQ2008 setting."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Quiet by default in the Python API (issue 26): a Trainer.fit of a rankkit module on a rankkit
+"""Quiet by default in the Python API: a Trainer.fit of a rankkit module on a rankkit
 datamodule, and the LambdaMART estimator, raise none of the warnings rankkit's own code paths
 used to cause; RANKKIT_VERBOSE=1 lets them through; the filters a fit adds are gone after it."""
 from __future__ import annotations

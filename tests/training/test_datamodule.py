@@ -1,4 +1,4 @@
-"""RankingDataModule's data parts (issue 15): LETOR Fold roots, train/test folders without a
+"""RankingDataModule's data parts: LETOR Fold roots, train/test folders without a
 validation file and the ``val_fraction`` hold-out, and a training run without the loader
 warnings Lightning used to print."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sharding of the query batches across ranks (issue 17) and what DDP reduces.
+"""Sharding of the query batches across ranks and what DDP reduces.
 
 In-process tests build each rank's :class:`QueryBatchSampler` with an explicit rank and world
 size. The two multi-process tests run 2 CPU processes on gloo in a subprocess: a plain

@@ -1,5 +1,5 @@
 """What a real GPU rejects on first contact and the simulated device (tests/simcuda.py) used to
-let through (issue 25): a random draw whose generator is on another device than the tensor it
+let through: a random draw whose generator is on another device than the tensor it
 fills. CUDA raises "Expected a 'cuda' device type for generator but found 'cpu'"; the
 simulation made every generator a CPU one and so hid it.
 

@@ -172,7 +172,7 @@ for name in sys.argv[2:]:
 json.dump(out, open(sys.argv[1], "w"))
 """
 
-# The configurations whose first compile on a GPU failed or misbehaved (issue 25): float64
+# The configurations whose first compile on a GPU failed or misbehaved: float64
 # scores in the rank and lambda kernels, the histogram's atomics.
 FIRST_CONTACT = ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64", "histogram_i32", "histogram_fp64",
                  "histogram_i64_fixed"]
