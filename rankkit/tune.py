@@ -339,17 +339,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     """
     import optuna
 
-    from rankkit.infra.checks import check_choice, check_int
-
-    check_int(n_trials, "n_trials", low=1)
-    check_int(seed, "seed", low=0)
-    check_int(trial_seeds, "trial_seeds", low=1)
-    if not isinstance(pruner, optuna.pruners.BasePruner):
-        check_choice(pruner, ("median", "none"), "pruner")
-    if timeout is not None:
-        _number(timeout, "`timeout`")
-        if timeout <= 0:
-            raise ValueError(f"`timeout` has to be positive seconds, got {timeout!r}")
+    _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(config_path.read_text(), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -369,17 +359,64 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=study_name or name, storage=storage, direction="maximize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=seed),
-        pruner=pruner if isinstance(pruner, optuna.pruners.BasePruner)
-        else optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5) if pruner == "median"
-        else optuna.pruners.NopPruner())
+    study = _study(study_name or name, storage, seed, pruner)
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     left = n_trials - len(study.get_trials(deepcopy=False, states=finished))
+    if left > 0:
+        objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric)
+        study.optimize(objective, n_trials=left, timeout=timeout, catch=(), gc_after_trial=True,
+                       callbacks=[_progress(n_trials, metric, log)])
+    if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
+        raise ValueError("the study has no completed trial (every trial was pruned or failed)")
+    best = study.best_trial
+    best_values = {k: _decode(v) for k, v in best.params.items()}
+    best_config = out / "best.yaml"
+    header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
+              f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
+              f"{best.value:.4f} on vali{f' (mean of {trial_seeds} seeds)' if trial_seeds > 1 else ''} at epoch "
+              f"{best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
+              f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
+              + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
+    text = header + _yaml_dump(apply_values(base, best_values))
+    atomic_write(best_config, lambda tmp: Path(tmp).write_text(text))
+    _write_trials(study, out, metric)
+    _plot(study, out)
+    return TuneResult(study, best_values, best.value, best_config, out)
 
+
+def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
+    import optuna
+
+    from rankkit.infra.checks import check_choice, check_int  # torch: not at `rankkit --help`
+
+    check_int(n_trials, "n_trials", low=1)
+    check_int(seed, "seed", low=0)
+    check_int(trial_seeds, "trial_seeds", low=1)
+    if not isinstance(pruner, optuna.pruners.BasePruner):
+        check_choice(pruner, ("median", "none"), "pruner")
+    if timeout is not None:
+        _number(timeout, "`timeout`")
+        if timeout <= 0:
+            raise ValueError(f"`timeout` has to be positive seconds, got {timeout!r}")
+
+
+def _study(name: str, storage: str, seed: int, pruner):
+    """The study (created, or loaded to resume): TPE seeded, median pruning unless told otherwise."""
+    import optuna
+
+    return optuna.create_study(
+        study_name=name, storage=storage, direction="maximize", load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=pruner if isinstance(pruner, optuna.pruners.BasePruner)
+        else optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5) if pruner == "median"
+        else optuna.pruners.NopPruner())
+
+
+def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric: str) -> Callable:
+    """A trial's value: the mean best vali value of ``trial_seeds`` fits (the first one's curve
+    reported for pruning)."""
     def objective(trial):
         values = {k: p.suggest(trial) for k, p in params.items()}
         t0 = time.perf_counter()
@@ -396,6 +433,15 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
             trial.set_user_attr("seed_values", scores)
         return sum(scores) / len(scores)
 
+    return objective
+
+
+def _progress(n_trials: int, metric: str, log: Callable[[str], None]) -> Callable:
+    """The study callback that logs a line per finished trial."""
+    import optuna
+
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
     def progress(study, trial):
         done = len(study.get_trials(deepcopy=False, states=finished))
         state = trial.state.name.lower()
@@ -404,26 +450,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
         log(f"trial {trial.number} {state}: {metric} {value}"
             + (f"; best {best.value:.4f} (trial {best.number})" if best else "") + f"  [{done}/{n_trials}]")
 
-    if left > 0:
-        study.optimize(objective, n_trials=left, timeout=timeout, callbacks=[progress],
-                       catch=(), gc_after_trial=True)
-    completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if not completed:
-        raise ValueError("the study has no completed trial (every trial was pruned or failed)")
-    best = study.best_trial
-    best_values = {k: _decode(v) for k, v in best.params.items()}
-    best_config = out / "best.yaml"
-    header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
-              f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
-              f"{best.value:.4f} on vali{f' (mean of {trial_seeds} seeds)' if trial_seeds > 1 else ''} at epoch "
-              f"{best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
-              f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
-              + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
-    text = header + _yaml_dump(apply_values(base, best_values))
-    atomic_write(best_config, lambda tmp: Path(tmp).write_text(text))
-    _write_trials(study, out, metric)
-    _plot(study, out)
-    return TuneResult(study, best_values, best.value, best_config, out)
+    return progress
 
 
 def _untuned_value(study) -> str:
