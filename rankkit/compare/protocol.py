@@ -356,44 +356,9 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
-    if not models and not baselines:
-        raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
-    if data == "mq2008":
-        fold_list = parse_folds(folds)
-    else:
-        if not os.path.isdir(data):
-            raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
-                             f"of Fold1..FoldN folders, got {data!r}")
-        fold_list = parse_folds(folds, available_folds(data) or [1])
-    if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
-    if ensemble and seeds < 2:
-        raise ValueError(f"`ensemble` averages several seeds' scorers: it needs `seeds` >= 2, got {seeds!r}")
-    if max_epochs is not None and max_epochs < 1:
-        raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
-    if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
-        raise ValueError(f"`tune` has to be a whole number of trials (0: no tuning), got {tune!r}")
-    if isinstance(tune_seeds, bool) or not isinstance(tune_seeds, int) or tune_seeds < 1:
-        raise ValueError(f"`tune_seeds` has to be a positive whole number, got {tune_seeds!r}")
-    configs = {}
-    for m in models:
-        path = resolve_config(m)
-        try:
-            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
-        if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
-            raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
-        label = model_label(cfg)
-        for other_path, other_cfg in configs.values():
-            if os.path.realpath(other_path) == os.path.realpath(path):
-                raise ValueError(f"`models` names the config {path} twice ({m!r})")
-            if model_label(other_cfg) == label and path.stem == other_path.stem:
-                raise ValueError(f"`models`: {other_path} and {path} both train {label} from a config named "
-                                 f"{path.stem!r}; rename one (the table names a second config of a model by its file)")
-        if label in configs:  # a second config of the same model: its own row, named by its file
-            label = f"{label}-{path.stem}"
-        configs[label] = (path, cfg)
+    fold_list = _check_run(data=data, folds=folds, seeds=seeds, models=models, baselines=baselines,
+                           ensemble=ensemble, max_epochs=max_epochs, tune=tune, tune_seeds=tune_seeds)
+    configs = _model_configs(models)
     rounds, patience = baseline_protocol([cfg for _, cfg in configs.values()])
     if max_epochs is not None:
         rounds = min(rounds, max_epochs)
@@ -422,6 +387,55 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         raise
 
 
+def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, tune, tune_seeds) -> list[int]:
+    """The folds to run, after refusing every bad argument of :func:`compare`."""
+    if not models and not baselines:
+        raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
+    if data == "mq2008":
+        fold_list = parse_folds(folds)
+    else:
+        if not os.path.isdir(data):
+            raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
+                             f"of Fold1..FoldN folders, got {data!r}")
+        fold_list = parse_folds(folds, available_folds(data) or [1])
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
+    if ensemble and seeds < 2:
+        raise ValueError(f"`ensemble` averages several seeds' scorers: it needs `seeds` >= 2, got {seeds!r}")
+    if max_epochs is not None and max_epochs < 1:
+        raise ValueError(f"`max_epochs` has to be a positive integer or None, got {max_epochs!r}")
+    if isinstance(tune, bool) or not isinstance(tune, int) or tune < 0:
+        raise ValueError(f"`tune` has to be a whole number of trials (0: no tuning), got {tune!r}")
+    if isinstance(tune_seeds, bool) or not isinstance(tune_seeds, int) or tune_seeds < 1:
+        raise ValueError(f"`tune_seeds` has to be a positive whole number, got {tune_seeds!r}")
+    return fold_list
+
+
+def _model_configs(models: list[str]) -> dict[str, tuple[Path, dict]]:
+    """{row label: (config path, config)} of ``models`` (names or paths); a second config of the
+    same model gets its own row, named by its file."""
+    configs = {}
+    for m in models:
+        path = resolve_config(m)
+        try:
+            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+            raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
+        label = model_label(cfg)
+        for other_path, other_cfg in configs.values():
+            if os.path.realpath(other_path) == os.path.realpath(path):
+                raise ValueError(f"`models` names the config {path} twice ({m!r})")
+            if model_label(other_cfg) == label and path.stem == other_path.stem:
+                raise ValueError(f"`models`: {other_path} and {path} both train {label} from a config named "
+                                 f"{path.stem!r}; rename one (the table names a second config of a model by its file)")
+        if label in configs:  # a second config of the same model: its own row, named by its file
+            label = f"{label}-{path.stem}"
+        configs[label] = (path, cfg)
+    return configs
+
+
 def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
            trials: int, trial_seeds: int, out_dir: Path, log) -> tuple[Path, float]:
     """The nested study of one model on one fold: (its best config, the study's wall seconds)."""
@@ -437,6 +451,45 @@ def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float,
     return result.best_config, seconds
 
 
+def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds, out_dir, val_fraction, max_epochs,
+              ensemble, rounds, patience, log, tune, tune_seeds) -> None:
+    """Every run of one fold, appended to ``runs``: the (tuned) configs and the baselines for each
+    seed, then each model's seed ensemble."""
+    train, vali, test = load_fold(data, fold, val_fraction)
+    max_label = max(1.0, float(train.labels.max()))
+    test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
+    members: dict[str, list] = {label: [] for label in configs}
+    fold_configs = {label: (path, 0.0) for label, (path, _) in configs.items()}
+    for label, (path, _) in configs.items() if tune else ():
+        fold_configs[label] = _tuned(path, label, data=data, fold=fold, val_fraction=val_fraction,
+                                     max_epochs=max_epochs, trials=tune, trial_seeds=tune_seeds,
+                                     out_dir=out_dir, log=log)
+    for seed in range(seeds):
+        for label, (_, cfg) in configs.items():
+            path, tune_seconds = fold_configs[label]
+            r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
+                            val_fraction=val_fraction,
+                            scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
+                            test_eval=test_eval, max_epochs=max_epochs,
+                            keep=members[label] if ensemble else None)
+            runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
+                         "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune else {})})
+            log(_progress_line(runs[-1]))
+        for name in chosen:
+            r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
+                                           patience=patience, val_eval=val_eval)
+            runs.append({"model": third_party.BASELINE_LABELS[name], "kind": "trees", "config": None,
+                         "fold": fold, "seed": seed, **r})
+            log(_progress_line(runs[-1]))
+    for label, (path, cfg) in configs.items() if ensemble else ():
+        mine = [r for r in runs if r["model"] == label and r["fold"] == fold]
+        r = ensemble_model(members[label], mine, test_eval=test_eval,
+                           scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-ensemble.pt")
+        runs.append({"model": f"{label} ×{seeds}", "kind": model_kind(cfg), "config": str(path),
+                     "fold": fold, "seed": "ensemble", **r})
+        log(_progress_line(runs[-1]))
+
+
 def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
                  patience, verbose, log, tune=0, tune_seeds=1) -> dict:
     """The body of :func:`compare` once its arguments are checked and its output folder made."""
@@ -446,39 +499,9 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as work, (_loud() if _verbose(verbose) else _quiet()):
         for fold in fold_list:
-            train, vali, test = load_fold(data, fold, val_fraction)
-            max_label = max(1.0, float(train.labels.max()))
-            test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
-            members: dict[str, list] = {label: [] for label in configs}
-            fold_configs = {label: (path, 0.0) for label, (path, _) in configs.items()}
-            for label, (path, _) in configs.items() if tune else ():
-                fold_configs[label] = _tuned(path, label, data=data, fold=fold, val_fraction=val_fraction,
-                                             max_epochs=max_epochs, trials=tune, trial_seeds=tune_seeds,
-                                             out_dir=out_dir, log=log)
-            for seed in range(seeds):
-                for label, (_, cfg) in configs.items():
-                    path, tune_seconds = fold_configs[label]
-                    r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
-                                    val_fraction=val_fraction,
-                                    scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
-                                    test_eval=test_eval, max_epochs=max_epochs,
-                                    keep=members[label] if ensemble else None)
-                    runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
-                                 "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune else {})})
-                    log(_progress_line(runs[-1]))
-                for name in chosen:
-                    r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
-                                       patience=patience, val_eval=val_eval)
-                    runs.append({"model": third_party.BASELINE_LABELS[name], "kind": "trees", "config": None,
-                                 "fold": fold, "seed": seed, **r})
-                    log(_progress_line(runs[-1]))
-            for label, (path, cfg) in configs.items() if ensemble else ():
-                mine = [r for r in runs if r["model"] == label and r["fold"] == fold]
-                r = ensemble_model(members[label], mine, test_eval=test_eval,
-                                   scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-ensemble.pt")
-                runs.append({"model": f"{label} ×{seeds}", "kind": model_kind(cfg), "config": str(path),
-                             "fold": fold, "seed": "ensemble", **r})
-                log(_progress_line(runs[-1]))
+            _run_fold(fold, runs, work=work, data=data, configs=configs, chosen=chosen, seeds=seeds,
+                      out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
+                      rounds=rounds, patience=patience, log=log, tune=tune, tune_seeds=tune_seeds)
     table = markdown_table(runs)
     if len(fold_list) > 1:
         table += "\n\n" + fold_table(runs)
