@@ -2,7 +2,7 @@
 
 Builds rankkit/kernels/_cpu.c and _lambdas.c with ``-fsanitize=address`` (and OpenMP, as the
 installed build) into a temporary library, and runs the kernel tests and the seam's fuzz
-(tests/kernels/test_backends.py, test_kernels_lambdas.py, test_kernels_fuzz.py, test_quantized.py) in a
+(tests/kernels/test_backends.py, test_cpu_lambdas.py, test_cpu_fuzz.py, tests/boosting/test_tree_quantized.py) in a
 subprocess that loads that build (``RANKKIT_CPU_LIBRARY``) with the sanitizer's runtime
 preloaded. Any out-of-bounds access, use after free or double free in the C code aborts the
 subprocess with AddressSanitizer's report, which this test prints. Skipped where gcc or its
@@ -56,8 +56,8 @@ def test_kernels_and_the_seam_fuzz_run_clean_under_asan(asan_build):
              f"sys.exit(0 if c.available() and c._DLL._name == {library!r} else 3)")
     assert subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT).returncode == 0, \
         "the sanitized build was not the one loaded"
-    tests = [os.path.join("tests", f) for f in ("test_kernels.py", "test_kernels_lambdas.py",
-                                                 "test_kernels_fuzz.py", "test_quantized.py")]
+    tests = [os.path.join("tests", f) for f in ("kernels/test_backends.py", "kernels/test_cpu_lambdas.py",
+                                                 "kernels/test_cpu_fuzz.py", "boosting/test_tree_quantized.py")]
     run = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-x", "-p", "no:cacheprovider",
                           "-m", "not slow", *tests], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=1200)
