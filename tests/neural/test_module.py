@@ -377,3 +377,22 @@ def test_warmup_cosine_warms_up_then_decays_per_step(tmp_path):
         want = (t + 1) / warm if t < warm else 0.5 * (1 + math.cos(math.pi * (t - warm) / (total - 1 - warm)))
         assert lr == pytest.approx(0.01 * want, rel=1e-9, abs=1e-12), t
     assert seen[-1] == pytest.approx(0.0, abs=1e-12) and max(seen) == pytest.approx(0.01)
+
+
+def test_a_config_passes_the_scorer_as_a_class_path(tmp_path):
+    """The model apart from its training: a YAML names the scorer module and its arguments, the
+    LightningModule trains whatever it is given (the default scorer's options are then unused)."""
+    from rankkit.scorers import MLPScorer
+    from rankkit.training.lightning_cli import lightning_cli
+
+    config = tmp_path / "scorer.yaml"
+    config.write_text("model:\n  class_path: rankkit.neural.LambdaRank\n  init_args:\n    scorer:\n"
+                      "      class_path: rankkit.scorers.MLPScorer\n"
+                      "      init_args: {n_features: 46, hidden: [16], norm: layer}\n"
+                      "data: {data: mq2008, fold: 1}\n")
+    cli = lightning_cli(["--config", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False,
+                        verbose=False)
+    scorer = cli.model.scorer
+    assert type(scorer) is MLPScorer and scorer.n_features == 46
+    assert [m.out_features for m in scorer.net if isinstance(m, torch.nn.Linear)] == [16, 1]
+    assert any(isinstance(m, torch.nn.LayerNorm) for m in scorer.net)
