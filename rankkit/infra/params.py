@@ -39,7 +39,10 @@ def hyperparameter(default, doc: str, *, check: Check | None = None, module: boo
             depends on).
         module: whether the Lightning module takes it too (False: the estimator only).
     """
-    return field(default=default, metadata={"doc": inspect.cleandoc(doc), "check": check, "module": module})
+    metadata = {"doc": inspect.cleandoc(doc), "check": check, "module": module}
+    if isinstance(default, (list, dict)):  # one fresh copy per instance
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)

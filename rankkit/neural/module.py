@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytorch_lightning as pl
@@ -20,12 +22,14 @@ from rankkit.custom import GradientObjective, check_spec, fresh, is_custom, qual
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.infra import quiet as _quiet
+from rankkit.infra.params import args_section, check_all, declared, make_init
 from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.lambdas import lambda_gradients
 from rankkit.losses import LISTWISE, OBJECTIVES
 from rankkit.metrics import ranking_metrics
+from rankkit.neural.config import OPTIMIZERS, NeuralConfig
 from rankkit.neural.debias import NEURAL_AUTO, NEURAL_UNBIASED, DebiasingRace, DualLearning, PositionBias
-from rankkit.neural.loss import REDUCTIONS, LambdaLoss, _denominator, lambda_loss
+from rankkit.neural.loss import LambdaLoss, _denominator, lambda_loss
 from rankkit.scorers import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
 from rankkit.unbiased import PropensityEstimator
 
@@ -76,9 +80,6 @@ def check_loss_options(options, name: str) -> dict[str, Any]:
     return dict(options)
 
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-SCHEDULERS = ("none", "cosine", "plateau", "warmup_cosine")
-ARCHITECTURES = ("mlp", "transformer")
 
 
 def default_scorer(n_features: int | None, *, architecture: str, hidden, activation: str, dropout: float,
@@ -110,81 +111,7 @@ class NeuralRanker(pl.LightningModule):
     """A scorer trained with the lambda loss.
 
     Args:
-        n_features: F, for the default scorer (linked from the datamodule by ``rankkit fit``);
-            ignored when ``scorer`` is given.
-        scorer: any scorer ``nn.Module`` (a ``class_path`` in YAML): pointwise, features
-            [..., F] -> scores [...], or list-aware, ``list_aware = True`` and (features
-            [Q, L, F], mask [Q, L]) -> scores [Q, L] (see :mod:`rankkit.scorers`). None
-            builds the ``architecture``'s scorer from ``n_features`` and the options below.
-        architecture: ``"mlp"`` (:class:`MLPScorer` from ``hidden``, ``activation``,
-            ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``
-            (:class:`~rankkit.scorers.TransformerScorer`: the per-document tower
-            ``hidden``, ``layers`` self-attention blocks of ``heads`` heads over the query's
-            documents, the DASALC ``latent_cross``; ``activation``, ``dropout``, ``log1p``,
-            ``standardize`` as for the MLP).
-        noise: σ ≥ 0 of the Gaussian noise added to the preprocessed features in training
-            (DASALC's data augmentation; Qin et al., ICLR 2021): set on every
-            :class:`~rankkit.scorers.FeaturePreprocessor` in the scorer (an error when it
-            has none). Evaluation and export never add it.
-            Feature preprocessing belongs inside it (it is exported with it); a
-            :class:`~rankkit.scorers.FeaturePreprocessor` anywhere in it that is not yet
-            fitted is fitted on the training DataLoader's documents when training starts.
-        weighting: ``"ranknet"``, ``"ndcg"``, ``"map"`` or ``"err"``.
-        loss: any objective of :data:`rankkit.losses.OBJECTIVES` by name, e.g. a LambdaLoss
-            weighting (``"ndcg_loss2pp"``) or a listwise loss (``"softmax"``, ``"xendcg"``,
-            ``"listmle"``, ``"approx_ndcg"``); it replaces ``weighting`` (``sigma``, ``k`` and
-            ``normalize`` apply to the pairwise ones). The same names train LambdaMART
-            (``LambdaMART(objective=...)``). Or a custom loss (:mod:`rankkit.custom`):
-            a differentiable ``loss(scores, labels, mask) -> [Q]`` (a callable, or in a config
-            ``package.module.function``, imported when training starts), trained by plain
-            autograd and normalised by ``reduction``; the same callable trains LambdaMART.
-            Checkpoints record its qualified name as text.
-        loss_options: keyword options of the objective (``loss``, or the ``weighting``'s lambda
-            kernel), as a dict of plain values, e.g. ``{"temperature": 0.5, "k": 10}`` for
-            ``loss="neural_ndcg"``, ``{"gain": "linear"}``, ``{"mu": 10.0}`` for
-            ``"ndcg_loss2pp"``. Each key has to be a keyword argument of that objective in
-            :mod:`rankkit.losses` (:data:`LOSS_OPTIONS_RESERVED` excepted: the batch and the
-            module's own ``sigma``, ``k``, ``normalize``), else a ValueError names the key and the
-            options the objective takes; the values are checked by calling the objective once
-            on a two-document query. Saved in the hyper-parameters and checkpoints.
-        k: truncation level of the kernel (None: all pairs). A listwise loss's own truncation
-            (NeuralNDCG's ``k``) goes in ``loss_options``.
-        sigma: σ of the logistic.
-        normalize: LightGBM's per-query lambda normalisation.
-        reduction: loss normalisation, see :mod:`rankkit.neural.loss`.
-        optimizer: ``"adam"``, ``"adamw"`` or ``"sgd"``; lr, weight_decay its settings.
-        scheduler: ``"none"``, ``"cosine"`` (over ``max_epochs``), ``"plateau"`` (halve the lr
-            when val NDCG@10 stalls) or ``"warmup_cosine"`` (per optimizer step: a linear
-            warm-up over the first 5 % of the fit's steps, then a cosine decay to 0 at the last,
-            as transformer rankers are trained; Lightning's ``estimated_stepping_batches``).
-        ema_decay: d > 0 keeps an exponential moving average of the scorer's weights,
-            θ̄ ← d θ̄ + (1 − d) θ after every training batch (Polyak averaging, torch's
-            ``AveragedModel`` with ``get_ema_multi_avg_fn``), in ``averaged``; validation,
-            test, predict, ``forward`` and export then use the average. 0 (the default) turns
-            it off.
-        unbiased: learn from clicks (Unbiased LambdaRank / RankNet, the pairwise debiasing of
-            Hu, Wang, Peng, Li, WWW 2019, as ``LambdaMART(unbiased=True)``): the labels are 0/1
-            clicks and every training batch carries the documents' displayed ``position``
-            (a dataset with ``position``, e.g. ``ClickLog.sessions``). Each training batch first
-            updates the click/unclick biases t⁺, t⁻ (:class:`rankkit.unbiased.PropensityEstimator`)
-            from its detached scores (one closed-form step on the decayed sum of the recent
-            batches' pair costs, ``BIAS_COST_DECAY``), then weighs each pair (clicked i, unclicked j) by
-            1 / (t⁺(pos_i) t⁻(pos_j)) through the kernel's ``pair_weights``. Needs a pairwise
-            objective. The learned biases are :attr:`propensities` and are checkpointed.
-            ``"position"``: an additive per-position bias of the training scores learned with the
-            scorer (:class:`rankkit.neural.debias.PositionBias`, LightGBM's ``position=``; left
-            out of evaluation and export). ``"dla"``: the Dual Learning Algorithm (Ai et al.,
-            SIGIR 2018; :class:`rankkit.neural.debias.DualLearning`): a per-position
-            propensity model trained with the scorer, each by a softmax cross-entropy on the
-            clicks weighted by the other's inverse estimate (it replaces the lambda loss).
-            ``"auto"``: naive, ``True`` at p = 0, ``"position"`` and ``"dla"`` trained side by side
-            (copies of the scorer) inside one fit, the one whose scores best explain the
-            **validation click log** (the validation loader's batches: clicks as labels, with
-            ``position``; no true label is read) kept by successive halving over the epochs
-            (:class:`rankkit.neural.debias.DebiasingRace`); ``unbiased_choice_`` names it, and
-            ``scorer`` holds the leader after every validation epoch. Needs ``max_epochs``.
-        bias_p: p ≥ 0, the biases' regularisation norm (the update's exponent is 1/(p + 1)).
-        n_positions: positions with their own bias; deeper positions share the last.
+        {params}
 
     A checkpoint of a module with a scorer of your own loads with
     ``LambdaRank.load_from_checkpoint(path, scorer=MyNet(...))``.
@@ -198,69 +125,55 @@ class NeuralRanker(pl.LightningModule):
     #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
     load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
-    def __init__(self, n_features: int | None = None, *, hidden: list[int] = [128, 64],  # noqa: B006
-                 activation: str = "relu", dropout: float = 0.1, norm: str = "none",
-                 log1p: bool = True, standardize: bool = True, weighting: str = "ranknet",
-                 k: int | None = None, sigma: float = 1.0, normalize: bool = False,
-                 reduction: str = "query", optimizer: str = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
-                 scorer: nn.Module | None = None, loss: str | None = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4,
-                 layers: int = 2, latent_cross: bool = True, noise: float = 0.0,
-                 loss_options: dict[str, Any] | None = None):
+    def _init(self, params: dict) -> None:
         super().__init__()
-        custom = loss is not None and is_custom(loss)
-        self._check_objective(weighting, loss, custom, unbiased, loss_options)
-        _checks.check_choice(optimizer, sorted(OPTIMIZERS), "optimizer")
-        _checks.check_choice(scheduler, SCHEDULERS, "scheduler")
-        _checks.check_choice(reduction, REDUCTIONS, "reduction")
-        _checks.check_k(k)
-        _checks.check_number(sigma, "sigma", low=0, low_open=True)
-        _checks.check_number(lr, "lr", low=0, low_open=True)
-        _checks.check_number(weight_decay, "weight_decay", low=0)
-        _checks.check_number(ema_decay, "ema_decay", low=0, high=1, high_open=True)
-        if not custom:
-            loss_options = check_loss_options(loss_options, loss if loss is not None else weighting)
-        unbiased = _checks.check_setting(unbiased, NEURAL_UNBIASED, "unbiased")
-        self.propensity = self._propensity_estimator(unbiased, bias_p, n_positions, weighting, loss, sigma, k)
+        o = SimpleNamespace(**params)
+        custom = o.loss is not None and is_custom(o.loss)
+        self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
+        check_all(NeuralConfig(**params))
+        loss_options = o.loss_options if custom else check_loss_options(
+            o.loss_options, o.loss if o.loss is not None else o.weighting)
+        unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
+        self.propensity = self._propensity_estimator(unbiased, o.bias_p, o.n_positions, o.weighting, o.loss,
+                                                     o.sigma, o.k)
         self._bias_costs = None if self.propensity is None else self.propensity.costs.clone()
-        self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
-        if unbiased == "dla" and loss is not None:
+        self.position_bias = PositionBias(o.n_positions) if unbiased == "position" else None
+        if unbiased == "dla" and o.loss is not None:
             raise ValueError(f"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None, "
-                             f"got loss={loss!r}")
-        self.dla = DualLearning(n_positions) if unbiased == "dla" else None
-        _checks.check_choice(architecture, ARCHITECTURES, "architecture")
-        _checks.check_number(noise, "noise", low=0)
+                             f"got loss={o.loss!r}")
+        self.dla = DualLearning(o.n_positions) if unbiased == "dla" else None
+        scorer = o.scorer
         if scorer is None:
-            scorer = default_scorer(n_features, architecture=architecture, hidden=hidden, activation=activation,
-                                    dropout=dropout, norm=norm, log1p=log1p, standardize=standardize,
-                                    heads=heads, layers=layers, latent_cross=latent_cross)
+            scorer = default_scorer(o.n_features, architecture=o.architecture, hidden=o.hidden,
+                                    activation=o.activation, dropout=o.dropout, norm=o.norm, log1p=o.log1p,
+                                    standardize=o.standardize, heads=o.heads, layers=o.layers,
+                                    latent_cross=o.latent_cross)
         elif not isinstance(scorer, nn.Module):
             raise ValueError(f"`scorer` has to be an nn.Module, got {_checks.describe(scorer)}")
-        if noise > 0:
-            _set_noise(scorer, noise)
-        self.save_hyperparameters(ignore=["scorer"])
+        if o.noise > 0:
+            _set_noise(scorer, o.noise)
+        self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s
         # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
         # its qualified name as text (a checkpoint holds no code; loading one never imports it).
-        self._custom_loss = loss if custom and not isinstance(loss, str) else None
-        if custom:
-            self.hparams["loss"] = qualified_name(loss)
-            self._hparams_initial["loss"] = self.hparams["loss"]  # what loggers write out
+        self._custom_loss = o.loss if custom and not isinstance(o.loss, str) else None
+        recorded = {"loss": qualified_name(o.loss)} if custom else {"loss_options": loss_options}
+        self.hparams.update(recorded)
+        self._hparams_initial.update(recorded)  # what loggers write out
         self.scorer = scorer
         recorded = getattr(scorer, "n_features", None)
-        self.n_features: int | None = recorded if isinstance(recorded, int) else n_features
+        self.n_features: int | None = recorded if isinstance(recorded, int) else o.n_features
         self.averaged: AveragedModel | None = None
-        if ema_decay > 0:
-            self.averaged = AveragedModel(scorer, multi_avg_fn=get_ema_multi_avg_fn(ema_decay), use_buffers=True)
+        if o.ema_decay > 0:
+            self.averaged = AveragedModel(scorer, multi_avg_fn=get_ema_multi_avg_fn(o.ema_decay), use_buffers=True)
             self.averaged.requires_grad_(False)
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
         self.race: DebiasingRace | None = None
         if unbiased == "auto":
-            if ema_decay > 0 or custom:
+            if o.ema_decay > 0 or custom:
                 raise ValueError(f"`unbiased='auto'` races copies of the scorer; it takes no "
-                                 f"{'ema_decay' if ema_decay > 0 else 'custom loss'}")
-            self.race = self._debiasing_race(scorer, n_positions)
+                                 f"{'ema_decay' if o.ema_decay > 0 else 'custom loss'}")
+            self.race = self._debiasing_race(scorer, o.n_positions)
 
     def _check_objective(self, weighting, loss, custom, unbiased, loss_options) -> None:
         """``weighting`` one of the class's, and ``loss`` (when given) a known or custom objective
@@ -578,20 +491,34 @@ class WarmupCosine:
 
 
 class RankNet(NeuralRanker):
-    """RankNet: the lambda loss with |ΔZ| = 1 (Burges 2010, section 2). Options: as
-    :class:`NeuralRanker`."""
+    """RankNet: the lambda loss with |ΔZ| = 1 (Burges 2010, section 2).
+
+    Args:
+        {params}
+    """
 
     weighting_choices = ("ranknet",)
-
-    def __init__(self, n_features: int | None = None, *, weighting: str = "ranknet", **options):
-        super().__init__(n_features, weighting=weighting, **options)
 
 
 class LambdaRank(NeuralRanker):
     """LambdaRank: lambdas weighted by |ΔNDCG@k| (or MAP, ERR) of each swap (Burges 2010, section 4).
-    Options: as :class:`NeuralRanker`."""
+
+    Args:
+        {params}
+    """
 
     weighting_choices = ("ndcg", "map", "err")
 
-    def __init__(self, n_features: int | None = None, *, weighting: str = "ndcg", **options):
-        super().__init__(n_features, weighting=weighting, **options)
+
+def _derive(cls: type, **defaults) -> None:
+    """``cls.__init__`` and its docstring's ``Args:`` from :class:`NeuralConfig`, with ``defaults``."""
+    params = [replace(p, default=defaults.get(p.name, p.default)) for p in PARAMS]
+    cls.__init__ = make_init(params, NeuralRanker._init, cls.__name__, positional=1, owner=cls)
+    cls.__doc__ = cls.__doc__.replace("        {params}\n", args_section(params, indent=8))
+
+
+#: The modules' hyper-parameters, in the order of their signatures.
+PARAMS = declared(NeuralConfig)
+_derive(NeuralRanker)
+_derive(RankNet, weighting="ranknet")
+_derive(LambdaRank, weighting="ndcg")

@@ -1,0 +1,47 @@
+"""rankkit.neural.config: each neural hyper-parameter declared once, every module derived from it."""
+import inspect
+
+import pytest
+import yaml
+
+from rankkit.infra.params import check_all, declared
+from rankkit.neural import LambdaRank, NeuralRanker, RankNet
+from rankkit.neural.config import NeuralConfig
+from rankkit.training.run_config import CONFIG_DIR
+
+
+def _defaults(cls) -> dict:
+    return {name: p.default for name, p in inspect.signature(cls).parameters.items()}
+
+
+def test_the_modules_take_every_declared_parameter_and_differ_only_in_the_weighting():
+    declared_defaults = {p.name: p.default for p in declared(NeuralConfig)}
+    assert _defaults(NeuralRanker) == declared_defaults
+    assert _defaults(RankNet) == {**declared_defaults, "weighting": "ranknet"}
+    assert _defaults(LambdaRank) == {**declared_defaults, "weighting": "ndcg"}
+    assert list(_defaults(LambdaRank))[0] == "n_features"  # LambdaRank(46)
+    assert LambdaRank(46).hparams["weighting"] == "ndcg" and RankNet(46).hparams["weighting"] == "ranknet"
+
+
+@pytest.mark.parametrize("cls", [NeuralRanker, RankNet, LambdaRank])
+def test_each_parameter_is_documented_once_from_its_declaration(cls):
+    doc = inspect.getdoc(cls)
+    for name in inspect.signature(cls).parameters:
+        assert doc.count(f"\n    {name}: ") == 1, name
+
+
+@pytest.mark.parametrize("name, value", [("sigma", 0.0), ("lr", -1.0), ("optimizer", "adagrad"),
+                                         ("ema_decay", 1.0), ("architecture", "cnn"), ("noise", -0.1)])
+def test_the_declared_range_is_checked(name, value):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        LambdaRank(46, **{name: value})
+
+
+@pytest.mark.parametrize("name", ["ranknet", "lambdarank", "transformer"])
+def test_the_packaged_configs_and_spaces_name_declared_parameters_in_range(name):
+    config = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())["model"]["init_args"]
+    assert set(config) <= set(_defaults(NeuralRanker))
+    check_all(NeuralConfig(**config))
+    space = yaml.safe_load((CONFIG_DIR / f"{name}.space.yaml").read_text())
+    model_keys = {k.removeprefix("model.init_args.") for k in space if k.startswith("model.")}
+    assert model_keys <= set(_defaults(NeuralRanker))
