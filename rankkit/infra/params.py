@@ -118,8 +118,16 @@ def args_section(params: list[Hyperparameter], indent: int = 4) -> str:
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
     """Every named parameter ``cls(...)`` takes: its ``__init__``'s, and where that passes
-    ``**options`` on to its parent (``RankNet(weighting=..., **options)``), the parent's too
-    (the nearest class's default wins), as LightningCLI resolves them."""
+    ``**options`` on to its parent (a user's subclass of a rankkit module), the parent's too (the
+    nearest class's default wins), as LightningCLI resolves them.
+
+    >>> class Base:
+    ...     def __init__(self, depth=6, k=None): ...
+    >>> class Mine(Base):
+    ...     def __init__(self, k=10, **options): super().__init__(k=k, **options)
+    >>> {name: p.default for name, p in init_parameters(Mine).items()}
+    {'k': 10, 'depth': 6}
+    """
     out: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         if "__init__" not in vars(klass):
