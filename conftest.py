@@ -1,5 +1,6 @@
 """pytest collection: the Triton kernels' modules import triton, which only the `gpu` extra
-installs (`.ci/run` does); without it their doctests are skipped and tests/test_triton.py skips.
+installs (`.ci/run` does); without it their doctests are skipped and
+tests/kernels/triton/test_triton.py skips.
 
 ``RANKKIT_FAILURES=path``: each failing test's id and last error line is appended to ``path`` as
 it fails, so a run cut off by a time limit (a lent GPU machine's) still names its failures."""

@@ -33,7 +33,7 @@ from rankkit.custom import qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
 from rankkit.infra.io import atomic_write
-from rankkit.infra.params import args_section, check_all, declared, hyperparameter, make_init
+from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
 from rankkit.metrics import ndcg
 
 _FORMAT = "rankkit.LambdaMART/1"
@@ -471,4 +471,4 @@ def _progress_bar(verbose: int, total: int):
     return tqdm(total=total, desc="LambdaMART", unit="tree", mininterval=max(0.1, float(verbose) / 10))
 
 
-LambdaMART.__doc__ = LambdaMART.__doc__.replace("        {params}\n", args_section(PARAMS, indent=8))
+LambdaMART.__doc__ = with_args(LambdaMART.__doc__, PARAMS)

@@ -19,7 +19,7 @@ placeholder, with a warning on every fit.)
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -27,7 +27,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.infra import checks as _checks, quiet as _quiet
-from rankkit.infra.params import args_section, check_all, declared, hyperparameter, make_init
+from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
 from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
@@ -71,8 +71,11 @@ class ModuleOptions:
         ``rankkit fit``), None to take the data's.""", check=partial(_checks.check_int, none=True))
 
 
-#: The module's hyper-parameters: the run's that a Lightning fit uses, and its own.
-PARAMS = [p for p in declared(BoosterConfig) if p.module] + declared(ModuleOptions)
+#: The module's hyper-parameters: the run's that a Lightning fit uses, and its own. A config names
+#: ``objective`` as text (a custom objective's "package.module.function", imported when training
+#: starts): the command line parses it as a string, never as a class to build.
+PARAMS = [replace(p, annotation=str) if p.name == "objective" else p
+          for p in declared(BoosterConfig) if p.module] + declared(ModuleOptions)
 
 
 class LambdaMARTModule(pl.LightningModule):
@@ -218,5 +221,6 @@ class LambdaMARTModule(pl.LightningModule):
                                         torch.full((n_trees, depth), torch.inf), torch.zeros(n_trees, 1 << depth))
 
 
-LambdaMARTModule.__init__ = make_init(PARAMS, LambdaMARTModule._init, "LambdaMARTModule", owner=LambdaMARTModule)
-LambdaMARTModule.__doc__ = LambdaMARTModule.__doc__.replace("        {params}\n", args_section(PARAMS, indent=8))
+LambdaMARTModule.__init__ = make_init(PARAMS, LambdaMARTModule._init, "LambdaMARTModule", positional=1,
+                                      owner=LambdaMARTModule)
+LambdaMARTModule.__doc__ = with_args(LambdaMARTModule.__doc__, PARAMS)

@@ -93,17 +93,28 @@ def make_init(params: list[Hyperparameter], body: Callable[[Any, dict], None], q
     head = [f"{n}=__defaults[{n!r}]" for n in names]
     if len(names) > positional:
         head.insert(positional, "*")
+    # A list or dict default is copied for each call, so that no instance shares (and mutates) it.
+    copies = "".join(f"        if {p.name} is __defaults[{p.name!r}]: {p.name} = type({p.name})({p.name})\n"
+                     for p in params if isinstance(p.default, (list, dict)))
     source = (f"def __factory(__class__):\n"
               f"    def __init__(self, {', '.join(head)}):\n"
               f"        __class__  # a method's cell (see above)\n"
+              + copies +
               f"        __body(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n"
               f"    return __init__\n")
     namespace = {"__defaults": {p.name: p.default for p in params}, "__body": body}
     exec(source, namespace)  # noqa: S102 -- a signature built from the declared names, as dataclasses do
     init = namespace["__factory"](owner)
     init.__qualname__ = f"{qualname}.__init__"
+    init.__module__ = owner.__module__ if owner is not None else getattr(body, "__module__", None)
     init.__annotations__ = {p.name: p.annotation for p in params}
     return init
+
+
+def with_args(doc: str | None, params: list[Hyperparameter]) -> str | None:
+    """``doc`` with its ``{params}`` line (8 spaces in) replaced by the ``Args:`` entries of
+    ``params``; None stays None (``python -OO`` strips docstrings)."""
+    return None if doc is None else doc.replace("        {params}\n", args_section(params, indent=8))
 
 
 def args_section(params: list[Hyperparameter], indent: int = 4) -> str:

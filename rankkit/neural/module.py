@@ -22,7 +22,7 @@ from rankkit.custom import GradientObjective, check_spec, fresh, is_custom, qual
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.infra import quiet as _quiet
-from rankkit.infra.params import args_section, check_all, declared, make_init
+from rankkit.infra.params import check_all, declared, make_init, with_args
 from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.lambdas import lambda_gradients
 from rankkit.losses import LISTWISE, OBJECTIVES
@@ -131,8 +131,8 @@ class NeuralRanker(pl.LightningModule):
         custom = o.loss is not None and is_custom(o.loss)
         self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
         check_all(NeuralConfig(**params))
-        loss_options = o.loss_options if custom else check_loss_options(
-            o.loss_options, o.loss if o.loss is not None else o.weighting)
+        if not custom:  # the options are recorded as given (None stays None)
+            check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
         self.propensity = self._propensity_estimator(unbiased, o.bias_p, o.n_positions, o.weighting, o.loss,
                                                      o.sigma, o.k)
@@ -156,9 +156,9 @@ class NeuralRanker(pl.LightningModule):
         # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
         # its qualified name as text (a checkpoint holds no code; loading one never imports it).
         self._custom_loss = o.loss if custom and not isinstance(o.loss, str) else None
-        recorded = {"loss": qualified_name(o.loss)} if custom else {"loss_options": loss_options}
-        self.hparams.update(recorded)
-        self._hparams_initial.update(recorded)  # what loggers write out
+        if custom:
+            self.hparams["loss"] = qualified_name(o.loss)
+            self._hparams_initial["loss"] = self.hparams["loss"]  # what loggers write out
         self.scorer = scorer
         recorded = getattr(scorer, "n_features", None)
         self.n_features: int | None = recorded if isinstance(recorded, int) else o.n_features
@@ -514,7 +514,7 @@ def _derive(cls: type, **defaults) -> None:
     """``cls.__init__`` and its docstring's ``Args:`` from :class:`NeuralConfig`, with ``defaults``."""
     params = [replace(p, default=defaults.get(p.name, p.default)) for p in PARAMS]
     cls.__init__ = make_init(params, NeuralRanker._init, cls.__name__, positional=1, owner=cls)
-    cls.__doc__ = cls.__doc__.replace("        {params}\n", args_section(params, indent=8))
+    cls.__doc__ = with_args(cls.__doc__, params)
 
 
 #: The modules' hyper-parameters, in the order of their signatures.

@@ -1,7 +1,8 @@
-"""What the booster's tests share: small synthetic sets, a fitted model, both histogram paths."""
+"""What the booster's tests share: small synthetic sets, a fitted model, both histogram paths, one thread."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rankkit.boosting import LambdaMART
 from rankkit.data import make_synthetic
@@ -30,3 +31,12 @@ def histogram_path(request, monkeypatch):
     elif not _cpu_kernel.available():
         pytest.skip("no C compiler: the compiled histogram kernel is unavailable")
     return request.param
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    # The test machines are shared (2 cores): one thread is faster there than two fighting.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

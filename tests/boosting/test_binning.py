@@ -1,10 +1,13 @@
 """rankkit.boosting.binning: quantile codes agree with the raw thresholds."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rankkit.boosting import QuantileBinner
 from rankkit.boosting.engine import valid_codes as _valid_codes
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
 
 
 # -- binning -----------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from rankkit.data import load_mq2008
 
 from .conftest import small_set
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
+
 
 # -- MART's worked example (papers/004) ----------------------------------------------------------
 def test_pointwise_mart_textbook_example():

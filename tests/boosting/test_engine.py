@@ -11,6 +11,8 @@ from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
 
 from .conftest import small_set
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
+
 
 @pytest.mark.parametrize("exact", [True, False])
 def test_exact_newton_leaves_are_autograd_newton_steps_of_the_pair_loss(exact):

@@ -7,6 +7,8 @@ import torch
 
 from rankkit.boosting import ObliviousEnsemble
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
+
 # -- persistence and export ---------------------------------------------------------------------------
 
 

@@ -9,6 +9,8 @@ from rankkit.boosting import LambdaMART, ObliviousEnsemble
 
 from .conftest import small_set
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
+
 
 # -- Lightning -------------------------------------------------------------------------------------
 def test_lambdamart_module_trains_with_trainer_fit(tmp_path):

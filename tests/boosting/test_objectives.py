@@ -10,6 +10,8 @@ from rankkit.boosting import LambdaMART
 
 from .conftest import small_set
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
+
 
 # -- every named objective, and Unbiased LambdaMART -------------------------------------------------
 def _first_round_leaves(train, leaf, grad, hess, lr, l2):

@@ -13,6 +13,8 @@ from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, build_histogr
 from rankkit.data import make_synthetic
 from rankkit.kernels import cpu as _cpu_kernel
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # every test here on one thread
+
 
 # -- the histogram split search against a brute-force loop -----------------------------------------
 def brute_force_tree(x, thresholds, valid, grad, hess, params):

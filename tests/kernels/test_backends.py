@@ -211,7 +211,7 @@ def test_cpu_backend_grows_the_reference_trees_on_mq2008(monkeypatch):
 
     train, vali, _ = load_mq2008(5)
     # The tree kernels alone: both runs take the torch lambda pass (the compiled one is tested
-    # against it in test_kernels_lambdas.py; in float32 they agree to a float32 rounding).
+    # against it in test_cpu_lambdas.py; in float32 they agree to a float32 rounding).
     monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     kwargs = dict(n_estimators=15, depth=6, learning_rate=0.1, l2=1.0, min_data_in_leaf=20, k=10, normalize=True)
     fast = LambdaMART(**kwargs).fit(train, eval_set=[vali])

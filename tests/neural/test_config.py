@@ -14,6 +14,22 @@ def _defaults(cls) -> dict:
     return {name: p.default for name, p in inspect.signature(cls).parameters.items()}
 
 
+# The defaults as they were before the declaration: a changed default fails here.
+DEFAULTS = dict(n_features=None, hidden=[128, 64], activation="relu", dropout=0.1, norm="none", log1p=True,
+                standardize=True, weighting="ranknet", k=None, sigma=1.0, normalize=False, reduction="query",
+                optimizer="adam", lr=1e-3, weight_decay=0.0, scheduler="none", ema_decay=0.0, scorer=None, loss=None,
+                unbiased=False, bias_p=1.0, n_positions=10, architecture="mlp", heads=4, layers=2,
+                latent_cross=True, noise=0.0, loss_options=None)
+
+
+def test_the_defaults_are_pinned():
+    assert _defaults(NeuralRanker) == DEFAULTS
+    assert LambdaRank(46).hparams["hidden"] == [128, 64]
+    a, b = LambdaRank(46), LambdaRank(46)
+    a.hparams["hidden"].append(1)  # each instance its own list
+    assert b.hparams["hidden"] == [128, 64] and _defaults(LambdaRank)["hidden"] == [128, 64]
+
+
 def test_the_modules_take_every_declared_parameter_and_differ_only_in_the_weighting():
     declared_defaults = {p.name: p.default for p in declared(NeuralConfig)}
     assert _defaults(NeuralRanker) == declared_defaults
