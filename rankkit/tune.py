@@ -46,7 +46,6 @@ from typing import Any, Callable
 
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.io import atomic_write
-from rankkit.infra.params import init_parameters
 from rankkit.training.run_config import quiet_lightning_logs, resolve_config_arg, resolve_model_class
 
 __all__ = ["Param", "TuneResult", "apply_values", "load_space", "parse_overrides", "space_path", "tune"]
@@ -186,7 +185,7 @@ def _class_defaults(config: dict) -> dict[str, Any]:
     from rankkit.training.datamodule import RankingDataModule
 
     def defaults(cls, prefix):
-        params = init_parameters(cls)
+        params = inspect.signature(cls.__init__).parameters
         return {f"{prefix}.{n}": p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
 
     class_path = (config.get("model") or {}).get("class_path")

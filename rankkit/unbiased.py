@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from rankkit.data.dataset import pad
 from rankkit.infra.checks import (
+    batch_mask,
     check_choice,
     check_int,
     check_k,
@@ -76,10 +77,7 @@ def _check_clicks(scores, clicks, positions, mask, *, need_positions: bool = Tru
     check_tensor(scores, "scores", ndim=2, kind="float")
     device = scores.device
     clicks = to_device(check_tensor(clicks, "clicks", shape=scores.shape), device)
-    if mask is None:
-        mask = torch.ones(scores.shape, dtype=torch.bool, device=device)
-    else:
-        mask = to_device(check_tensor(mask, "mask", shape=scores.shape, kind="bool"), device)
+    mask = batch_mask(mask, scores)
     conditions = [finite_condition(scores.detach(), mask, "scores"),
                   ("clicks", clicks, ~((clicks == 0) | (clicks == 1)) & mask, "0 or 1 on real documents")]
     if need_positions:

@@ -23,10 +23,9 @@ is refused by :func:`check_local_path`, which the CLI applies to ``ckpt_path`` i
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
-
-from rankkit.infra.params import init_parameters
 
 CLASS_KEY = "rankkit_class"
 
@@ -131,7 +130,7 @@ def _check_value(path: str, key: str, value, depth: int = 0) -> None:
 def _constructor_args(path: str, cls: type, hparams) -> dict:
     if not isinstance(hparams, dict):
         raise ValueError(f"{path}: the checkpoint's hyper_parameters are not a dict")
-    params = init_parameters(cls)
+    params = inspect.signature(cls.__init__).parameters
     kwargs = {}
     for key, value in hparams.items():
         if key in ("_instantiator", "_class_path"):  # Lightning CLI's records: never imported

@@ -186,6 +186,13 @@ def finite_condition(values: torch.Tensor, mask: torch.Tensor | None, name: str)
             "finite" + (" on real documents" if mask is not None else ""))
 
 
+def batch_mask(mask, scores: torch.Tensor) -> torch.Tensor:
+    """``mask`` checked as a bool [Q, L] tensor of the scores' shape, on their device; all True for None."""
+    if mask is None:
+        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    return to_device(check_tensor(mask, "mask", shape=scores.shape, kind="bool"), scores.device)
+
+
 def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_name: str = "scores",
                 finite_scores: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """A padded batch: ``scores`` [Q, L] float; ``labels``, ``mask`` (bool) and ``weights`` of
@@ -198,10 +205,7 @@ def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_n
     check_tensor(scores, scores_name, ndim=2, kind="float")
     device = scores.device
     labels = to_device(check_tensor(labels, "labels", shape=scores.shape), device)
-    if mask is None:
-        mask = torch.ones(scores.shape, dtype=torch.bool, device=device)
-    else:
-        mask = to_device(check_tensor(mask, "mask", shape=scores.shape, kind="bool"), device)
+    mask = batch_mask(mask, scores)
     conditions = [labels_condition(labels, mask)]
     if finite_scores:
         conditions.insert(0, finite_condition(scores.detach(), mask, scores_name))

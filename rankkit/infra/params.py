@@ -126,27 +126,3 @@ def args_section(params: list[Hyperparameter], indent: int = 4) -> str:
         lines += [(" " * (indent + 4) + line) if line.strip() else "" for line in rest]
     return "\n".join(lines) + "\n"
 
-
-def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
-    """Every named parameter ``cls(...)`` takes: its ``__init__``'s, and where that passes
-    ``**options`` on to its parent (a user's subclass of a rankkit module), the parent's too (the
-    nearest class's default wins), as LightningCLI resolves them.
-
-    >>> class Base:
-    ...     def __init__(self, depth=6, k=None): ...
-    >>> class Mine(Base):
-    ...     def __init__(self, k=10, **options): super().__init__(k=k, **options)
-    >>> {name: p.default for name, p in init_parameters(Mine).items()}
-    {'k': 10, 'depth': 6}
-    """
-    out: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        params = inspect.signature(klass.__init__).parameters
-        for name, p in params.items():
-            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                out.setdefault(name, p)
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            break
-    return out

@@ -39,6 +39,7 @@ temporaries exist at once. With a truncation ``k`` only the rows a < k are visit
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 
 import torch
 
@@ -232,14 +233,21 @@ def planned_lambda_gradients(
     return _to_caller_layout(acc, loss, ranked.order, plan.qperm, scores.dtype)
 
 
+@dataclass(frozen=True, kw_only=True)
 class _Ranked:
     """A call's per-document inputs in (length order, rank order), the layout of the pair loop:
     σ-scaled scores ``s``, labels ``y``, mask ``m``, the weighting's ``terms``, and the optional
     pair weights (``half_w``, ``group``, ``upper_lower``); ``order`` maps back."""
 
-    def __init__(self, *, order, s, y, m, lengths, terms, half_w, group, upper_lower):
-        self.order, self.s, self.y, self.m, self.lengths = order, s, y, m, lengths
-        self.terms, self.half_w, self.group, self.upper_lower = terms, half_w, group, upper_lower
+    order: torch.Tensor
+    s: torch.Tensor
+    y: torch.Tensor
+    m: torch.Tensor
+    lengths: torch.Tensor
+    terms: tuple
+    half_w: torch.Tensor | None
+    group: torch.Tensor | None
+    upper_lower: list
 
     @classmethod
     def of(cls, scores, plan, fn, *, dtype, sigma, cutoff, gain, max_err_label, groups, pair_weights):

@@ -10,7 +10,6 @@ import copy
 import inspect
 import math
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import Any
 
 import pytorch_lightning as pl
@@ -127,10 +126,10 @@ class NeuralRanker(pl.LightningModule):
 
     def _init(self, params: dict) -> None:
         super().__init__()
-        o = SimpleNamespace(**params)
+        o = NeuralConfig(**params)
         custom = o.loss is not None and is_custom(o.loss)
         self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
-        check_all(NeuralConfig(**params))
+        check_all(o)
         if not custom:  # the options are recorded as given (None stays None)
             check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
