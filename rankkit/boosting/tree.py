@@ -70,14 +70,16 @@ class Tree(NamedTuple):
             its code is > c); a level that found no valid split has c = 255 (never right).
         leaf_values: [2^D] float64, shrunk Newton steps (0 on empty leaves).
         gains: [D] float64, the score gain of each level's split (0 for an unsplit level).
-        leaf_index: [N] long, the leaf of every document of the training set.
+        leaf_index: [N] long, the leaf of every document of the training set, or None in the
+            trees a :class:`~rankkit.boosting.engine.BoostingEngine` keeps (a kept tree holds
+            what prediction and export need, nothing per document).
     """
 
     features: torch.Tensor
     codes: torch.Tensor
     leaf_values: torch.Tensor
     gains: torch.Tensor
-    leaf_index: torch.Tensor
+    leaf_index: torch.Tensor | None
 
 
 def quantize_gradients(grad: torch.Tensor, hess: torch.Tensor, n_bins: int,
