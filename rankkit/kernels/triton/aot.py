@@ -35,6 +35,25 @@ def _signature(fn, types: dict, constexprs: dict) -> dict:
     return {a: types.get(a, "constexpr") for a in names}
 
 
+def _histogram_configs() -> dict:
+    """The level histogram's configurations: (cells, gradients) as the trainers launch them --
+    quantized int32 into int32 or int64 cells, float gradients as 64-bit fixed point into int64
+    cells (the Triton backend's default), float cells -- each reading every document in order
+    (the root) or gathered through the partition (a level's smaller children, their node the
+    int16 slot the routing wrote)."""
+    out = {}
+    for name, cell, values in (("i32", "i32", "*i32"), ("i64", "i64", "*i32"), ("i64_fixed", "i64", "*i64"),
+                               ("fp32", "fp32", "*fp32"), ("fp64", "fp64", "*fp64")):
+        for gather, node in ((False, "*i64"), (True, "*i16")):
+            types = {"codes_ptr": "*u8", "node_ptr": node, "g_ptr": values, "h_ptr": values,
+                     "out_ptr": f"*{cell}", "order_ptr": "*i64", "N": "i32", "n_rows": "i32",
+                     "n_feat": "i32", "n_nodes": "i32"}
+            ce = {"BLOCK_N": 256, "GATHER": gather}
+            out[f"histogram_{name}" + ("_gather" if gather else "")] = (
+                _histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
+    return out
+
+
 def _configs() -> dict:
     """kernel name -> (kernel, signature, constexprs), every configuration the trainers launch,
     in float32 and float64 where the scores' dtype reaches the kernel."""
@@ -56,14 +75,7 @@ def _configs() -> dict:
             ce = {"WEIGHTING": weighting, "GAIN": 0, "HAS_WEIGHTS": False, "WITH_LOSS": loss,
                   "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
             out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
-    # (name, cells, gradients): quantized int32 into int32 or int64 cells, float gradients as 64-bit
-    # fixed point into int64 cells (the Triton backend's default), float cells.
-    for name, cell, values in (("i32", "i32", "*i32"), ("i64", "i64", "*i32"), ("i64_fixed", "i64", "*i64"),
-                               ("fp32", "fp32", "*fp32"), ("fp64", "fp64", "*fp64")):
-        types = {"codes_ptr": "*u8", "node_ptr": "*i64", "g_ptr": values, "h_ptr": values,
-                 "out_ptr": f"*{cell}", "N": "i32", "n_feat": "i32", "n_nodes": "i32"}
-        ce = {"BLOCK_N": 256}
-        out[f"histogram_{name}"] = (_histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
+    out.update(_histogram_configs())
     for cell in ("i32", "i64", "fp64"):
         types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
                  "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32", "n_feat": "i32",
@@ -83,7 +95,7 @@ def _configs() -> dict:
                  "level": "i32", "n_feat": "i32", "n_nodes": "i32"}
         ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False}
         out[f"pick_{cell}"] = (_pick_kernel, _signature(_pick_kernel, types, ce), ce)
-    types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i64", "small_ptr": "*i8",
+    types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i16", "small_ptr": "*i8",
              "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}
     ce = {"WITH_SLOT": True, "BLOCK_N": 256}
     out["route"] = (_route_kernel, _signature(_route_kernel, types, ce), ce)

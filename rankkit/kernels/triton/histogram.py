@@ -32,12 +32,18 @@ _CELL_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
 
 
 @triton.jit
-def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, N, n_feat, n_nodes,
-                      BLOCK_N: tl.constexpr):
-    """Add one tile of documents, every feature, into out [3, F, K, 256]."""
+def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, N, n_rows, n_feat, n_nodes,
+                      BLOCK_N: tl.constexpr, GATHER: tl.constexpr):
+    """Add one tile of documents, every feature, into out [3, F, K, 256]: the documents
+    ``tile`` of 0..N−1, or with GATHER the documents ``order[tile]`` of the first ``n_rows``
+    entries of ``order`` (a level's smaller children, partitioned to the front)."""
     cell = out_ptr.dtype.element_ty
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = n < N
+    pos = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = pos < n_rows
+    if GATHER:
+        n = tl.load(order_ptr + pos, mask=inside, other=0).to(tl.int64)
+    else:
+        n = pos.to(tl.int64)
     node = tl.load(node_ptr + n, mask=inside, other=0).to(tl.int64)
     keep = inside & (node >= 0) & (node < n_nodes)  # the left-out node K adds nothing
     g = tl.load(g_ptr + n, mask=keep, other=0).to(cell)
@@ -62,7 +68,8 @@ def quantize(values: torch.Tensor, bits: int = 16) -> tuple[torch.Tensor, float]
 
 def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor,
                            hess: torch.Tensor, n_nodes: int, *, dtype: torch.dtype | None = None,
-                           out: torch.Tensor | None = None, block_n: int = 256) -> torch.Tensor:
+                           out: torch.Tensor | None = None, block_n: int = 256,
+                           order: torch.Tensor | None = None, n_rows: int | None = None) -> torch.Tensor:
     """Histograms of a level, as :func:`rankkit.boosting.tree.build_histograms` (one launch).
 
     Args:
@@ -76,6 +83,11 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
         out: a preallocated [3, F, K, 256] buffer of that dtype to zero and fill (a captured
             round reuses it), or None.
         block_n: documents per program.
+        order: [N] long, a permutation of the documents whose first ``n_rows`` entries hold
+            every document of nodes 0..K−1 (a partition, :func:`smaller_first`), or None: the
+            kernel then reads only those ``n_rows`` documents (the codes of the others are
+            never fetched), instead of sweeping all N and masking the left-out ones.
+        n_rows: the entries of ``order`` to read (N when None); without ``order``, N.
     Returns:
         [3, F, K, 256]: channel 0 Σg, 1 Σh, 2 the document count.
     """
@@ -94,9 +106,26 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
             raise ValueError(f"`out` must be a contiguous {shape} {dtype} tensor, got "
                              f"{tuple(out.shape)} {out.dtype}")
         out.zero_()
-    if n == 0 or n_feat == 0 or n_nodes == 0:
+    rows = n if order is None or n_rows is None else min(int(n_rows), n)
+    if rows == 0 or n_feat == 0 or n_nodes == 0:
         return out
-    _histogram_kernel[(triton.cdiv(n, block_n),)](
-        codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out, n,
-        n_feat, n_nodes, BLOCK_N=block_n)
+    _histogram_kernel[(triton.cdiv(rows, block_n),)](
+        codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out,
+        node if order is None else order.contiguous(), n, rows, n_feat, n_nodes,
+        BLOCK_N=block_n, GATHER=order is not None)
     return out
+
+
+def smaller_first(slot: torch.Tensor) -> torch.Tensor:
+    """[N] long: the documents partitioned by their slot (stable), so that the documents of the
+    level's smaller children (slots 0..K−1, each its parent) come first, grouped by parent in
+    document order, and the left-out documents (slot K) last. One stable sort of narrow keys
+    (a single radix pass on a GPU for ``int16`` slots); no host sync, no data-dependent shape.
+
+    The smaller child of a parent holds at most half its documents, so the first ⌊N / 2⌋
+    entries hold all of them: a level's histogram reads at most half the documents.
+
+    >>> smaller_first(torch.tensor([2, 0, 2, 1, 0], dtype=torch.int16)).tolist()
+    [1, 4, 3, 0, 2]
+    """
+    return torch.sort(slot, stable=True).indices

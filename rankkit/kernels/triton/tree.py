@@ -15,6 +15,10 @@ tensor (no host sync), and :func:`grow_levels_triton` composes them into the sam
   send everything left, code 255), and which child of each node is the smaller;
 * :func:`_route_kernel`: each document's node gains its bit, and its slot in the children's
   histogram (the smaller child of its parent, or the left-out node K);
+* the documents partitioned by slot (:func:`~rankkit.kernels.triton.histogram.smaller_first`,
+  one stable sort of int16 keys), so that the children's histogram reads only the smaller
+  children's documents (at most half of them) through the partition, as XGBoost's and
+  LightGBM's GPU histograms read only the node being built;
 * :func:`_siblings_kernel`: the larger child of each pair as parent − smaller child (the
   subtraction trick), written straight into the next level's [3, F, 2K, 256] layout;
 * :func:`_score_update_kernel`: a tree's leaf value added to each document's score, the leaf
@@ -37,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rankkit.kernels.triton.histogram import level_histogram_triton
+from rankkit.kernels.triton.histogram import level_histogram_triton, smaller_first
 
 N_CODES = 256
 _TINY = 1e-12  # the reference's floor of a hessian sum in a denominator
@@ -140,7 +144,8 @@ def _route_kernel(codes_ptr, node_ptr, slot_ptr, small_ptr, feats_ptr, cuts_ptr,
     tl.store(node_ptr + n, parent + right.to(parent.dtype) * n_nodes, mask=inside)
     if WITH_SLOT:
         small_right = tl.load(small_ptr + parent, mask=inside, other=0) != 0
-        tl.store(slot_ptr + n, tl.where(right == small_right, parent, n_nodes), mask=inside)
+        slot = tl.where(right == small_right, parent, n_nodes)
+        tl.store(slot_ptr + n, slot.to(slot_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
@@ -304,7 +309,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
                        block_n: int = 256):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in
-    4–5 launches per level and no host sync.
+    5–6 launches per level and no host sync.
 
     Args:
         codes_t: [F, n] uint8, the round's features and documents, feature-major.
@@ -326,7 +331,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         hist_dtype = torch.int64 if quant else torch.float64
     codes_t = codes_t.contiguous()
     node = torch.zeros(n, dtype=torch.int64, device=device)
-    slot = torch.empty(n, dtype=torch.int64, device=device)
+    # Each document's slot in the smaller-children histogram (its parent, or K: left out), as
+    # narrow keys for the partition (depth <= 12: K <= 2,048).
+    slot = torch.empty(n, dtype=torch.int16, device=device)
     feats = torch.zeros(depth, dtype=torch.int64, device=device)
     cuts = torch.full((depth,), N_CODES - 1, dtype=torch.int64, device=device)
     gains = torch.zeros(depth, dtype=torch.float64, device=device)
@@ -350,8 +357,10 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
             BLOCK_N=block_n)
         if last:
             break
+        # Documents partitioned by slot, the smaller children first: the histogram reads only
+        # those (at most n // 2 documents), never the larger children's codes.
         small_hist = level_histogram_triton(codes_t, slot, g, h, n_nodes, dtype=hist_dtype,
-                                            block_n=block_n)
+                                            block_n=block_n, order=smaller_first(slot), n_rows=n // 2)
         children = torch.empty(3, n_feat, 2 * n_nodes, N_CODES, dtype=hist.dtype, device=device)
         total = hist.numel()
         _siblings_kernel[(triton.cdiv(total, 1024),)](hist, small_hist, small, children, total,

@@ -127,10 +127,13 @@ from rankkit.boosting.engine import BoostingEngine, BoosterConfig
 from rankkit.data import make_synthetic
 import triton.runtime.interpreter as interp
 
-calls = {}
+calls, grids = {}, {}
 run = interp.InterpretedFunction.run
 def counted(self, *a, **k):
     calls[self.fn.__name__] = calls.get(self.fn.__name__, 0) + 1
+    if self.fn.__name__ == "_histogram_kernel":  # (programs, documents per program, N, rows read)
+        grid = k["grid"](k) if callable(k["grid"]) else k["grid"]
+        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[6]), int(a[7])])
     return run(self, *a, **k)
 interp.InterpretedFunction.run = counted
 
@@ -152,6 +155,7 @@ for quant in (True, False):
     out[f"fit/{quant}"] = runs
 out["backends"] = backends
 out["calls"] = calls
+out["grids"] = grids
 with open(sys.argv[1], "w") as f:
     json.dump(out, f)
 """
@@ -218,6 +222,13 @@ def test_triton_boosting_run_grows_the_reference_trees(interpreted):
                    "_pick_kernel", "_route_kernel", "_siblings_kernel", "_score_update_kernel"):
         assert calls.get(kernel, 0) >= 6, (kernel, calls)
     assert calls.get("_exact_leaf_sums_kernel", 0) == 6  # every tree: fixed-point leaf sums
+    # Each depth-3 tree: the root histogram reads every document, the two children's
+    # histograms only the partition's first N // 2 entries (the smaller children).
+    grids = interpreted["grids"]["histogram"]
+    assert len(grids) == 3 * 6
+    for i, (programs, block, n, rows) in enumerate(grids):
+        assert rows == (n if i % 3 == 0 else n // 2), grids
+        assert programs == -(-rows // block), grids
     exact = interpreted["fit/True"]
     assert exact["force"] == exact["0"]  # quantized: bit for bit, eval history included
     assert exact["force/history"] == exact["0/history"]

@@ -138,6 +138,16 @@ buffer = torch.full((3, n_feat, n_nodes, 256), 7.0, dtype=torch.float64)
 hist = level_histogram_triton(codes, node.long(), gf, hf, n_nodes, out=buffer, block_n=128)
 assert hist is buffer
 out["histogram"]["float64"] = hist.tolist()
+# Gathered through the partition: the documents of nodes 0..K-1 first, read through `order`.
+from rankkit.kernels.triton.histogram import smaller_first
+slot = node.to(torch.int16)
+order = smaller_first(slot)
+kept = int((node < n_nodes).sum())
+out["histogram"]["order"] = order.tolist()
+for name, rows in (("gathered", kept), ("gathered_short", kept - 1)):
+    hist = level_histogram_triton(codes, slot, gq, hq, n_nodes, dtype=torch.int64, block_n=64,
+                                  order=order, n_rows=rows)
+    out["histogram"][name] = hist.tolist()
 # rankkit.lambdas.lambda_gradients routes to the fused kernel (forced here on CPU tensors).
 import rankkit.kernels.triton.lambdas as fused
 calls = []
@@ -253,6 +263,31 @@ def test_triton_histogram_interpreted_equals_torch_reference_with_left_out_node(
                                rtol=1e-13, atol=1e-13)  # the buffer was zeroed, then filled
 
 
+def test_triton_histogram_gathered_through_the_partition_equals_the_reference(interpreted):
+    # A level's smaller children read through smaller_first's partition: the same integer cells
+    # as the reference's sweep over every document with the left-out node K masked.
+    from rankkit.boosting.tree import build_histograms
+
+    data = interpreted["histogram"]
+    codes, node = torch.tensor(data["codes"], dtype=torch.uint8), torch.tensor(data["node"])
+    n_nodes = int(node.max())
+    order = torch.tensor(data["order"])
+    kept = int((node < n_nodes).sum())
+    # The partition: a permutation, every kept document first, each slot's documents in order.
+    assert sorted(order.tolist()) == list(range(len(node)))
+    assert bool((node[order[:kept]] < n_nodes).all()) and bool((node[order[kept:]] == n_nodes).all())
+    assert torch.equal(node[order], node.sort(stable=True).values)
+    for k in range(n_nodes + 1):
+        docs = order[node[order] == k]
+        assert torch.equal(docs, docs.sort().values)
+    ref = build_histograms(codes, node.long(), torch.tensor(data["g"]).long(),
+                           torch.tensor(data["h"]).long(), n_nodes)
+    assert torch.equal(torch.tensor(data["gathered"], dtype=torch.int64), ref)
+    # `n_rows` bounds what is read: one entry fewer, one document fewer in the counts.
+    short = torch.tensor(data["gathered_short"], dtype=torch.int64)
+    assert int(short[2, 0].sum()) == int(ref[2, 0].sum()) - 1 == kept - 1  # feature 0's counts
+
+
 def test_triton_quantize_round_trips_within_half_a_step():
     from rankkit.kernels.triton.histogram import quantize
 
@@ -302,7 +337,7 @@ def test_triton_histogram_compiles_with_one_feature_or_one_document(tmp_path_fac
     # Before the fix `n_feat.to(tl.int64)` / `N.to(...)` failed to compile when the launcher
     # made the argument the constant 1 ("'int' object has no attribute 'to'").
     done = _compile_ones(tmp_path_factory, ["histogram_i32"])
-    assert {arg for _, arg, _ in done} == {"N", "n_feat", "n_nodes"}
+    assert {arg for _, arg, _ in done} == {"N", "n_rows", "n_feat", "n_nodes"}
     assert all(regs for _, _, regs in done)
 
 
