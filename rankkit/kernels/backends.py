@@ -291,6 +291,30 @@ def fixed_point(g: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return fixed[0], fixed[1], 1.0 / factor
 
 
+def _flat_fits(inputs: dict) -> bool:
+    """Whether the flat Triton lambda kernel computes these inputs: a cutoff of at most 32 and
+    no query longer than its widest bucket."""
+    from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, TOPK_MAX
+
+    return inputs["cutoff"] <= TOPK_MAX and inputs["max_len"] <= MAX_BLOCK
+
+
+def _flat_device_inputs(layout, inputs: dict, dtype: torch.dtype, device: torch.device) -> dict:
+    """The flat kernel's per-data-set tensors on ``device`` in ``dtype``, made once per fit
+    (cached on the layout's plan): labels, gains, weights, the query bounds and length buckets."""
+    from rankkit.kernels.triton.flat_lambdas import length_buckets
+
+    def make():
+        half = inputs["half_weights"]
+        return {"labels": inputs["labels"].to(device, dtype).contiguous(),
+                "gains": None if inputs["gains"] is None else inputs["gains"].to(device, dtype).contiguous(),
+                "weights": None if half is None else (2.0 * half).to(device, dtype).contiguous(),
+                "offsets": inputs["offsets"].to(device).contiguous(),
+                "buckets": length_buckets(inputs["offsets"], device)}
+    key = None if inputs["gains"] is None else inputs["gains"].data_ptr()
+    return layout.plan.cached(("triton_flat", dtype, inputs["cutoff"], key), make)
+
+
 class TritonBackend(Backend):
     """The Triton kernels (:mod:`rankkit.kernels.triton.backend`): the lambda pass, the levels
     (5 launches a level, no host sync) on 64-bit fixed-point histograms (deterministic: integer
@@ -299,7 +323,22 @@ class TritonBackend(Backend):
     name = "triton"
 
     def lambdas(self, objective, scores, layout):
-        return objective.torch_gradients(scores, layout, triton=True)
+        """The flat kernel (:mod:`rankkit.kernels.triton.flat_lambdas`: one program per query,
+        the top k in registers, each pair once) where the objective and the cutoff allow it (the
+        compiled CPU pass's objectives, k <= 32); else the padded fused kernel or the torch path."""
+        inputs = objective.flat_lambda_inputs(layout)
+        if inputs is None or not _flat_fits(inputs):
+            return objective.torch_gradients(scores, layout, triton=True)
+        from rankkit.kernels.triton.flat_lambdas import flat_lambdas_triton
+
+        dtype = torch.float32 if inputs["float32_scores"] else torch.float64
+        flat = _flat_device_inputs(layout, inputs, dtype, self.device)
+        grad, hess = flat_lambdas_triton(scores.detach().to(dtype).contiguous(), flat["labels"], flat["offsets"],
+                                         flat["buckets"], gains=flat["gains"], cutoff=inputs["cutoff"],
+                                         sigma=inputs["sigma"], normalize=inputs["normalize"],
+                                         weights=flat["weights"])
+        # float32 values, as the torch path's (quantized_grad: float64 rounded to float32).
+        return grad.float().double(), hess.float().double()
 
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
         from rankkit.kernels.triton.tree import grow_levels_triton

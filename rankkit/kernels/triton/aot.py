@@ -17,6 +17,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
 from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
@@ -24,6 +25,8 @@ from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, 
 
 H100 = GPUTarget("cuda", 90, 32)
 FLOATS = {"fp32": "*fp32", "fp64": "*fp64"}
+# The warps a kernel is launched with where that is not 4 (filled in by the configurations).
+WARPS: dict[str, int] = {}
 
 
 def _signature(fn, types: dict, constexprs: dict) -> dict:
@@ -54,6 +57,23 @@ def _histogram_configs() -> dict:
     return out
 
 
+def _flat_lambda_configs() -> dict:
+    """The flat lambda kernel in float32 and float64 at the narrowest, a middle and the widest
+    length bucket, NDCG@10 normalised and weighted (the heaviest variant) and RankNet."""
+    out = {}
+    for short, ptr in FLOATS.items():
+        types = {"s_ptr": ptr, "y_ptr": ptr, "gain_ptr": ptr, "w_ptr": ptr, "offsets_ptr": "*i64",
+                 "queries_ptr": "*i32", "grad_ptr": ptr, "hess_ptr": ptr, "k": "i32", "sigma": "fp32"}
+        for block in (16, 2048, MAX_BLOCK):
+            for name, weighting, extra in (("ndcg", 1, True), ("ranknet", 0, False)):
+                ce = {"WEIGHTING": weighting, "HAS_WEIGHTS": extra, "NORMALIZE": extra, "BLOCK": block,
+                      "BLOCK_C": min(block, 128), "K_PAD": 16}
+                out[f"flat_lambda_{name}_{block}_{short}"] = (
+                    _flat_lambda_kernel, _signature(_flat_lambda_kernel, types, ce), ce)
+                WARPS[f"flat_lambda_{name}_{block}_{short}"] = warps_for(block)
+    return out
+
+
 def _configs() -> dict:
     """kernel name -> (kernel, signature, constexprs), every configuration the trainers launch,
     in float32 and float64 where the scores' dtype reaches the kernel."""
@@ -76,6 +96,7 @@ def _configs() -> dict:
                   "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
             out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
     out.update(_histogram_configs())
+    out.update(_flat_lambda_configs())
     for cell in ("i32", "i64", "fp64"):
         types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
                  "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32", "n_feat": "i32",
@@ -140,7 +161,7 @@ def int_args(name: str) -> list[str]:
     return [a for a, t in KERNELS[name][1].items() if t in ("i32", "i64")]
 
 
-def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4, ones: tuple = ()) -> dict:
+def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int | None = None, ones: tuple = ()) -> dict:
     """Compile one shipped kernel for ``target``; return its resource use.
 
     ``ones``: integer arguments compiled as the constant 1.
@@ -152,6 +173,7 @@ def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int = 4, ones
         allocation, ``metadata.shared``), "num_warps"}.
     """
     fn, signature, constexprs = KERNELS[name]
+    num_warps = WARPS.get(name, 4) if num_warps is None else num_warps
     if ones:  # the arguments equal to 1, specialised as constants (as the launcher does)
         signature = {a: ("constexpr" if a in ones else t) for a, t in signature.items()}
         constexprs = dict(constexprs, **{a: 1 for a in ones})

@@ -218,7 +218,9 @@ def test_triton_boosting_run_grows_the_reference_trees(interpreted):
     # The round's kernels ran on Triton: lambdas, histograms, split scan, pick, routing.
     assert interpreted["backends"] == {"0": False, "force": True}
     calls = interpreted["calls"]
-    for kernel in ("_topk_kernel", "_lambda_kernel", "_histogram_kernel", "_split_kernel",
+    # The lambdas: the flat kernel (k = 5), one launch per length bucket, the padded ones never.
+    assert calls.get("_topk_kernel", 0) == calls.get("_lambda_kernel", 0) == 0, calls
+    for kernel in ("_flat_lambda_kernel", "_histogram_kernel", "_split_kernel",
                    "_pick_kernel", "_route_kernel", "_siblings_kernel", "_score_update_kernel"):
         assert calls.get(kernel, 0) >= 6, (kernel, calls)
     assert calls.get("_exact_leaf_sums_kernel", 0) == 6  # every tree: fixed-point leaf sums
