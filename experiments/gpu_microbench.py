@@ -15,7 +15,11 @@ where it only proves the code runs: interpreter times mean nothing):
   which separates same-address contention from the raw rate;
 * **empty grid**: a grid shaped like the padded lambda kernel's (31,531 × 79 programs) whose
   programs load one value and exit: the cost of a mostly idle launch;
-* **tl.histogram**: Triton's block histogram of 256 and 4,096 bins, entries per second.
+* **tl.histogram**: Triton's block histogram of 256 and 4,096 bins, entries per second;
+* **dot histogram**: a tile's (Σg, Σh, count) per code as one int8 tensor-core product of the
+  tile's one-hot codes with its quantized gradients, flushed with one atomic per non-empty cell:
+  privatisation that Triton can express without shared-memory atomics, on hot and uniform codes,
+  beside one global atomic per entry (a candidate for S3; its sums checked against ``index_add_``).
 
 The shared-memory privatised histogram (design S3, CUDA C through NVRTC) is not built yet; its
 row says so instead of a number.
@@ -66,6 +70,27 @@ def _block_histogram_kernel(codes_ptr, out_ptr, N, BINS: tl.constexpr, BLOCK: tl
     codes = tl.load(codes_ptr + n, mask=n < N, other=0).to(tl.int32)
     hist = tl.histogram(codes, BINS)
     tl.atomic_add(out_ptr + tl.arange(0, BINS), hist, sem="relaxed")
+
+
+@triton.jit
+def _dot_histogram_kernel(codes_ptr, g_ptr, h_ptr, out_ptr, N, BLOCK_N: tl.constexpr):
+    """A privatised tile histogram without shared-memory atomics: the tile's (Σg, Σh, count) per
+    code as one int8 tensor-core product, one_hot(codes) [256, BLOCK_N] @ [g, h, 1, 0…] [BLOCK_N, 16]
+    (int32 sums), then one relaxed atomic per non-empty (code, channel): a hot bin costs one add
+    per tile instead of one per document (a candidate for S3 that Triton can express)."""
+    n = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = n < N
+    code = tl.load(codes_ptr + n, mask=inside, other=0).to(tl.int32)
+    bins = tl.arange(0, 256)
+    onehot = ((bins[:, None] == code[None, :]) & inside[None, :]).to(tl.int8)
+    col = tl.arange(0, 16)
+    g = tl.load(g_ptr + n, mask=inside, other=0)
+    h = tl.load(h_ptr + n, mask=inside, other=0)
+    values = tl.where(col[None, :] == 0, g[:, None], tl.where(col[None, :] == 1, h[:, None],
+                      tl.where(col[None, :] == 2, 1, 0))).to(tl.int8)
+    sums = tl.dot(onehot, values, out_dtype=tl.int32)
+    keep = (sums != 0) & (col[None, :] < 3)
+    tl.atomic_add(out_ptr + bins[:, None] * 16 + col[None, :], sums, mask=keep, sem="relaxed")
 
 
 def bench(fn, device) -> float:
@@ -133,6 +158,32 @@ def histogram_rates(device, queries: int, features: int) -> list[dict]:
     return rows
 
 
+def dot_histograms(device, n: int) -> list[dict]:
+    """The int8 tensor-core tile histogram of one feature, on hot and uniform codes, against the
+    same counts by one global atomic per entry (``_reduce_kernel`` into 256 cells)."""
+    g = torch.Generator().manual_seed(2)
+    gq = torch.randint(-127, 128, (n,), generator=g, dtype=torch.int8).to(device)
+    hq = torch.randint(0, 128, (n,), generator=g, dtype=torch.int8).to(device)
+    hot = torch.where(torch.rand(n, generator=g) < 0.8, 0, torch.randint(0, 256, (n,), generator=g))
+    rows, grid = [], (triton.cdiv(n, 256),)
+    for name, codes in (("hot (80 % in one bin)", hot), ("uniform", torch.randint(0, 256, (n,), generator=g))):
+        codes8 = codes.to(torch.uint8).to(device)
+        out = torch.zeros(256, 16, dtype=torch.int32, device=device)
+        ms = bench(lambda codes8=codes8, out=out: _dot_histogram_kernel[grid](codes8, gq, hq, out, n, BLOCK_N=256),
+                   device)
+        out.zero_()
+        _dot_histogram_kernel[grid](codes8, gq, hq, out, n, BLOCK_N=256)
+        want = torch.stack([torch.zeros(256, dtype=torch.long).index_add_(0, codes.long(), v.cpu().long())
+                            for v in (gq, hq, torch.ones(n, dtype=torch.long))], 1)
+        idx, cells = codes.long().to(device), torch.zeros(256, dtype=torch.int32, device=device)
+        atomic_ms = bench(lambda idx=idx, cells=cells: _reduce_kernel[(triton.cdiv(n, 1024),)](
+            cells, idx, n, BLOCK=1024, CTA=False), device)
+        rows.append({"codes": name, "entries": n, "ms": ms, "G_entries_per_s": n / ms / 1e6,
+                     "atomic_G_entries_per_s": n / atomic_ms / 1e6,
+                     "sums_right": bool(torch.equal(out[:, :3].cpu().long(), want))})
+    return rows
+
+
 def empty_grid(device, programs: int) -> dict:
     n = torch.zeros(programs, dtype=torch.int32, device=device)
     out = torch.empty_like(n)
@@ -164,6 +215,7 @@ def run(device: torch.device, small: bool) -> dict:
         "histogram_kernel": lambda: histogram_rates(device, sizes["queries"], sizes["features"]),
         "empty_grid": lambda: empty_grid(device, sizes["programs"]),
         "tl_histogram": lambda: block_histograms(device, sizes["entries"]),
+        "dot_histogram": lambda: dot_histograms(device, sizes["entries"]),
     }
     record = {"device": str(device), "small": small}
     for name, fn in steps.items():
@@ -199,6 +251,9 @@ def table(record: dict) -> str:
     rows("empty_grid", lambda r: f"empty grid of {r['programs']:,} programs: {r['ms']:.3f} ms "
                                  f"({r['us_per_1000_programs']:.2f} us per 1,000)")
     rows("tl_histogram", lambda r: f"tl.histogram {r['bins']} bins: {r['G_entries_per_s']:.2f} G entries/s")
+    rows("dot_histogram", lambda r: f"int8 tensor-core tile histogram, {r['codes']}: {r['G_entries_per_s']:.2f} G "
+                                    f"entries/s (one global atomic per entry: {r['atomic_G_entries_per_s']:.2f}; "
+                                    f"sums {'right' if r['sums_right'] else 'WRONG'})")
     rows("smem_histogram", lambda r: "")
     return "\n".join(lines)
 

@@ -84,11 +84,15 @@ def test_gpu_microbench_kernels_compile_for_sm90():
               {"BLOCK": 1024, "CTA": cta}) for out in ("*i32", "*i64") for cta in (False, True)]
     cases += [(gpu_microbench._empty_kernel, {"n_ptr": "*i32", "out_ptr": "*i32"}, {}),
               (gpu_microbench._block_histogram_kernel, {"codes_ptr": "*i32", "out_ptr": "*i32", "N": "i32"},
-               {"BINS": 256, "BLOCK": 1024})]
+               {"BINS": 256, "BLOCK": 1024}),
+              (gpu_microbench._dot_histogram_kernel, {"codes_ptr": "*u8", "g_ptr": "*i8", "h_ptr": "*i8",
+                                                      "out_ptr": "*i32", "N": "i32"}, {"BLOCK_N": 256})]
     for fn, types, constexprs in cases:
         signature = {a: types.get(a, "constexpr") for a in fn.arg_names}
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=H100)
         ptx = compiled.asm["ptx"]
+        if fn is gpu_microbench._dot_histogram_kernel:  # the tile product on the tensor cores (int8)
+            assert "mma" in ptx and ".s8" in ptx
         if fn is gpu_microbench._reduce_kernel:  # relaxed reductions, at the scope asked for
             assert "red." in ptx and ".relaxed." in ptx and "fence." not in ptx
             assert (".cta." in ptx) == constexprs["CTA"]
@@ -103,7 +107,8 @@ def test_gpu_microbench_runs_under_the_interpreter(tmp_path):
                            "--small", "--json", str(path)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(path.read_text())
-    for name in ("copy", "atomics", "histogram_kernel", "empty_grid", "tl_histogram"):
+    assert all(r["sums_right"] for r in record["dot_histogram"])  # the privatised sums are exact
+    for name in ("copy", "atomics", "histogram_kernel", "empty_grid", "tl_histogram", "dot_histogram"):
         rows = record[name] if isinstance(record[name], list) else [record[name]]
         assert rows and all("error" not in r for r in rows), (name, rows)
     assert len(record["atomics"]) == 2 * 3 * 2  # u32/u64 x cells x scope
