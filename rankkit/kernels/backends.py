@@ -305,7 +305,7 @@ def _flat_device_inputs(layout, inputs: dict, dtype: torch.dtype, device: torch.
     from rankkit.kernels.triton.flat_lambdas import length_buckets
 
     def make():
-        half = inputs["half_weights"]
+        half = inputs.get("half_weights")
         return {"labels": inputs["labels"].to(device, dtype).contiguous(),
                 "gains": None if inputs["gains"] is None else inputs["gains"].to(device, dtype).contiguous(),
                 "weights": None if half is None else (2.0 * half).to(device, dtype).contiguous(),
@@ -362,6 +362,23 @@ class TritonBackend(Backend):
         if tree.reduce is identity_reduce and n_leaves <= 256:  # fixed-point sums: deterministic
             return torch_ref.newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
         return super().leaf_values(tree, node, g, h)
+
+    def score_eval_set(self, metric, scores, layout, values, codes, features, cuts):
+        """The tree's update and NDCG@k in one kernel per length bucket
+        (:mod:`rankkit.kernels.triton.eval_ndcg`) for NDCG with a cutoff of at most 32 in one
+        process; the torch metric otherwise."""
+        if getattr(metric, "kind", None) != "ndcg" or metric.reduce is not None or features.numel() == 0 \
+                or scores.dtype != torch.float64 or not scores.is_contiguous():
+            return super().score_eval_set(metric, scores, layout, values, codes, features, cuts)
+        inputs = metric.flat_inputs(layout)
+        if not _flat_fits(inputs):
+            return super().score_eval_set(metric, scores, layout, values, codes, features, cuts)
+        from rankkit.kernels.triton.eval_ndcg import eval_ndcg_triton
+
+        flat = _flat_device_inputs(layout, inputs, torch.float64, self.device)
+        return eval_ndcg_triton(scores, codes, features, cuts, values, labels=flat["labels"], gains=flat["gains"],
+                                offsets=flat["offsets"], buckets=flat["buckets"], cutoff=inputs["cutoff"],
+                                empty=metric.empty)
 
     def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
         if leaf is None and (features is None or features.numel() == 0):

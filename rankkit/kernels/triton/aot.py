@@ -17,6 +17,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
@@ -71,6 +72,13 @@ def _flat_lambda_configs() -> dict:
                 out[f"flat_lambda_{name}_{block}_{short}"] = (
                     _flat_lambda_kernel, _signature(_flat_lambda_kernel, types, ce), ce)
                 WARPS[f"flat_lambda_{name}_{block}_{short}"] = warps_for(block)
+    types = {"scores_ptr": "*fp64", "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64",
+             "values_ptr": "*fp64", "y_ptr": "*fp64", "gain_ptr": "*fp64", "offsets_ptr": "*i64",
+             "queries_ptr": "*i32", "out_ptr": "*fp64", "N": "i32", "k": "i32", "empty": "fp64"}
+    for block in (16, 2048, MAX_BLOCK):
+        ce = {"DEPTH": 6, "BLOCK": block, "K_PAD": 16}
+        out[f"eval_ndcg_{block}"] = (_eval_ndcg_kernel, _signature(_eval_ndcg_kernel, types, ce), ce)
+        WARPS[f"eval_ndcg_{block}"] = warps_for(block)
     return out
 
 
