@@ -11,8 +11,9 @@ where it only proves the code runs: interpreter times mean nothing):
   one per element, into C random cells (C = 1: every add on one address; 256: one hot feature's
   bins; 104,448 and 3.3 M: a level's histogram spread) at scope ``gpu`` and ``cta``, in G adds/s;
 * **histogram kernel**: rankkit's own ``_histogram_kernel`` at K = 1 on the bench's codes (hot
-  bins) and on uniform random codes of the same shape: entries (document × feature) per second,
-  which separates same-address contention from the raw rate;
+  bins), on uniform random codes of the same shape, and on the bench's codes with each
+  feature's hot code elided (filled in from the totals, as the round does): entries (document ×
+  feature) per second, which separates same-address contention from the raw rate;
 * **empty grid**: a grid shaped like the padded lambda kernel's (31,531 × 79 programs) whose
   programs load one value and exit: the cost of a mostly idle launch;
 * **tl.histogram**: Triton's block histogram of 256 and 4,096 bins, entries per second;
@@ -137,7 +138,7 @@ def histogram_rates(device, queries: int, features: int) -> list[dict]:
 
     from rankkit.boosting.binning import QuantileBinner
     from rankkit.kernels.backends import fixed_point
-    from rankkit.kernels.triton.histogram import level_histogram_triton
+    from rankkit.kernels.triton.histogram import hot_codes, level_histogram_triton
 
     data = mslr_like(queries, features, 0)
     codes = QuantileBinner(255, seed=0).fit(data.features).transform(data.features).t().contiguous().to(device)
@@ -148,10 +149,12 @@ def histogram_rates(device, queries: int, features: int) -> list[dict]:
     node = torch.zeros(n, dtype=torch.int64, device=device)
     uniform = torch.randint(0, 256, codes.shape, generator=g, dtype=torch.uint8).to(device)
     rows = []
-    for name, c in (("bench codes (hot bins)", codes), ("uniform codes", uniform)):
+    totals = torch.stack([gq.sum(), hq.sum(), torch.full((), n, dtype=torch.int64, device=device)])[:, None]
+    for name, c, hot in (("bench codes (hot bins)", codes, None), ("uniform codes", uniform, None),
+                         ("bench codes, hot codes elided", codes, hot_codes(codes))):
         out = torch.zeros(3, features, 1, 256, dtype=torch.int64, device=device)
-        ms = bench(lambda c=c, out=out: level_histogram_triton(c, node, gq, hq, 1, dtype=torch.int64, out=out),
-                   device)
+        ms = bench(lambda c=c, out=out, hot=hot: level_histogram_triton(
+            c, node, gq, hq, 1, dtype=torch.int64, out=out, hot=hot, totals=None if hot is None else totals), device)
         top = float((c == c.mode(dim=1).values[:, None]).float().mean())
         rows.append({"codes": name, "documents": n, "features": features, "ms": ms,
                      "G_entries_per_s": n * features / ms / 1e6, "mean_top_bin_share": top})

@@ -346,16 +346,26 @@ class TritonBackend(Backend):
         if tree.reduce is not identity_reduce:
             return super().grow_levels(tree, g, h, scale, valid, rows, features, noise)
         codes_t = _sample(tree.codes, rows, features)
+        hot = None if tree.state is None else tree.state if features is None else tree.state[features]
         if scale is not None:  # quantized gradients: small integers, int32 cells
-            return triton_backend.grow_levels(codes_t, g, h, scale, valid, tree.params, noise,
-                                              hist_dtype=torch.int32)
-        # Float gradients as 64-bit fixed point (as XGBoost's GPU histograms): integer atomics
-        # add in any order to the same bits, so a GPU tree does not change from run to run.
-        g, h, scale = fixed_point(g, h)
+            g, h = g.to(torch.int32), h.to(torch.int32)
+            hist_dtype = torch.int32
+        else:
+            # Float gradients as 64-bit fixed point (as XGBoost's GPU histograms): integer atomics
+            # add in any order to the same bits, so a GPU tree does not change from run to run.
+            g, h, scale = fixed_point(g, h)
+            hist_dtype = torch.int64
         p = tree.params
         return grow_levels_triton(codes_t, g, h, scale, valid, depth=p.depth, l2=p.l2,
                                   min_data_in_leaf=p.min_data_in_leaf, min_sum_hessian=p.min_sum_hessian,
-                                  noise=noise, hist_dtype=torch.int64)
+                                  noise=noise, hist_dtype=hist_dtype, hot=hot)
+
+    def prepare(self, codes, valid_codes, depth):
+        """Each feature's most frequent code (:func:`rankkit.kernels.triton.histogram.hot_codes`),
+        once per fit: the histograms fill those cells in from the node totals."""
+        from rankkit.kernels.triton.histogram import hot_codes
+
+        return hot_codes(codes)
 
     def leaf_values(self, tree, node, g, h):
         p, n_leaves = tree.params, 1 << tree.params.depth

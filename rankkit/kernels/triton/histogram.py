@@ -32,11 +32,13 @@ _CELL_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
 
 
 @triton.jit
-def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, N, n_rows, n_feat, n_nodes,
-                      BLOCK_N: tl.constexpr, GATHER: tl.constexpr):
+def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, hot_ptr, N, n_rows, n_feat, n_nodes,
+                      BLOCK_N: tl.constexpr, GATHER: tl.constexpr, ELIDE: tl.constexpr):
     """Add one tile of documents, every feature, into out [3, F, K, 256]: the documents
     ``tile`` of 0..N−1, or with GATHER the documents ``order[tile]`` of the first ``n_rows``
-    entries of ``order`` (a level's smaller children, partitioned to the front)."""
+    entries of ``order`` (a level's smaller children, partitioned to the front). With ELIDE a
+    document adds nothing to its feature's hot code ``hot[f]`` (filled in afterwards from the
+    node totals)."""
     cell = out_ptr.dtype.element_ty
     pos = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = pos < n_rows
@@ -52,10 +54,34 @@ def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, N, 
     plane = tl.cast(n_feat, tl.int64) * n_nodes * 256  # one channel: F · K · 256 cells
     for f in range(n_feat):
         code = tl.load(codes_ptr + f * tl.cast(N, tl.int64) + n, mask=keep, other=0).to(tl.int64)
+        add = keep
+        if ELIDE:
+            add = keep & (code != tl.load(hot_ptr + f).to(tl.int64))
         slot = (f * n_nodes + node) * 256 + code
-        tl.atomic_add(out_ptr + slot, g, mask=keep, sem="relaxed")
-        tl.atomic_add(out_ptr + plane + slot, h, mask=keep, sem="relaxed")
-        tl.atomic_add(out_ptr + 2 * plane + slot, one, mask=keep, sem="relaxed")
+        tl.atomic_add(out_ptr + slot, g, mask=add, sem="relaxed")
+        tl.atomic_add(out_ptr + plane + slot, h, mask=add, sem="relaxed")
+        tl.atomic_add(out_ptr + 2 * plane + slot, one, mask=add, sem="relaxed")
+
+
+def hot_codes(codes_t: torch.Tensor) -> torch.Tensor:
+    """[F] int64: each feature's most frequent code in ``codes_t`` [F, N] (the first on ties),
+    on its device, in three ops and no sync. Made once per fit: the codes do not change."""
+    n_feat = codes_t.shape[0]
+    if codes_t.shape[1] == 0:
+        return torch.zeros(n_feat, dtype=torch.int64, device=codes_t.device)
+    base = torch.arange(n_feat, device=codes_t.device)[:, None] * N_CODES
+    counts = torch.zeros(n_feat * N_CODES, dtype=torch.int64, device=codes_t.device)
+    counts.index_add_(0, (codes_t.long() + base).reshape(-1), torch.ones(codes_t.numel(), dtype=torch.int64,
+                                                                          device=codes_t.device))
+    return counts.view(n_feat, N_CODES).argmax(1)
+
+
+def _fill_hot(out: torch.Tensor, totals: torch.Tensor, hot: torch.Tensor) -> None:
+    """Each feature's hot cell = its node's total − the feature's other cells (exact: integers)."""
+    _, n_feat, n_nodes, _ = out.shape
+    rest = out.sum(3, dtype=torch.int64)  # the hot cells are still 0
+    fill = (totals.to(torch.int64)[:, None, :] - rest).to(out.dtype)
+    out.scatter_(3, hot.view(1, n_feat, 1, 1).expand(3, n_feat, n_nodes, 1), fill.unsqueeze(3))
 
 
 def quantize(values: torch.Tensor, bits: int = 16) -> tuple[torch.Tensor, float]:
@@ -69,7 +95,8 @@ def quantize(values: torch.Tensor, bits: int = 16) -> tuple[torch.Tensor, float]
 def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor,
                            hess: torch.Tensor, n_nodes: int, *, dtype: torch.dtype | None = None,
                            out: torch.Tensor | None = None, block_n: int = 256,
-                           order: torch.Tensor | None = None, n_rows: int | None = None) -> torch.Tensor:
+                           order: torch.Tensor | None = None, n_rows: int | None = None,
+                           hot: torch.Tensor | None = None, totals: torch.Tensor | None = None) -> torch.Tensor:
     """Histograms of a level, as :func:`rankkit.boosting.tree.build_histograms` (one launch).
 
     Args:
@@ -88,6 +115,13 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
             kernel then reads only those ``n_rows`` documents (the codes of the others are
             never fetched), instead of sweeping all N and masking the left-out ones.
         n_rows: the entries of ``order`` to read (N when None); without ``order``, N.
+        hot: [F] int64, a code per feature whose cells are not added document by document but
+            filled in at the end as the node's total minus the feature's other cells (hot-bin
+            elision: a feature with 90 % of its documents in one bin sends a tenth of the
+            atomics, and none to the one hot address); integer cells only (exact); None: every
+            document adds to every feature.
+        totals: [3, K] (ΣG, ΣH, count) of each node's documents, in any integer dtype: the
+            totals the hot cells are filled from (required with ``hot``).
     Returns:
         [3, F, K, 256]: channel 0 Σg, 1 Σh, 2 the document count.
     """
@@ -109,10 +143,15 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
     rows = n if order is None or n_rows is None else min(int(n_rows), n)
     if rows == 0 or n_feat == 0 or n_nodes == 0:
         return out
+    elide = hot is not None
+    if elide and (dtype.is_floating_point or totals is None or tuple(totals.shape) != (3, n_nodes)):
+        raise ValueError(f"`hot`: hot-bin elision needs integer cells and `totals` [3, {n_nodes}]")
     _histogram_kernel[(triton.cdiv(rows, block_n),)](
         codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out,
-        node if order is None else order.contiguous(), n, rows, n_feat, n_nodes,
-        BLOCK_N=block_n, GATHER=order is not None)
+        node if order is None else order.contiguous(), hot.contiguous() if elide else node, n, rows,
+        n_feat, n_nodes, BLOCK_N=block_n, GATHER=order is not None, ELIDE=elide)
+    if elide:
+        _fill_hot(out, totals, hot)
     return out
 
 

@@ -303,11 +303,24 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
     return scores
 
 
+def _smaller_totals(hist: torch.Tensor, feature: torch.Tensor, cut: torch.Tensor, small: torch.Tensor) -> torch.Tensor:
+    """[3, K] int64 (ΣG, ΣH, count) of each node's smaller child, from the level's histogram
+    [3, F, K, 256] at its split (0-dim ``feature`` and ``cut`` on the device; ``small`` [K] 1
+    where the right child is the smaller): the left child holds the codes <= cut. A few ops on
+    [3, K, 256] cells, no sync."""
+    n_nodes = hist.shape[2]
+    row = hist.index_select(1, feature.reshape(1)).squeeze(1).to(torch.int64)  # [3, K, 256]
+    codes = torch.arange(N_CODES, device=hist.device)
+    left = torch.where(codes <= cut, row, torch.zeros_like(row)).sum(2)
+    right = row.sum(2) - left
+    return torch.where(small[:n_nodes].bool()[None, :], right, left)
+
+
 def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        scale: torch.Tensor | None, valid: torch.Tensor, *, depth: int, l2: float,
                        min_data_in_leaf: int, min_sum_hessian: float,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
-                       block_n: int = 256):
+                       block_n: int = 256, hot: torch.Tensor | None = None):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in
     5–6 launches per level and no host sync.
 
@@ -320,6 +333,11 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         noise: [D, F, 256] float64 split noise, or None.
         hist_dtype: the histogram cells (None: int64 for quantized, float64 otherwise; int32
             halves the atomics' traffic when n · max|g_q| < 2^31).
+        hot: [F] int64, each feature's most frequent code
+            (:func:`~rankkit.kernels.triton.histogram.hot_codes`), whose cells integer histograms
+            fill in from the node totals instead of adding document by document (the root's from
+            three sums, a level's smaller children's from the parent's histogram at the level's
+            split); None: no elision.
     Returns:
         (node [n] int64, feats [D] int64, cuts [D] int64, gains [D] float64): each document's
         leaf, and each level's feature (an index into ``codes_t``), code and gain.
@@ -342,7 +360,13 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     valid = valid.to(torch.uint8).contiguous()
     if noise is not None:
         noise = noise.to(torch.float64).contiguous()
-    hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n)
+    if hot is not None and hist_dtype.is_floating_point:
+        hot = None  # float cells: the filled-in cell would round differently from the sums
+    totals = None
+    if hot is not None:  # the root's (ΣG, ΣH, count)
+        totals = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
+                              torch.full((), n, dtype=torch.int64, device=device)])[:, None]
+    hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot, totals=totals)
     block_f = max(16, triton.next_power_of_2(max(n_feat, 1)))
     for level in range(depth):
         n_nodes = 1 << level
@@ -360,7 +384,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         # Documents partitioned by slot, the smaller children first: the histogram reads only
         # those (at most n // 2 documents), never the larger children's codes.
         small_hist = level_histogram_triton(codes_t, slot, g, h, n_nodes, dtype=hist_dtype,
-                                            block_n=block_n, order=smaller_first(slot), n_rows=n // 2)
+                                            block_n=block_n, order=smaller_first(slot), n_rows=n // 2,
+                                            hot=hot, totals=None if hot is None else
+                                            _smaller_totals(hist, feats[level], cuts[level], small))
         children = torch.empty(3, n_feat, 2 * n_nodes, N_CODES, dtype=hist.dtype, device=device)
         total = hist.numel()
         _siblings_kernel[(triton.cdiv(total, 1024),)](hist, small_hist, small, children, total,

@@ -67,6 +67,23 @@ for name, (quant, noisy, min_data, cells) in cases.items():
                              noise=noise, hist_dtype=cells, block_n=64)
     out[name] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got]}
 
+# Hot-bin elision (integer cells): features 0 and 2 with 85 % of the documents in one code; the
+# hot cells filled in from the node totals give the reference's levels exactly.
+from rankkit.kernels.triton.histogram import hot_codes
+skewed = codes.clone()
+skewed[torch.rand(n, generator=gen) < 0.85, 0] = 5
+skewed[torch.rand(n, generator=gen) < 0.85, 2] = 1
+for name, (noisy, cells) in {"elided_int64": (False, torch.int64), "elided_int32_noise": (True, torch.int32)}.items():
+    p = TreeParams(depth=depth, min_data_in_leaf=5, quantized_grad=True)
+    grower = ObliviousTreeGrower(skewed, valid, p, backend="torch")
+    g, h, scale = quantize_gradients(grad, hess, 4, torch.Generator().manual_seed(0))
+    noise = (torch.randn(depth, F, 256, generator=gen, dtype=torch.float64) * 20.0) if noisy else None
+    ref = grower.backend.grow_levels(grower, g, h, scale, valid, None, None, noise)
+    hot = hot_codes(grower.codes)
+    got = grow_levels_triton(grower.codes, g, h, scale, valid, depth=depth, l2=p.l2, min_data_in_leaf=5,
+                             min_sum_hessian=p.min_sum_hessian, noise=noise, hist_dtype=cells, block_n=64, hot=hot)
+    out[name] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got], "hot": hot.tolist()}
+
 # The score update, routed from the codes and given the leaf.
 codes_t = codes.t().contiguous()
 feats, cuts = torch.tensor([2, 0, 1]), torch.tensor([4, 255, 7])
@@ -133,7 +150,7 @@ def counted(self, *a, **k):
     calls[self.fn.__name__] = calls.get(self.fn.__name__, 0) + 1
     if self.fn.__name__ == "_histogram_kernel":  # (programs, documents per program, N, rows read)
         grid = k["grid"](k) if callable(k["grid"]) else k["grid"]
-        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[6]), int(a[7])])
+        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[7]), int(a[8])])
     return run(self, *a, **k)
 interp.InterpretedFunction.run = counted
 
@@ -174,7 +191,8 @@ def interpreted(tmp_path_factory):
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("name", ["float", "float_noise", "quant", "quant_int32_noise", "stops"])
+@pytest.mark.parametrize("name", ["float", "float_noise", "quant", "quant_int32_noise", "stops", "elided_int64",
+                                  "elided_int32_noise"])
 def test_triton_levels_interpreted_grow_the_torch_paths_levels(interpreted, name):
     ref, got = interpreted[name]["ref"], interpreted[name]["got"]
     assert got[0] == ref[0]  # every document's leaf
@@ -182,8 +200,12 @@ def test_triton_levels_interpreted_grow_the_torch_paths_levels(interpreted, name
     torch.testing.assert_close(torch.tensor(got[3]), torch.tensor(ref[3]), rtol=1e-12, atol=1e-12)
     if name == "stops":  # min_data_in_leaf above the documents: nothing splits
         assert ref[2] == [255, 255, 255] and ref[3] == [0.0, 0.0, 0.0]
-    elif "noise" not in name:  # every level splits (noise may pick an empty child)
+    elif name in ("float", "quant"):  # every level splits (noise may pick an empty child)
         assert 255 not in ref[2] and len(set(ref[0])) == 8
+
+
+def test_triton_elision_took_the_skewed_codes_as_hot(interpreted):
+    assert interpreted["elided_int64"]["hot"][0] == 5 and interpreted["elided_int64"]["hot"][2] == 1
 
 
 def test_triton_noise_changes_the_choice_in_the_checked_cases(interpreted):
