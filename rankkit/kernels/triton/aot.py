@@ -51,9 +51,9 @@ def _histogram_configs() -> dict:
         elide = not cell.startswith("fp")  # integer cells elide the hot codes
         for gather, node in ((False, "*i64"), (True, "*i16")):
             types = {"codes_ptr": "*u8", "node_ptr": node, "g_ptr": values, "h_ptr": values,
-                     "out_ptr": f"*{cell}", "order_ptr": "*i64", "hot_ptr": "*i64", "N": "i32", "n_rows": "i32",
-                     "n_feat": "i32", "n_nodes": "i32"}
-            ce = {"BLOCK_N": 256, "GATHER": gather, "ELIDE": elide}
+                     "out_ptr": f"*{cell}", "order_ptr": "*i64", "hot_ptr": "*i64", "pack_ptr": "*i64", "N": "i32",
+                     "n_rows": "i32", "n_feat": "i32", "n_nodes": "i32"}
+            ce = {"BLOCK_N": 256, "GATHER": gather, "ELIDE": elide, "PACK": cell == "i32"}
             out[f"histogram_{name}" + ("_gather" if gather else "")] = (
                 _histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
     return out

@@ -150,7 +150,7 @@ def counted(self, *a, **k):
     calls[self.fn.__name__] = calls.get(self.fn.__name__, 0) + 1
     if self.fn.__name__ == "_histogram_kernel":  # (programs, documents per program, N, rows read)
         grid = k["grid"](k) if callable(k["grid"]) else k["grid"]
-        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[7]), int(a[8])])
+        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[8]), int(a[9])])
     return run(self, *a, **k)
 interp.InterpretedFunction.run = counted
 

@@ -288,6 +288,18 @@ def test_triton_histogram_gathered_through_the_partition_equals_the_reference(in
     assert int(short[2, 0].sum()) == int(ref[2, 0].sum()) - 1 == kept - 1  # feature 0's counts
 
 
+def test_triton_packed_sums_unpack_exactly_at_the_int32_bounds():
+    # int32 cells take g and h as one 64-bit add h * 2^32 + g; any |G|, |H| < 2^31 unpacks exactly.
+    from rankkit.kernels.triton.histogram import _unpack
+
+    top = 2 ** 31 - 1
+    g = torch.tensor([-top, top, 0, -1, 5, -7])
+    h = torch.tensor([top, -top, top, 0, 0, 3])
+    out = torch.zeros(3, 1, 1, 6, dtype=torch.int32)
+    _unpack(out, h * 2 ** 32 + g)
+    assert out[0].flatten().tolist() == g.tolist() and out[1].flatten().tolist() == h.tolist()
+
+
 def test_triton_quantize_round_trips_within_half_a_step():
     from rankkit.kernels.triton.histogram import quantize
 
