@@ -130,7 +130,7 @@ def _configs() -> dict:
     ce = {"WITH_SLOT": True, "BLOCK_N": 256}
     out["route"] = (_route_kernel, _signature(_route_kernel, types, ce), ce)
     types = {"node_ptr": "*i64", "g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64",
-             "out_ptr": "*i64", "N": "i32"}
+             "part_ptr": "*i64", "N": "i32", "per_program": "i32"}
     ce = {"N_LEAVES": 64, "BLOCK_N": 64}
     out["exact_leaf_sums"] = (_exact_leaf_sums_kernel, _signature(_exact_leaf_sums_kernel, types, ce), ce)
     for short, ptr in FLOATS.items():

@@ -188,27 +188,46 @@ def _score_update_kernel(scores_ptr, leaf_values_ptr, leaf_ptr, codes_ptr, feats
 
 
 @triton.jit
-def _exact_leaf_sums_kernel(node_ptr, g_ptr, h_ptr, factor_ptr, out_ptr, N,
+def _exact_leaf_sums_kernel(node_ptr, g_ptr, h_ptr, factor_ptr, part_ptr, N, per_program,
                             N_LEAVES: tl.constexpr, BLOCK_N: tl.constexpr):
-    """out [2, N_LEAVES] int64 += Σ round(g · f_g), Σ round(h · f_h) per leaf over one tile:
-    the tile is reduced per leaf in registers, then one relaxed atomic per (channel, leaf).
-    Rounding is half to even, as ``torch.round``."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = n < N
-    leaf = tl.load(node_ptr + n, mask=inside, other=-1)
+    """part[program] [2, N_LEAVES] int64 = Σ round(g · f_g), Σ round(h · f_h) per leaf over the
+    program's ``per_program`` documents, tile by tile in registers (one-hot reductions), written
+    once: no atomics (the first stage of two; the partials are summed afterwards). Rounding is
+    half to even, as ``torch.round``."""
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * per_program
+    stop = tl.minimum(start + per_program, N)
     leaves = tl.arange(0, N_LEAVES)
-    onehot = leaf[:, None] == leaves[None, :]
-    for c in tl.static_range(2):
-        if c == 0:
-            x = tl.load(g_ptr + n, mask=inside, other=0.0).to(tl.float64) * tl.load(factor_ptr)
-        else:
-            x = tl.load(h_ptr + n, mask=inside, other=0.0).to(tl.float64) * tl.load(factor_ptr + 1)
-        r = tl.floor(x)
-        d = x - r
-        odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-        fixed = (r + tl.where((d > 0.5) | ((d == 0.5) & odd), 1.0, 0.0)).to(tl.int64)
-        sums = tl.sum(tl.where(onehot, fixed[:, None], 0), axis=0)
-        tl.atomic_add(out_ptr + c * N_LEAVES + leaves, sums, sem="relaxed")
+    acc_g = tl.zeros([N_LEAVES], dtype=tl.int64)
+    acc_h = tl.zeros([N_LEAVES], dtype=tl.int64)
+    f_g = tl.load(factor_ptr)
+    f_h = tl.load(factor_ptr + 1)
+    for c0 in range(start, stop, BLOCK_N):
+        n = c0 + tl.arange(0, BLOCK_N)
+        inside = n < stop
+        leaf = tl.load(node_ptr + n, mask=inside, other=-1)
+        onehot = leaf[:, None] == leaves[None, :]
+        for c in tl.static_range(2):
+            if c == 0:
+                x = tl.load(g_ptr + n, mask=inside, other=0.0).to(tl.float64) * f_g
+            else:
+                x = tl.load(h_ptr + n, mask=inside, other=0.0).to(tl.float64) * f_h
+            r = tl.floor(x)
+            d = x - r
+            odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+            fixed = (r + tl.where((d > 0.5) | ((d == 0.5) & odd), 1.0, 0.0)).to(tl.int64)
+            sums = tl.sum(tl.where(onehot, fixed[:, None], 0), axis=0)
+            if c == 0:
+                acc_g += sums
+            else:
+                acc_h += sums
+    base = pid.to(tl.int64) * 2 * N_LEAVES
+    tl.store(part_ptr + base + leaves, acc_g)
+    tl.store(part_ptr + base + N_LEAVES + leaves, acc_h)
+
+
+# Programs of the first stage of the leaf sums (each a contiguous run of documents).
+LEAF_SUM_PROGRAMS = 512
 
 
 # Leaves up to this count take the one-hot tile reduction (a [BLOCK_N, leaves] tile of 4,096
@@ -219,8 +238,10 @@ MAX_FUSED_LEAVES = 256
 def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor,
                            n_leaves: int, *, block_n: int | None = None) -> torch.Tensor:
     """[2, n_leaves] float64 ΣG and ΣH per leaf as fixed-point integers: bit for bit
-    :func:`rankkit.kernels.torch_ref.exact_leaf_sums` (one process), in one launch after the
-    scale (the same torch ops as the reference, so the same factor). ``n_leaves`` at most
+    :func:`rankkit.kernels.torch_ref.exact_leaf_sums` (one process), in two stages after the
+    scale (the same torch ops as the reference, so the same factor): at most
+    :data:`LEAF_SUM_PROGRAMS` programs each write their partial sums (no atomics: the old
+    kernel sent every tile's sums to the same 2 · n_leaves addresses), then one sum. ``n_leaves`` at most
     :data:`MAX_FUSED_LEAVES`, a power of two."""
     if n_leaves > MAX_FUSED_LEAVES or n_leaves & (n_leaves - 1):
         raise ValueError(f"`n_leaves` must be a power of two <= {MAX_FUSED_LEAVES}, got {n_leaves}")
@@ -232,12 +253,17 @@ def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.T
         torch.zeros(2, dtype=torch.float64, device=grad.device)
     shift = torch.floor(62.0 - math.log2(max(n, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
     factor = torch.exp2(shift)
-    out = torch.zeros(2, n_leaves, dtype=torch.int64, device=grad.device)
-    if n:
-        _exact_leaf_sums_kernel[(triton.cdiv(n, block_n),)](
-            node.contiguous(), grad.contiguous(), hess.contiguous(), factor, out, n,
-            N_LEAVES=n_leaves, BLOCK_N=block_n)
-    return out.double() / factor[:, None]
+    if not n:
+        return torch.zeros(2, n_leaves, dtype=torch.float64, device=grad.device)
+    # Two stages, no atomics: each program's partial sums, then one sum over the programs.
+    programs = min(LEAF_SUM_PROGRAMS, triton.cdiv(n, block_n))
+    per_program = triton.cdiv(triton.cdiv(n, programs), block_n) * block_n
+    programs = triton.cdiv(n, per_program)
+    part = torch.empty(programs, 2, n_leaves, dtype=torch.int64, device=grad.device)
+    _exact_leaf_sums_kernel[(programs,)](
+        node.contiguous(), grad.contiguous(), hess.contiguous(), factor, part, n, per_program,
+        N_LEAVES=n_leaves, BLOCK_N=block_n)
+    return part.sum(0).double() / factor[:, None]
 
 
 def split_scan_triton(hist: torch.Tensor, valid: torch.Tensor, *, l2: float, min_data_in_leaf: int,

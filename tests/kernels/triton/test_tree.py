@@ -107,7 +107,10 @@ out["leaf_sums"] = {
     "random": [exact_leaf_sums_triton(leaf8, grad.float().double(), hess, 8).tolist(),
                exact_leaf_sums(leaf8, grad.float().double(), hess, 8).tolist()],
     "ties": [exact_leaf_sums_triton(leaf8, ties, hess, 8).tolist(),
-             exact_leaf_sums(leaf8, ties, hess, 8).tolist()]}
+             exact_leaf_sums(leaf8, ties, hess, 8).tolist()],
+    # 15 programs of 16 documents: the partial sums of several programs, then their sum.
+    "programs": [exact_leaf_sums_triton(leaf8, grad, hess, 8, block_n=16).tolist(),
+                 exact_leaf_sums(leaf8, grad, hess, 8).tolist()]}
 
 # Deterministic float histograms: the Triton backend's tree on float gradients is the same bits
 # when the documents come in another order (64-bit fixed-point atomics); float64 cells are not
