@@ -19,7 +19,7 @@ from triton.compiler import ASTSource
 
 from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
-from rankkit.kernels.triton.histogram import _histogram_kernel
+from rankkit.kernels.triton.histogram import _finish_kernel, _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
 from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
                                   _siblings_kernel, _split_kernel)
@@ -105,6 +105,11 @@ def _configs() -> dict:
                   "BLOCK_R": 16, "BLOCK_C": 32, "BLOCK_K": 16}
             out[f"{name}_{short}"] = (_lambda_kernel, _signature(_lambda_kernel, lam_types, ce), ce)
     out.update(_histogram_configs())
+    for cell in ("i32", "i64"):
+        types = {"out_ptr": f"*{cell}", "pack_ptr": "*i64", "hot_ptr": "*i64", "totals_ptr": "*i64",
+                 "n_feat": "i32", "n_nodes": "i32"}
+        ce = {"PACK": cell == "i32", "ELIDE": True}
+        out[f"finish_{cell}"] = (_finish_kernel, _signature(_finish_kernel, types, ce), ce)
     out.update(_flat_lambda_configs())
     for cell in ("i32", "i64", "fp64"):
         types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
@@ -122,8 +127,9 @@ def _configs() -> dict:
     for cell in ("i32", "i64", "fp64"):
         types = {"best_ptr": "*fp64", "code_ptr": "*i32", "hist_ptr": f"*{cell}", "feats_ptr": "*i64",
                  "cuts_ptr": "*i64", "gains_ptr": "*fp64", "stopped_ptr": "*i8", "small_ptr": "*i8",
+                 "totals_ptr": "*i64",
                  "level": "i32", "n_feat": "i32", "n_nodes": "i32"}
-        ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False}
+        ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False, "TOTALS": cell != "fp64"}
         out[f"pick_{cell}"] = (_pick_kernel, _signature(_pick_kernel, types, ce), ce)
     types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i16", "small_ptr": "*i8",
              "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}

@@ -56,9 +56,9 @@ def split_scan(hist, valid_codes, params, noise, stopped, *, scale=None):
     cuts = torch.zeros(1, dtype=torch.int64, device=device)
     gains = torch.zeros(1, dtype=torch.float64, device=device)
     flag = stopped.to(torch.int8).reshape(1).clone()
-    _pick_kernel[(1,)](best, code, hist, feats, cuts, gains, flag, flag, 0, n_feat, hist.shape[2],
+    _pick_kernel[(1,)](best, code, hist, feats, cuts, gains, flag, flag, flag, 0, n_feat, hist.shape[2],
                        HAS_NOISE=noise is not None, BLOCK_F=max(16, triton.next_power_of_2(max(n_feat, 1))),
-                       LAST=True)
+                       LAST=True, TOTALS=False)
     return feats[0], cuts[0], gains[0], flag[0] != 0
 
 

@@ -87,20 +87,35 @@ def hot_codes(codes_t: torch.Tensor) -> torch.Tensor:
     return counts.view(n_feat, N_CODES).argmax(1)
 
 
-def _unpack(out: torch.Tensor, packed: torch.Tensor) -> None:
-    """out[0], out[1] (int32) from the packed sums H · 2^32 + G (|G|, |H| < 2^31: exact): G is
-    the low 32 bits read as signed, H the rest."""
-    g = torch.bitwise_right_shift(torch.bitwise_left_shift(packed, 32), 32)
-    out[0].view(-1).copy_(g)
-    out[1].view(-1).copy_(torch.bitwise_right_shift(packed - g, 32))
-
-
-def _fill_hot(out: torch.Tensor, totals: torch.Tensor, hot: torch.Tensor) -> None:
-    """Each feature's hot cell = its node's total − the feature's other cells (exact: integers)."""
-    _, n_feat, n_nodes, _ = out.shape
-    rest = out.sum(3, dtype=torch.int64)  # the hot cells are still 0
-    fill = (totals.to(torch.int64)[:, None, :] - rest).to(out.dtype)
-    out.scatter_(3, hot.view(1, n_feat, 1, 1).expand(3, n_feat, n_nodes, 1), fill.unsqueeze(3))
+@triton.jit
+def _finish_kernel(out_ptr, pack_ptr, hot_ptr, totals_ptr, n_feat, n_nodes,
+                   PACK: tl.constexpr, ELIDE: tl.constexpr):
+    """One (feature, node) row of out [3, F, K, 256] after the adds: with PACK, (Σg, Σh) from the
+    packed sums H · 2^32 + G (|G|, |H| < 2^31: G the low 32 bits read as signed, H the rest);
+    with ELIDE, the feature's hot cell = the node's total − the row's other cells (0 so far)."""
+    pid = tl.program_id(0)
+    k = pid % n_nodes
+    c = tl.arange(0, 256)
+    cell = out_ptr.dtype.element_ty
+    plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
+    row = pid.to(tl.int64) * 256 + c
+    if PACK:
+        packed = tl.load(pack_ptr + row)
+        g = (packed << 32) >> 32
+        h = (packed - g) >> 32
+    if ELIDE:
+        hot = tl.load(hot_ptr + pid // n_nodes).to(tl.int32)
+    for ch in tl.static_range(3):
+        if PACK and ch == 0:
+            cells = g
+        elif PACK and ch == 1:
+            cells = h
+        else:
+            cells = tl.load(out_ptr + ch * plane + row).to(tl.int64)
+        if ELIDE:
+            total = tl.load(totals_ptr + ch * n_nodes + k)
+            cells = tl.where(c == hot, total - tl.sum(cells, 0), cells)
+        tl.store(out_ptr + ch * plane + row, cells.to(cell))
 
 
 def quantize(values: torch.Tensor, bits: int = 16) -> tuple[torch.Tensor, float]:
@@ -172,10 +187,10 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
         codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out,
         node if order is None else order.contiguous(), hot.contiguous() if elide else node, packed, n, rows,
         n_feat, n_nodes, BLOCK_N=block_n, GATHER=order is not None, ELIDE=elide, PACK=pack)
-    if pack:
-        _unpack(out, packed)
-    if elide:
-        _fill_hot(out, totals, hot)
+    if pack or elide:  # one launch: unpack, then fill the hot cells in
+        _finish_kernel[(n_feat * n_nodes,)](out, packed, hot.contiguous() if elide else packed,
+                                            totals.to(torch.int64).contiguous() if elide else packed,
+                                            n_feat, n_nodes, PACK=pack, ELIDE=elide)
     return out
 
 

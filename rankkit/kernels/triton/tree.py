@@ -96,10 +96,12 @@ def _split_kernel(hist_ptr, valid_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr,
 
 @triton.jit
 def _pick_kernel(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr,
-                 small_ptr, level, n_feat, n_nodes,
-                 HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr, LAST: tl.constexpr):
+                 small_ptr, totals_ptr, level, n_feat, n_nodes,
+                 HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr):
     """The level's split from the per-feature bests (one program), and the smaller child of
-    each node (``small_ptr[k]``: 1 when the right child is the smaller, ties right)."""
+    each node (``small_ptr[k]``: 1 when the right child is the smaller, ties right); with
+    TOTALS also each smaller child's (ΣG, ΣH, count) into totals [3, K] int64 (integer cells),
+    what its histogram's elided hot cells are filled from."""
     f = tl.arange(0, BLOCK_F)
     in_f = f < n_feat
     clean = tl.load(best_ptr + f, mask=in_f, other=-float("inf"))
@@ -123,10 +125,17 @@ def _pick_kernel(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, s
         c = tl.arange(0, 256)
         plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
         for k in range(n_nodes):
-            counts = tl.load(hist_ptr + 2 * plane + (pick.to(tl.int64) * n_nodes + k) * 256 + c)
+            row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
+            counts = tl.load(hist_ptr + 2 * plane + row)
             left = tl.sum(tl.where(c <= code, counts, 0), 0)
             total = tl.sum(counts, 0)
-            tl.store(small_ptr + k, (total - left <= left).to(tl.int8))
+            small_right = total - left <= left
+            tl.store(small_ptr + k, small_right.to(tl.int8))
+            if TOTALS:
+                for ch in tl.static_range(3):
+                    cells = tl.load(hist_ptr + ch * plane + row).to(tl.int64)
+                    part = tl.sum(tl.where(c <= code, cells, 0), 0)
+                    tl.store(totals_ptr + ch * n_nodes + k, tl.where(small_right, tl.sum(cells, 0) - part, part))
 
 
 @triton.jit
@@ -329,19 +338,6 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
     return scores
 
 
-def _smaller_totals(hist: torch.Tensor, feature: torch.Tensor, cut: torch.Tensor, small: torch.Tensor) -> torch.Tensor:
-    """[3, K] int64 (ΣG, ΣH, count) of each node's smaller child, from the level's histogram
-    [3, F, K, 256] at its split (0-dim ``feature`` and ``cut`` on the device; ``small`` [K] 1
-    where the right child is the smaller): the left child holds the codes <= cut. A few ops on
-    [3, K, 256] cells, no sync."""
-    n_nodes = hist.shape[2]
-    row = hist.index_select(1, feature.reshape(1)).squeeze(1).to(torch.int64)  # [3, K, 256]
-    codes = torch.arange(N_CODES, device=hist.device)
-    left = torch.where(codes <= cut, row, torch.zeros_like(row)).sum(2)
-    right = row.sum(2) - left
-    return torch.where(small[:n_nodes].bool()[None, :], right, left)
-
-
 def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        scale: torch.Tensor | None, valid: torch.Tensor, *, depth: int, l2: float,
                        min_data_in_leaf: int, min_sum_hessian: float,
@@ -389,10 +385,13 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     if hot is not None and hist_dtype.is_floating_point:
         hot = None  # float cells: the filled-in cell would round differently from the sums
     totals = None
-    if hot is not None:  # the root's (ΣG, ΣH, count)
-        totals = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
-                              torch.full((), n, dtype=torch.int64, device=device)])[:, None]
-    hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot, totals=totals)
+    if hot is not None:  # the root's (ΣG, ΣH, count); each level's smaller children's from _pick_kernel
+        # Flat: a level of K nodes reads its first 3K entries as [3, K].
+        totals = torch.empty(3 * max(1, 1 << (depth - 1)), dtype=torch.int64, device=device)
+        totals[:3] = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
+                                  torch.full((), n, dtype=torch.int64, device=device)])
+    hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
+                                  totals=None if totals is None else totals[:3].view(3, 1))
     block_f = max(16, triton.next_power_of_2(max(n_feat, 1)))
     for level in range(depth):
         n_nodes = 1 << level
@@ -400,8 +399,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         best, code = split_scan_triton(hist, valid, l2=l2, min_data_in_leaf=min_data_in_leaf,
                                        min_sum_hessian=min_sum_hessian, scale=scale,
                                        noise=None if noise is None else noise[level])
-        _pick_kernel[(1,)](best, code, hist, feats, cuts, gains, stopped, small, level, n_feat,
-                           n_nodes, HAS_NOISE=noise is not None, BLOCK_F=block_f, LAST=last)
+        _pick_kernel[(1,)](best, code, hist, feats, cuts, gains, stopped, small,
+                           stopped if totals is None else totals, level, n_feat, n_nodes,
+                           HAS_NOISE=noise is not None, BLOCK_F=block_f, LAST=last, TOTALS=totals is not None)
         _route_kernel[(triton.cdiv(max(n, 1), block_n),)](
             codes_t, node, slot, small, feats, cuts, level, n, n_nodes, WITH_SLOT=not last,
             BLOCK_N=block_n)
@@ -411,8 +411,8 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         # those (at most n // 2 documents), never the larger children's codes.
         small_hist = level_histogram_triton(codes_t, slot, g, h, n_nodes, dtype=hist_dtype,
                                             block_n=block_n, order=smaller_first(slot), n_rows=n // 2,
-                                            hot=hot, totals=None if hot is None else
-                                            _smaller_totals(hist, feats[level], cuts[level], small))
+                                            hot=hot, totals=None if totals is None else
+                                            totals[:3 * n_nodes].view(3, n_nodes))
         children = torch.empty(3, n_feat, 2 * n_nodes, N_CODES, dtype=hist.dtype, device=device)
         total = hist.numel()
         _siblings_kernel[(triton.cdiv(total, 1024),)](hist, small_hist, small, children, total,

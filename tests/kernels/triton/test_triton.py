@@ -138,6 +138,22 @@ buffer = torch.full((3, n_feat, n_nodes, 256), 7.0, dtype=torch.float64)
 hist = level_histogram_triton(codes, node.long(), gf, hf, n_nodes, out=buffer, block_n=128)
 assert hist is buffer
 out["histogram"]["float64"] = hist.tolist()
+# The finishing kernel: packed (g, h) sums at the int32 bounds unpacked, then a hot cell filled.
+from rankkit.kernels.triton.histogram import _finish_kernel
+top = 2 ** 31 - 1
+pg = torch.tensor([-top, top, 0, -1, 5, -7])
+ph = torch.tensor([top, -top, top, 0, 0, 3])
+packed = torch.zeros(256, dtype=torch.int64)
+packed[:6] = ph * 2 ** 32 + pg
+finished = torch.zeros(3, 1, 1, 256, dtype=torch.int32)
+finished[2, 0, 0, :6] = 1
+_finish_kernel[(1,)](finished, packed, packed, packed, 1, 1, PACK=True, ELIDE=False)
+out["finish_unpacked"] = finished[:, 0, 0, :6].tolist()
+filled = torch.zeros(3, 1, 2, 256, dtype=torch.int64)
+filled[:, 0, :, 3] = torch.tensor([[4, 5], [6, 7], [1, 2]])  # one code's cells, hot code 9 elided
+_finish_kernel[(2,)](filled, filled, torch.tensor([9]), torch.tensor([10, 20, 60, 70, 3, 5]), 1, 2,
+                     PACK=False, ELIDE=True)
+out["finish_filled"] = filled[:, 0, :, 9].tolist()
 # Gathered through the partition: the documents of nodes 0..K-1 first, read through `order`.
 from rankkit.kernels.triton.histogram import smaller_first
 slot = node.to(torch.int16)
@@ -288,16 +304,15 @@ def test_triton_histogram_gathered_through_the_partition_equals_the_reference(in
     assert int(short[2, 0].sum()) == int(ref[2, 0].sum()) - 1 == kept - 1  # feature 0's counts
 
 
-def test_triton_packed_sums_unpack_exactly_at_the_int32_bounds():
+def test_triton_packed_sums_unpack_exactly_at_the_int32_bounds(interpreted):
     # int32 cells take g and h as one 64-bit add h * 2^32 + g; any |G|, |H| < 2^31 unpacks exactly.
-    from rankkit.kernels.triton.histogram import _unpack
-
     top = 2 ** 31 - 1
-    g = torch.tensor([-top, top, 0, -1, 5, -7])
-    h = torch.tensor([top, -top, top, 0, 0, 3])
-    out = torch.zeros(3, 1, 1, 6, dtype=torch.int32)
-    _unpack(out, h * 2 ** 32 + g)
-    assert out[0].flatten().tolist() == g.tolist() and out[1].flatten().tolist() == h.tolist()
+    assert interpreted["finish_unpacked"] == [[-top, top, 0, -1, 5, -7], [top, -top, top, 0, 0, 3], [1] * 6]
+
+
+def test_triton_hot_cells_are_filled_from_the_node_totals(interpreted):
+    # total − the row's other cells, per channel and node (totals [3, K] = [[10, 20], [60, 70], [3, 5]]).
+    assert interpreted["finish_filled"] == [[10 - 4, 20 - 5], [60 - 6, 70 - 7], [3 - 1, 5 - 2]]
 
 
 def test_triton_quantize_round_trips_within_half_a_step():
