@@ -456,9 +456,11 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "(`rankkit.kernels.triton.histogram.smaller_first`; tests/kernels/triton/test_tree.py counts "
         "the documents each histogram launch reads); hot-bin elision on integer histograms (each "
         "feature's most frequent code, found once per fit, filled in from the node totals: "
-        "`rankkit.kernels.triton.histogram.hot_codes`, the same trees bit for bit); S4's eval set "
-        "update and NDCG@k in one kernel (`rankkit/kernels/triton/eval_ndcg.py`, equal to the "
-        "compiled CPU metric); device memory flat in the rounds (the engine "
+        "`rankkit.kernels.triton.histogram.hot_codes`, the same trees bit for bit; the totals come "
+        "from the pick kernel, the fill from one finishing kernel); quantized histograms sending g "
+        "and h as one 64-bit add (two atomics per entry instead of three); S4's eval set update and "
+        "NDCG@k in one kernel (`rankkit/kernels/triton/eval_ndcg.py`, equal to the compiled CPU "
+        "metric) and its two-stage leaf sums (no atomics); device memory flat in the rounds (the engine "
         "keeps host trees without their [N] leaf index; tests/boosting/test_engine_syncs.py counts the "
         "live device bytes).",
         "* **The GPU check is a profile**: `bash experiments/gpu_check.sh` (at most 8 minutes) runs "
@@ -467,8 +469,8 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "(`experiments/gpu_profile.py`), then the suite in tiers with every failure's id written as "
         "it happens; `python experiments/gpu_profile.py --render` regenerates docs/gpu_check.md.",
         "* Not done: S3 (shared-memory privatised integer histograms, CUDA C through NVRTC, with the "
-        "Triton twin as reference), the rest of S4 (split search parallel over (feature, node), "
-        "two-stage leaf sums), S5 (buffers allocated once, <= 30 "
+        "Triton twin as reference), the rest of S4 (split search parallel over (feature, node) "
+        "with the siblings fused), S5 (buffers allocated once, <= 30 "
         f"launches, a CUDA graph): the round is {still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
