@@ -316,9 +316,13 @@ def _flat_device_inputs(layout, inputs: dict, dtype: torch.dtype, device: torch.
 
 
 class TritonBackend(Backend):
-    """The Triton kernels (:mod:`rankkit.kernels.triton.backend`): the lambda pass, the levels
-    (5 launches a level, no host sync) on 64-bit fixed-point histograms (deterministic: integer
-    atomics), the fixed-point leaf sums and the score updates."""
+    """The Triton kernels (:mod:`rankkit.kernels.triton`): the lambda pass on the flat layout
+    (:mod:`~rankkit.kernels.triton.flat_lambdas`), the levels (5–6 launches a level, no host
+    sync) on integer histograms -- 64-bit fixed point for float gradients, packed int32 cells for
+    quantized ones; deterministic: integer atomics -- that read only the smaller children's
+    documents and fill each feature's hot code in from the node totals, the two-stage
+    fixed-point leaf sums, the score updates and each eval set's update and NDCG@k in one kernel
+    (:mod:`~rankkit.kernels.triton.eval_ndcg`)."""
 
     name = "triton"
 
