@@ -132,6 +132,18 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def median_seconds(fn, device, repeats: int) -> float:
+    """The median wall time of ``fn()`` over ``repeats`` calls, the device synchronised around each."""
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def _config(args, **extra):
     from rankkit.boosting.engine import BoosterConfig
 
@@ -192,19 +204,13 @@ def lambda_pass(train, device, repeats, route):
         fn = lambda: lambda_gradients(scores, layout.labels, mask=layout.mask, weighting="ndcg", k=10)
         with triton_launches() as launched:
             fn()
-        times = []
-        for _ in range(repeats):
-            _sync(device)
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            times.append(time.perf_counter() - t0)
+        seconds = median_seconds(fn, device, repeats)
     finally:
         if old is None:
             os.environ.pop("RANKKIT_TRITON", None)
         else:
             os.environ["RANKKIT_TRITON"] = old
-    return statistics.median(times), dict(launched)
+    return seconds, dict(launched)
 
 
 def trees_of(engine):

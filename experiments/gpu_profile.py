@@ -47,7 +47,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gpu import environment, mslr_like, subset, triton_launches  # noqa: E402
+from bench_gpu import environment, median_seconds, mslr_like, subset, triton_launches  # noqa: E402
 
 
 class StepTimeout(Exception):
@@ -265,15 +265,8 @@ def lambda_variants(engine, device, repeats: int) -> dict:
     }
     out = {}
     for name, fn in variants.items():
-        fn()
-        times = []
-        for _ in range(repeats):
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            times.append(time.perf_counter() - t0)
-        out[name] = 1e3 * statistics.median(times)
+        fn()  # warm-up
+        out[name] = 1e3 * median_seconds(fn, device, repeats)
     return out
 
 

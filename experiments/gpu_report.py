@@ -300,14 +300,16 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "",
         "## Where the Triton kernels run",
         "",
-        "`rankkit.kernels.triton.backend` is the Triton backend of the booster's kernels (the torch "
-        "reference's signatures): `lambdas` (grad, hess, the loss when asked), `level_histogram`, "
-        "`split_scan`, `route`, `grow_levels` (all levels of a tree, fused) and `score_update`. "
+        "`rankkit.kernels.backends.TritonBackend` runs the booster's round on the Triton kernels of "
+        "`rankkit/kernels/triton/`: the flat lambda pass (`flat_lambdas`; the padded `lambdas` for "
+        "the neural loss and k > 32), every level of a tree fused (`tree.grow_levels_triton`: "
+        "histograms, split scan, pick, routing, siblings), the fixed-point leaf sums, the score "
+        "updates and each eval set's update and NDCG@k (`eval_ndcg`). "
         "They run when the tensors are on a CUDA device of a CUDA build of torch and Triton is "
         "importable (`RANKKIT_TRITON=0` turns them off; `RANKKIT_TRITON=force` runs them on CPU "
         "tensors under `TRITON_INTERPRET=1`, which is how the tests prove them). "
         "`rankkit.kernels.backends.choose` picks `\"triton\"` for such tensors, so "
-        "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels` and updates the "
+        "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels_triton` and updates the "
         "training and eval scores with `score_update`; `rankkit.lambdas` routes RankNet / NDCG "
         "lambdas (the loss included) to the Triton kernels, for the booster and the neural "
         "loss alike. Tests: `tests/kernels/triton/test_triton.py` (lambdas, histogram, sm_90 compiles), "

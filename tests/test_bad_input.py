@@ -17,6 +17,7 @@ from __future__ import annotations
 import bz2
 import functools
 import gzip
+import importlib.util
 import io
 import json
 import os
@@ -948,7 +949,30 @@ CLICKS = [
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
 ]
 
-CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM + TUNE + CLICKS
+# The flat Triton kernels of the GPU round (rankkit.kernels.triton; the `gpu` extra installs triton).
+_X, _OFFSETS = torch.zeros(3), torch.tensor([0, 3])
+TRITON = [
+    Case("flat-lambdas-scores-2d", new_entry("rankkit.kernels.triton.flat_lambdas.flat_lambdas_triton", _X[None], _X,
+                                             _OFFSETS, [], gains=None, cutoff=3),
+         ValueError, r"`scores` has to be a float tensor with 1 dimensions, got a torch.float32 tensor of shape \(1, 3\)"),
+    Case("flat-lambdas-labels-dtype", new_entry("rankkit.kernels.triton.flat_lambdas.flat_lambdas_triton", _X,
+                                                _X.double(), _OFFSETS, [], gains=None, cutoff=3),
+         ValueError, r"`labels` has to be torch.float32 as `scores`, got torch.float64"),
+    Case("flat-lambdas-offsets-int32", new_entry("rankkit.kernels.triton.flat_lambdas.flat_lambdas_triton", _X, _X,
+                                                 _OFFSETS.int(), [], gains=None, cutoff=3),
+         ValueError, r"`offsets` has to be int64 \[Q \+ 1\], got a torch.int32 tensor"),
+    Case("flat-lambdas-cutoff", new_entry("rankkit.kernels.triton.flat_lambdas.flat_lambdas_triton", _X, _X, _OFFSETS,
+                                          [], gains=None, cutoff=33),
+         ValueError, r"`cutoff` must be in 1..32, got 33"),
+    Case("eval-ndcg-codes-layout", new_entry("rankkit.kernels.triton.eval_ndcg.eval_ndcg_triton", _X.double(),
+                                             torch.zeros(3, 1, dtype=torch.uint8), torch.zeros(1, dtype=torch.long),
+                                             torch.zeros(1, dtype=torch.long), torch.zeros(2, dtype=torch.float64),
+                                             labels=_X.double(), gains=_X.double(), offsets=_OFFSETS, buckets=[],
+                                             cutoff=3),
+         ValueError, r"`codes_t` has to be \[F, 3\] \(feature-major\), got \(3, 1\)"),
+] if importlib.util.find_spec("triton") else []
+
+CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM + TUNE + CLICKS + TRITON
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -3,12 +3,17 @@ kernel, as the torch reference's (:mod:`rankkit.kernels.torch_ref`).
 
 The round on this backend (every decision a device tensor, no host sync inside the tree)::
 
-    lambdas (2 launches, the loss only when asked) ─► root histogram (1) ─►
-    per level: split scan (1) ─► pick (1) ─► route + slots (1) ─► smaller children (1)
-               ─► siblings (1) ─► leaves (torch) ─► score update (1 per data set)
+    lambdas (one launch per length bucket) ─► root histogram (1) ─►
+    per level: split scan (1) ─► pick (1) ─► route + slots (1) ─► partition (sort) ─►
+               smaller children (1) ─► finish (1) ─► siblings (1) ─► leaves (1) ─►
+               score update (1) ─► each eval set's update and NDCG@k (one per length bucket)
 
-Where it runs is decided once per fit by :func:`rankkit.kernels.backends.choose` (its
-:class:`~rankkit.kernels.backends.TritonBackend` calls these functions): Triton importable and
+The levels are :func:`rankkit.kernels.triton.tree.grow_levels_triton`, which
+:class:`~rankkit.kernels.backends.TritonBackend` calls directly, as it calls the flat lambda
+pass and the eval kernel; the functions here are the padded lambda pass (the neural loss) and
+the single kernels with the torch reference's signatures.
+
+Where it runs is decided once per fit by :func:`rankkit.kernels.backends.choose`: Triton importable and
 the tensors on a CUDA device of a CUDA build of torch; ``RANKKIT_TRITON=0`` turns it off, and
 ``RANKKIT_TRITON=force`` also takes CPU tensors, which Triton's interpreter runs
 (``TRITON_INTERPRET=1``, set before triton is imported: how the tests prove these kernels
@@ -18,8 +23,7 @@ from __future__ import annotations
 
 import torch
 
-KERNELS = ("lambdas", "level_histogram", "split_scan", "route", "grow_levels", "exact_leaf_sums",
-           "score_update")
+KERNELS = ("lambdas", "level_histogram", "split_scan", "route", "exact_leaf_sums", "score_update")
 
 
 def lambdas(scores, labels, *, mask=None, weighting="ndcg", sigma=1.0, k=None, gain="exp",
@@ -74,19 +78,6 @@ def route(codes_t, f, c, node, n_nodes):
                                               f.reshape(1).to(torch.int64), c.reshape(1).to(torch.int64),
                                               0, n, n_nodes, WITH_SLOT=False, BLOCK_N=256)
     return node
-
-
-def grow_levels(codes_t, g, h, scale, valid, params, noise, *, hist_dtype=None):
-    """Every level of one tree, fused: (node, feats, cuts, gains), as the torch reference's
-    levels (:func:`rankkit.kernels.triton.tree.grow_levels_triton`)."""
-    from rankkit.kernels.triton.tree import grow_levels_triton
-
-    if scale is not None:
-        g, h = g.to(torch.int32), h.to(torch.int32)
-    return grow_levels_triton(codes_t, g, h, scale, valid, depth=params.depth, l2=params.l2,
-                              min_data_in_leaf=params.min_data_in_leaf,
-                              min_sum_hessian=params.min_sum_hessian, noise=noise,
-                              hist_dtype=hist_dtype)
 
 
 def exact_leaf_sums(node, grad, hess, n_leaves):

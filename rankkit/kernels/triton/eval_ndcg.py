@@ -19,7 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from rankkit.kernels.triton.flat_lambdas import TOPK_MAX, _select_top, warps_for
+from rankkit.infra.checks import check_tensor
+
+from rankkit.kernels.triton.flat_lambdas import _query, _select_top, check_flat, warps_for
 
 
 @triton.jit
@@ -27,11 +29,7 @@ def _eval_ndcg_kernel(scores_ptr, codes_ptr, feats_ptr, cuts_ptr, values_ptr, y_
                       queries_ptr, out_ptr, N, k, empty,
                       DEPTH: tl.constexpr, BLOCK: tl.constexpr, K_PAD: tl.constexpr):
     """Query ``queries[program]``: scores += the tree's leaf values, then its NDCG@k into out[q]."""
-    q = tl.load(queries_ptr + tl.program_id(0)).to(tl.int64)
-    start = tl.load(offsets_ptr + q)
-    n = (tl.load(offsets_ptr + q + 1) - start).to(tl.int32)
-    j = tl.arange(0, BLOCK)
-    real = j < n
+    start, n, j, real = _query(offsets_ptr, queries_ptr, BLOCK)
     leaf = tl.zeros([BLOCK], dtype=tl.int64)
     for d in tl.static_range(DEPTH):
         f = tl.load(feats_ptr + d)
@@ -48,7 +46,7 @@ def _eval_ndcg_kernel(scores_ptr, codes_ptr, feats_ptr, cuts_ptr, values_ptr, y_
     gain = tl.load(gain_ptr + start + sel, mask=rows, other=0.0)
     dcg = tl.sum(tl.where(rows, gain / tl.log2(r.to(tl.float64) + 2.0), 0.0), 0)
     top = tl.max(tl.load(gain_ptr + start + j, mask=real, other=0.0), 0)  # 0: nothing relevant
-    tl.store(out_ptr + q, tl.where(top > 0.0, dcg, empty))
+    tl.store(out_ptr + tl.load(queries_ptr + tl.program_id(0)), tl.where(top > 0.0, dcg, empty))
 
 
 def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torch.Tensor, cuts: torch.Tensor,
@@ -68,10 +66,12 @@ def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torc
         cutoff: k, 1 to :data:`~rankkit.kernels.triton.flat_lambdas.TOPK_MAX`.
         empty: the NDCG of a query with nothing relevant.
     """
-    if not 1 <= cutoff <= TOPK_MAX:
-        raise ValueError(f"`cutoff` must be in 1..{TOPK_MAX}, got {cutoff}")
     if scores.dtype != torch.float64 or not scores.is_contiguous():
         raise ValueError("`scores` must be contiguous float64 (updated in place)")
+    check_flat(scores, offsets, cutoff, labels=labels, gains=gains)
+    check_tensor(codes_t, "codes_t", ndim=2, kind="int")
+    if codes_t.shape[1] != scores.shape[0]:
+        raise ValueError(f"`codes_t` has to be [F, {scores.shape[0]}] (feature-major), got {tuple(codes_t.shape)}")
     n_queries = offsets.shape[0] - 1
     per_query = torch.empty(max(n_queries, 1), dtype=torch.float64, device=scores.device)
     k_pad = max(16, triton.next_power_of_2(cutoff))

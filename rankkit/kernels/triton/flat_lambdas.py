@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from rankkit.infra.checks import check_tensor
+
 # Cutoffs up to this take the flat kernel (k selection passes in registers).
 TOPK_MAX = 32
 # Queries up to this long; a data set with a longer one takes the padded kernel.
@@ -44,6 +46,17 @@ MAX_BLOCK = 1 << 12
 MIN_BLOCK = 16
 # Column tile of the pair loop (a [K_PAD, BLOCK_C] tile per step).
 BLOCK_C = 128
+
+
+@triton.jit
+def _query(offsets_ptr, queries_ptr, BLOCK: tl.constexpr):
+    """This program's query: (its first flat position, its length n, the lanes 0..BLOCK−1 and
+    which of them hold a document)."""
+    q = tl.load(queries_ptr + tl.program_id(0)).to(tl.int64)
+    start = tl.load(offsets_ptr + q)
+    n = (tl.load(offsets_ptr + q + 1) - start).to(tl.int32)
+    j = tl.arange(0, BLOCK)
+    return start, n, j, j < n
 
 
 @triton.jit
@@ -118,11 +131,7 @@ def _flat_lambda_kernel(s_ptr, y_ptr, gain_ptr, w_ptr, offsets_ptr, queries_ptr,
                         WEIGHTING: tl.constexpr, HAS_WEIGHTS: tl.constexpr, NORMALIZE: tl.constexpr,
                         BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, K_PAD: tl.constexpr):
     """grad, hess of the documents of query ``queries[program]`` (at most BLOCK of them)."""
-    q = tl.load(queries_ptr + tl.program_id(0)).to(tl.int64)
-    start = tl.load(offsets_ptr + q)
-    n = (tl.load(offsets_ptr + q + 1) - start).to(tl.int32)
-    j = tl.arange(0, BLOCK)
-    real = j < n
+    start, n, j, real = _query(offsets_ptr, queries_ptr, BLOCK)
     s = tl.load(s_ptr + start + j, mask=real, other=0.0)
     y = tl.load(y_ptr + start + j, mask=real, other=0.0)
     kk = tl.minimum(k, n)
@@ -179,6 +188,24 @@ def length_buckets(offsets: torch.Tensor, device: torch.device | str) -> list[tu
     return out
 
 
+def check_flat(scores: torch.Tensor, offsets: torch.Tensor, cutoff: int, **same: torch.Tensor | None) -> None:
+    """The flat kernels' inputs, without a host sync: ``scores`` [N] float32 or float64,
+    ``offsets`` [Q + 1] int64, a cutoff in 1..:data:`TOPK_MAX`, and every tensor of ``same``
+    (None: absent) [N] in the scores' dtype. The error names the argument."""
+    check_tensor(scores, "scores", ndim=1, kind="float")
+    check_tensor(offsets, "offsets", ndim=1, kind="int")
+    if offsets.dtype != torch.int64 or offsets.shape[0] < 1:
+        raise ValueError(f"`offsets` has to be int64 [Q + 1], got a {offsets.dtype} tensor of shape "
+                         f"{tuple(offsets.shape)}")
+    if not 1 <= cutoff <= TOPK_MAX:
+        raise ValueError(f"`cutoff` must be in 1..{TOPK_MAX}, got {cutoff}")
+    for name, t in same.items():
+        if t is not None:
+            check_tensor(t, name, shape=tuple(scores.shape), kind="float")
+            if t.dtype != scores.dtype:
+                raise ValueError(f"`{name}` has to be {scores.dtype} as `scores`, got {t.dtype}")
+
+
 def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor,
                         buckets: list[tuple[int, torch.Tensor]], *, gains: torch.Tensor | None, cutoff: int,
                         sigma: float = 1.0, normalize: bool = False,
@@ -196,8 +223,10 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
         sigma, normalize: the kernel's options.
         weights: [N] per-document weights (a pair weighs their mean), or None.
     """
-    if not 1 <= cutoff <= TOPK_MAX:
-        raise ValueError(f"`cutoff` must be in 1..{TOPK_MAX}, got {cutoff}")
+    check_flat(scores, offsets, cutoff, labels=labels, gains=gains, weights=weights)
+    scores, labels = scores.contiguous(), labels.contiguous()
+    gains = None if gains is None else gains.contiguous()
+    weights = None if weights is None else weights.contiguous()
     n = scores.shape[0]
     grad = torch.empty(n, dtype=scores.dtype, device=scores.device)
     hess = torch.empty_like(grad)

@@ -6,17 +6,13 @@ tied scores, queries with nothing relevant (empty = 1 and 0) and cutoffs 1, 5, 1
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from kernels.triton import interpreted_json
 
 pytest.importorskip("triton")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 _INTERPRETED = r"""
 import json, os, sys
@@ -60,14 +56,7 @@ with open(sys.argv[1], "w") as f:
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    path = tmp_path_factory.mktemp("eval_ndcg") / "out.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RANKKIT_TRITON")}
-    env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", _INTERPRETED, str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    return interpreted_json(tmp_path_factory, _INTERPRETED)
 
 
 def test_triton_eval_ndcg_equals_the_compiled_and_the_torch_metric(interpreted):
@@ -92,3 +81,7 @@ def test_triton_eval_ndcg_refuses_what_it_cannot_compute():
     with pytest.raises(ValueError, match="`scores`"):
         eval_ndcg_triton(x.float(), codes, tree, tree, x[:2], labels=x, gains=x, offsets=offsets, buckets=[],
                          cutoff=3)
+    with pytest.raises(ValueError, match="`gains`"):
+        eval_ndcg_triton(x, codes, tree, tree, x[:2], labels=x, gains=x[:2], offsets=offsets, buckets=[], cutoff=3)
+    with pytest.raises(ValueError, match="`codes_t`"):
+        eval_ndcg_triton(x, codes.t(), tree, tree, x[:2], labels=x, gains=x, offsets=offsets, buckets=[], cutoff=3)

@@ -10,18 +10,14 @@ takes is represented, RankNet and NDCG, normalised or not, weighted or not, floa
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from kernels.triton import ROOT, interpreted_json
 
 pytest.importorskip("triton")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SIZES = [1, 2, 3, 17, 40, 5, 140, 9, 1, 33, 129, 16]
 # (k, weighting, normalize, weighted): every option at k = 10 (the shipped config's), the rest
 # at the cutoffs' edges (1: one row; 32: the widest K_PAD; 3: queries shorter than k).
@@ -143,14 +139,7 @@ with open(sys.argv[2], "w") as f:
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    path = tmp_path_factory.mktemp("flat_lambdas") / "out.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RANKKIT_TRITON")}
-    env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", _INTERPRETED, ROOT, str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    return interpreted_json(tmp_path_factory, _INTERPRETED, ROOT)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"k{k}-{w}-norm{n}-w{x}" for k, w, n, x in CASES])
@@ -203,6 +192,17 @@ def test_triton_flat_lambdas_refuse_what_they_cannot_compute():
 
     with pytest.raises(ValueError, match="at most"):
         length_buckets(torch.tensor([0, MAX_BLOCK + 1]), "cpu")
-    x = torch.zeros(3)
+    x, offsets = torch.zeros(3), torch.tensor([0, 3])
     with pytest.raises(ValueError, match="`cutoff`"):
-        flat_lambdas_triton(x, x, torch.tensor([0, 3]), [], gains=None, cutoff=33)
+        flat_lambdas_triton(x, x, offsets, [], gains=None, cutoff=33)
+    # Every argument checked at the boundary, by name (no host sync: shapes and dtypes only).
+    bad = [("scores", dict(scores=x[None])), ("labels", dict(labels=torch.zeros(4))),
+           ("labels", dict(labels=torch.zeros(3, dtype=torch.float64))), ("gains", dict(gains=torch.zeros(2))),
+           ("weights", dict(weights=torch.zeros(3, dtype=torch.int64))),
+           ("offsets", dict(offsets=torch.tensor([0, 3], dtype=torch.int32))), ("offsets", dict(offsets=x))]
+    for name, change in bad:
+        args = dict(scores=x, labels=x, offsets=offsets, buckets=[], gains=None, cutoff=3, **{"weights": None})
+        args.update(change)
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            flat_lambdas_triton(args.pop("scores"), args.pop("labels"), args.pop("offsets"), args.pop("buckets"),
+                                **args)

@@ -19,17 +19,13 @@ tensors, in one subprocess per module so that the variable is set before triton 
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from kernels.triton import interpreted_json
 
 pytest.importorskip("triton")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 _INTERPRETED = r"""
 import json, os, sys
@@ -183,15 +179,7 @@ with open(sys.argv[1], "w") as f:
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    path = tmp_path_factory.mktemp("triton_tree") / "interpreted.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RANKKIT_TRITON")}
-    env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    done = subprocess.run([sys.executable, "-c", _INTERPRETED, str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    return interpreted_json(tmp_path_factory, _INTERPRETED)
 
 
 @pytest.mark.parametrize("name", ["float", "float_noise", "quant", "quant_int32_noise", "stops", "elided_int64",

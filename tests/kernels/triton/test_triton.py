@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from kernels.triton import ROOT, interpreted_json, run_script
 
 triton = pytest.importorskip("triton")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 LAMBDA_CASES = {
     "ranknet": dict(weighting="ranknet"),
@@ -204,28 +201,15 @@ FIRST_CONTACT = ["rank_fp64", "topk_fp64", "lambda_ndcg_loss_fp64", "histogram_i
                  "histogram_i64_fixed"]
 
 
-def _run(code, *args, interpret):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
 def _compile(tmp_path_factory, names):
     path = tmp_path_factory.mktemp("triton") / "aot.json"
-    _run(_AOT, str(path), *names, interpret=False)
+    run_script(_AOT, str(path), *names, interpret=False)
     return {k["name"]: k for k in json.loads(path.read_text())}
 
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    path = tmp_path_factory.mktemp("triton") / "interpreted.json"
-    _run(_INTERPRETED, ROOT, str(path), interpret=True)
-    return json.loads(path.read_text())
+    return interpreted_json(tmp_path_factory, _INTERPRETED, ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +340,7 @@ def test_triton_histogram_atomics_are_relaxed_reductions(first_contact, name):
 
 def _compile_ones(tmp_path_factory, names):
     path = tmp_path_factory.mktemp("triton") / "ones.json"
-    _run(_ONES, str(path), *names, interpret=False)
+    run_script(_ONES, str(path), *names, interpret=False)
     return json.loads(path.read_text())
 
 
