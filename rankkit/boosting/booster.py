@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, fields, replace
-from functools import partial
+from functools import partial, wraps
 from typing import Sequence
 
 import numpy as np
@@ -34,6 +34,7 @@ from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
 from rankkit.infra.io import atomic_write
 from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
+from rankkit.infra.threads import resolve_n_jobs, threads
 from rankkit.metrics import ndcg
 
 _FORMAT = "rankkit.LambdaMART/1"
@@ -96,6 +97,15 @@ class EstimatorOptions:
     device: str = hyperparameter("cpu", "where the trees are grown (``\"cpu\"``, ``\"cuda\"``).", module=False)
     verbose: int = hyperparameter(0, "> 0 shows a tqdm progress bar over the rounds with the eval metrics "
                                      "(0: silent).", check=partial(_checks.check_int, low=0), module=False)
+    n_jobs: int | None = hyperparameter(None, """
+        threads of ``fit`` and ``predict`` (scikit-learn's spelling): None keeps torch's setting
+        (``torch.get_num_threads()``), -1 every available core, -k all but k - 1; the previous
+        count is restored afterwards (:func:`rankkit.infra.threads.threads`).""",
+        check=lambda value, name: resolve_n_jobs(value, name), module=False)
+    random_state: int | None = hyperparameter(None, """
+        scikit-learn's spelling of ``seed``: an integer >= 0 is the seed (None: ``seed`` decides).
+        Give one of the two; both, different, is refused.""",
+        check=partial(_checks.check_int, low=0, none=True), module=False)
 
 
 #: LambdaMART's hyper-parameters, in the order of its signature and docstring.
@@ -106,6 +116,15 @@ PARAMS = declared(BoosterConfig)[:1] + declared(EstimatorOptions)[:1] + declared
 def _store(estimator, params: dict) -> None:
     for name, value in params.items():
         setattr(estimator, name, value)
+
+
+def _on_threads(method):
+    """Run an estimator method on ``self.n_jobs`` threads (see :func:`rankkit.infra.threads.threads`)."""
+    @wraps(method)
+    def run(self, *args, **kwargs):
+        with threads(self.n_jobs):
+            return method(self, *args, **kwargs)
+    return run
 
 
 #: The most features a model file may declare (the LETOR reader's MAX_FEATURES): scoring pads
@@ -151,7 +170,9 @@ class LambdaMART(BaseEstimator):
 
     __init__ = make_init(PARAMS, _store, "LambdaMART", positional=1)  # scikit-learn's rule: store, no logic
 
+
     # -- fitting ------------------------------------------------------------------------------
+    @_on_threads
     def fit(self, X, y=None, *, qid=None, group=None, sample_weight=None, init_score=None, position=None,
             eval_set: Sequence | None = None, eval_qid: Sequence | None = None,
             eval_group: Sequence | None = None, eval_init_score: Sequence | None = None,
@@ -233,8 +254,21 @@ class LambdaMART(BaseEstimator):
                 if engine.eval_sets:
                     bar.set_postfix({e.name: round(engine.history[e.name][config.eval_metric][-1], 5)
                                      for e in engine.eval_sets})
+            if self._after_round(engine):
+                break
         if bar is not None:
             bar.close()
+
+    def _after_round(self, engine: BoostingEngine) -> bool:
+        """Called after every round of :meth:`_boost`; True stops the fit there. The drop-in
+        front ends of :mod:`rankkit.compat` watch the rounds here (their metrics, callbacks
+        and early stopping rules); LambdaMART's own early stopping lives in the engine."""
+        return False
+
+    def _kept_trees(self, engine: BoostingEngine, config: BoosterConfig) -> int:
+        """How many of the grown trees the model keeps: up to the best round with early stopping."""
+        early = config.early_stopping_rounds is not None and engine.eval_sets
+        return engine.best_round + 1 if early else len(engine.trees)
 
     def _race(self, config: BoosterConfig, engine_for, evals, eval_position) -> BoostingEngine:
         """``unbiased="auto"``: the candidates' successive-halving race on the validation click
@@ -259,8 +293,7 @@ class LambdaMART(BaseEstimator):
 
     def _finish(self, engine: BoostingEngine, config: BoosterConfig, matrix: FeatureMatrix) -> None:
         """The fitted attributes of a trained ``engine``."""
-        early = config.early_stopping_rounds is not None and engine.eval_sets
-        n_trees = engine.best_round + 1 if early else len(engine.trees)
+        n_trees = self._kept_trees(engine, config)
         self.binner_ = engine.binner
         self.n_features_in_ = matrix.n_features
         if matrix.names is not None:
@@ -280,7 +313,13 @@ class LambdaMART(BaseEstimator):
 
     def _config(self) -> BoosterConfig:
         params = self.get_params()
-        check_all(EstimatorOptions(**{f.name: params.pop(f.name) for f in fields(EstimatorOptions)}))
+        options = EstimatorOptions(**{f.name: params.pop(f.name) for f in fields(EstimatorOptions)})
+        check_all(options)
+        if options.random_state is not None:
+            if params["seed"] not in (BoosterConfig.seed, options.random_state):
+                raise ValueError(f"`random_state` and `seed` are one setting: got random_state="
+                                 f"{options.random_state!r} and seed={params['seed']!r}; give one")
+            params["seed"] = options.random_state
         config = BoosterConfig.from_params(params)
         if config.objective != "lambdarank" and config.weighting != BoosterConfig.weighting:
             # Only "lambdarank" reads `weighting`; any other objective would drop it silently.
@@ -295,6 +334,7 @@ class LambdaMART(BaseEstimator):
         self.feature_importances_ = gain / total if total > 0 else gain.copy()
 
     # -- inference ----------------------------------------------------------------------------
+    @_on_threads
     def predict(self, X, *, init_score=None) -> np.ndarray:
         """Scores [N] (numpy float32) of features [N, F] (any form :meth:`fit` takes) or a
         :class:`RankingDataset`."""
@@ -315,6 +355,7 @@ class LambdaMART(BaseEstimator):
         check_is_fitted(self, "ensemble_")
         return self.ensemble_
 
+    @_on_threads
     def score(self, X, y=None, *, qid=None, group=None) -> float:
         """Mean NDCG@10 (exp gain, a query with nothing relevant scores 1) of the predictions,
         so that ``GridSearchCV`` and ``cross_val_score`` (with ``GroupKFold``) work."""

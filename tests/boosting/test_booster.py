@@ -187,3 +187,22 @@ def test_truncated_or_corrupt_file_gives_clear_error(fitted, tmp_path):
         LambdaMART.load(tmp_path / "junk.safetensors")
     with pytest.raises(FileNotFoundError):
         LambdaMART.load(tmp_path / "missing.safetensors")
+
+
+def test_random_state_is_seed_and_n_jobs_sets_the_threads_of_one_call(monkeypatch):
+    d = small_set()
+    kw = dict(n_estimators=4, depth=3, min_data_in_leaf=3, subsample=0.5, colsample=0.5)
+    by_seed = LambdaMART(**kw, seed=7).fit(d).predict(d)
+    np.testing.assert_array_equal(LambdaMART(**kw, random_state=7).fit(d).predict(d), by_seed)
+    assert not np.array_equal(LambdaMART(**kw, random_state=8).fit(d).predict(d), by_seed)
+    with pytest.raises(ValueError, match="`random_state` and `seed` are one setting"):
+        LambdaMART(**kw, seed=1, random_state=2).fit(d)
+    seen = []
+    set_threads = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (seen.append(n), set_threads(n)))
+    before = torch.get_num_threads()
+    model = LambdaMART(**kw, n_jobs=1).fit(d)
+    model.predict(d)
+    assert torch.get_num_threads() == before
+    if before != 1:  # each call ran on 1 thread and gave the count back
+        assert seen == [1, before, 1, before]
