@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-from rankkit.infra.checkpoint import read_checkpoint
+from rankkit.infra.checkpoint import CLASS_KEY, TRAINABLE, read_checkpoint
 from rankkit.infra.io import check_outputs
 from rankkit.infra.quiet import verbose as env_verbose
 from rankkit.training.run_config import _config_flag, config_names
@@ -32,9 +32,10 @@ from rankkit.tune import parse_overrides, tune
 COMMANDS = {
     "fit": "train a model (LightningCLI: --config NAME|FILE.yaml, overrides like --data.fold=2; "
            "shows its progress, everything with --verbose, nothing but its last line with --quiet)",
-    "validate": "score a checkpoint on the validation set of the data it was trained on (--config ... "
-                "--ckpt_path=FILE)",
-    "test": "score a checkpoint on the test set of the data it was trained on (--config ... --ckpt_path=FILE)",
+    "validate": "score a checkpoint on the validation set of the data it was trained on (--ckpt_path=FILE; "
+                "the checkpoint holds the model and its data, --config may add trainer settings)",
+    "test": "score a checkpoint on the test set of the data it was trained on (--ckpt_path=FILE; the "
+            "checkpoint holds the model and its data, --config may add trainer settings)",
 }
 EXPORT_FORMATS = ("torchscript", "export", "onnx")
 # The user-facing errors: anything else is a bug and keeps its stack trace. OSError covers a
@@ -59,7 +60,13 @@ def run_lightning(argv: list[str] | None) -> int:
         raise UsageError("give --verbose or --quiet, not both")
     args = [a for a in args if a not in ("--verbose", "--quiet")]
     helping = any(a in ("-h", "--help") for a in args)
-    if args and not helping and not any(_config_flag(a) or a.split("=")[0] == "--model" for a in args[1:]):
+    configured = any(_config_flag(a) or a.split("=")[0] == "--model" for a in args[1:])
+    ckpt_path = _ckpt_path(args)
+    if args and args[0] in ("validate", "test") and not helping and not configured and ckpt_path is not None:
+        # The checkpoint holds the model (its class and arguments) and the data it was trained on.
+        args.append(f"--model={checkpoint_class(ckpt_path)}")
+        configured = True
+    if args and not helping and not configured:
         raise UsageError(f"`rankkit {args[0]}` needs a model and its data: --config NAME (shipped: "
                          f"{', '.join(config_names())}) or --config FILE.yaml, or --model CLASS "
                          f"(`rankkit {args[0]} --help` lists the options)")
@@ -74,6 +81,26 @@ def run_lightning(argv: list[str] | None) -> int:
 
     lightning_cli(args, verbose=verbose, progress=bool(args) and args[0] == "fit" and not quiet)
     return 0
+
+
+def _ckpt_path(args: list[str]) -> str | None:
+    """The ``--ckpt_path`` of a command line (``--ckpt_path=X`` or ``--ckpt_path X``), or None."""
+    for i, a in enumerate(args):
+        if a.startswith("--ckpt_path="):
+            return a.split("=", 1)[1]
+        if a == "--ckpt_path" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def checkpoint_class(path: str) -> str:
+    """The rankkit LightningModule class a checkpoint was written by (its import path, one of
+    :data:`rankkit.infra.checkpoint.TRAINABLE`; read as text, checked, never imported from the file)."""
+    name = read_checkpoint(path).get(CLASS_KEY)
+    if name not in TRAINABLE:
+        raise ValueError(f"{path}: not a rankkit model checkpoint (it names no rankkit model class); pass "
+                         f"--config NAME for the model and its data")
+    return name
 
 
 # -- predict --------------------------------------------------------------------------------------

@@ -364,7 +364,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     left = n_trials - len(study.get_trials(deepcopy=False, states=finished))
     if left > 0:
-        objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric)
+        objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric, log=log)
         study.optimize(objective, n_trials=left, timeout=timeout, catch=(), gc_after_trial=True,
                        callbacks=[_progress(n_trials, metric, log)])
     if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
@@ -413,11 +413,16 @@ def _study(name: str, storage: str, seed: int, pruner):
         else optuna.pruners.NopPruner())
 
 
-def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric: str) -> Callable:
+def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric: str,
+               log: Callable[[str], None] | None = None) -> Callable:
     """A trial's value: the mean best vali value of ``trial_seeds`` fits (the first one's curve
-    reported for pruning)."""
+    reported for pruning). ``log`` gets a line as each trial starts (a trial can take a minute:
+    the study is never silent until its first one ends)."""
     def objective(trial):
         values = {k: p.suggest(trial) for k, p in params.items()}
+        if log is not None:
+            log(f"trial {trial.number} started: " + ", ".join(f"{k.split('.')[-1]}={_decode(v)!r}"
+                                                              for k, v in values.items()))
         t0 = time.perf_counter()
         scores = []
         try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -93,13 +94,38 @@ def test_a_quiet_fit_shows_its_progress_in_a_log_and_quiet_hides_it(letor, tmp_p
     args = [*quick(letor, tmp_path, epochs=12)]
     assert main(["fit", "--config", config, *args]) == 0
     err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("rankkit fit: ") and "/12 trees" in line]
-    assert len(lines) == 1 and lines[0].startswith("rankkit fit: 10/12 trees, val/ndcg@10 ")
-    assert "best" in lines[0] and "at epoch=" in lines[0]
+    lines = [line for line in err.splitlines() if line.startswith("rankkit fit: ") and "/12 tree" in line]
+    assert len(lines) == 2 and lines[0].startswith("rankkit fit: 1/12 trees, val/ndcg@10 ")  # the first at once
+    assert lines[1].startswith("rankkit fit: 10/12 trees, val/ndcg@10 ")
+    assert "best" in lines[1] and "at epoch=" in lines[1]
     assert "rankkit fit: 12 trees done, best val/ndcg@10" in err  # the end, when the last line was earlier
     assert main(["fit", "--quiet", "--config", config, *args]) == 0
     captured = capsys.readouterr()
-    assert "trees, val/ndcg@10" not in captured.err and "rankkit fit: 12 epochs; checkpoint" in captured.out
+    assert "trees, val/ndcg@10" not in captured.err and "rankkit fit: 12 trees; checkpoint" in captured.out
+
+
+def test_a_log_gets_its_first_line_after_the_first_epoch_then_every_10_or_30_seconds(monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from rankkit.infra import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    stream = io.StringIO()
+    bar = progress.FitProgress(stream=stream)
+    trainer = SimpleNamespace(current_epoch=0, max_epochs=100, is_global_zero=True, sanity_checking=False,
+                              callback_metrics={"val/ndcg@10": torch.tensor(0.5)})
+    bar.on_fit_start(trainer, SimpleNamespace(train_batching="query"))
+    written = []
+    for epoch, seconds in enumerate([20.0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 31, 1]):  # a slow first epoch
+        clock[0] += seconds
+        trainer.current_epoch = epoch
+        bar.on_validation_epoch_end(trainer, None)
+        written.append(len(stream.getvalue().splitlines()))
+    # epoch 0 at once (not after 10 epochs), epoch 9 (every 10), epoch 11 (31 s after the last line)
+    assert written == [1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 3]
+    assert stream.getvalue().splitlines()[0].startswith("rankkit fit: 1/100 epochs, val/ndcg@10 0.5000")
 
 
 def test_the_progress_bar_rewrites_one_line_in_a_terminal():
@@ -125,6 +151,18 @@ def test_the_progress_bar_rewrites_one_line_in_a_terminal():
     text = stream.getvalue()
     assert text.count("\r") == 3 and text.count("\n") == 1
     assert "3/3 trees, val/ndcg@10 0.6000; best 0.7000 at epoch=1 (2 trees)" in text
+
+
+def test_the_help_says_how_to_see_a_configs_values_and_that_way_shows_them(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    assert "`--config NAME --print_config` prints every value" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", "lambdarank", "--print_config"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0
+    # the config's values (the classes' defaults are max_docs 4096 and k null), the model's arguments too
+    assert "  max_docs: 512\n" in out and "    k: 10\n" in out and "class_path: rankkit.neural.LambdaRank" in out
 
 
 def test_fit_without_a_config_names_the_flag(capsys):
@@ -190,6 +228,11 @@ def test_configs_start_with_the_command_that_runs_them():
 
 
 # -- fit -> test -> predict -> export, for each model ------------------------------------------------
+def _test_ndcg(table: str) -> float:
+    """test/ndcg@10 from Lightning's table of test metrics."""
+    return float(re.search(r"test/ndcg@10\s*\S\s*([0-9.]+)", table).group(1))
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_fit_test_predict_export(model, letor, tmp_path, capsys):
     config = str(CONFIGS / f"{model}.yaml")
@@ -197,7 +240,14 @@ def test_fit_test_predict_export(model, letor, tmp_path, capsys):
     assert main(["fit", "--config", config, *args]) == 0
     ckpt = next(tmp_path.rglob("*.ckpt"))
     assert main(["test", "--config", config, *args, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
-    assert "test/ndcg@10" in capsys.readouterr().out
+    with_config = _test_ndcg(capsys.readouterr().out)
+    # Without --config the checkpoint gives the model and its data, and scoring leaves no logger folder.
+    scoring = tmp_path / "scoring"
+    assert main(["test", f"--ckpt_path={ckpt}", f"--trainer.default_root_dir={scoring}"]) == 0
+    captured = capsys.readouterr()
+    assert _test_ndcg(captured.out) == with_config
+    assert f"scored the test set of {letor} fold 1, the data the checkpoint was trained on" in captured.err
+    assert not (scoring / "lightning_logs").exists()
     predictions = tmp_path / "predictions.tsv"
     assert main(["predict", str(ckpt), "--input", str(letor / "test.txt"), "-o", str(predictions)]) == 0
     rows = [line.split("\t") for line in predictions.read_text().splitlines()]

@@ -252,3 +252,15 @@ def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
     # refitting with another mode leaves no stale choice behind
     model.set_params(unbiased=False).fit(x, y, group=group)
     assert not hasattr(model, "unbiased_choice_")
+
+
+def test_auto_says_each_stage_of_its_race_under_verbose(pbm_logs, capsys):
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    model = LambdaMART(unbiased="auto", n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, verbose=1).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    stages = [line for line in capsys.readouterr().err.splitlines() if "unbiased='auto'" in line]
+    assert len(stages) == 2 and stages[0].startswith("LambdaMART unbiased='auto': 2 trees each")
+    assert stages[1].startswith("LambdaMART unbiased='auto': 4 trees each")
+    assert stages[1].endswith(f"{model.unbiased_choice_} go on") and stages[0].count(",") >= 4

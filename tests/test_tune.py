@@ -218,3 +218,21 @@ def test_trial_seeds_score_a_trial_by_the_mean_of_its_seeds_fits(tmp_path, confi
         got.append(float(re.search(r"val/ndcg@10 ([0-9.]+)", capsys.readouterr().out).group(1)))
     assert got[0] != got[1]  # two different fits, averaged
     assert result.best_value == pytest.approx(sum(got) / 2, abs=5e-5) and result.best_value == row["value"]
+
+
+def test_a_trial_says_it_started_before_its_first_fit(monkeypatch):
+    # A trial can take a minute: its start line comes before any fit runs (no silent wait).
+    optuna = pytest.importorskip("optuna")
+    lines, seen_at_fit = [], []
+
+    def slow_fit(config, values, *, trial, metric, workdir, report=True):
+        seen_at_fit.append(list(lines))
+        return 0.5, 0
+
+    monkeypatch.setattr(tuning, "_trial", slow_fit)
+    params = {"model.init_args.lr": tuning.Param("model.init_args.lr", "float", 1e-4, 1e-2, log=True),
+              "model.init_args.hidden": tuning.Param("model.init_args.hidden", "choices", choices=([8], [16, 8]))}
+    objective = tuning._objective({}, params, seed=0, trial_seeds=2, metric="val/ndcg@10", log=lines.append)
+    trial = optuna.trial.FixedTrial({"model.init_args.lr": 0.001, "model.init_args.hidden": "[16, 8]"}, number=4)
+    assert objective(trial) == 0.5
+    assert seen_at_fit[0] == ["trial 4 started: lr=0.001, hidden=[16, 8]"] and len(seen_at_fit) == 2

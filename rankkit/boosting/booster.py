@@ -287,6 +287,10 @@ class LambdaMART(BaseEstimator):
                     engine.update()
                 self.unbiased_scores_[name] = metric(engine.to_ensemble())
             ranked = sorted(alive, key=lambda name: -self.unbiased_scores_[name])
+            if self.verbose:  # the race takes about 2.3 fits: say each stage as it ends
+                scores = ", ".join(f"{name} {self.unbiased_scores_[name]:.5f}" for name in ranked)
+                print(f"LambdaMART unbiased='auto': {max(rounds, 1)} trees each, validation click "
+                      f"log-likelihood {scores}; {', '.join(ranked[:keep])} go on", file=sys.stderr)
             alive = {name: alive[name] for name in ranked[:keep]}
         self.unbiased_choice_ = next(iter(alive))
         return alive[self.unbiased_choice_]

@@ -8,8 +8,9 @@ to stderr after every validation (or training epoch without one):
   maximum, the validation NDCG@10 and the best so far, at ``epoch=E``: the 0-based index
   Lightning's checkpoint names use (``best-epoch=E.ckpt``) with the count it means (E + 1 trees
   for LambdaMART), seconds elapsed;
-* otherwise (a log file, CI), one full line every ``every`` epochs, and whenever ``seconds``
-  have passed since the last one, and at the end, with the same fields.
+* otherwise (a log file, CI), one full line after the first epoch (tree), then every ``every``
+  epochs and whenever ``seconds`` have passed since the last one, and at the end, with the same
+  fields: a log is never silent for longer than ``seconds`` plus one epoch.
 
 ``--quiet`` turns it off; ``fit`` still ends with its one summary line.
 """
@@ -72,7 +73,8 @@ class FitProgress(pl.Callback):
             end = "\n" if final else ""
             self.stream.write("\r" + self._line(trainer, value).ljust(100) + end)
             self.stream.flush()
-        elif final or (trainer.current_epoch + 1) % self.every == 0 or now - self.last >= self.seconds:
+        elif final or self.reported is None or (trainer.current_epoch + 1) % self.every == 0 \
+                or now - self.last >= self.seconds:
             self.stream.write(self._line(trainer, value) + "\n")
             self.stream.flush()
             self.last, self.reported = now, trainer.current_epoch

@@ -105,7 +105,8 @@ class RankkitCLI(LightningCLI):
         path = getattr(cb, "best_model_path", "") or "none (no ModelCheckpoint)"
         score = getattr(cb, "best_model_score", None)
         metric = f", {cb.monitor} {float(score):.4f}" if score is not None and cb.monitor else ""
-        print(f"rankkit fit: {self.trainer.current_epoch} epochs; checkpoint {path}{metric}")
+        unit = "trees" if getattr(self.model, "train_batching", None) == "dataset" else "epochs"
+        print(f"rankkit fit: {self.trainer.current_epoch} {unit}; checkpoint {path}{metric}")
 
     def instantiate_trainer(self, **kwargs):
         # A bad trainer option (accelerator=gpu without a GPU, max_epochs=-5, devices=x) is the
@@ -159,6 +160,8 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
         parser_kwargs.update({name: {"exit_on_error": False, "description": text}
                               for name, text in descriptions().items()})
     trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
+    if argv and argv[0] in ("validate", "test"):  # scoring leaves no lightning_logs/version_N (--trainer.logger=true)
+        trainer_defaults["logger"] = False
     if progress and not verbose:  # a quiet fit still shows its progress (rankkit.infra.progress), unless --quiet
         trainer_defaults["callbacks"] = [FitProgress()]
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:

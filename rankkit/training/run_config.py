@@ -114,7 +114,8 @@ def descriptions() -> dict[str, str]:
     names = ", ".join(config_names())
     common = (f" --config NAME takes a config shipped with rankkit ({names}) from any folder, or a .yaml path; "
               f"--data.KEY=VALUE, --model.init_args.KEY=VALUE and --trainer.KEY=VALUE override it (the "
-              f"defaults listed below are the classes'; `--config NAME --help` lists the config's). Quiet "
+              f"defaults listed below are the classes'; `--config NAME --print_config` prints every value the "
+              f"config sets, the model's arguments included). Quiet "
               f"unless --verbose (or RANKKIT_VERBOSE=1): then Lightning's progress bar, model summary, tips "
               f"and warnings show too. fit shows its progress (a bar in a terminal, a line every 10 epochs "
               f"or trees in a log, with vali NDCG@10) unless --quiet.")
@@ -124,10 +125,14 @@ def descriptions() -> dict[str, str]:
                "with one line naming it." + common,
         "validate": "Score a trained checkpoint (--ckpt_path FILE) on the validation set of the data it was "
                     "trained on: the fold, folder and batching recorded in the checkpoint, unless given "
-                    "as --data.KEY; one line says which data was scored." + common,
+                    "as --data.KEY; one line says which data was scored. No --config is needed: the "
+                    "checkpoint holds the model; no lightning_logs folder is written unless "
+                    "--trainer.logger=true." + common,
         "test": "Score a trained checkpoint (--ckpt_path FILE) on the test set of the data it was trained "
                 "on: the fold, folder and batching recorded in the checkpoint, unless given as --data.KEY; "
-                "one line says which data was scored, then Lightning's table of test metrics." + common,
+                "one line says which data was scored, then Lightning's table of test metrics. No --config "
+                "is needed: the checkpoint holds the model; no lightning_logs folder is written unless "
+                "--trainer.logger=true." + common,
     }
 
 
