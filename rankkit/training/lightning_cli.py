@@ -98,6 +98,17 @@ class RankkitCLI(LightningCLI):
     def before_fit(self) -> None:
         without_validation(self.trainer, self.datamodule)
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        # A fit that fails leaves no logger folder of its own behind (config.yaml, hparams.yaml),
+        # unless it holds a checkpoint: a failure after a saved epoch loses nothing.
+        new = new_folder(self.trainer.log_dir) if subcommand == "fit" and self.trainer.logger is not None else None
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            if new is not None and self.trainer.is_global_zero:
+                remove_if_no_checkpoint(new)
+            raise
+
     def after_fit(self) -> None:
         if not self.quiet or not self.trainer.is_global_zero:
             return
@@ -137,6 +148,29 @@ class RankkitCLI(LightningCLI):
             if group.title and group.title.startswith(("Runs the full", "Perform one evaluation")):
                 group.title = f"Trainer.{subcommand} arguments"
         return parser
+
+
+def new_folder(path: str | None) -> str | None:
+    """The top-most folder of ``path`` that does not exist yet (``lightning_logs`` of
+    ``lightning_logs/version_0`` in a fresh folder), or None when ``path`` exists."""
+    top = None
+    while path and not os.path.exists(path):
+        top, path = path, os.path.dirname(path)
+    return top
+
+
+def remove_if_no_checkpoint(folder: str) -> bool:
+    """Remove ``folder`` (a failed run's log folder) unless a ``.ckpt`` file lies anywhere in it;
+    returns whether it did."""
+    import shutil
+
+    if not os.path.isdir(folder):
+        return False
+    for _, _, files in os.walk(folder):
+        if any(name.endswith(".ckpt") for name in files):
+            return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True, progress: bool = False):
