@@ -1,7 +1,7 @@
 """The same ranking script, written for LightGBM and for XGBoost, run with the real library and with
 rankkit.compat (only the import changed), on the bundled MQ2008 folds; the table goes to docs/compat.md.
 
-    python experiments/compat_mq2008.py --folds 1 2 3 4 5
+    python experiments/compat_mq2008.py --write      # all five folds; --folds 1 for one
 
 Test NDCG@10: exp gain 2^rel - 1, discount 1/log2(1 + rank), a query with nothing relevant scores 1,
 by rankkit.metrics.ndcg on every side. Each script: 1,000 rounds at most, early stopping after 50
@@ -55,7 +55,7 @@ def test_ndcg(model, test) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--write", action="store_true", help="replace the section of docs/compat.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = {}
@@ -78,10 +78,10 @@ def main(argv=None) -> None:
                      f"{v[:, 1].mean():.0f} | {v[:, 2].mean():.2f} |")
     versions = ", ".join(f"{m} {importlib.import_module(m).__version__}" for m in ("lightgbm", "xgboost", "torch"))
     body = (f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()} ({torch.get_num_threads()} thread), "
-            f"{versions}, folds {args.folds} of the bundled MQ2008, by\n`{command_line(__file__, argv)}`:\n\n"
+            f"{versions}, folds {args.folds} of the bundled MQ2008.\nCommand: `{command_line(__file__, argv)}`\n\n"
             + "\n".join(lines))
     print(body)
-    if not args.no_write:
+    if args.write:
         write_section("compat_mq2008", body, DOC)
 
 

@@ -101,7 +101,10 @@ def _demo_table(out: Path, wall: float) -> str:
     return (f"What `rankkit compare --config compare` (the main job of `make demo`) printed on "
             f"{datetime.date.today()}\n({os.cpu_count()} CPU cores, load {load:.0f}; torch {torch.__version__}; "
             f"the whole run took {wall:.0f} s).\nMQ2008 Fold1, seed 0, test metrics of the epoch or tree with the "
-            f"best vali NDCG@10; exp gain, a\nquery with nothing relevant scores 1 in NDCG and MAP:\n\n{table}\n")
+            f"best vali NDCG@10; exp gain, a\nquery with nothing relevant scores 1 in NDCG and MAP. The metrics "
+            f"repeat to the digit on any machine\n(same seed, CPU); `train s` is wall time at the load above, so "
+            f"compare rows with each other, not with\nyour machine; `export KiB` is the size of the TorchScript "
+            f"file written:\n\n{table}\n")
 
 
 def regenerate_demo(readme: Path = ROOT / "README.md") -> None:

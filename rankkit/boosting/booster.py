@@ -324,12 +324,7 @@ class LambdaMART(BaseEstimator):
                 raise ValueError(f"`random_state` and `seed` are one setting: got random_state="
                                  f"{options.random_state!r} and seed={params['seed']!r}; give one")
             params["seed"] = options.random_state
-        config = BoosterConfig.from_params(params)
-        if config.objective != "lambdarank" and config.weighting != BoosterConfig.weighting:
-            # Only "lambdarank" reads `weighting`; any other objective would drop it silently.
-            raise ValueError(f"`weighting` applies to objective='lambdarank' only; objective="
-                             f"{config.objective!r} has its own weighting, got weighting={config.weighting!r}")
-        return config
+        return BoosterConfig.from_params(params)
 
     def _set_importance(self, gain: np.ndarray, split: np.ndarray) -> None:
         self.feature_importance_gain_ = gain

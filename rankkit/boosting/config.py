@@ -195,6 +195,10 @@ class BoosterConfig:
             raise ValueError(f"`{'exact_newton' if self.exact_newton else 'unbiased'}` needs a built-in pairwise "
                              f"objective (it reweighs the lambda kernel's pairs), not a custom one")
         check_all(self)
+        if self.objective != "lambdarank" and self.weighting != BoosterConfig.weighting:
+            # Only "lambdarank" reads `weighting`; any other objective would drop it silently.
+            raise ValueError(f"`weighting` applies to objective='lambdarank' only; objective="
+                             f"{self.objective!r} has its own weighting, got weighting={self.weighting!r}")
         if self.exact_newton and self.objective == "pointwise":
             raise ValueError("`exact_newton` applies to the pairwise objectives; the pointwise "
                              "objective's Newton steps are exact already")

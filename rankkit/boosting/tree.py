@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 
 from rankkit.kernels.backends import Backend, choose
-from rankkit.kernels.torch_ref import (_CHUNK_ROWS, _TINY, N_CODES, Reduce, build_histograms,  # noqa: F401
+from rankkit.kernels.torch_ref import (_CHUNK_ROWS, N_CODES, Reduce, build_histograms,  # noqa: F401
                                        dequantize, exact_leaf_sums, identity_reduce, leaf_of, leaf_sums,
                                        newton_leaf_values, split_scores)
 

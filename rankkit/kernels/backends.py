@@ -94,10 +94,19 @@ def choose(device: torch.device | str, requested: str | None = None,
 class Backend:
     """The steps of one boosting round on one device (the torch implementation by default).
 
-    A backend is chosen once per fit (:func:`choose`) and passed down: the engine calls
-    :meth:`lambdas` through the objective, the grower calls :meth:`prepare` once and
-    :meth:`grow` every round, and the engine calls :meth:`add_tree` for the training scores
-    and every eval set.
+    A backend is chosen once per fit (:func:`choose`) and passed down. Its ten methods, by who
+    calls them:
+
+    * the objective: :meth:`lambdas` (the round's gradients);
+    * the engine: :meth:`codes_layout` (each eval set's codes, once), :meth:`add_tree` (the
+      training scores), :meth:`score_eval_set` (each eval set's update and metric, every round)
+      and :meth:`eval_metric` (a metric with no tree to add);
+    * the grower: :meth:`prepare` (once per fit) and :meth:`grow` (every tree), which is
+      :meth:`grow_levels` then :meth:`leaf_values`; :meth:`leaves_of` routes documents (a row
+      sample's left-out rows, the eval sets).
+
+    A new backend overrides what it runs faster and inherits the torch reference for the rest
+    (docs/design.md, "The seam", has the table of who runs what).
 
     Attributes:
         name: "torch", "cpu" or "triton".

@@ -259,7 +259,7 @@ def split_scan(hist: torch.Tensor, valid_codes: torch.Tensor, params, scale: tor
     top, noisy = torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.int64)
     best = _dll().rankkit_split_scan(
         hist.data_ptr(), int(quantized), _ptr(scale), n_feat, n_nodes, None, valid.data_ptr(), float(params.l2),
-        float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY, _ptr(noise), gains.data_ptr(),
+        float(params.min_data_in_leaf), float(params.min_sum_hessian), torch_ref.TINY, _ptr(noise), gains.data_ptr(),
         top.data_ptr(), noisy.data_ptr(), _threads())
     return gains, int(best), int(noisy[0])
 
@@ -373,7 +373,8 @@ class TreeKernels:
             codes.data_ptr(), codes.shape[1], _ptr(rows_c), n, _ptr(feats_c), n_feat, g.data_ptr(), h.data_ptr(),
             int(quantized), _ptr(scale_c), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(), node.data_ptr(),
             hist_a.data_ptr(), hist_b.data_ptr(), nbins.data_ptr(), valid_u8.data_ptr(), float(params.l2),
-            float(params.min_data_in_leaf), float(params.min_sum_hessian), _TINY, _ptr(noise), gains_buf.data_ptr(),
+            float(params.min_data_in_leaf), float(params.min_sum_hessian), torch_ref.TINY, _ptr(noise),
+            gains_buf.data_ptr(),
             depth, int(root_counts is None), _ptr(root_out), feats.data_ptr(), cuts.data_ptr(), gains.data_ptr(),
             _ptr(leaf_g), _ptr(leaf_h), float(params.learning_rate), _ptr(sums), _ptr(values), _threads())
         if status != 0:
@@ -468,7 +469,6 @@ def grow_levels_unfused(codes: torch.Tensor, g, h, scale, valid, rows, features,
     return node, feats, cuts, gains
 
 
-_TINY = 1e-12  # floor of a hessian sum in a denominator (as the torch reference)
 
 
 def _discounts(max_len: int, cutoff: int) -> torch.Tensor:

@@ -24,7 +24,7 @@ import torch
 N_CODES = 256
 # Rows added per chunk: bounds the int64 index and value buffers to F * _CHUNK_ROWS * 8 bytes each.
 _CHUNK_ROWS = 1 << 16
-_TINY = 1e-12  # floor of a hessian sum in a denominator
+TINY = 1e-12  # floor of a hessian sum in a split gain's denominator (every backend's)
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -97,8 +97,8 @@ def split_scores(hist: torch.Tensor, valid_codes: torch.Tensor, params) -> torch
     gl, hl, nl = left.unbind(0)
     gr, hr, nr = right.unbind(0)
     # G² / (H + λ); an empty child has G = H = 0 and scores 0 even when λ = 0.
-    node = (gl[..., -1:].square() / (hl[..., -1:] + lam).clamp_(min=_TINY))
-    gain = (gl.square() / (hl + lam).clamp_(min=_TINY)).add_(gr.square() / (hr + lam).clamp_(min=_TINY)).sub_(node)
+    node = (gl[..., -1:].square() / (hl[..., -1:] + lam).clamp_(min=TINY))
+    gain = (gl.square() / (hl + lam).clamp_(min=TINY)).add_(gr.square() / (hr + lam).clamp_(min=TINY)).sub_(node)
     gain = gain.cumsum(1)[:, -1]
     bad = ((nl > 0) & (nl < params.min_data_in_leaf)) | ((nr > 0) & (nr < params.min_data_in_leaf))
     if params.min_sum_hessian > 0:

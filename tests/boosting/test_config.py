@@ -9,6 +9,7 @@ import yaml
 from rankkit.boosting import LambdaMART, LambdaMARTModule
 from rankkit.boosting.booster import EstimatorOptions
 from rankkit.boosting.config import BoosterConfig
+from rankkit.data import make_synthetic
 from rankkit.infra.params import declared
 from rankkit.training.run_config import CONFIG_DIR
 
@@ -129,3 +130,19 @@ def test_an_undeclared_field_is_refused():
 
     with pytest.raises(TypeError, match="Undeclared.depth"):
         declared(Undeclared)
+
+
+# Settings every front end refuses, each a different rule of BoosterConfig.check (ranges and
+# combinations): the estimator at fit, the Lightning module at construction, with one message.
+REFUSED = [dict(objective="ranknet", weighting="map"), dict(objective="xendcg", weighting="err"),
+           dict(depth=0), dict(hessian="constant"), dict(objective="pointwise", exact_newton=True),
+           dict(k=0), dict(objective="no-such"), dict(max_bins=2), dict(learning_rate=0.0)]
+
+
+@pytest.mark.parametrize("params", REFUSED, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+def test_the_estimator_and_the_module_refuse_the_same_settings(params):
+    with pytest.raises(ValueError) as by_estimator:
+        LambdaMART(**params).fit(make_synthetic(4, 5, 3, seed=0))
+    with pytest.raises(ValueError) as by_module:
+        LambdaMARTModule(**params)
+    assert str(by_estimator.value) == str(by_module.value)

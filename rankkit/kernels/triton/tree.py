@@ -41,10 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
+from rankkit.kernels.torch_ref import TINY
 from rankkit.kernels.triton.histogram import level_histogram_triton, smaller_first
 
 N_CODES = 256
-_TINY = 1e-12  # the reference's floor of a hessian sum in a denominator
 
 
 @triton.jit
@@ -307,7 +307,7 @@ def split_scan_triton(hist: torch.Tensor, valid: torch.Tensor, *, l2: float, min
                              dummy if scale is None else scale.to(torch.float64).contiguous(),
                              dummy if noise is None else noise.to(torch.float64).contiguous(),
                              best, code, n_feat, n_nodes, float(l2), float(min_data_in_leaf),
-                             float(min_sum_hessian), _TINY, QUANT=quant, HAS_NOISE=noise is not None,
+                             float(min_sum_hessian), TINY, QUANT=quant, HAS_NOISE=noise is not None,
                              num_warps=4)
     return best, code
 
