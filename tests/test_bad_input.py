@@ -39,6 +39,7 @@ from rankkit.infra.io import atomic_write
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.data import RankingDataset, concat, read_svmlight
 from rankkit.data import svmlight
+from rankkit.data.dataset import pad
 from rankkit.export import export_program, export_torchscript, load_scorer
 
 
@@ -196,6 +197,15 @@ def corrupt_cache(tmp_path: Path):
     return RankingDataset.load(tmp_path / "c.npz")
 
 
+_WRAPPING = (0, 2**63 - 1, -2, 3)  # differences that wrap around int64 to look non-decreasing
+
+
+def wrapping_cache(tmp_path: Path):
+    np.savez(tmp_path / "w.npz", features=np.zeros((3, 2), np.float32), labels=np.zeros(3, np.float32),
+             offsets=np.array(_WRAPPING, np.int64), qids=np.arange(3))
+    return RankingDataset.load(tmp_path / "w.npz")
+
+
 def pickled_cache(tmp_path: Path):
     np.savez(tmp_path / "p.npz", features=np.array([object()], dtype=object))
     return RankingDataset.load(tmp_path / "p.npz")
@@ -230,13 +240,21 @@ DATASET = [
     Case("dataset-offsets-not-from-zero", dataset(offsets=(1, 2, 3)), ValueError, r"`offsets` has to be 0 first and N = 3 last"),
     Case("dataset-offsets-not-to-n", dataset(offsets=(0, 2, 2)), ValueError, r"`offsets` has to be 0 first and N = 3 last, got 2 at \[2\]"),
     Case("dataset-offsets-decreasing", dataset(offsets=(0, 3, 2, 3), qids=(1, 2, 3)), ValueError,
-         r"`offsets` has to be non-decreasing, got 2 at \[1\]"),
+         r"`offsets` has to be non-decreasing, got 2 at \[2\]"),
     Case("dataset-offsets-float", dataset(offsets=(0.0, 2.5, 3.0)), ValueError, r"`offsets` has to be a int tensor"),
     Case("dataset-offsets-empty", dataset(offsets=torch.zeros(0, dtype=torch.long), qids=torch.zeros(0, dtype=torch.long)),
          ValueError, r"`offsets` has to hold Q \+ 1 >= 1 entries"),
     Case("dataset-qids-wrong-length", dataset(qids=(7,)), ValueError, r"`qids` has to hold one id per query \(2\), got 1"),
     Case("dataset-comments-wrong-length", dataset(comments=["a"]), ValueError,
          r"`comments` has to hold one string per document \(3\), got 1"),
+    Case("dataset-offsets-wrapping", dataset(offsets=_WRAPPING, qids=(1, 2, 3)), ValueError,
+         r"`offsets` has to be in 0\.\.N = 3, got 9223372036854775807 at \[1\]"),
+    Case("dataset-cache-offsets-wrapping", wrapping_cache, ValueError,
+         r"w\.npz: not a valid rankkit dataset cache \(`offsets` has to be in 0\.\.N = 3"),
+    Case("pad-sizes-wrapping", lambda tmp: pad(torch.zeros(3), torch.tensor([2**62, -2**62 + 3])), ValueError,
+         r"`sizes` has to be a size in 0\.\.3 \(the documents\), got 4611686018427387904 at \[0\]"),
+    Case("pad-sizes-not-summing", lambda tmp: pad(torch.zeros(3), torch.tensor([1, 1])), ValueError,
+         r"`sizes` has to sum to 3 \(the documents\), got 2"),
     Case("dataset-cache-corrupt", corrupt_cache, ValueError, r"c\.npz: not a valid rankkit dataset cache"),
     Case("dataset-cache-with-pickle", pickled_cache, ValueError, r"p\.npz: not a valid rankkit dataset cache"),
     Case("dataset-bucket-max-docs-zero", lambda tmp: GOOD_DS(tmp).bucket_batches(0), ValueError,

@@ -14,7 +14,8 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from rankkit.infra.checks import check_int, check_tensor, check_tensors, describe, labels_condition, to_device
+from rankkit.infra.checks import (check_int, check_sizes, check_tensor, check_tensors, describe, labels_condition,
+                                   offsets_conditions, to_device)
 from rankkit.infra.io import atomic_write
 
 
@@ -66,7 +67,7 @@ def pad(values: torch.Tensor, sizes: torch.Tensor, *, length: int | None = None,
 
     Both live on the device of ``values`` (``sizes`` follows it).
     """
-    sizes = sizes.to(values.device)
+    sizes = check_sizes(sizes, values.shape[0] if values.dim() else -1).to(values.device)
     length = int(sizes.max()) if length is None and len(sizes) else (length or 0)
     rows, cols = padded_layout(sizes)
     out = values.new_full((len(sizes), length, *values.shape[1:]), fill)
@@ -138,17 +139,11 @@ class RankingDataset:
         self.offsets = offsets.to(torch.int64)
         self.qids = qids.to(torch.int64)
         self.position = None if position is None else position.to(torch.int64)
-        ends = torch.zeros_like(self.offsets, dtype=torch.bool)
-        ends[0] = True
-        ends[-1] = True
-        target = torch.zeros_like(self.offsets)
-        target[-1] = n
         check_tensors(
             # after the float32 cast, so that a float64 value beyond float32 counts as inf
             ("features", self.features, _inf_mask(self.features), "finite or NaN (missing)"),
             labels_condition(self.labels, None),
-            ("offsets", self.offsets, ends & (self.offsets != target), f"0 first and N = {n} last"),
-            ("offsets", self.offsets[1:], self.offsets.diff() < 0, "non-decreasing"),
+            *offsets_conditions(self.offsets, n),
             *([("position", position, position < 0, "a non-negative integer")] if position is not None else []),
         )
 

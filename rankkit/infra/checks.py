@@ -165,6 +165,32 @@ def check_tensors(*conditions: tuple[str, torch.Tensor, torch.Tensor, str]) -> N
                              f"[{', '.join(map(str, idx))}]")
 
 
+def check_sizes(sizes, n: int, name: str = "sizes") -> torch.Tensor:
+    """[Q] query sizes: integers, each in 0..n, summing to n (the documents). Every size is
+    bounded before anything is summed, so no sum can wrap around (a size of 2^63 - 1 beside a
+    negative one is caught here, not in the kernel it would crash)."""
+    check_tensor(sizes, name, ndim=1, kind="int")
+    check_tensors((name, sizes, (sizes < 0) | (sizes > n), f"a size in 0..{n} (the documents)"))
+    total = int(sizes.sum()) if len(sizes) else 0
+    if total != n:
+        raise ValueError(f"`{name}` has to sum to {n} (the documents), got {total}")
+    return sizes
+
+
+def offsets_conditions(offsets: torch.Tensor, n: int, name: str = "offsets") -> tuple:
+    """The conditions of [Q + 1] query offsets: each in 0..n (so no difference wraps), 0 first
+    and n last, non-decreasing (for :func:`check_tensors`)."""
+    ends = torch.zeros_like(offsets, dtype=torch.bool)
+    ends[0] = True
+    ends[-1] = True
+    target = torch.zeros_like(offsets)
+    target[-1] = n
+    return ((name, offsets, (offsets < 0) | (offsets > n), f"in 0..N = {n}"),
+            (name, offsets, ends & (offsets != target), f"0 first and N = {n} last"),
+            (name, offsets, torch.cat([torch.zeros_like(offsets[:1], dtype=torch.bool), offsets.diff() < 0]),
+             "non-decreasing"))
+
+
 def labels_condition(labels: torch.Tensor, mask: torch.Tensor | None, name: str = "labels"):
     """Labels are finite and non-negative on real documents (NaN fails too)."""
     bad = ~(torch.isfinite(labels) & (labels >= 0)) if labels.is_floating_point() else labels < 0

@@ -130,7 +130,33 @@ def _stream_fd(path: str) -> int | None:
     """The file descriptor that ``path`` names (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``,
     ``/proc/self/fd/N``, ``/proc/<this pid>/fd/N``), or None. Such a path resolves to whatever
     the descriptor is open on -- a regular file after ``>> log.txt`` -- and reopening it would
-    truncate that file; rankkit writes through the descriptor instead."""
+    truncate that file; rankkit writes through the descriptor instead.
+
+    Recognised by what the path means, not how it is spelt: any spelling (``//dev/stdout``,
+    ``/dev/./stdout``, ``/proc/self/fd//1``, a relative path), a folder on the way that is a
+    link (``/dev/fd`` is one), and a chain of links that passes through such a name."""
+    current = path
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        for spelling in (_normal(current), _normal(os.path.join(os.path.realpath(os.path.dirname(current) or "."),
+                                                                 os.path.basename(current)))):
+            fd = _named_fd(spelling)
+            if fd is not None:
+                return fd
+        try:
+            link = os.readlink(current)
+        except OSError:  # not a link (or one we may not read: another process's descriptor)
+            return None
+        current = link if os.path.isabs(link) else os.path.join(os.path.dirname(current), link)
+    return None
+
+
+def _normal(path: str) -> str:
+    """``path`` absolute, with ``.``, ``..`` and repeated slashes (a leading ``//`` too) folded."""
+    return "/" + os.path.abspath(path).lstrip("/")
+
+
+def _named_fd(path: str) -> int | None:
+    """The descriptor of one normalised spelling, or None."""
     if path in _STREAMS:
         return _STREAMS[path]
     m = _FD_PATH.fullmatch(path)
