@@ -26,7 +26,7 @@ from typing import Any
 from rankkit.infra.checkpoint import CLASS_KEY, TRAINABLE, read_checkpoint
 from rankkit.infra.io import check_outputs
 from rankkit.infra.quiet import verbose as env_verbose
-from rankkit.training.run_config import _config_flag, config_names
+from rankkit.training.run_config import PARSER_SETTINGS, _config_flag, config_names
 from rankkit.tune import parse_overrides, tune
 
 COMMANDS = {
@@ -297,6 +297,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # -- the command ----------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**PARSER_SETTINGS, **kwargs})
+
     def error(self, message: str):
         raise UsageError(message)
 

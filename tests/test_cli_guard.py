@@ -135,9 +135,27 @@ def test_export_refuses_a_checkpoint_as_its_own_output(work, tmp_path, capsys):
     assert digest(ckpt) == before
 
 
-@pytest.mark.parametrize("spelling", ["--config", "-c", "--conf"])
+@pytest.mark.parametrize("argv", [["fit", "--config", "lambdamart", "--con", "FILE"],
+                                  ["fit", "--config", "lambdamart", "--co", "FILE"],
+                                  ["validate", "--conf", "FILE", "--ckpt_path=FILE"],
+                                  ["predict", "FILE", "--inp", "FILE"], ["export", "FILE", "--form", "onnx"],
+                                  ["compare", "--fold", "1"], ["tune", "--conf", "FILE"], ["info", "--js"]])
+def test_no_command_takes_an_abbreviated_option(tmp_path, capsys, argv):
+    # argparse's abbreviations (`--con FILE` for `--config FILE`) are a spelling no output check
+    # knows: every parser of every command refuses them (run_config.PARSER_SETTINGS), in one line.
+    config = tmp_path / "config.yaml"
+    config.write_text((CONFIGS / "lambdamart.yaml").read_text())
+    before = digest(config)
+    code, err = run([str(config) if a == "FILE" else a for a in argv], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert any(why in err for why in ("unrecognized arguments", "the following arguments are required",
+                                      "needs a model and its data")), err
+    assert digest(config) == before and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+@pytest.mark.parametrize("spelling", ["--config", "-c"])
 def test_fit_refuses_to_rewrite_its_own_config(work, tmp_path, capsys, spelling):
-    # `-c` (LightningCLI's alias) and abbreviations rewrote the config: the guard knew `--config` only
+    # `-c` (LightningCLI's alias) rewrote the config: the guard knew `--config` only
     runs = tmp_path / "runs"
     runs.mkdir()
     config = runs / "config.yaml"

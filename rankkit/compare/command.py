@@ -6,7 +6,7 @@ from pathlib import Path
 from rankkit.compare.protocol import MODELS, compare
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.quiet import verbose
-from rankkit.training.run_config import resolve_config_args
+from rankkit.training.run_config import PARSER_SETTINGS, resolve_config_args
 
 
 def build_compare_parser():
@@ -14,7 +14,7 @@ def build_compare_parser():
     from jsonargparse import ActionConfigFile, ArgumentParser
 
     _yaml.install()  # the YAML limits for --config and every value jsonargparse parses
-    p = ArgumentParser(prog="rankkit compare", exit_on_error=False,
+    p = ArgumentParser(prog="rankkit compare", exit_on_error=False, **PARSER_SETTINGS,
                        description="Train RankNet, LambdaRank and LambdaMART (and optionally LightGBM, "
                                    "XGBoost, CatBoost) on the same folds and seeds; write metrics.json, "
                                    "a Markdown table, PNG plots and verified TorchScript scorers.")

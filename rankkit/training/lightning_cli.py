@@ -25,6 +25,7 @@ from rankkit.training.run_config import (
     ARGUMENT_HELP,
     LIGHTNING_COMMANDS,
     MODEL_CLASSES,
+    PARSER_SETTINGS,
     QUIET_WARNINGS,
     check_run_config,
     config_paths,
@@ -189,9 +190,9 @@ def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = T
     if args is not None:
         args = resolve_config_args(list(args))
     argv = sys.argv[1:] if args is None else args
-    parser_kwargs: dict[str, Any] = {"exit_on_error": False}  # errors raise: main prints one line
+    parser_kwargs: dict[str, Any] = {"exit_on_error": False, **PARSER_SETTINGS}  # errors raise: one line
     if run:
-        parser_kwargs.update({name: {"exit_on_error": False, "description": text}
+        parser_kwargs.update({name: {"exit_on_error": False, "description": text, **PARSER_SETTINGS}
                               for name, text in descriptions().items()})
     trainer_defaults = {} if verbose else {"enable_progress_bar": False, "enable_model_summary": False}
     if argv and argv[0] in ("validate", "test"):  # scoring leaves no lightning_logs/version_N (--trainer.logger=true)

@@ -40,14 +40,16 @@ def resolve_config_arg(value: str) -> str:
     return str(path)
 
 
-# Every spelling argparse accepts for the config flag: LightningCLI's `-c` alias and the
-# unambiguous abbreviations of `--config`.
-CONFIG_FLAGS = ("-c", "--conf", "--confi", "--config")
+# Every parser of every command takes options spelt in full: no abbreviations (argparse would
+# take `--con FILE` for `--config FILE`, a spelling no check of the outputs would know).
+PARSER_SETTINGS = {"allow_abbrev": False}
+# Every spelling of the config flag: LightningCLI's `-c` alias and `--config`.
+CONFIG_FLAGS = ("-c", "--config")
 
 
 def _config_flag(arg: str) -> tuple[str, str | None] | None:
     """(flag, value or None) when ``arg`` is the config flag in any spelling (``-c FILE``,
-    ``-cFILE``, ``--config FILE``, ``--config=FILE``, ``--conf=FILE``), else None."""
+    ``-cFILE``, ``--config FILE``, ``--config=FILE``), else None."""
     flag, eq, value = arg.partition("=")
     if flag in CONFIG_FLAGS:
         return flag, (value if eq else None)
