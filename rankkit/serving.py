@@ -128,7 +128,8 @@ def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor | None, *,
     if not len(features):
         return torch.zeros(0)
     if not list_aware:
-        return torch.cat([scorer(part).reshape(-1).float() for part in features.split(chunk)])
+        return _finite(torch.cat([_count(scorer(part).reshape(-1).float(), len(part))
+                                  for part in features.split(chunk)]))
     sizes = sizes.long()
     lengths = sizes.tolist()
     offsets = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)]).tolist()
@@ -139,9 +140,40 @@ def score_queries(scorer, features: torch.Tensor, sizes: torch.Tensor | None, *,
             longest = max(longest, lengths[stop])
             stop += 1
         padded, mask = pad(features[offsets[start]:offsets[stop]], sizes[start:stop])
-        out.append(scorer(padded, mask)[mask].float())
+        scores = scorer(padded, mask)
+        if tuple(scores.shape) != tuple(mask.shape):
+            raise ValueError(f"the model returned scores of shape {tuple(scores.shape)} for a batch of "
+                             f"{tuple(mask.shape)} documents: a list-aware scorer gives one per document")
+        out.append(scores[mask].float())
         start = stop
-    return torch.cat(out)
+    return _finite(torch.cat(out))
+
+
+def _count(scores: torch.Tensor, n: int) -> torch.Tensor:
+    """``scores``, one per document of a block of ``n``, or a ValueError (written misaligned otherwise)."""
+    if len(scores) != n:
+        raise ValueError(f"the model returned {len(scores)} scores for {n} documents: a scorer gives one "
+                         f"score per document")
+    return scores
+
+
+class NonFiniteScore(ValueError):
+    """A scorer gave a NaN or infinite score (``index``: the first such document of the call)."""
+
+    def __init__(self, index: int, value: float, where: str | None = None):
+        self.index, self.value = index, value
+        super().__init__(f"the model scored {where or f'document {index}'} as {value}: a non-finite score "
+                         f"(NaN or inf weights in the model, or features beyond its range); nothing was written")
+
+
+def _finite(scores: torch.Tensor) -> torch.Tensor:
+    """``scores``, every one finite, or :class:`NonFiniteScore` naming the first that is not (a
+    model file with NaN weights scores everything NaN: refused, never written)."""
+    bad = ~torch.isfinite(scores)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise NonFiniteScore(i, float(scores[i]))
+    return scores
 
 
 def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | None = None, *,
@@ -179,7 +211,11 @@ def predict_file(model, input: str | os.PathLike, output: str | os.PathLike | No
         if not len(qids):
             return 0
         sizes = torch.unique_consecutive(qids, return_counts=True)[1] if list_aware else None
-        scores = score_queries(scorer, features, sizes)
+        try:
+            scores = score_queries(scorer, features, sizes)
+        except NonFiniteScore as e:
+            raise NonFiniteScore(e.index, e.value, f"qid {int(qids[e.index])} document {int(docs[e.index])} "
+                                                   f"(0-based within its query)") from None
         f.write("".join(f"{q}\t{d}\t{s:.9g}\n"  # float32 round-trips
                         for q, d, s in zip(qids.tolist(), docs.tolist(), scores.tolist())))
         return len(scores)

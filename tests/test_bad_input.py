@@ -580,6 +580,15 @@ def fit(x=None, y=None, params=None, **kw):
     return call
 
 
+def overflowing_fit(tmp_path):
+    """Every leaf finite, but four trees' leaves sum beyond float32: the model would predict inf
+    (and `save` wrote a file `load` refuses)."""
+    from rankkit import LambdaMART, make_synthetic
+
+    return LambdaMART(n_estimators=4, depth=2, min_data_in_leaf=5, learning_rate=1e38).fit(
+        make_synthetic(20, 10, 5, seed=0))
+
+
 def put(index, value):
     def edit(t):
         t[index] = value
@@ -647,6 +656,8 @@ def cli(*argv, files=None):
 _TRUNC_GZ = gzip.compress(b"1 qid:1 1:0.5\n0 qid:1 1:0.2\n")[:20]
 
 ESTIMATOR = [
+    Case("est-model-overflows-float32", overflowing_fit, ValueError,
+         r"the trained model cannot score in float32 \(`leaf_values`: .* lower `learning_rate` \(got 1e\+38\)"),
     Case("est-label-nan", fit(y=put(3, NAN)), ValueError, r"`y` has to be finite and non-negative, got nan at \[3\]"),
     Case("est-label-inf", fit(y=put(0, INF)), ValueError, r"`y` has to be finite and non-negative, got inf at \[0\]"),
     Case("est-label-negative", fit(y=put(5, -1.0)), ValueError, r"`y` has to be finite and non-negative, got -1.0 at \[5\]"),

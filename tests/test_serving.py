@@ -58,3 +58,56 @@ def test_model_file_declaring_10_12_features(tmp_path, lambdamart, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "n_features_in = 1000000000000, beyond the limit 1..1000000" in err
+
+
+# -- a scorer's output is checked before anything is written (trust, round 4) ------------------------
+class _NaNLinear:
+    """A plain features -> scores model whose weights are NaN (as an edited model file holds)."""
+
+    @staticmethod
+    def module():
+        import torch
+        from torch import nn
+
+        class Linear(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.n_features = 3
+                self.layer = nn.Linear(3, 1)
+                with torch.no_grad():
+                    self.layer.weight[0, 1] = float("nan")
+
+            def forward(self, x):
+                return self.layer(x).squeeze(-1)
+
+        return Linear()
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "onnx"])
+def test_a_model_file_with_nan_weights_is_refused_not_written(tmp_path, fmt):
+    from rankkit.export import export_onnx, export_program
+    from rankkit.serving import predict_file
+
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    path = tmp_path / f"m.{fmt}"
+    (export_onnx if fmt == "onnx" else export_program)(_NaNLinear.module(), path)
+    (tmp_path / "x.txt").write_text("1 qid:7 1:0.5\n0 qid:7 1:0.1 2:0.2\n")
+    with pytest.raises(ValueError, match=r"scored qid 7 document 0 \(0-based within its query\) as nan: a "
+                                         r"non-finite score .*nothing was written"):
+        predict_file(path, tmp_path / "x.txt", tmp_path / "s.tsv")
+    assert not (tmp_path / "s.tsv").exists()
+
+
+def test_a_scorer_giving_the_wrong_number_of_scores_is_refused(tmp_path):
+    import torch
+
+    from rankkit.serving import as_scorer, predict_file, score_queries
+
+    (tmp_path / "x.txt").write_text("1 qid:1 1:0.5\n0 qid:1 1:0.1\n2 qid:2 1:0.3\n")
+    short = lambda x: x[:-1, 0]  # noqa: E731 -- one score too few: the lines would be written misaligned
+    with pytest.raises(ValueError, match=r"the model returned 2 scores for 3 documents"):
+        predict_file(short, tmp_path / "x.txt", tmp_path / "s.tsv")
+    assert not (tmp_path / "s.tsv").exists()
+    with pytest.raises(ValueError, match=r"scored document 1 as inf"):
+        score_queries(as_scorer(lambda x: 1 / x[:, 0]), torch.tensor([[1.0], [0.0]]), None)

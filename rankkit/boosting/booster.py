@@ -298,6 +298,11 @@ class LambdaMART(BaseEstimator):
     def _finish(self, engine: BoostingEngine, config: BoosterConfig, matrix: FeatureMatrix) -> None:
         """The fitted attributes of a trained ``engine``."""
         n_trees = self._kept_trees(engine, config)
+        try:  # the model kept passes what `load` checks: no score of it is inf in float32
+            ensemble = engine.to_ensemble(n_trees).validate()
+        except ValueError as e:
+            raise ValueError(f"the trained model cannot score in float32 ({e}); lower `learning_rate` "
+                             f"(got {config.learning_rate!r})") from None
         self.binner_ = engine.binner
         self.n_features_in_ = matrix.n_features
         if matrix.names is not None:
@@ -307,7 +312,7 @@ class LambdaMART(BaseEstimator):
         self.best_iteration_ = n_trees - 1
         self.best_score_ = engine.best_score if engine.eval_sets else None
         self.evals_result_ = engine.history
-        self.ensemble_ = engine.to_ensemble(n_trees)
+        self.ensemble_ = ensemble
         self._set_importance(*engine.importances(n_trees))
         if engine.propensity is not None:
             self.propensities_ = {"clicked": engine.propensity.t_plus.numpy().copy(),
