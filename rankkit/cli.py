@@ -367,7 +367,62 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Python is, as Ctrl-C raises KeyboardInterrupt: every layer that
+    cleans up after an interrupt (Lightning's graceful shutdown, Optuna marking the trial
+    failed, the atomic writes removing their temporary files) does so for SIGTERM too."""
+
+
+@contextlib.contextmanager
+def _signals(received: list[int]):
+    """SIGINT and SIGTERM raise :class:`KeyboardInterrupt` / :class:`Terminated` while a command
+    runs, and are recorded in ``received`` (Lightning turns an interrupt into ``sys.exit(1)``);
+    the previous handlers come back afterwards. Only in the main thread (where Python runs
+    signal handlers)."""
+    import signal
+    import threading
+
+    def handler(signum, frame):
+        received.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _stopped(where: str, signum: int) -> int:
+    """The one line and the exit status of a command stopped by a signal (128 + its number, what a
+    shell reports): nothing half-written stays, every output is written atomically."""
+    import signal
+
+    print(f"{where}: {'terminated' if signum == signal.SIGTERM else 'interrupted'}", file=sys.stderr)
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
+    received: list[int] = []
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = args[0] if args else None
+    where = f"rankkit {command}" if command and not command.startswith("-") else "rankkit"
+    with _signals(received):
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as e:
+            return _stopped(where, 15 if isinstance(e, Terminated) else 2)
+        except SystemExit as e:  # Lightning's exit after an interrupt it handled itself
+            if received and e.code not in (0, None):
+                return _stopped(where, received[-1])
+            raise
+
+
+def _main(argv: list[str] | None = None) -> int:
     from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else None
@@ -382,11 +437,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args = parser.parse_args(argv)
         return args.func(args)
-    except KeyboardInterrupt:
-        # Ctrl-C: one line, no traceback; outputs are written atomically, so nothing half-written stays.
-        where = f"rankkit {command}" if command and not command.startswith("-") else "rankkit"
-        print(f"{where}: interrupted", file=sys.stderr)
-        return 130  # 128 + SIGINT, what a shell reports
     except BrokenPipeError:
         # The reader went away (`rankkit predict ... | head`): stop quietly, as `cat` does.
         try:

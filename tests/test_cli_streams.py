@@ -48,3 +48,30 @@ def test_info_and_the_reader_read_a_pipe_once(tmp_path):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)["/dev/stdin"]
     assert summary["queries"] == 2 and summary["documents"] == 3 and summary["features"] == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_and_sigint_end_a_fit_with_one_line_and_the_shells_status(tmp_path):
+    # Round 4: SIGTERM ended `fit` with exit 0 and no message, Ctrl-C with exit 1 (Lightning's).
+    import signal
+
+    from tests.test_cli import CONFIGS, write_letor
+
+    for seed, name in enumerate(("train.txt", "vali.txt", "test.txt")):
+        write_letor(tmp_path / name, seed)
+    runs = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):  # both at once: one wait
+        runs[sig] = subprocess.Popen(
+            [sys.executable, "-m", "rankkit.cli", "fit", "--config", str(CONFIGS / "lambdarank.yaml"),
+             f"--data.data={tmp_path}", "--trainer.max_epochs=100000", "--trainer.callbacks=[]",
+             f"--trainer.default_root_dir={tmp_path / f'run{int(sig)}'}"], stderr=subprocess.PIPE, text=True)
+    for sig, proc in runs.items():
+        for line in proc.stderr:  # the first progress line comes after the first epoch
+            if line.startswith("rankkit fit: 1/"):
+                break
+        proc.send_signal(sig)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=120) == 128 + int(sig)
+        assert rest.strip().splitlines()[-1] == ("rankkit fit: terminated" if sig == signal.SIGTERM
+                                                 else "rankkit fit: interrupted"), rest
+        assert "Traceback" not in rest
