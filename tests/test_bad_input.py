@@ -151,6 +151,11 @@ READER = [
          r"f\.txt\.query:1: expected a group size"),
     Case("reader-query-file-zero", with_query("1 1:1\n0 1:2\n", "2\n0\n"), ValueError,
          r"f\.txt\.query:2: group size must be positive"),
+    # a sidecar with no newline (`/dev/zero` read 2.6 GB before): every sidecar line is bounded
+    Case("reader-query-file-endless-line", with_query("1 1:1\n0 1:2\n", "1" * 5000), ValueError,
+         r"f\.txt\.query:1: line longer than 4096 characters; expected a group size"),
+    Case("reader-query-file-dev-zero", svm("1 1:1\n", query_file="/dev/zero"), ValueError,
+         r"/dev/zero:1: line longer than 4096 characters"),
     # sizes whose int64 sum wraps around to N (a segfault in the compiled kernels before)
     Case("reader-query-file-wraps", with_query("2 1:1\n1 1:2\n0 1:3\n",
                                                "9223372036854775807\n9223372036854775807\n5\n"), ValueError,

@@ -562,11 +562,17 @@ def _check_values(path: str, n: int, width: int) -> None:
 
 
 # -- sidecars -----------------------------------------------------------------------------------------
+#: The longest line of an integer sidecar (``.query``, ``.position``): an int64 and its blanks.
+_MAX_SIDECAR_LINE = 4096
+
+
 def _read_integers(path: str, what: str, rule: str, low: int) -> np.ndarray:
     """One integer >= ``low`` per non-blank line of a sidecar file, naming the line of a bad one."""
     values = []
     with open(path, "rt") as f:
-        for i, line in enumerate(f, 1):
+        for i, line in enumerate(iter(lambda: f.readline(_MAX_SIDECAR_LINE + 1), ""), 1):
+            if len(line) > _MAX_SIDECAR_LINE:  # one integer per line: a longer one (/dev/zero) ends here
+                raise ValueError(f"{path}:{i}: line longer than {_MAX_SIDECAR_LINE} characters; expected {what}")
             text = line.strip()
             if not text:
                 continue
