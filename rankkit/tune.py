@@ -107,7 +107,7 @@ def _number(value: Any, what: str) -> float:
 def load_space(path: str | os.PathLike) -> dict[str, Param]:
     """Read and check a search-space YAML file (see the module's text for its form)."""
     path = Path(path)
-    raw = _yaml.safe_load(path.read_text(), str(path))
+    raw = _yaml.safe_load(_yaml.read_text(path), str(path))
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{path}: a search space is a mapping of config keys to ranges, got {type(raw).__name__}")
     space = {}
@@ -232,9 +232,7 @@ class TuneResult:
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
     """``["--data.fold=2", "--trainer.max_epochs", "5"]`` -> ``{"data.fold": 2, "trainer.max_epochs": 5}``
-    (values read as YAML, as ``rankkit fit`` reads them)."""
-    import yaml
-
+    (values read as YAML, as ``rankkit fit`` reads them, with the same limits)."""
     out, i = {}, 0
     while i < len(argv):
         arg = argv[i]
@@ -248,7 +246,7 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
             i += 2
         else:
             raise ValueError(f"`overrides`: {arg} at position {i} has no value")
-        out[key] = yaml.safe_load(text)
+        out[key] = _yaml.safe_load(text, f"--{key}")  # the limits of every YAML rankkit reads
     return out
 
 
@@ -340,7 +338,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
 
     _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout)
     config_path = Path(resolve_config_arg(str(config)))
-    base = _yaml.safe_load(config_path.read_text(), str(config_path))
+    base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
         raise ValueError(f"{config_path}: not a rankkit model config (no `model:`)")
     if isinstance(overrides, (list, tuple)):

@@ -906,6 +906,11 @@ CUSTOM = [
 
 
 
+# 382 bytes that expand to 2^24 nodes (round 4: a 288-byte tune override like this ran 56 s and took 3.3 GB)
+_BOMB = "{a: &a [x, x], " + ", ".join(f"{c}: &{c} [*{p}, *{p}]" for p, c in zip("abcdefghijklmnopqrstuvw",
+                                                                                  "bcdefghijklmnopqrstuvwx")) + "}"
+
+
 def tune_call(space: str | None = None, **kw):
     """``rankkit.tune.tune("lambdarank", ...)`` (with a space file written from ``space``): every
     mistake is refused before the first trial trains."""
@@ -917,7 +922,7 @@ def tune_call(space: str | None = None, **kw):
         elif space is not None:
             (tmp_path / "bad.space.yaml").write_text(space)
             kw["space"] = tmp_path / "bad.space.yaml"
-        return tune("lambdarank", out=tmp_path / "out", **kw)
+        return tune(kw.pop("config", "lambdarank"), out=tmp_path / "out", **kw)
     return call
 
 
@@ -939,6 +944,10 @@ TUNE = [
          ValueError, r"`tune` has to be a whole number of trials"),
     Case("tune-compare-zero-trial-seeds", new_entry("rankkit.compare.compare", models="lambdarank", tune=2,
                                                     tune_seeds=0), ValueError, r"`tune_seeds` has to be a positive"),
+    Case("tune-override-alias-bomb", tune_call(overrides=["--model.init_args.lr=" + _BOMB]), ValueError,
+         r"--model\.init_args\.lr: more than 100000 YAML nodes with aliases expanded"),
+    Case("tune-config-endless-stream", tune_call(config="/dev/zero", space=""), ValueError,
+         r"/dev/zero: longer than 1048576 bytes \(rankkit\.infra\.yaml\.MAX_BYTES\)"),
     Case("tune-trial-seeds-zero", tune_call(trial_seeds=0), ValueError, r"`trial_seeds` has to be an integer >= 1"),
     Case("mq2008-split-unknown", new_entry("rankkit.data.bundled.mq2008_split", 1, "validation"), ValueError,
          r"`split` has to be one of \['test', 'train', 'vali'\], got 'validation'"),

@@ -120,7 +120,7 @@ def baseline_protocol(configs: list[dict]) -> tuple[int, int]:
     it is compared with."""
     trees = [c for c in configs if model_kind(c) == "trees"]
     if not trees:
-        trees = [_yaml.safe_load((CONFIG_DIR / "lambdamart.yaml").read_text(), "lambdamart.yaml")]
+        trees = [_yaml.safe_load(_yaml.read_text(CONFIG_DIR / "lambdamart.yaml"), "lambdamart.yaml")]
     return early_stopping_of(trees[-1])
 
 
@@ -186,7 +186,7 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     ``keep``: a list to append the best model's serving scorer to (for a seed ensemble)."""
     import pytorch_lightning as pl
 
-    config = _yaml.safe_load(config_path.read_text(), str(config_path))
+    config = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     args = ["--config", str(config_path), f"--data.data={data}", f"--data.fold={fold}",
             f"--data.seed={seed}", f"--data.val_fraction={val_fraction}", "--data.val_seed=0",
             f"--seed_everything={seed}", "--trainer.logger=false",
@@ -418,7 +418,7 @@ def _model_configs(models: list[str]) -> dict[str, tuple[Path, dict]]:
     for m in models:
         path = resolve_config(m)
         try:
-            cfg = _yaml.safe_load(path.read_text(), str(path)) or {}
+            cfg = _yaml.safe_load(_yaml.read_text(path), str(path)) or {}
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
         if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):

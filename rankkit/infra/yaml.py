@@ -94,6 +94,22 @@ def safe_load(text: str, source: str = "YAML"):
     return yaml.safe_load(text)
 
 
+def read_text(path, source: str | None = None) -> str:
+    """The text of a YAML file, read with a bound: at most :data:`MAX_BYTES` + 1 bytes are read
+    (a stream, ``/dev/zero`` or a pipe that never ends, stops there), then refused by size."""
+    import os
+
+    with open(os.fspath(path), "rb") as f:
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise YAMLLimitError(f"{source or os.fspath(path)}: longer than {MAX_BYTES} bytes "
+                             f"(rankkit.infra.yaml.MAX_BYTES)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise YAMLLimitError(f"{source or os.fspath(path)}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 _installed = False
 
 
