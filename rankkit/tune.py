@@ -351,12 +351,14 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     params = load_space(space_file)
     start = untuned_values(base, params, str(config_path))
     name = config_path.name[: -len(config_path.suffix)]
-    out = Path(out) if out is not None else Path("results") / "tune" / name
+    data, suffix = _data_settings(base)
+    out = Path(out) if out is not None else Path("results") / "tune" / (name + suffix)
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _study(study_name or name, storage, seed, pruner)
+    study = _study(study_name or name + suffix, storage, seed, pruner)
+    _check_study(study, data, metric, storage)
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -397,6 +399,44 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
         _number(timeout, "`timeout`")
         if timeout <= 0:
             raise ValueError(f"`timeout` has to be positive seconds, got {timeout!r}")
+
+
+def _data_settings(base: dict) -> tuple[dict, str]:
+    """The data settings a study depends on (``data``, ``fold``, ``val_fraction``, ``val_seed``,
+    ``max_docs`` of the config after its overrides) and the suffix of its default name and
+    folder: none for the packaged default (MQ2008 fold 1), else ``-DATA-foldF``."""
+    data = base.get("data") if isinstance(base.get("data"), dict) else {}
+    settings = {k: data.get(k) for k in ("data", "fold", "val_fraction", "val_seed", "max_docs") if k in data}
+    source, fold = str(settings.get("data", "mq2008")), settings.get("fold", 1)
+    if source == "mq2008" and fold == 1:
+        return settings, ""
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(source).name or source)
+    return settings, f"-{slug}-fold{fold}"
+
+
+def _check_study(study, data: dict, metric: str, storage: str) -> None:
+    """A study resumed only for what it was run on: the same data settings and metric, maximised
+    (recorded in the study when it is created); a mismatch is refused in one line."""
+    import optuna
+
+    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise ValueError(f"the study {study.study_name!r} in {storage} minimises its objective; rankkit's "
+                         f"studies maximise {metric}: pass another --out or study name")
+    recorded = study.user_attrs.get("rankkit_data"), study.user_attrs.get("rankkit_metric")
+    if recorded == (None, None):  # a new study (or one from before rankkit recorded them)
+        study.set_user_attr("rankkit_data", {k: _plain(v) for k, v in data.items()})
+        study.set_user_attr("rankkit_metric", metric)
+        return
+    now = ({k: _plain(v) for k, v in data.items()}, metric)
+    if recorded != now:
+        raise ValueError(f"the study {study.study_name!r} in {storage} was run on data {recorded[0]} scored by "
+                         f"{recorded[1]}; this run asks for data {now[0]} scored by {now[1]}: pass another "
+                         f"--out (a new study) or the settings it was run with")
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON keeps it (what Optuna's user attributes hold)."""
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
 
 def _study(name: str, storage: str, seed: int, pruner):

@@ -236,3 +236,23 @@ def test_a_trial_says_it_started_before_its_first_fit(monkeypatch):
     trial = optuna.trial.FixedTrial({"model.init_args.lr": 0.001, "model.init_args.hidden": "[16, 8]"}, number=4)
     assert objective(trial) == 0.5
     assert seen_at_fit[0] == ["trial 4 started: lr=0.001, hidden=[16, 8]"] and len(seen_at_fit) == 2
+
+
+def test_a_study_is_keyed_by_its_data_and_refuses_another():
+    # Round 4: `tune --data.fold=2` after a fold-1 study reused it and wrote a best.yaml saying fold 2.
+    optuna = pytest.importorskip("optuna")
+    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 1}})[1] == ""
+    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 2}})[1] == "-mq2008-fold2"
+    assert tuning._data_settings({"data": {"data": "/x/My Data", "fold": 3}})[1] == "-My_Data-fold3"
+    study = optuna.create_study(direction="maximize")
+    fold1 = {"data": "mq2008", "fold": 1}
+    tuning._check_study(study, fold1, "val/ndcg@10", "memory")
+    study.add_trial(optuna.trial.create_trial(value=0.5))
+    tuning._check_study(study, dict(fold1), "val/ndcg@10", "memory")  # the same settings resume
+    with pytest.raises(ValueError, match=r"was run on data \{'data': 'mq2008', 'fold': 1\} .* asks for data "
+                                         r"\{'data': 'mq2008', 'fold': 2\}"):
+        tuning._check_study(study, {"data": "mq2008", "fold": 2}, "val/ndcg@10", "memory")
+    with pytest.raises(ValueError, match="scored by val/ndcg@10; this run asks for .* scored by val/map"):
+        tuning._check_study(study, fold1, "val/map", "memory")
+    with pytest.raises(ValueError, match="minimises its objective"):
+        tuning._check_study(optuna.create_study(direction="minimize"), fold1, "val/ndcg@10", "memory")
