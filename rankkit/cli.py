@@ -214,7 +214,8 @@ def tune_parser() -> argparse.ArgumentParser:
                    help="the study's total number of trials, the untuned config first (default 30)")
     p.add_argument("--timeout", type=float, default=None, help="seconds in which to start new trials")
     p.add_argument("--seed", type=int, default=0, help="seeds the sampler and every trial (default 0)")
-    p.add_argument("--out", default=None, help="output folder (default results/tune/NAME; NAME-DATA-foldF for data other than MQ2008 "
+    p.add_argument("--out", default=None,
+                   help="output folder (default results/tune/NAME; NAME-DATA-foldF for data other than MQ2008 "
                         "fold 1); a study there is resumed only for the data and metric it was run with")
     p.add_argument("--storage", default=None, help="an Optuna storage URL (default sqlite:///OUT/study.db)")
     p.add_argument("--study_name", "--study-name", default=None, help="the study's name (default NAME)")

@@ -54,7 +54,10 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
         elif command in ("predict", "export"):
             argv = [str(ckpt) if a == "PATH/TO/best.ckpt" else a for a in argv]
         elif command == "tune":
-            argv = [*argv[:3], "--n_trials", "2", f"--data.data={tmp_path}", "--trainer.max_epochs=1"]
+            # the README's default data (MQ2008 fold 1) writes results/tune/NAME; this data would
+            # write NAME-DATA-fold1, so the folder the README's next command reads is named here
+            argv = [*argv[:3], "--n_trials", "2", f"--data.data={tmp_path}", "--trainer.max_epochs=1",
+                    "--out", f"results/tune/{argv[2]}"]
         elif command == "compare":
             argv = ["compare", "--data", str(tmp_path), "--max_epochs", "1", "--out", str(tmp_path / "cmp"),
                     *[a for a in argv[1:] if a == "--baselines"]]
