@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rankkit.infra import yaml as _yaml
-from rankkit.infra.io import atomic_write
+from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.training.run_config import quiet_lightning_logs, resolve_config_arg, resolve_model_class
 
 __all__ = ["Param", "TuneResult", "apply_values", "load_space", "parse_overrides", "space_path", "tune"]
@@ -353,6 +353,9 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     name = config_path.name[: -len(config_path.suffix)]
     data, suffix = _data_settings(base)
     out = Path(out) if out is not None else Path("results") / "tune" / (name + suffix)
+    # Before anything is written: none of the study's files may be the config or space it reads.
+    check_outputs({"--out": [out / f for f in OUTPUT_FILES]}, {"--config": config_path, "--space": space_file},
+                  with_sidecars=False)
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
@@ -399,6 +402,10 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
         _number(timeout, "`timeout`")
         if timeout <= 0:
             raise ValueError(f"`timeout` has to be positive seconds, got {timeout!r}")
+
+
+#: What a study writes into its folder.
+OUTPUT_FILES = ("best.yaml", "trials.md", "trials.json", "history.png", "study.db")
 
 
 def _data_settings(base: dict) -> tuple[dict, str]:

@@ -40,6 +40,7 @@ from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.data import RankingDataset, concat, read_svmlight
 from rankkit.data import svmlight
 from rankkit.data.dataset import pad
+from rankkit.training.run_config import CONFIG_DIR
 from rankkit.export import export_program, export_torchscript, load_scorer
 
 
@@ -911,6 +912,19 @@ _BOMB = "{a: &a [x, x], " + ", ".join(f"{c}: &{c} [*{p}, *{p}]" for p, c in zip(
                                                                                   "bcdefghijklmnopqrstuvwx")) + "}"
 
 
+def tune_in_own_folder(tmp_path):
+    """``rankkit tune --config OUT/best.yaml --out OUT`` (round 4: the study wrote over its own config)."""
+    from rankkit.tune import tune
+
+    (tmp_path / "best.yaml").write_text((CONFIG_DIR / "lambdarank.yaml").read_text())
+    (tmp_path / "best.space.yaml").write_text((CONFIG_DIR / "lambdarank.space.yaml").read_text())
+    try:
+        return tune(tmp_path / "best.yaml", out=tmp_path, n_trials=1)
+    finally:  # nothing written: the config as it was, no study
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["best.space.yaml", "best.yaml"]
+        assert (tmp_path / "best.yaml").read_text() == (CONFIG_DIR / "lambdarank.yaml").read_text()
+
+
 def tune_call(space: str | None = None, **kw):
     """``rankkit.tune.tune("lambdarank", ...)`` (with a space file written from ``space``): every
     mistake is refused before the first trial trains."""
@@ -948,6 +962,8 @@ TUNE = [
          r"--model\.init_args\.lr: more than 100000 YAML nodes with aliases expanded"),
     Case("tune-config-endless-stream", tune_call(config="/dev/zero", space=""), ValueError,
          r"/dev/zero: longer than 1048576 bytes \(rankkit\.infra\.yaml\.MAX_BYTES\)"),
+    Case("tune-out-holds-its-config", tune_in_own_folder, ValueError,
+         r"`--out` .*best\.yaml is the input `--config`: rankkit never writes over its inputs"),
     Case("tune-trial-seeds-zero", tune_call(trial_seeds=0), ValueError, r"`trial_seeds` has to be an integer >= 1"),
     Case("mq2008-split-unknown", new_entry("rankkit.data.bundled.mq2008_split", 1, "validation"), ValueError,
          r"`split` has to be one of \['test', 'train', 'vali'\], got 'validation'"),
