@@ -161,12 +161,27 @@ def test_fit_refuses_to_rewrite_its_own_config(work, tmp_path, capsys, spelling)
     config = runs / "config.yaml"
     config.write_text((CONFIGS / "lambdamart.yaml").read_text())
     before = digest(config)
-    code, err = run(["fit", spelling, config, f"--trainer.default_root_dir={runs}", "--trainer.logger=false",
+    logger = ["--trainer.logger=CSVLogger", f"--trainer.logger.init_args.save_dir={runs}",  # its log folder: runs/
+              "--trainer.logger.init_args.name=", "--trainer.logger.init_args.version="]
+    code, err = run(["fit", spelling, config, f"--trainer.default_root_dir={runs}", *logger,
                      f"--data.data={work}", "--trainer.max_epochs=1", "--model.init_args.min_data_in_leaf=5",
                      "--data.val_fraction=0.25"], capsys)
     assert_one_line(code, err, "--trainer.default_root_dir", "is the input `--config`")
     assert digest(config) == before
     assert not list(runs.rglob("*.ckpt"))  # refused before training
+
+
+def test_fit_without_a_logger_leaves_a_config_in_its_root_folder_alone(work, tmp_path, capsys, monkeypatch):
+    # Round 4: `fit --trainer.logger=false` wrote its config over any config.yaml in the root
+    # folder (the current folder by default): without a logger there is no log folder to record it in.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text("mine: true\n")
+    code, err = run(["fit", "--config", CONFIGS / "lambdamart.yaml", "--trainer.logger=false", f"--data.data={work}",
+                     "--trainer.max_epochs=1", "--model.init_args.min_data_in_leaf=5", "--data.val_fraction=0.25",
+                     "--quiet"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "config.yaml").read_text() == "mine: true\n"
+    assert list(tmp_path.rglob("*.ckpt"))  # the run trained and kept its checkpoint
 
 
 def test_compare_refuses_an_output_that_is_an_input(work, tmp_path, capsys):

@@ -41,7 +41,8 @@ from rankkit.training.run_config import (
 class SaveConfig(SaveConfigCallback):
     """Lightning's copy of the run's config into the log folder, refused (before training)
     when it would land on one of the configs it was read from (``config_files``), and written
-    atomically."""
+    atomically; not written without a logger (``--trainer.logger=false``: the "log folder" is
+    then the root folder, the current one by default, and a ``config.yaml`` there is the user's)."""
 
     def __init__(self, *args, config_files: list[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
@@ -50,6 +51,9 @@ class SaveConfig(SaveConfigCallback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved or not self.save_to_log_dir:
             return super().setup(trainer, pl_module, stage)
+        if trainer.logger is None:  # --trainer.logger=false: no log folder of the run's own to record it in
+            self.already_saved = True  # (its "log dir" is the root folder, whose config.yaml is the user's)
+            return None
         target = os.path.join(trainer.log_dir, self.config_filename)
         if trainer.is_global_zero:
             check_outputs({"--trainer.default_root_dir": target},
