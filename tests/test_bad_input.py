@@ -384,6 +384,15 @@ def torch_saved() -> bytes:
     return buf.getvalue()
 
 
+def forced_triton_on_cpu(tmp_path):
+    """``RANKKIT_TRITON=force`` on CPU tensors without the interpreter (round 4: Triton's own
+    "0 active drivers" RuntimeError at the first launch)."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs triton (the gpu extra)")
+    with mock.patch.dict(os.environ, {"TRITON_INTERPRET": "0"}):
+        return _backends().choose("cpu", None, _backends().read_switches({"RANKKIT_TRITON": "force"}))
+
+
 def _backends():
     from rankkit.kernels import backends
 
@@ -505,6 +514,8 @@ SCORER = [
          r"`backend` has to be one of \('torch', 'cpu', 'triton'\) or None, got 'numba'"),
     Case("backend-triton-on-cpu", lambda tmp: _backends().choose("cpu", "triton", _backends().read_switches({})),
          ValueError, r"backend 'triton' needs Triton and CUDA tensors"),
+    Case("backend-triton-forced-without-a-gpu", forced_triton_on_cpu, ValueError,
+         r"RANKKIT_TRITON=force on cpu tensors needs Triton's interpreter: set TRITON_INTERPRET=1"),
     Case("backend-env-switch", lambda tmp: _backends().read_switches({"RANKKIT_TRITON": "maybe"}), ValueError,
          r"environment variable RANKKIT_TRITON='maybe': expected one of auto, 0/off, 1/on, force"),
     Case("backend-env-name", lambda tmp: _backends().read_switches({"RANKKIT_BACKEND": "gpu"}), ValueError,
@@ -984,6 +995,9 @@ CLICKS = [
          r"`propensity_clip` has to be"),
     Case("clicks-auto-without-eval-position", fit(params={"unbiased": "auto"}, position=[0, 1, 2, 3, 4, 5] * 2,
                                                   eval_set=[_xy()], eval_group=[[6, 6]]), ValueError,
+         r"`unbiased='auto'` chooses on a validation click log: pass .*eval_position"),
+    Case("clicks-auto-empty-eval-position", fit(params={"unbiased": "auto"}, position=[0, 1, 2, 3, 4, 5] * 2,
+                                                eval_set=[_xy()], eval_group=[[6, 6]], eval_position=[]), ValueError,
          r"`unbiased='auto'` chooses on a validation click log: pass .*eval_position"),
     Case("clicks-auto-pointwise", fit(params={"unbiased": "auto", "objective": "pointwise"}), ValueError,
          r"`unbiased='auto'` debiases pairs: it needs a pairwise objective, got 'pointwise'"),

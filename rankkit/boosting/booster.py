@@ -273,7 +273,7 @@ class LambdaMART(BaseEstimator):
     def _race(self, config: BoosterConfig, engine_for, evals, eval_position) -> BoostingEngine:
         """``unbiased="auto"``: the candidates' successive-halving race on the validation click
         log (see ``unbiased``); returns the winner's engine, its trees grown so far."""
-        if not evals or eval_position is None or eval_position[0] is None:
+        if not evals or eval_position is None or len(eval_position) == 0 or eval_position[0] is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: pass eval_set=[(X_val, "
                              "clicks_val)] with eval_qid (or eval_group) and eval_position=[position_val]")
         features, clicks, sizes = evals[0]

@@ -73,4 +73,10 @@ def triton_takes(device: torch.device | str, switches: Switches | None = None) -
     if s.triton == "off" or importlib.util.find_spec("triton") is None:
         return False
     device = torch.device(device)
-    return s.triton == "force" or (device.type == "cuda" and torch.version.cuda is not None)
+    cuda = device.type == "cuda" and torch.version.cuda is not None
+    if s.triton == "force" and not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        # forced onto tensors no GPU holds: only Triton's interpreter runs them (else Triton's own
+        # "0 active drivers" RuntimeError, deep in the first launch)
+        raise ValueError(f"RANKKIT_TRITON=force on {device.type} tensors needs Triton's interpreter: set "
+                         f"TRITON_INTERPRET=1 (before triton is imported), or train on a CUDA device")
+    return s.triton == "force" or cuda
