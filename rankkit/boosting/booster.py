@@ -301,8 +301,8 @@ class LambdaMART(BaseEstimator):
         try:  # the model kept passes what `load` checks: no score of it is inf in float32
             ensemble = engine.to_ensemble(n_trees).validate()
         except ValueError as e:
-            raise ValueError(f"the trained model cannot score in float32 ({e}); lower `learning_rate` "
-                             f"(got {config.learning_rate!r})") from None
+            hint = f"; lower `learning_rate` (got {config.learning_rate!r})" if "leaf_values" in str(e) else ""
+            raise ValueError(f"the trained model cannot score in float32 ({e}){hint}") from None
         self.binner_ = engine.binner
         self.n_features_in_ = matrix.n_features
         if matrix.names is not None:

@@ -61,9 +61,11 @@ class ObliviousEnsemble(nn.Module):
     def validate(self) -> "ObliviousEnsemble":
         """Check the values (the constructor checks only shapes and kinds, at no host sync).
 
-        Feature indices lie in [0, F); thresholds are finite or +inf ("never right"), never NaN
-        or -inf; leaf values and the bias are finite, and so is their largest sum (a score) in
-        float32. Call it on a model read from a file.
+        Feature indices lie in [0, F); thresholds are never NaN (+inf is "never right", -inf
+        "every number right, missing values left": the split training makes between the missing
+        bin and the rest); leaf values and the bias are finite, and so is their largest sum (a
+        score) in float32. Call it on a model read from a file; every model LambdaMART keeps
+        passes it.
         Raises ValueError naming the buffer and the first bad position; returns ``self``.
 
         >>> ObliviousEnsemble(2, torch.tensor([[2]]), torch.tensor([[0.5]]),
@@ -75,8 +77,7 @@ class ObliviousEnsemble(nn.Module):
         check_tensors(
             ("features", self.features, (self.features < 0) | (self.features >= self.n_features),
              f"feature indices in [0, {self.n_features})"),
-            ("thresholds", self.thresholds, torch.isnan(self.thresholds) | (self.thresholds == -torch.inf),
-             "finite or +inf"),
+            ("thresholds", self.thresholds, torch.isnan(self.thresholds), "a number or ±inf, not NaN"),
             finite_condition(self.leaf_values, None, "leaf_values"),
             finite_condition(self.bias.reshape(1), None, "bias"),
         )

@@ -206,3 +206,15 @@ def test_random_state_is_seed_and_n_jobs_sets_the_threads_of_one_call(monkeypatc
     assert torch.get_num_threads() == before
     if before != 1:  # each call ran on 1 thread and gave the count back
         assert seen == [1, before, 1, before]
+
+
+def test_a_model_splitting_missing_from_present_values_saves_and_loads(tmp_path):
+    # Round 4: such a split has threshold -inf, which `validate` (and so `load`) refused.
+    d = small_set()
+    x = d.features.clone()
+    x[::2, 0] = float("nan")  # missing values that tell the label apart: the first split takes them
+    y = torch.where(torch.isnan(x[:, 0]), d.labels.clamp(max=1), d.labels.clamp(min=2))
+    model = LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=3).fit(x, y, group=d.sizes)
+    assert bool((model.ensemble_.thresholds == -torch.inf).any())
+    model.save(tmp_path / "m.safetensors")
+    np.testing.assert_array_equal(LambdaMART.load(tmp_path / "m.safetensors").predict(x), model.predict(x))
