@@ -320,3 +320,31 @@ def guarded_load_from_checkpoint(cls, checkpoint_path, map_location=None, hparam
         check_checkpoint(checkpoint_path, scorer=kwargs.get("scorer"), need_scorer=False)
     return pl.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, map_location, hparams_file,
                                                             strict, weights_only=True, **kwargs)
+
+
+def guarded_datamodule_load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None,
+                                            weights_only=None, **kwargs):
+    """Lightning's ``LightningDataModule.load_from_checkpoint`` for rankkit's data module, through
+    the one checkpoint loader every model goes through: a local file only (a URL would be fetched
+    and unpickled), read with ``weights_only=True`` (``weights_only=False`` is refused), and its
+    recorded data settings plain values within the limits, before the module is built.
+    """
+    import pytorch_lightning as pl
+
+    if weights_only is False:
+        raise ValueError("`weights_only=False` would unpickle the file: rankkit checkpoints hold only tensors and "
+                         "plain values, load them with weights_only=True")
+    if isinstance(checkpoint_path, (str, os.PathLike)):
+        path = check_local_path(checkpoint_path, "checkpoint_path")
+        recorded = read_checkpoint(path).get("datamodule_hyper_parameters")
+        if not isinstance(recorded, dict):
+            raise ValueError(f"{path}: holds no data module settings (`datamodule_hyper_parameters`)")
+        for key, value in recorded.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path}: a data module setting's name has to be text, got {key!r}")
+            _check_value(path, key, value)
+    else:
+        raise ValueError(f"`checkpoint_path` has to be a local file path, got {type(checkpoint_path).__name__}")
+    return pl.LightningDataModule.load_from_checkpoint.__func__(cls, checkpoint_path, map_location, hparams_file,
+                                                                weights_only=True, **kwargs)
+

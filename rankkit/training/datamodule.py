@@ -22,6 +22,7 @@ from rankkit.data.bundled import mq2008_split
 from rankkit.data.dataset import PaddedBatch, RankingDataset, shard_queries
 from rankkit.data.svmlight import read_svmlight
 from rankkit.infra import quiet as _quiet
+from rankkit.infra.checkpoint import guarded_datamodule_load_from_checkpoint
 from rankkit.infra.checks import check_int, check_number
 from rankkit.training.clicks import CLICK_OPTIONS, click_split
 
@@ -228,6 +229,9 @@ class RankingDataModule(pl.LightningDataModule):
     The rank and world size come from the trainer when one is attached, else from
     ``torch.distributed`` when it is initialised.
     """
+
+    # Lightning's would fetch a URL and honour weights_only=False (unpickling the file)
+    load_from_checkpoint = classmethod(guarded_datamodule_load_from_checkpoint)
 
     def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0,
                  val_fraction: float = 0.0, val_seed: int | None = None, clicks: dict | None = None):

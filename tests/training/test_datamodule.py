@@ -133,3 +133,20 @@ def test_training_prints_no_loader_warnings(tmp_path):
     messages = [str(w.message) for w in caught]
     assert not [m for m in messages if "IterableDataset" in m or "__len__" in m], messages
     assert not [m for m in messages if "log_every_n_steps" in m], messages
+
+
+def test_load_from_checkpoint_goes_through_the_checkpoint_loader(tmp_path):
+    # Round 4: Lightning's own loader fetched a URL and unpickled it, and honoured weights_only=False.
+    import pytorch_lightning as pl
+
+    path = tmp_path / "x.ckpt"
+    base = {"state_dict": {}, "pytorch-lightning_version": pl.__version__}
+    torch.save({**base, "datamodule_hyper_parameters": {"data": "mq2008", "fold": 2, "max_docs": 512}}, path)
+    assert RankingDataModule.load_from_checkpoint(path).hparams.fold == 2
+    with pytest.raises(ValueError, match="rankkit does not load checkpoints from URLs"):
+        RankingDataModule.load_from_checkpoint("https://example.com/x.ckpt")
+    with pytest.raises(ValueError, match="`weights_only=False` would unpickle the file"):
+        RankingDataModule.load_from_checkpoint(path, weights_only=False)
+    torch.save({**base, "datamodule_hyper_parameters": {"data": {"class_path": "os.system"}}}, path)
+    with pytest.raises(ValueError, match="hyper-parameter `data` has to be a plain value, got a class_path"):
+        RankingDataModule.load_from_checkpoint(path)
