@@ -21,7 +21,7 @@ import torch
 
 from rankkit.boosting import LambdaMART
 from rankkit.data.dataset import pad
-from rankkit.data.svmlight import iter_svmlight, svmlight_width
+from rankkit.data.svmlight import MAX_FEATURES, iter_svmlight, svmlight_width
 from rankkit.export import HasScorer, is_list_aware, load_scorer, unwrap
 from rankkit.infra.checkpoint import load_checkpoint
 from rankkit.infra.io import atomic_write
@@ -261,5 +261,8 @@ def _expected_features(model) -> int | None:
     for source in (inner, model):  # a LightningModule records the width it trained on
         n = getattr(source, "n_features", None)
         if isinstance(n, int) and not isinstance(n, bool):
+            if not 1 <= n <= MAX_FEATURES:  # every row is padded to it: a file cannot choose its size
+                raise ValueError(f"the model declares {n} input features, beyond the limit 1..{MAX_FEATURES} "
+                                 f"(rankkit.data.svmlight.MAX_FEATURES, the reader's)")
             return n
     return None

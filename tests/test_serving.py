@@ -111,3 +111,28 @@ def test_a_scorer_giving_the_wrong_number_of_scores_is_refused(tmp_path):
     assert not (tmp_path / "s.tsv").exists()
     with pytest.raises(ValueError, match=r"scored document 1 as inf"):
         score_queries(as_scorer(lambda x: 1 / x[:, 0]), torch.tensor([[1.0], [0.0]]), None)
+
+
+def test_a_declared_width_beyond_the_readers_limit_is_refused_before_any_row(tmp_path):
+    # Round 4: a .pt2/.onnx scorer's declared width padded every row to it (one row: 3.7 GiB).
+    from torch import nn
+
+    from rankkit.data.svmlight import MAX_FEATURES
+    from rankkit.export import export_program
+    from rankkit.serving import predict_file
+
+    class Wide(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.n_features = width
+
+        def forward(self, x):
+            return x[:, 0]
+
+    (tmp_path / "x.txt").write_text("1 qid:1 1:0.5\n")
+    with pytest.raises(ValueError, match=r"the model declares 1000000000 input features, beyond the limit"):
+        predict_file(Wide(10**9), tmp_path / "x.txt", tmp_path / "s.tsv")
+    export_program(Wide(MAX_FEATURES + 1), tmp_path / "w.pt2")  # the program's static width: F + 1
+    with pytest.raises(ValueError, match=rf"declares {MAX_FEATURES + 1} input features"):
+        predict_file(tmp_path / "w.pt2", tmp_path / "x.txt", tmp_path / "s.tsv")
+    assert not (tmp_path / "s.tsv").exists()
