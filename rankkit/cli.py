@@ -140,15 +140,22 @@ def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"`--format` has to be one of {EXPORT_FORMATS}, got {fmt!r}")
     check_export_suffix(output, fmt)
+    if os.fspath(model_path).endswith(tuple(EXPORT_SUFFIXES.values())):
+        raise ValueError(f"`model` {model_path} is an exported scorer already; export takes what training wrote "
+                         f"(a .ckpt checkpoint or a LambdaMART model file)")
     model = load_model(model_path)
     EXPORTERS[fmt](model, output)
     try:  # the artefact is kept only once it reloads and scores as the eager model does
         eager = serving_module(model)
         x = torch.randn(64, eager.n_features, generator=torch.Generator().manual_seed(0)).abs() * 3
-        with torch.no_grad():
-            diff = float((load_scorer(output, trust_torchscript=True)(x) - eager(x)).abs().max())  # just written
+        try:
+            with torch.no_grad():
+                diff = float((load_scorer(output, trust_torchscript=True)(x) - eager(x)).abs().max())  # just written
+        except Exception as e:  # noqa: BLE001 -- any failure to reload or score is the check failing
+            raise ValueError(f"the exported scorer failed its reload check ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''}); {output} removed") from None
         if not diff <= 1e-4:
-            raise RuntimeError(f"exported scorer differs from the eager model by {diff:.3g}; {output} removed")
+            raise ValueError(f"the exported scorer differs from the eager model by {diff:.3g}; {output} removed")
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(output)

@@ -192,11 +192,20 @@ def test_export_refuses_a_format_its_extension_disagrees_with_before_writing(tmp
     real = export.load_scorer
     try:
         export.load_scorer = lambda path, **kw: (lambda x: real(path, **kw)(x) + 1.0)
-        with pytest.raises(RuntimeError, match="differs from the eager model"):
+        with pytest.raises(ValueError, match="differs from the eager model"):
             export_model(str(model), str(tmp_path / "ok.pt"), "torchscript")
+        # a reload that fails outright: one line from the command (round 4: a 17-line RuntimeError)
+        export.load_scorer = lambda path, **kw: (_ for _ in ()).throw(RuntimeError("bad archive\nmore lines"))
+        assert main(["export", str(model), "-o", str(tmp_path / "ok.pt")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith("the exported scorer failed its reload check (RuntimeError: bad archive); "
+                            f"{tmp_path / 'ok.pt'} removed") and len(err.splitlines()) == 1, err
     finally:
         export.load_scorer = real
     assert not (tmp_path / "ok.pt").exists()
+    # an exported scorer given to export (round 4: a traceback)
+    assert main(["export", str(tmp_path / "x.pt2"), "-o", str(tmp_path / "y.pt")]) == 2
+    assert "is an exported scorer already" in capsys.readouterr().err
     assert export_model(str(model), str(tmp_path / "ok.pt"), "torchscript")["max_abs_diff"] < 1e-4
 
 

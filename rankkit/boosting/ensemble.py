@@ -93,6 +93,15 @@ class ObliviousEnsemble(nn.Module):
     def n_trees(self) -> int:
         return self.features.shape[0]
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # `powers` (2^k per level) is derived from the depth: rebuilt, never read from a file (an
+        # edited one indexed past the leaves: an IndexError deep in scoring). Checkpoints hold it,
+        # so the key stays and its value is replaced by the module's own.
+        key = prefix + "powers"
+        if key in state_dict:
+            state_dict[key] = self.powers.clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, F] float -> scores [N] float32."""
         if x.dim() != 2 or x.shape[1] != self.n_features:

@@ -253,3 +253,11 @@ def test_a_lambdamart_checkpoint_with_bad_trees_is_refused(tmp_path):
         torch.save({**ckpt, "state_dict": edited}, path)
         with pytest.raises(ValueError, match=message):
             load_checkpoint(path)
+    # Derived buffers are rebuilt, never read (round 4: an edited `powers` was an IndexError when scoring).
+    edited = {k: v.clone() for k, v in ckpt["state_dict"].items()}
+    edited["scorer.powers"] = torch.tensor([1 << 40, -7])
+    torch.save({**ckpt, "state_dict": edited}, tmp_path / "powers.ckpt")
+    loaded = load_checkpoint(tmp_path / "powers.ckpt")
+    assert loaded.scorer.powers.tolist() == [1, 2]
+    x = torch.rand(5, loaded.scorer.n_features)
+    torch.testing.assert_close(loaded.scorer(x), load_checkpoint(good).scorer(x))
