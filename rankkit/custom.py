@@ -114,9 +114,19 @@ def is_dotted_path(value) -> bool:
     return isinstance(value, str) and bool(_DOTTED.match(value))
 
 
+class RecordedName(str):
+    """A custom objective's name as read from a model file: text that is never imported. To train
+    with it again, name it in the call or config you run (``set_params(objective="pkg.mod.fn")``),
+    so that the code that runs is the code you chose, not the file's."""
+
+
 def import_callable(path: str, name: str = "objective") -> Callable:
     """Import ``package.module.function`` (a config's custom objective). Called when training
-    starts, never when a checkpoint or model file is loaded."""
+    starts, never when a checkpoint or model file is loaded; never for a :class:`RecordedName`."""
+    if isinstance(path, RecordedName):
+        raise ValueError(f"`{name}`: {str(path)!r} was read from a model file, which records a custom objective "
+                         f"as text only: to train again, name it yourself (set_params({name}={str(path)!r}) "
+                         f"or pass the callable)")
     if not is_dotted_path(path):
         if is_recorded_name(path):  # "<locals>", "<lambda>", a wrapper's description: text only
             raise ValueError(f"`{name}`: cannot import {path!r}: a model file or checkpoint records a custom "

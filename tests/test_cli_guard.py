@@ -359,3 +359,27 @@ def test_fit_still_copies_its_config_atomically_with_normal_permissions(work, tm
     copy = tmp_path / "config.yaml"
     assert "LambdaMARTModule" in copy.read_text() and (copy.stat().st_mode & 0o777) == 0o644
     assert temps(tmp_path) == []
+
+
+def test_a_checkpoints_recorded_custom_loss_is_never_imported(work, tmp_path, capsys):
+    # Round 4: a checkpoint recording a custom loss by name made a resumed `fit --ckpt_path` import
+    # that module and train with it instead of the config's objective.
+    import torch
+
+    code, err = run(["fit", "--config", "lambdamart", f"--data.data={work}", "--trainer.max_epochs=1",
+                     f"--trainer.default_root_dir={tmp_path / 'run'}", "--model.init_args.min_data_in_leaf=5",
+                     "--data.val_fraction=0.25", "--quiet"], capsys)
+    assert code == 0, err
+    ckpt = torch.load(next((tmp_path / "run").rglob("*.ckpt")), weights_only=True)
+    ckpt["hyper_parameters"] = {**ckpt["hyper_parameters"], "objective": "planted_module.loss", "k": None,
+                                "normalize": False}
+    edited = tmp_path / "edited.ckpt"
+    torch.save(ckpt, edited)
+    for argv in (["fit", "--config", "lambdamart", f"--data.data={work}", "--trainer.max_epochs=2",
+                  f"--trainer.default_root_dir={tmp_path / 'run2'}", "--data.val_fraction=0.25",
+                  f"--ckpt_path={edited}"],
+                 ["test", f"--ckpt_path={edited}", f"--data.data={work}"]):
+        code, err = run(argv, capsys)
+        assert_one_line(code, err, "records the custom objective 'planted_module.loss' (text, never imported",
+                        "--model.init_args.objective=planted_module.loss")
+    assert "planted_module" not in sys.modules

@@ -29,7 +29,7 @@ from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.click_metric import ClickLikelihood
-from rankkit.custom import qualified_name
+from rankkit.custom import RecordedName, is_custom, qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
 from rankkit.infra.io import atomic_write
@@ -440,7 +440,10 @@ class LambdaMART(BaseEstimator):
                 tensors = {k: f.get_tensor(k) for k in f.keys()}
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"unknown format {meta.get('format')!r}")
-            model = cls(**meta["params"])
+            params = dict(meta["params"])
+            if isinstance(params.get("objective"), str) and is_custom(params["objective"]):
+                params["objective"] = RecordedName(params["objective"])  # text: never imported by a refit
+            model = cls(**params)
             model._config()
             model.n_features_in_ = int(meta["n_features_in"])
             if not 1 <= model.n_features_in_ <= MAX_MODEL_FEATURES:  # before anything N x F exists

@@ -90,6 +90,8 @@ class RankkitCLI(LightningCLI):
         if sub:
             checkpoint = check_run_config(self.config[sub])  # read once, checked
             ckpt_path = self.config[sub].get("ckpt_path")
+            if checkpoint is not None:
+                refuse_recorded_code(self.config[sub], ckpt_path, checkpoint)
             if sub in ("validate", "test") and checkpoint is not None:
                 self.scored_line = use_recorded_data(sub, self.config[sub], ckpt_path, self.argv, checkpoint)
         super()._parse_ckpt_path()
@@ -153,6 +155,22 @@ class RankkitCLI(LightningCLI):
             if group.title and group.title.startswith(("Runs the full", "Perform one evaluation")):
                 group.title = f"Trainer.{subcommand} arguments"
         return parser
+
+
+def refuse_recorded_code(config, ckpt_path: str, checkpoint: dict) -> None:
+    """A checkpoint's recorded custom loss or objective (``pkg.mod.fn``) is text: Lightning would
+    put it into the model's arguments, and the run would import the file's choice of code. It is
+    used only when the config or command line being run names the same one; otherwise one line."""
+    from rankkit.custom import is_custom
+
+    recorded = checkpoint.get("hyper_parameters") or {}
+    init_args = ((config.get("model") or {}).get("init_args") or {}) if hasattr(config, "get") else {}
+    for key in ("loss", "objective"):
+        value = recorded.get(key) if isinstance(recorded, dict) else None
+        if isinstance(value, str) and is_custom(value) and init_args.get(key) != value:
+            raise ValueError(f"{ckpt_path}: the checkpoint records the custom {key} {value!r} (text, never imported "
+                             f"from a file); name it in the config or command you run "
+                             f"(--model.init_args.{key}={value}) to use it, or train from scratch")
 
 
 def new_folder(path: str | None) -> str | None:

@@ -218,3 +218,20 @@ def test_a_model_splitting_missing_from_present_values_saves_and_loads(tmp_path)
     assert bool((model.ensemble_.thresholds == -torch.inf).any())
     model.save(tmp_path / "m.safetensors")
     np.testing.assert_array_equal(LambdaMART.load(tmp_path / "m.safetensors").predict(x), model.predict(x))
+
+
+def test_a_loaded_models_custom_objective_is_text_a_refit_does_not_import(tmp_path):
+    # Round 4: LambdaMART.load(...) then fit() imported the module the file named.
+    from rankkit.custom import RecordedName
+
+    d = small_set()
+    model = LambdaMART("rankkit.examples.losses.ranknet", n_estimators=2, depth=2, min_data_in_leaf=3).fit(d)
+    model.save(tmp_path / "m.safetensors")
+    loaded = LambdaMART.load(tmp_path / "m.safetensors")
+    assert isinstance(loaded.objective, RecordedName)
+    np.testing.assert_array_equal(loaded.predict(d), model.predict(d))  # loading and scoring need no code
+    with pytest.raises(ValueError, match=r"was read from a model file, which records a custom objective as text "
+                                         r"only: to train again, name it yourself"):
+        loaded.fit(d)
+    refit = loaded.set_params(objective="rankkit.examples.losses.ranknet").fit(d)  # named by the user: trains
+    np.testing.assert_array_equal(refit.predict(d), model.predict(d))
