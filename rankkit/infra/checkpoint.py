@@ -90,6 +90,11 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict) \
             or not all(isinstance(v, torch.Tensor) for v in ckpt["state_dict"].values()):
         raise ValueError(f"{path}: not a Lightning checkpoint (no state_dict of tensors)")
+    for name, t in ckpt["state_dict"].items():  # sizes by stored bytes, not by declared shapes
+        if t.numel() and t.numel() * t.element_size() > t.untyped_storage().nbytes():
+            raise ValueError(f"{path}: tensor `{name}` declares {tuple(t.shape)} ({t.numel()} values) over "
+                             f"{t.untyped_storage().nbytes()} stored bytes (an expanded, stride-0 tensor): a "
+                             f"checkpoint holds each value it declares")
     n = ckpt.get("rankkit_n_features")
     if n is not None and not (isinstance(n, int) and 0 <= n <= LIMITS["n_features"]):
         raise ValueError(f"{path}: the checkpoint declares {n!r} features, more than the limit "
