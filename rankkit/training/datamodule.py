@@ -222,7 +222,7 @@ class RankingDataModule(pl.LightningDataModule):
             ``k``, ``fraction``, ``max_label``), e.g. ``{"model": "pbm", "eta": 1.0}``. The
             training and validation splits become click logs (one query per session, clicks as
             labels, with ``position``), drawn from ``seed``; the test split keeps its true labels.
-            None (the default): the labels as they are.
+            ``{}`` simulates with every default. None (the default): the labels as they are.
 
     Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):
     disjoint, every query once, and for training the same number of batches on every rank.
@@ -310,7 +310,7 @@ class RankingDataModule(pl.LightningDataModule):
     def _to_clicks(self) -> None:
         """With ``clicks``: the training and validation splits become simulated click logs."""
         options = self.hparams.get("clicks")
-        if options:
+        if options is not None:  # `clicks: {}` is the simulation's defaults, not "no clicks"
             self.train_set, self.val_set = click_split(self.train_set, self.val_set, seed=self.hparams.seed,
                                                        **options)
 

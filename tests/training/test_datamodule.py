@@ -150,3 +150,17 @@ def test_load_from_checkpoint_goes_through_the_checkpoint_loader(tmp_path):
     torch.save({**base, "datamodule_hyper_parameters": {"data": {"class_path": "os.system"}}}, path)
     with pytest.raises(ValueError, match="hyper-parameter `data` has to be a plain value, got a class_path"):
         RankingDataModule.load_from_checkpoint(path)
+
+
+def test_empty_click_options_simulate_clicks_with_the_defaults():
+    # Round 4: `clicks: {}` trained on the labels (an empty dict read as "no clicks"), exit 0.
+    dm = RankingDataModule("mq2008", clicks={"sessions": 2})
+    dm.setup("fit")
+    plain = RankingDataModule("mq2008")
+    plain.setup("fit")
+    empty = RankingDataModule("mq2008", clicks={})
+    empty.setup("fit")
+    assert plain.train_set.position is None and bool((plain.train_set.labels > 1).any())
+    for clicked in (dm, empty):
+        assert clicked.train_set.position is not None
+        assert set(clicked.train_set.labels.unique().tolist()) <= {0.0, 1.0}
