@@ -374,6 +374,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
         raise ValueError("the study has no completed trial (every trial was pruned or failed)")
     best = study.best_trial
     best_values = {k: _decode(v) for k, v in best.params.items()}
+    _check_trial_values(best.number, best_values, params, storage)
     best_config = out / "best.yaml"
     header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
               f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
@@ -439,6 +440,19 @@ def _check_study(study, data: dict, metric: str, storage: str) -> None:
         raise ValueError(f"the study {study.study_name!r} in {storage} was run on data {recorded[0]} scored by "
                          f"{recorded[1]}; this run asks for data {now[0]} scored by {now[1]}: pass another "
                          f"--out (a new study) or the settings it was run with")
+
+
+def _check_trial_values(number: int, values: dict, params: dict, storage: str) -> None:
+    """A trial's values, as the study file holds them, are those of the search space: its keys and
+    within its ranges (a crafted ``study.db`` could otherwise put any key -- ``ckpt_path``,
+    ``trainer.callbacks`` -- into the best.yaml that ``fit`` runs)."""
+    for key, value in values.items():
+        if key not in params:
+            raise ValueError(f"the study in {storage}: trial {number} sets {key!r}, which the search space does not "
+                             f"hold (a study file from elsewhere?); pass another --out for a new study")
+        if not params[key].contains(value):
+            raise ValueError(f"the study in {storage}: trial {number} sets {key}={value!r}, outside the search "
+                             f"space ({_describe(params[key])})")
 
 
 def _plain(value: Any) -> Any:

@@ -256,3 +256,16 @@ def test_a_study_is_keyed_by_its_data_and_refuses_another():
         tuning._check_study(study, fold1, "val/map", "memory")
     with pytest.raises(ValueError, match="minimises its objective"):
         tuning._check_study(optuna.create_study(direction="minimize"), fold1, "val/ndcg@10", "memory")
+
+
+def test_a_trials_values_are_checked_against_the_search_space():
+    # Round 4: a crafted study.db put `ckpt_path:` and callbacks into the best.yaml that tune writes.
+    params = {"model.init_args.lr": tuning.Param("model.init_args.lr", "float", 1e-4, 1e-2, log=True),
+              "model.init_args.hidden": tuning.Param("model.init_args.hidden", "choices", choices=([8], [16, 8]))}
+    tuning._check_trial_values(3, {"model.init_args.lr": 1e-3, "model.init_args.hidden": [8]}, params, "db")
+    with pytest.raises(ValueError, match=r"trial 3 sets 'ckpt_path', which the search space does not hold"):
+        tuning._check_trial_values(3, {"ckpt_path": "/tmp/x.ckpt"}, params, "db")
+    with pytest.raises(ValueError, match=r"trial 3 sets model\.init_args\.lr=5\.0, outside the search space"):
+        tuning._check_trial_values(3, {"model.init_args.lr": 5.0}, params, "db")
+    with pytest.raises(ValueError, match=r"model\.init_args\.hidden=\[4096, 4096\], outside"):
+        tuning._check_trial_values(3, {"model.init_args.hidden": [4096, 4096]}, params, "db")
