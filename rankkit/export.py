@@ -503,7 +503,37 @@ def _load_onnx(path: str) -> _OnnxScorer:
         import onnxruntime
     except ImportError:
         raise ValueError(f"{path}: serving an ONNX model needs onnxruntime (pip install onnxruntime)") from None
+    _check_onnx_ops(path)
     try:
         return _OnnxScorer(onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]))
     except Exception as e:  # noqa: BLE001 - whatever ONNX Runtime raises, the file is unusable
         raise _refuse(path, f"ONNX Runtime cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+#: ONNX operators that repeat a subgraph a number of times the graph computes: a scorer rankkit
+#: exports never holds one, and a 356-byte graph with a Loop ran without end.
+UNBOUNDED_ONNX_OPS = ("Loop", "Scan")
+
+
+def _check_onnx_ops(path: str) -> None:
+    """Refuse an ONNX graph holding a :data:`UNBOUNDED_ONNX_OPS` operator, in any subgraph (read
+    with the ``onnx`` package: protobuf, nothing runs)."""
+    try:
+        import onnx
+    except ImportError:
+        raise ValueError(f"{path}: serving an ONNX model needs the onnx package to check it (pip install onnx)") \
+            from None
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - not a readable ONNX protobuf
+        raise _refuse(path, f"not an ONNX model ({type(e).__name__})") from None
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            if node.op_type in UNBOUNDED_ONNX_OPS:
+                raise _refuse(path, f"its graph holds the {node.op_type} operator ({node.name or 'unnamed'}), which "
+                                    f"can run without end; rankkit's scorers are straight-line graphs")
+            for attr in node.attribute:
+                graphs.extend([attr.g] if attr.HasField("g") else [])
+                graphs.extend(attr.graphs)

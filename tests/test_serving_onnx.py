@@ -23,3 +23,28 @@ def test_an_onnx_scorer_zero_pads_a_narrower_file_as_every_format(tmp_path, caps
     x = np.array([[0.5, 0.1, 0, 0, 0, 0], [0.2, 0, 1.5, 0, 0, 0], [0, 0, 0, 0, 3.0, 0]], dtype=np.float32)
     scores = [float(line.split("\t")[2]) for line in out.read_text().splitlines()]
     np.testing.assert_allclose(scores, model.predict(x), rtol=1e-6, atol=1e-6)
+
+
+def test_an_onnx_graph_that_can_loop_without_end_is_refused(tmp_path):
+    # Round 4: a 356-byte ONNX graph with a Loop never ended.
+    pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from rankkit.export import load_scorer
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, [])])
+    nodes = [helper.make_node("Constant", [], ["forever"], value=helper.make_tensor("t", TensorProto.BOOL, [], [1])),
+             helper.make_node("Loop", ["", "forever"], [], body=body, name="spin"),
+             helper.make_node("ReduceSum", ["features", "axes"], ["scores"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N"])],
+                              initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "loop.onnx")
+    with pytest.raises(ValueError, match=r"loop\.onnx: not a loadable rankkit scorer file: its graph holds the Loop "
+                                         r"operator \(spin\), which can run without end"):
+        load_scorer(tmp_path / "loop.onnx")
