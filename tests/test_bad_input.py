@@ -393,6 +393,15 @@ def forced_triton_on_cpu(tmp_path):
         return _backends().choose("cpu", None, _backends().read_switches({"RANKKIT_TRITON": "force"}))
 
 
+def datamodule_setup(**kw):
+    """``RankingDataModule("mq2008", **kw).setup("fit")``."""
+    def call(tmp_path):
+        from rankkit.training.datamodule import RankingDataModule
+
+        return RankingDataModule("mq2008", **kw).setup("fit")
+    return call
+
+
 def _backends():
     from rankkit.kernels import backends
 
@@ -1017,6 +1026,9 @@ CLICKS = [
          r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
     Case("clicks-neural-dla-loss", module("LambdaRank", n_features=3, unbiased="dla", loss="softmax"), ValueError,
          r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None"),
+    Case("clicks-datamodule-sessions-unbounded", datamodule_setup(clicks={"sessions": 10**9}), ValueError,
+         r"`clicks\.sessions` = 1000000000 x `clicks\.k` = 10 over 471 queries is a log of 4710000000000 rows, "
+         r"more than MAX_LOG_ROWS"),
     Case("clicks-datamodule-unknown-key", new_entry("rankkit.training.datamodule.RankingDataModule", clicks={"modle": "pbm"}),
          ValueError, r"`clicks` has to be a dict of \('model', 'eta', 'sessions', 'k', 'fraction', 'max_label'\), "
                      r"got 'modle'"),

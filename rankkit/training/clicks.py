@@ -46,6 +46,12 @@ def production_scores(ranker, dataset: RankingDataset) -> torch.Tensor:
 CLICK_OPTIONS = ("model", "eta", "sessions", "k", "fraction", "max_label")
 
 
+#: The most rows a simulated click log may hold (queries x sessions x shown documents), checked
+#: before any is drawn: 2^26 rows of 136 float32 features are 36 GB; MSLR-WEB30K's default log
+#: (31,531 queries x 40 sessions x 10) is 12.6 M rows.
+MAX_LOG_ROWS = 2**26
+
+
 def click_split(train: RankingDataset, val: RankingDataset | None, *, model: str = "pbm", eta: float = 1.0,
                 sessions: int = 40, k: int = 10, fraction: float = 0.01, max_label: float | None = None,
                 seed: int = 0) -> tuple[RankingDataset, RankingDataset | None]:
@@ -64,6 +70,13 @@ def click_split(train: RankingDataset, val: RankingDataset | None, *, model: str
         per session, clicks as labels, with ``position``.
     """
     check_choice(model, ("pbm", "cascade"), "clicks.model")
+    sessions, k = check_int(sessions, "clicks.sessions"), check_int(k, "clicks.k")
+    for data in (train, val):  # every simulated row is allocated: bounded before anything is drawn
+        rows = 0 if data is None else data.n_queries * sessions * k
+        if rows > MAX_LOG_ROWS:
+            raise ValueError(f"`clicks.sessions` = {sessions} x `clicks.k` = {k} over {data.n_queries} queries is a "
+                             f"log of {rows} rows, more than MAX_LOG_ROWS = {MAX_LOG_ROWS} "
+                             f"(rankkit.training.clicks); lower `sessions`")
     top = max_label if max_label is not None else float(train.labels.max()) if train.n_docs else 1.0
     click_model = (PositionBasedModel(eta=check_number(eta, "clicks.eta", low=0.0), epsilon_plus=1.0,
                                       epsilon_minus=0.1, max_label=top)
@@ -75,7 +88,7 @@ def click_split(train: RankingDataset, val: RankingDataset | None, *, model: str
             logs.append(None)
             continue
         log = simulate_clicks(data, production_scores(prod, data), model=click_model,
-                              sessions_per_query=check_int(sessions, "clicks.sessions"), k=check_int(k, "clicks.k"),
+                              sessions_per_query=sessions, k=k,
                               seed=seed + 1000 * i, drop_unclicked=True)
         logs.append(log.sessions)
     return logs[0], logs[1]
