@@ -124,9 +124,10 @@ def import_callable(path: str, name: str = "objective") -> Callable:
     """Import ``package.module.function`` (a config's custom objective). Called when training
     starts, never when a checkpoint or model file is loaded; never for a :class:`RecordedName`."""
     if isinstance(path, RecordedName):
+        how = f"name it yourself (set_params({name}={str(path)!r})) or pass the callable" if is_dotted_path(path) \
+            else "pass the objective itself"
         raise ValueError(f"`{name}`: {str(path)!r} was read from a model file, which records a custom objective "
-                         f"as text only: to train again, name it yourself (set_params({name}={str(path)!r}) "
-                         f"or pass the callable)")
+                         f"as text only: to train again, {how}")
     if not is_dotted_path(path):
         if is_recorded_name(path):  # "<locals>", "<lambda>", a wrapper's description: text only
             raise ValueError(f"`{name}`: cannot import {path!r}: a model file or checkpoint records a custom "

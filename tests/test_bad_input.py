@@ -393,6 +393,13 @@ def forced_triton_on_cpu(tmp_path):
         return _backends().choose("cpu", None, _backends().read_switches({"RANKKIT_TRITON": "force"}))
 
 
+def custom_loss_with_k(tmp_path):
+    """``LambdaRank(loss=f, k=3, sigma=5.0)`` (round 4: the kernel options were dropped silently)."""
+    from rankkit.neural import LambdaRank
+
+    return LambdaRank(n_features=3, loss=lambda s, y, m: (s * m).sum(-1), k=3, sigma=5.0)
+
+
 def datamodule_setup(**kw):
     """``RankingDataModule("mq2008", **kw).setup("fit")``."""
     def call(tmp_path):
@@ -1026,6 +1033,8 @@ CLICKS = [
          r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
     Case("clicks-neural-dla-loss", module("LambdaRank", n_features=3, unbiased="dla", loss="softmax"), ValueError,
          r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None"),
+    Case("neural-custom-loss-with-kernel-options", custom_loss_with_k, ValueError,
+         r"`k` configures the built-in lambda kernel; a custom loss takes its own \(set it in the loss\), got k=3"),
     Case("clicks-datamodule-sessions-unbounded", datamodule_setup(clicks={"sessions": 10**9}), ValueError,
          r"`clicks\.sessions` = 1000000000 x `clicks\.k` = 10 over 471 queries is a log of 4710000000000 rows, "
          r"more than MAX_LOG_ROWS"),

@@ -545,7 +545,8 @@ def test_wrappers_with_settings_are_recorded_as_descriptions_that_load(tmp_path)
         loaded = LambdaMART.load(tmp_path / "m.safetensors")
         assert loaded.objective == text
         np.testing.assert_array_equal(loaded.predict(data), model.predict(data))
-        with pytest.raises(ValueError, match="cannot import"):
+        with pytest.raises(ValueError, match="was read from a model file, which records a custom objective as "
+                                             "text only: to train again, pass the objective itself"):
             loaded.set_params(n_estimators=1).fit(data)
 
 

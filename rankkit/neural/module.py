@@ -129,6 +129,11 @@ class NeuralRanker(pl.LightningModule):
         o = NeuralConfig(**params)
         custom = o.loss is not None and is_custom(o.loss)
         self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
+        if custom:  # the kernel's options would be dropped silently: refused, as LambdaMART does
+            for option in ("k", "sigma", "normalize"):
+                if getattr(o, option) != getattr(NeuralConfig, option):
+                    raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom loss takes its own "
+                                     f"(set it in the loss), got {option}={getattr(o, option)!r}")
         check_all(o)
         if not custom:  # the options are recorded as given (None stays None)
             check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
