@@ -51,7 +51,18 @@ def _load() -> ctypes.CDLL | None:
         if spec is None or not spec.origin or not os.path.isfile(spec.origin):
             return None
         path = spec.origin
-    dll = ctypes.CDLL(path)
+    try:
+        return _bind(ctypes.CDLL(path))
+    except (OSError, AttributeError) as e:  # not a shared library, or one without rankkit's functions
+        if library_override() is None:
+            raise
+        raise ValueError(f"environment variable RANKKIT_CPU_LIBRARY={path!r}: not a build of rankkit's C kernels "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); unset it to use the "
+                         f"installed one") from None
+
+
+def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
+    """``dll`` with the argument and result types of every kernel (AttributeError: a missing one)."""
     p, i64, cint, dbl = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
     dll.rankkit_histograms.argtypes = [p, i64, p, i64, p, i64, p, p, i64, p, p, p, p, i64, p, cint, i64, cint]
     dll.rankkit_histograms.restype = cint
