@@ -359,8 +359,13 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _study(study_name or name + suffix, storage, seed, pruner)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is our one line, not its traceback
+    try:
+        study = _study(study_name or name + suffix, storage, seed, pruner)
+    except Exception as e:  # noqa: BLE001 -- a file that is no Optuna study: one line, whatever the driver raises
+        text = str(e).strip().splitlines()
+        raise ValueError(f"{storage}: not a readable Optuna study ({type(e).__name__}: {text[0] if text else ''}); "
+                         f"pass another --out (or --storage) for a new study") from None
     _check_study(study, data, metric, storage)
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
@@ -368,10 +373,13 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     left = n_trials - len(study.get_trials(deepcopy=False, states=finished))
     if left > 0:
         objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric, log=log)
-        study.optimize(objective, n_trials=left, timeout=timeout, catch=(), gc_after_trial=True,
+        study.optimize(objective, n_trials=left, timeout=timeout, catch=(Exception,), gc_after_trial=True,
                        callbacks=[_progress(n_trials, metric, log)])
     if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
-        raise ValueError("the study has no completed trial (every trial was pruned or failed)")
+        failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+        last = f"; the last failure (trial {failed[-1].number}): {failed[-1].user_attrs.get('error', '?')}" \
+            if failed else ""
+        raise ValueError(f"the study has no completed trial (every trial was pruned or failed){last}")
     best = study.best_trial
     best_values = {k: _decode(v) for k, v in best.params.items()}
     _check_trial_values(best.number, best_values, params, storage)
@@ -490,6 +498,11 @@ def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric:
                     config = base if i == 0 else apply_values(base, _seeded(base, seed + i))
                     scores.append(_trial(config, values, trial=trial, metric=metric, workdir=workdir,
                                          report=i == 0)[0])
+        except Exception as e:  # a failed trial is recorded (one line) and the study goes on
+            if type(e).__name__ != "TrialPruned":
+                text = str(e).strip().splitlines()
+                trial.set_user_attr("error", f"{type(e).__name__}: {text[0] if text else ''}"[:500])
+            raise
         finally:  # pruned trials too
             trial.set_user_attr("seconds", time.perf_counter() - t0)
         if trial_seeds > 1:
@@ -510,7 +523,8 @@ def _progress(n_trials: int, metric: str, log: Callable[[str], None]) -> Callabl
         state = trial.state.name.lower()
         value = f"{trial.value:.4f}" if trial.value is not None else "-"
         best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
-        log(f"trial {trial.number} {state}: {metric} {value}"
+        why = f" ({trial.user_attrs['error']})" if state == "fail" and "error" in trial.user_attrs else ""
+        log(f"trial {trial.number} {state}{why}: {metric} {value}"
             + (f"; best {best.value:.4f} (trial {best.number})" if best else "") + f"  [{done}/{n_trials}]")
 
     return progress

@@ -269,3 +269,33 @@ def test_a_trials_values_are_checked_against_the_search_space():
         tuning._check_trial_values(3, {"model.init_args.lr": 5.0}, params, "db")
     with pytest.raises(ValueError, match=r"model\.init_args\.hidden=\[4096, 4096\], outside"):
         tuning._check_trial_values(3, {"model.init_args.hidden": [4096, 4096]}, params, "db")
+
+
+def test_a_failing_trial_is_one_line_and_the_study_goes_on(tmp_path, monkeypatch):
+    # Round 4: one failing trial aborted the whole study with Optuna's logged traceback.
+    pytest.importorskip("optuna")
+    calls = []
+
+    def flaky(config, values, *, trial, metric, workdir, report=True):
+        calls.append(trial.number)
+        if trial.number == 0:
+            raise ValueError("boom\nsecond line")
+        return 0.5, 3
+
+    monkeypatch.setattr(tuning, "_trial", flaky)
+    lines = []
+    result = tuning.tune("lambdarank", out=tmp_path / "out", n_trials=2, log=lines.append)
+    assert calls == [0, 1] and result.best_value == 0.5
+    assert any(line.startswith("trial 0 fail (ValueError: boom): ") for line in lines), lines
+    monkeypatch.setattr(tuning, "_trial", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("always")))
+    with pytest.raises(ValueError, match=r"every trial was pruned or failed\); the last failure \(trial \d+\): "
+                                         r"RuntimeError: always"):
+        tuning.tune("lambdarank", out=tmp_path / "other", n_trials=2, log=lines.append)
+
+
+def test_a_corrupt_study_file_is_one_line(tmp_path):
+    pytest.importorskip("optuna")
+    (tmp_path / "study.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 5000)
+    with pytest.raises(ValueError, match=r"study\.db: not a readable Optuna study \(DatabaseError: .*pass another "
+                                         r"--out"):
+        tuning.tune("lambdarank", out=tmp_path, n_trials=1)
