@@ -217,6 +217,7 @@ class LambdaMART(BaseEstimator):
         if config.early_stopping_rounds is not None and not evals:  # as LightGBM and XGBoost
             raise ValueError(f"`early_stopping_rounds={config.early_stopping_rounds}` needs an `eval_set` "
                              f"to watch; pass eval_set=[...] or early_stopping_rounds=None")
+        _check_eval_positions(eval_position, evals)
         e_inits = [None if eval_init_score is None or eval_init_score[i] is None else
                    vector(eval_init_score[i], len(el), f"eval_init_score[{i}]", kind="double")
                    for i, (_, el, _) in enumerate(evals)]
@@ -487,6 +488,18 @@ def _positions(position, n: int, name: str) -> torch.Tensor:
     if bool((positions != positions.round()).any()):
         raise ValueError(f"`{name}` has to hold integer positions (0-based displayed ranks)")
     return positions.long()
+
+
+def _check_eval_positions(eval_position, evals: list) -> None:
+    """Every given ``eval_position[i]`` is checked as ``position`` is, whether or not the debiasing
+    reads it (round 4: accepted unchecked when unused)."""
+    if eval_position is None:
+        return
+    if len(eval_position) > len(evals):
+        raise ValueError(f"`eval_position` holds {len(eval_position)} entries for {len(evals)} eval sets")
+    for i, position in enumerate(eval_position):
+        if position is not None:
+            _positions(position, evals[i][0].n_rows, f"eval_position[{i}]")
 
 
 def _eval_item(item, i: int, eval_qid, eval_group, n_feat: int):
