@@ -360,13 +360,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is our one line, not its traceback
-    try:
-        study = _study(study_name or name + suffix, storage, seed, pruner)
-    except Exception as e:  # noqa: BLE001 -- a file that is no Optuna study: one line, whatever the driver raises
-        text = str(e).strip().splitlines()
-        raise ValueError(f"{storage}: not a readable Optuna study ({type(e).__name__}: {text[0] if text else ''}); "
-                         f"pass another --out (or --storage) for a new study") from None
-    _check_study(study, data, metric, storage)
+    study = _open_study(study_name or name + suffix, storage, seed, pruner, data, metric)
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -428,6 +422,18 @@ def _data_settings(base: dict) -> tuple[dict, str]:
         return settings, ""
     slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(source).name or source)
     return settings, f"-{slug}-fold{fold}"
+
+
+def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: str):
+    """The study (created, or loaded to resume and checked against ``data`` and ``metric``)."""
+    try:
+        study = _study(name, storage, seed, pruner)
+    except Exception as e:  # noqa: BLE001 -- a file that is no Optuna study: one line, whatever the driver raises
+        text = str(e).strip().splitlines()
+        raise ValueError(f"{storage}: not a readable Optuna study ({type(e).__name__}: {text[0] if text else ''}); "
+                         f"pass another --out (or --storage) for a new study") from None
+    _check_study(study, data, metric, storage)
+    return study
 
 
 def _check_study(study, data: dict, metric: str, storage: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
+from rankkit.custom import is_custom
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.infra.progress import FitProgress
@@ -161,8 +162,6 @@ def refuse_recorded_code(config, ckpt_path: str, checkpoint: dict) -> None:
     """A checkpoint's recorded custom loss or objective (``pkg.mod.fn``) is text: Lightning would
     put it into the model's arguments, and the run would import the file's choice of code. It is
     used only when the config or command line being run names the same one; otherwise one line."""
-    from rankkit.custom import is_custom
-
     recorded = checkpoint.get("hyper_parameters") or {}
     init_args = ((config.get("model") or {}).get("init_args") or {}) if hasattr(config, "get") else {}
     for key in ("loss", "objective"):
