@@ -43,9 +43,10 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
-from rankkit.boosting.booster import LambdaMART
+from rankkit.boosting.booster import LambdaMART, ranker_tags
 from rankkit.boosting.ensemble import ObliviousEnsemble  # noqa: F401 -- also for tests and users
 from rankkit.boosting.objectives import make_metric
+from rankkit.infra.checks import check_int
 from rankkit.infra.threads import threads
 
 __all__ = ["LGBMRanker", "XGBRanker", "early_stopping", "log_evaluation", "record_evaluation",
@@ -368,9 +369,7 @@ def _same(a, b) -> bool:
 
 
 def _depth_of_leaves(leaves, name: str) -> int:
-    if isinstance(leaves, bool) or not isinstance(leaves, (int, np.integer)) or leaves < 2:
-        raise ValueError(f"`{name}` has to be an integer >= 2, got {leaves!r}")
-    depth = max(1, math.ceil(math.log2(int(leaves))))
+    depth = max(1, math.ceil(math.log2(check_int(leaves, name, low=2))))
     if depth > MAX_DEPTH:
         raise ValueError(f"`{name}={leaves}` needs depth {depth}; rankkit's oblivious trees go to depth "
                          f"{MAX_DEPTH} ({1 << MAX_DEPTH} leaves): use at most {1 << MAX_DEPTH}")
@@ -384,15 +383,6 @@ def _device(value, name: str) -> str:
     if text in ("gpu", "cuda") or text.startswith("cuda:"):
         return "cuda" if text == "gpu" else text
     raise ValueError(f"`{name}` has to be 'cpu', 'cuda' or 'gpu', got {value!r}")
-
-
-def _random_state(value, name: str):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"`{name}` has to be an integer >= 0 or None (rankkit seeds its own generators), "
-                         f"got {value!r}")
-    return int(value)
 
 
 def _verbose(value) -> int:
@@ -422,12 +412,12 @@ def _lgbm_plan(params: dict, fit_eval_metric, fit_eval_at) -> _Plan:
     p = {name: q.default for name, q in LGBM_PARAMETERS.items()} | given
     depth = _depth_of_leaves(p["num_leaves"], "num_leaves")
     if p["max_depth"] is not None and p["max_depth"] > 0:
-        depth = min(depth, _int(p["max_depth"], "max_depth"))
+        depth = min(depth, check_int(p["max_depth"], "max_depth"))
     booster = dict(depth=depth, learning_rate=p["learning_rate"], n_estimators=p["n_estimators"],
                    min_sum_hessian=p["min_child_weight"], min_data_in_leaf=p["min_child_samples"],
-                   subsample=p["subsample"] if _int(p["subsample_freq"], "subsample_freq", low=0) else 1.0,
+                   subsample=p["subsample"] if check_int(p["subsample_freq"], "subsample_freq", low=0) else 1.0,
                    colsample=p["colsample_bytree"], l2=p["reg_lambda"],
-                   random_state=_random_state(p["random_state"], "random_state"), n_jobs=p["n_jobs"],
+                   random_state=p["random_state"], n_jobs=p["n_jobs"],
                    max_bins=_max_bins(p["max_bin"], "max_bin", 255), quantized_grad=p["use_quantized_grad"],
                    num_grad_quant_bins=p["num_grad_quant_bins"], verbose=_verbose(p["verbosity"]),
                    device=_device(p["device_type"], "device_type"),
@@ -442,7 +432,7 @@ def _lgbm_plan(params: dict, fit_eval_metric, fit_eval_at) -> _Plan:
     metrics = _lgbm_metrics(p["metric"], fit_eval_metric, eval_at)
     stoppers = []
     if p["early_stopping_round"] is not None and p["early_stopping_round"] > 0:
-        stoppers.append(early_stopping(_int(p["early_stopping_round"], "early_stopping_round"),
+        stoppers.append(early_stopping(check_int(p["early_stopping_round"], "early_stopping_round"),
                                        bool(p["first_metric_only"]), p["verbosity"] is None or p["verbosity"] > 0,
                                        float(p["early_stopping_min_delta"])))
     return _Plan(booster, metrics, stoppers, p["importance_type"])
@@ -462,7 +452,7 @@ def _lgbm_objective(p: dict, given: dict) -> dict:
     if objective not in (None, "lambdarank"):
         raise ValueError(f"`objective={objective!r}`: LGBMRanker here takes 'lambdarank', 'rank_xendcg', "
                          f"'regression' or a callable (nearest: LambdaMART's `objective`)")
-    return dict(objective="lambdarank", k=_int(p["lambdarank_truncation_level"], "lambdarank_truncation_level"),
+    return dict(objective="lambdarank", k=check_int(p["lambdarank_truncation_level"], "lambdarank_truncation_level"),
                 normalize=bool(p["lambdarank_norm"]), sigma=p["sigmoid"], gain=_gain(p["label_gain"]))
 
 
@@ -496,7 +486,7 @@ def _lgbm_metrics(metric, fit_eval_metric, eval_at) -> list:
                              f"callable eval_metric")
         base = _LGBM_METRICS[name]
         for k in eval_at:
-            label = f"{base}@{_int(k, 'eval_at')}"
+            label = f"{base}@{check_int(k, 'eval_at')}"
             if label not in seen:
                 seen.add(label)
                 out.append(_BuiltinMetric(label))
@@ -506,18 +496,18 @@ def _lgbm_metrics(metric, fit_eval_metric, eval_at) -> list:
 def _xgb_plan(params: dict) -> _Plan:
     given = _canonical(params, XGB_PARAMETERS, XGB_ALIASES, "XGBoost")
     p = {name: q.default for name, q in XGB_PARAMETERS.items()} | given
-    depth = 6 if p["max_depth"] is None else _int(p["max_depth"], "max_depth", high=MAX_DEPTH)
+    depth = 6 if p["max_depth"] is None else check_int(p["max_depth"], "max_depth", high=MAX_DEPTH)
     if p["max_leaves"]:
         depth = min(depth, _depth_of_leaves(p["max_leaves"], "max_leaves"))
     missing = p["missing"]
     if not (isinstance(missing, float) and math.isnan(missing)):
         raise ValueError(f"`missing={missing!r}`: rankkit reads NaN as missing; replace that value by NaN in X")
     k = 32 if p["lambdarank_num_pair_per_sample"] is None else \
-        _int(p["lambdarank_num_pair_per_sample"], "lambdarank_num_pair_per_sample")
+        check_int(p["lambdarank_num_pair_per_sample"], "lambdarank_num_pair_per_sample")
     booster = dict(depth=depth, learning_rate=_or(p["learning_rate"], 0.3), n_estimators=_or(p["n_estimators"], 100),
                    min_sum_hessian=_or(p["min_child_weight"], 1.0), min_data_in_leaf=1,
                    subsample=_or(p["subsample"], 1.0), colsample=_or(p["colsample_bytree"], 1.0),
-                   l2=_or(p["reg_lambda"], 1.0), random_state=_random_state(p["random_state"], "random_state"),
+                   l2=_or(p["reg_lambda"], 1.0), random_state=p["random_state"],
                    n_jobs=p["n_jobs"], max_bins=_max_bins(_or(p["max_bin"], 256), "max_bin", 256),
                    verbose=_verbose(p["verbosity"]), device=_device(p["device"], "device"))
     booster |= _xgb_objective(p["objective"], k, p["ndcg_exp_gain"])
@@ -527,7 +517,7 @@ def _xgb_plan(params: dict) -> _Plan:
                          f"(split counts), not covers")
     metrics = _xgb_metrics(p["eval_metric"], k)
     stoppers = [] if p["early_stopping_rounds"] is None else \
-        [_XGBEarlyStopping(_int(p["early_stopping_rounds"], "early_stopping_rounds"))]
+        [_XGBEarlyStopping(check_int(p["early_stopping_rounds"], "early_stopping_rounds"))]
     return _Plan(booster, metrics, stoppers, importance)
 
 
@@ -566,16 +556,8 @@ def _or(value, default):
     return default if value is None else value
 
 
-def _int(value, name: str, *, low: int = 1, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or \
-            (high is not None and value > high):
-        span = f">= {low}" if high is None else f"in {low}..{high}"
-        raise ValueError(f"`{name}` has to be an integer {span}, got {value!r}")
-    return int(value)
-
-
 def _max_bins(value, name: str, library_max: int) -> int:
-    value = _int(value, name, low=3)
+    value = check_int(value, name, low=3)
     if value > library_max:
         raise ValueError(f"`{name}={value}`: rankkit bins a feature into at most 255 codes (the missing-value "
                          f"bin included; `max_bins`)")
@@ -591,7 +573,7 @@ class _BuiltinMetric:
         self.name = name
         self.fn = make_metric(name)
 
-    def __call__(self, scores: torch.Tensor, layout, labels: np.ndarray, sizes: np.ndarray) -> list:
+    def __call__(self, scores: torch.Tensor, layout) -> list:
         return [(self.name, float(self.fn(scores, layout)), True)]
 
 
@@ -607,8 +589,10 @@ class _CustomMetric:
         except (TypeError, ValueError):
             self.argc = 2
 
-    def __call__(self, scores: torch.Tensor, layout, labels: np.ndarray, sizes: np.ndarray) -> list:
+    def __call__(self, scores: torch.Tensor, layout) -> list:
         pred = scores.detach().cpu().numpy().astype(np.float64)
+        labels = layout.flat(layout.labels).cpu().numpy().astype(np.float64)  # the set's own, in its order
+        sizes = layout.offsets.diff().numpy()
         if self.library == "xgboost":
             return [(getattr(self.fn, "__name__", "custom"), float(self.fn(labels, pred)), False)]
         args = (labels, pred, None, sizes)[:max(2, min(self.argc, 4))]
@@ -682,7 +666,7 @@ class _XGBCallback:
 class _Rounds:
     """After each round: every watched set scored with every metric, the callbacks run, and
     whether to stop. ``watched``: (name, None for the training data or the index of the
-    booster's eval set, labels, sizes)."""
+    booster's eval set)."""
 
     def __init__(self, model, watched: list, metrics: list, callbacks: list, n_estimators: int):
         self.model, self.watched, self.metrics = model, watched, metrics
@@ -694,11 +678,11 @@ class _Rounds:
 
     def __call__(self, engine) -> bool:
         results = []
-        for name, source, labels, sizes in self.watched:
+        for name, source in self.watched:
             e = None if source is None else engine.eval_sets[source]
             scores, layout = (engine.scores, engine.layout) if e is None else (e.scores, e.layout)
             for metric in self.metrics:
-                for metric_name, value, higher in metric(scores, layout, labels, sizes):
+                for metric_name, value, higher in metric(scores, layout):
                     results.append((name, metric_name, value, higher))
                     self.history[name].setdefault(metric_name, []).append(value)
         self.last = results
@@ -753,23 +737,16 @@ class _CompatRanker(BaseEstimator):
         qid/group keyword, init score) per eval set, X None for the training data itself."""
         X, y, fit_kwargs = data
         booster = _Watched(**plan.booster)
-        matrix = FeatureMatrix(X, "X")
-        labels = vector(y, matrix.n_rows, "y", kind="label").numpy()
-        sizes = query_sizes(fit_kwargs.get("qid"), fit_kwargs.get("group"), matrix.n_rows).numpy()
+        # The watched sets are the booster's own (its training scores and eval sets): their
+        # features, labels and queries are converted once, by LambdaMART.fit.
         watched, eval_set, eval_qid, eval_group, eval_init = [], [], [], [], []
-        for i, (name, ex, ey, queries, init) in enumerate(evals):
-            if ex is None:
-                watched.append((name, None, labels, sizes))
-                continue
-            em = FeatureMatrix(ex, f"eval_set[{i}]")
-            el = vector(ey, em.n_rows, f"eval_set[{i}] y", kind="label").numpy()
-            es = query_sizes(queries.get("qid"), queries.get("group"), em.n_rows, qid_name=f"eval_qid[{i}]",
-                             group_name=f"eval_group[{i}]").numpy()
-            watched.append((name, len(eval_set), el, es))
-            eval_set.append((ex, ey))
-            eval_qid.append(queries.get("qid"))
-            eval_group.append(queries.get("group"))
-            eval_init.append(init)
+        for name, ex, ey, queries, init in evals:
+            watched.append((name, None if ex is None else len(eval_set)))
+            if ex is not None:
+                eval_set.append((ex, ey))
+                eval_qid.append(queries.get("qid"))
+                eval_group.append(queries.get("group"))
+                eval_init.append(init)
         rounds = _Rounds(self, watched, plan.metrics if watched else [],
                          plan.stoppers + [_from_library_callback(cb) for cb in callbacks or []],
                          booster.n_estimators)
@@ -790,16 +767,11 @@ class _CompatRanker(BaseEstimator):
 
     def _predict_range(self, X, start: int, stop: int) -> np.ndarray:
         """Scores [N] (numpy float32) of trees ``start`` .. ``stop`` - 1 (and the constant F_0)."""
-        booster = self.booster_
-        matrix = FeatureMatrix(X, "X")
-        booster._check_features(matrix)
-        e = booster.ensemble_
+        e = self.booster_.ensemble_
         part = ObliviousEnsemble(e.n_features, e.features[start:stop], e.thresholds[start:stop],
                                  e.leaf_values[start:stop], float(e.bias))
-        with torch.no_grad(), threads(booster.n_jobs):
-            if stop <= start:
-                return np.full(matrix.n_rows, float(e.bias), dtype=np.float32)
-            return torch.cat([part(chunk) for chunk in matrix.chunks()]).numpy()
+        with threads(self.booster_.n_jobs):
+            return self.booster_._scores(FeatureMatrix(X, "X"), part).numpy()
 
     @property
     def n_estimators_(self) -> int:
@@ -808,11 +780,7 @@ class _CompatRanker(BaseEstimator):
         return int(self.booster_.ensemble_.n_trees)
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = True
-        tags.input_tags.sparse = True
-        tags.target_tags.required = True
-        return tags
+        return ranker_tags(super().__sklearn_tags__())
 
 
 def _eval_name(names, i: int, default: str) -> str:
@@ -907,9 +875,9 @@ class LGBMRanker(_CompatRanker):
         if kwargs:
             _refuse_unknown(next(iter(kwargs)), ["raw_score", "start_iteration", "num_iteration"], "predict")
         n = self.n_estimators_
-        start = _int(start_iteration, "start_iteration", low=0)
+        start = check_int(start_iteration, "start_iteration", low=0)
         stop = n if num_iteration is None or num_iteration <= 0 else \
-            min(n, start + _int(num_iteration, "num_iteration"))
+            min(n, start + check_int(num_iteration, "num_iteration"))
         return self._predict_range(X, min(start, n), stop)
 
     @property
@@ -925,7 +893,7 @@ class LGBMRanker(_CompatRanker):
     def feature_importances_(self) -> np.ndarray:
         """[F] split counts (int32, ``importance_type="split"``) or total gains (float64, ``"gain"``)."""
         check_is_fitted(self, "booster_")
-        if self.importance_type == "gain":
+        if self.importance_type_ == "gain":
             return self.booster_.feature_importance_gain_.astype(np.float64)
         return self.booster_.feature_importance_split_.astype(np.int32)
 
@@ -986,8 +954,7 @@ class XGBRanker(_CompatRanker):
         if (group is None) == (qid is None):
             raise ValueError("Either `group` or `qid` is required for ranking task (one of the two)")
         plan = _xgb_plan(self.get_params())
-        matrix_rows = FeatureMatrix(X, "X").n_rows
-        sizes = query_sizes(qid, group, matrix_rows)
+        sizes = query_sizes(qid, group, np.shape(y)[0])
         weights = None if sample_weight is None else _per_query(sample_weight, sizes, "sample_weight")
         evals = []
         for i, (ex, ey) in enumerate(eval_set or []):
@@ -1023,7 +990,7 @@ class XGBRanker(_CompatRanker):
         if iteration_range is None or tuple(iteration_range) == (0, 0):
             start, stop = 0, getattr(self, "best_iteration_", n - 1) + 1
         else:
-            start, stop = (_int(v, "iteration_range", low=0) for v in iteration_range)
+            start, stop = (check_int(v, "iteration_range", low=0) for v in iteration_range)
             if stop > n or start > stop:
                 raise ValueError(f"`iteration_range={tuple(iteration_range)}` has to lie in 0..{n} (the model's "
                                  f"trees), start <= stop")

@@ -349,11 +349,13 @@ class LambdaMART(BaseEstimator):
             out = out + vector(init_score, len(out), "init_score")
         return out.numpy()
 
-    def _scores(self, matrix: FeatureMatrix) -> torch.Tensor:
-        """Scores [N] float32 of checked features, one chunk at a time."""
+    def _scores(self, matrix: FeatureMatrix, ensemble: ObliviousEnsemble | None = None) -> torch.Tensor:
+        """Scores [N] float32 of checked features by ``ensemble`` (default: the fitted one; the
+        drop-in front ends pass a range of its trees), one chunk at a time."""
         self._check_features(matrix)
+        model = self.ensemble_ if ensemble is None else ensemble
         with torch.no_grad():
-            return torch.cat([self.ensemble_(chunk) for chunk in matrix.chunks()])
+            return torch.cat([model(chunk) for chunk in matrix.chunks()])
 
     def serving_scorer(self) -> ObliviousEnsemble:
         """The fitted ensemble (raw features [N, F] -> scores [N]): what the exporters write."""
@@ -380,11 +382,7 @@ class LambdaMART(BaseEstimator):
                              f"{matrix.names[i]!r}, the model expects {fitted[i]!r}")
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = True
-        tags.input_tags.sparse = True
-        tags.target_tags.required = True
-        return tags
+        return ranker_tags(super().__sklearn_tags__())
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
@@ -465,6 +463,14 @@ class LambdaMART(BaseEstimator):
             raise ValueError(f"{path}: not a valid rankkit LambdaMART model file "
                              f"(truncated, corrupt or edited?): {type(e).__name__}: {e}") from None
         return model
+
+
+def ranker_tags(tags):
+    """scikit-learn's tags of a ranker: NaN and sparse inputs taken, ``y`` required."""
+    tags.input_tags.allow_nan = True
+    tags.input_tags.sparse = True
+    tags.target_tags.required = True
+    return tags
 
 
 # -- helpers: validation at the boundary, then plain tensors --------------------------------------
