@@ -617,6 +617,15 @@ def fit(x=None, y=None, params=None, **kw):
     return call
 
 
+def without_cuda(call):
+    """``call``, skipped where CUDA is available (the case is about a machine without it)."""
+    def run(tmp_path):
+        if torch.cuda.is_available():
+            pytest.skip("a case for machines without CUDA")
+        return call(tmp_path)
+    return run
+
+
 def overflowing_fit(tmp_path):
     """Every leaf finite, but four trees' leaves sum beyond float32: the model would predict inf
     (and `save` wrote a file `load` refuses)."""
@@ -739,7 +748,7 @@ ESTIMATOR = [
     Case("est-param-learning-rate", fit(params={"learning_rate": NAN}), ValueError, r"`learning_rate` has to be a finite"),
     Case("est-param-objective", fit(params={"objective": "mse"}), ValueError, r"`objective` has to be one of"),
     Case("est-param-gain", fit(params={"gain": "log"}), ValueError, r"`gain` has to be one of"),
-    Case("est-device-cuda-without-cuda", fit(params={"device": "cuda"}), ValueError, r"`device` is 'cuda', but CUDA is not available"),
+    Case("est-device-cuda-without-cuda", without_cuda(fit(params={"device": "cuda"})), ValueError, r"`device` is 'cuda', but CUDA is not available"),
     Case("est-device-nonsense", fit(params={"device": "gpu0"}), ValueError, r"`device` has to be a torch device"),
     Case("est-device-meta", fit(params={"device": "meta"}), ValueError, r"`device` is 'meta', a device that holds no data"),
     Case("est-predict-features", predict_with(torch.zeros(3, 4)), ValueError, r"X has 4 features, but LambdaMART is expecting 3"),
