@@ -62,9 +62,9 @@ from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
 from rankkit.metrics import ndcg
 from rankkit.scorers import MLPScorer
 
-__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "FixedPropensities", "PropensityEstimator", "RegressionEM",
-           "click_log_likelihood", "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors", "em_step",
-           "ips_relevance", "pair_costs", "position_pair_costs", "propensity_step", "ranker_scores"]
+__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "FixedPropensities", "PositionIds", "PropensityEstimator",
+           "RegressionEM", "click_log_likelihood", "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors",
+           "em_step", "ips_relevance", "pair_costs", "position_pair_costs", "propensity_step", "ranker_scores"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
 
@@ -136,6 +136,59 @@ def pair_costs(scores, clicks, *, mask=None, sigma: float = 1.0, weighting: str 
 
 #: The most position buckets (the estimator keeps a [P, P] float64 table: 128 MiB at 4096).
 MAX_POSITIONS = 4096
+
+
+class PositionIds:
+    """A click log's displayed positions as LightGBM reads ``position``: integer *ids*, any
+    numbering (0- or 1-based, sparse like 0, 5, 10, ..., even negative), ranked by value.
+
+    The distinct ids of the training log, sorted, become the dense positions 0, 1, ... that the
+    debiasings index (the smallest id is the top slot, the one whose bias is 1), so a log and the
+    same log with every position + 1 train the same model. Later calls (an eval set's positions)
+    map through the same ids; an id the training log never showed is refused, naming it.
+
+    More distinct ids than ``n_positions`` are refused unless ``pool`` is set: then the ids from
+    the ``n_positions``-th on share the last bias (with any id past the largest one seen).
+
+    >>> ids = PositionIds.of(torch.tensor([1, 2, 3, 1, 2]), "position", n_positions=10)
+    >>> ids.ids.tolist(), ids.index(torch.tensor([3, 1]), "eval_position[0]").tolist()
+    ([1, 2, 3], [2, 0])
+    """
+
+    def __init__(self, ids: torch.Tensor, n_positions: int, pool: bool):
+        self.ids = ids
+        self.n_positions = n_positions
+        self.pool = pool
+
+    @classmethod
+    def of(cls, position: torch.Tensor, name: str, *, n_positions: int, pool: bool = False) -> PositionIds:
+        """The ids of a training log's [N] integer ``position`` (named ``name`` in errors)."""
+        n_positions = check_int(n_positions, "n_positions", low=1, high=MAX_POSITIONS)
+        ids = torch.unique(position.long().cpu())
+        if len(ids) > n_positions and not pool:
+            raise ValueError(f"`{name}` holds {len(ids)} distinct position ids ({int(ids[0])}..{int(ids[-1])}), more "
+                             f"than n_positions={n_positions}: pass n_positions={len(ids)} to give each its own "
+                             f"bias, or pool_positions=True to let the ids from the {n_positions}th on share one")
+        return cls(ids, n_positions, pool)
+
+    def index(self, position: torch.Tensor, name: str) -> torch.Tensor:
+        """[N] long dense positions 0..n_positions − 1 of the ids ``position`` (same device)."""
+        flat = position.long().cpu()
+        at = torch.searchsorted(self.ids, flat).clamp(max=len(self.ids) - 1) if len(self.ids) else flat
+        known = self.ids[at] == flat if len(self.ids) else torch.zeros_like(flat, dtype=torch.bool)
+        beyond = flat > self.ids[-1] if self.pool and len(self.ids) else torch.zeros_like(known)
+        bad = ~(known | beyond)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(f"`{name}` holds position id {int(flat[i])} at index {i}, which the training log "
+                             f"never showed (its ids: {_ids_text(self.ids)})")
+        dense = torch.where(beyond, len(self.ids) - 1, at).clamp(max=self.n_positions - 1)
+        return dense.to(position.device)
+
+
+def _ids_text(ids: torch.Tensor) -> str:
+    values = ids.tolist()
+    return ", ".join(map(str, values)) if len(values) <= 12 else f"{len(values)} ids from {values[0]} to {values[-1]}"
 
 
 def _position_pair_costs(scores, clicked, positions, mask, n_positions, sigma, weighting, k):

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from rankkit.boosting import LambdaMART
-from rankkit.boosting.booster import AUTO_CANDIDATES
+from rankkit.boosting import booster as booster_module
+from rankkit.boosting.booster import AUTO_CANDIDATES, race_rounds
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.click_metric import (
     ClickLikelihood,
@@ -237,8 +238,12 @@ def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
         eval_group=[vali.sessions.sizes], eval_position=[vali.position])
     assert model.unbiased_choice_ in AUTO_CANDIDATES
     assert set(model.unbiased_scores_) == set(AUTO_CANDIDATES)
-    finalists = sorted(model.unbiased_scores_, key=lambda c: -model.unbiased_scores_[c])
-    assert model.unbiased_choice_ in finalists[:2]
+    stages = {c: v["stage"] for c, v in model.unbiased_scores_.items()}
+    finalists = [c for c, stage in stages.items() if stage == 2]
+    assert sorted(stages.values()) == [1, 1, 2, 2] and model.unbiased_choice_ in finalists
+    other = next(c for c in finalists if c != model.unbiased_choice_)
+    assert model.unbiased_scores_[model.unbiased_choice_]["score"] >= model.unbiased_scores_[other]["score"]
+    assert {v["trees"] for v in model.unbiased_scores_.values()} == {2, 4}
     plain = LambdaMART(**AUTO_CANDIDATES[model.unbiased_choice_], **{**kw, "seed": 3}).fit(
         x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
         eval_group=[vali.sessions.sizes])
@@ -261,6 +266,98 @@ def test_auto_says_each_stage_of_its_race_under_verbose(pbm_logs, capsys):
         x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
         eval_group=[vali.sessions.sizes], eval_position=[vali.position])
     stages = [line for line in capsys.readouterr().err.splitlines() if "unbiased='auto'" in line]
-    assert len(stages) == 2 and stages[0].startswith("LambdaMART unbiased='auto': 2 trees each")
-    assert stages[1].startswith("LambdaMART unbiased='auto': 4 trees each")
-    assert stages[1].endswith(f"{model.unbiased_choice_} go on") and stages[0].count(",") >= 4
+    assert len(stages) == 2 and stages[0].startswith("LambdaMART unbiased='auto' stage 1: up to 2 trees each")
+    assert stages[1].startswith("LambdaMART unbiased='auto' stage 2: up to 4 trees each")
+    assert stages[1].endswith(f"{model.unbiased_choice_} wins") and stages[0].count(",") >= 4
+    assert stages[0].endswith(" go on")
+
+
+@pytest.mark.parametrize("stages", [None, (12, 24)])
+def test_the_race_stops_each_candidate_early_and_scores_its_kept_trees(pbm_logs, monkeypatch, stages):
+    """With early stopping, no candidate grows past its own stopping point, the stages end at
+    E and 2E rounds, and each is scored at the trees a plain fit of it keeps. With longer
+    stages (12, 24), candidates stop inside them."""
+    assert race_rounds(300, 2) == (2, 4) and race_rounds(6, None) == (2, 4) and race_rounds(2, None) == (1, 1)
+    if stages is not None:
+        monkeypatch.setattr(booster_module, "race_rounds", lambda n, e: stages)
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    grown = []
+    update = BoostingEngine.update
+
+    def counting(engine):
+        grown.append(engine.config.unbiased)
+        return update(engine)
+
+    monkeypatch.setattr(BoostingEngine, "update", counting)
+    kw = dict(n_estimators=300, early_stopping_rounds=2, depth=2, min_data_in_leaf=5, n_positions=8,
+              learning_rate=0.5, seed=1)
+    fit = dict(eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes])
+    model = LambdaMART(unbiased="auto", **kw).fit(x, y, group=group, position=position, eval_position=[vali.position],
+                                                  **fit)
+    raced = list(grown)
+    assert len(raced) < 300  # the 300-round race without stopping grows 700
+    stopped = 0
+    for name, options in AUTO_CANDIDATES.items():
+        entry = model.unbiased_scores_[name]
+        # a plain fit of the candidate: to its own stop, and to the rounds of its last stage
+        plain = LambdaMART(**{**kw, **options}).fit(x, y, group=group, position=position, **fit)
+        end = (stages or (2, 4))[entry["stage"] - 1]
+        staged = LambdaMART(**{**kw, **options, "n_estimators": end}).fit(x, y, group=group, position=position, **fit)
+        stopped_at = len(plain.evals_result_["valid_0"]["ndcg@10"])
+        expected = stopped_at if name == model.unbiased_choice_ else min(end, stopped_at)
+        stopped += stopped_at < end
+        assert raced.count(options["unbiased"]) == expected
+        assert entry["trees"] == staged.best_iteration_ + 1
+    assert stopped >= (2 if stages else 0)  # the stretched stages see candidates stop inside them
+
+
+@pytest.mark.parametrize("unbiased", [True, "position", "ips"])
+def test_position_ids_of_any_numbering_train_the_same_model(pbm_logs, unbiased):
+    """LightGBM's rule: positions are ids. 0-based, 1-based and sparse (even negative) ids
+    give the same model; before, 1-based ids switched the debiasing off without a word."""
+    train, _ = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(unbiased=unbiased, n_estimators=4, depth=2, min_data_in_leaf=5, n_positions=8)
+    models = [LambdaMART(**kw).fit(x, y, group=group, position=p)
+              for p in (position, position + 1, 5 * position - 10)]
+    for model in models[1:]:
+        np.testing.assert_array_equal(model.predict(x), models[0].predict(x))
+    assert models[1].position_ids_.tolist() == list(range(1, 9))
+    assert models[2].position_ids_.tolist() == list(range(-10, 30, 5))
+    if unbiased is True:  # the biases are learned, not all 1 (what 1-based ids gave before)
+        assert not np.allclose(models[1].propensities_["clicked"], 1.0)
+
+
+def test_position_ids_map_the_validation_log_the_same_way(pbm_logs, tmp_path):
+    train, vali = pbm_logs
+    x, y, group = train.sessions.features, train.clicks, train.sessions.sizes
+    kw = dict(unbiased="auto", n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=8, seed=2)
+    fit = dict(eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes])
+    zero = LambdaMART(**kw).fit(x, y, group=group, position=train.position, eval_position=[vali.position], **fit)
+    one = LambdaMART(**kw).fit(x, y, group=group, position=train.position + 1, eval_position=[vali.position + 1],
+                               **fit)
+    assert one.unbiased_choice_ == zero.unbiased_choice_ and one.unbiased_scores_ == zero.unbiased_scores_
+    np.testing.assert_array_equal(one.predict(x), zero.predict(x))
+    one.save(tmp_path / "m.safetensors")
+    assert LambdaMART.load(tmp_path / "m.safetensors").position_ids_.tolist() == list(range(1, 9))
+    unseen = torch.where(vali.position == 3, 40, vali.position)
+    with pytest.raises(ValueError, match=r"`eval_position\[0\]` holds position id 40 at index \d+, which the "
+                                         r"training log never showed"):
+        LambdaMART(**kw).fit(x, y, group=group, position=train.position, eval_position=[unseen], **fit)
+
+
+def test_more_position_ids_than_n_positions_are_refused_or_pooled_on_request(pbm_logs):
+    train, _ = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(unbiased=True, n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=4)
+    with pytest.raises(ValueError, match=r"`position` holds 8 distinct position ids \(0..7\), more than "
+                                         r"n_positions=4: pass n_positions=8 .* or pool_positions=True"):
+        LambdaMART(**kw).fit(x, y, group=group, position=position)
+    pooled = LambdaMART(pool_positions=True, **kw).fit(x, y, group=group, position=position + 1)
+    clamped = LambdaMART(**kw).fit(x, y, group=group, position=position.clamp(max=3))
+    np.testing.assert_array_equal(pooled.predict(x), clamped.predict(x))
+    naive = LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=4)
+    assert not hasattr(naive.fit(x, y, group=group, position=position), "position_ids_")  # read by no one
+    with pytest.raises(ValueError, match=r"`position` has to hold integer position ids .* got 0.5 at index 2"):
+        LambdaMART(**kw).fit(x, y, group=group, position=torch.tensor([0, 1, 0.5] + [0] * (len(y) - 3)))

@@ -390,7 +390,7 @@ def test_simcuda_click_modes_equal_cpu(monkeypatch, unbiased):
 
     def fit(device):
         model = LambdaMART(n_estimators=4, depth=2, min_data_in_leaf=3, learning_rate=0.3, n_positions=8,
-                           unbiased=unbiased, device=device)
+                           pool_positions=True, unbiased=unbiased, device=device)
         return model.fit(data.features, clicks, **fit_kwargs)
 
     cpu = fit("cpu")

@@ -36,6 +36,7 @@ from rankkit.infra.io import atomic_write
 from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
 from rankkit.infra.threads import resolve_n_jobs, threads
 from rankkit.metrics import ndcg
+from rankkit.unbiased import PositionIds
 
 _FORMAT = "rankkit.LambdaMART/1"
 
@@ -154,10 +155,14 @@ class LambdaMART(BaseEstimator):
             ``"ips"``: θ̂ and ones).
         position_bias_: with ``unbiased="position"``, the learned additive bias [n_positions]
             (numpy) of the scores at each position.
+        position_ids_: with ``unbiased`` set, the distinct position ids of ``fit``'s
+            ``position`` in increasing order (numpy int64); the i-th has the i-th propensity or
+            bias (:class:`rankkit.unbiased.PositionIds`).
         unbiased_choice_: with ``unbiased="auto"``, the debiasing chosen (``"naive"``,
             ``"pairwise p=1"``, ``"position"`` or ``"ips"``);
-            ``unbiased_scores_``: ``{candidate: the validation log's click log-likelihood per
-            row}`` at the last stage each reached.
+            ``unbiased_scores_``: ``{candidate: {"score": the validation log's click
+            log-likelihood per row, "stage": 1 or 2, "trees": the trees scored}}`` at the last
+            stage each candidate reached (compare scores of one stage only).
         feature_importance_gain_, feature_importance_split_: [F] numpy, total gain and number
             of splits per feature.
 
@@ -211,7 +216,7 @@ class LambdaMART(BaseEstimator):
         n = matrix.n_rows
         weights = None if sample_weight is None else vector(sample_weight, n, "sample_weight", kind="weight")
         init = None if init_score is None else vector(init_score, n, "init_score", kind="double")
-        positions = None if position is None else _positions(position, n, "position")
+        positions, ids = _position_ids(position, n, config)
         evals = [_eval_item(item, i, eval_qid, eval_group, matrix.n_features)
                  for i, item in enumerate(eval_set or [])]
         if config.early_stopping_rounds is not None and not evals:  # as LightGBM and XGBoost
@@ -229,11 +234,13 @@ class LambdaMART(BaseEstimator):
                 engine.add_eval_set(ef, el, es, init_score=e_init)
             return engine
 
-        for attr in ("unbiased_choice_", "unbiased_scores_", "propensities_", "position_bias_"):
+        for attr in ("unbiased_choice_", "unbiased_scores_", "propensities_", "position_bias_", "position_ids_"):
             if hasattr(self, attr):
                 delattr(self, attr)
+        if ids is not None:
+            self.position_ids_ = ids.ids.numpy().copy()
         if config.unbiased == "auto":
-            engine = self._race(config, engine_for, evals, eval_position)
+            engine = self._race(config, engine_for, evals, eval_position, ids)
         else:
             engine = engine_for(config)
         self._boost(engine, config)
@@ -271,27 +278,38 @@ class LambdaMART(BaseEstimator):
         early = config.early_stopping_rounds is not None and engine.eval_sets
         return engine.best_round + 1 if early else len(engine.trees)
 
-    def _race(self, config: BoosterConfig, engine_for, evals, eval_position) -> BoostingEngine:
+    def _race(self, config: BoosterConfig, engine_for, evals, eval_position, ids: PositionIds) -> BoostingEngine:
         """``unbiased="auto"``: the candidates' successive-halving race on the validation click
-        log (see ``unbiased``); returns the winner's engine, its trees grown so far."""
+        log (see ``unbiased``); returns the winner's engine, its trees grown so far.
+
+        Every candidate stops early as a plain fit would (``early_stopping_rounds`` on the
+        eval sets), and is scored at the trees it would keep. With early stopping the stages
+        end at ``early_stopping_rounds`` and twice that (or a third and two thirds of
+        ``n_estimators``, whichever is fewer): a stage ends when its candidates reach its
+        rounds or have stopped."""
         if not evals or eval_position is None or len(eval_position) == 0 or eval_position[0] is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: pass eval_set=[(X_val, "
                              "clicks_val)] with eval_qid (or eval_group) and eval_position=[position_val]")
         features, clicks, sizes = evals[0]
-        position = _positions(eval_position[0], features.n_rows, "eval_position[0]")
+        position = ids.index(_positions(eval_position[0], features.n_rows, "eval_position[0]"), "eval_position[0]")
         metric = ClickLikelihood(features.dense(), clicks, sizes, position, n_positions=config.n_positions)
         alive = {name: engine_for(replace(config, **options)) for name, options in AUTO_CANDIDATES.items()}
         self.unbiased_scores_ = {}
-        for rounds, keep in ((self.n_estimators // 3, 2), (2 * self.n_estimators // 3, 1)):
+        for stage, (rounds, keep) in enumerate(zip(race_rounds(self.n_estimators, config.early_stopping_rounds),
+                                                   (2, 1)), start=1):
             for name, engine in alive.items():
-                while len(engine.trees) < max(rounds, 1):
+                while len(engine.trees) < rounds and not engine.should_stop:
                     engine.update()
-                self.unbiased_scores_[name] = metric(engine.to_ensemble())
-            ranked = sorted(alive, key=lambda name: -self.unbiased_scores_[name])
+                trees = self._kept_trees(engine, config)
+                self.unbiased_scores_[name] = {"score": metric(engine.to_ensemble(trees)), "stage": stage,
+                                               "trees": trees}
+            ranked = sorted(alive, key=lambda name: -self.unbiased_scores_[name]["score"])
             if self.verbose:  # the race takes about 2.3 fits: say each stage as it ends
-                scores = ", ".join(f"{name} {self.unbiased_scores_[name]:.5f}" for name in ranked)
-                print(f"LambdaMART unbiased='auto': {max(rounds, 1)} trees each, validation click "
-                      f"log-likelihood {scores}; {', '.join(ranked[:keep])} go on", file=sys.stderr)
+                scores = ", ".join(f"{name} {self.unbiased_scores_[name]['score']:.5f} "
+                                   f"({self.unbiased_scores_[name]['trees']} trees)" for name in ranked)
+                outcome = f"{', '.join(ranked[:keep])} go on" if keep > 1 else f"{ranked[0]} wins"
+                print(f"LambdaMART unbiased='auto' stage {stage}: up to {rounds} trees each, validation "
+                      f"click log-likelihood {scores}; {outcome}", file=sys.stderr)
             alive = {name: alive[name] for name in ranked[:keep]}
         self.unbiased_choice_ = next(iter(alive))
         return alive[self.unbiased_choice_]
@@ -390,7 +408,7 @@ class LambdaMART(BaseEstimator):
 
         The file holds the ensemble's tensors and, as JSON metadata, the hyperparameters,
         ``best_iteration_``, ``best_score_``, ``evals_result_``, the feature names, the
-        importances and ``unbiased_choice_``. Nothing in it is ever unpickled.
+        importances, ``unbiased_choice_`` and ``position_ids_``. Nothing in it is ever unpickled.
         """
         from safetensors.torch import save
 
@@ -407,7 +425,8 @@ class LambdaMART(BaseEstimator):
                 "best_iteration": self.best_iteration_, "best_score": self.best_score_,
                 "evals_result": self.evals_result_,
                 "feature_names": None if names is None else [str(n) for n in names],
-                "unbiased_choice": getattr(self, "unbiased_choice_", None)}
+                "unbiased_choice": getattr(self, "unbiased_choice_", None),
+                "position_ids": getattr(self, "position_ids_", np.zeros(0, np.int64)).tolist() or None}
         data = save({k: v.contiguous().cpu() for k, v in tensors.items()},
                     metadata={"rankkit": json.dumps(meta)})
 
@@ -455,6 +474,11 @@ class LambdaMART(BaseEstimator):
                 model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
             if meta.get("unbiased_choice") is not None:
                 model.unbiased_choice_ = str(meta["unbiased_choice"])
+            if meta.get("position_ids") is not None:
+                ids = meta["position_ids"]
+                if not isinstance(ids, list) or not all(type(v) is int for v in ids):
+                    raise ValueError("`position_ids` has to be a list of integers")
+                model.position_ids_ = np.asarray(ids, dtype=np.int64)
             model.ensemble_ = ObliviousEnsemble(model.n_features_in_, tensors["features"],
                                                 tensors["thresholds"], tensors["leaf_values"],
                                                 float(tensors["bias"][0])).validate()
@@ -489,11 +513,38 @@ def _as_ranking_data(X, y, qid, group, name: str) -> tuple[FeatureMatrix, torch.
 
 
 def _positions(position, n: int, name: str) -> torch.Tensor:
-    """[n] long 0-based positions, checked."""
-    positions = vector(position, n, name, kind="weight")
-    if bool((positions != positions.round()).any()):
-        raise ValueError(f"`{name}` has to hold integer positions (0-based displayed ranks)")
+    """[n] long position ids (any integers: :class:`rankkit.unbiased.PositionIds` maps them), checked."""
+    positions = vector(position, n, name, kind="double")
+    fractional = positions != positions.round()
+    if bool(fractional.any()):
+        i = int(fractional.nonzero()[0])
+        raise ValueError(f"`{name}` has to hold integer position ids (displayed ranks), got "
+                         f"{float(positions[i])!r} at index {i}")
     return positions.long()
+
+
+def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[int, int]:
+    """The rounds at which ``unbiased="auto"``'s two stages end: a third and two thirds of
+    ``n_estimators``, or ``early_stopping_rounds`` and twice it when fewer (a race of early-stopped
+    fits costs about what they do, not what ``n_estimators`` would)."""
+    first, second = n_estimators // 3, 2 * n_estimators // 3
+    if early_stopping_rounds is not None:
+        first, second = min(first, early_stopping_rounds), min(second, 2 * early_stopping_rounds)
+    return max(first, 1), max(second, 1)
+
+
+def _position_ids(position, n: int, config: BoosterConfig) -> tuple[torch.Tensor | None, PositionIds | None]:
+    """(dense positions [n], their ids) of ``fit``'s ``position`` when ``config`` debiases; the
+    checked ids and None otherwise (a naive fit reads no position)."""
+    if position is None:
+        if config.unbiased:
+            raise ValueError(f"`unbiased={config.unbiased!r}` needs the documents' displayed positions (`position=`)")
+        return None, None
+    positions = _positions(position, n, "position")
+    if not config.unbiased:
+        return positions, None
+    ids = PositionIds.of(positions, "position", n_positions=config.n_positions, pool=config.pool_positions)
+    return ids.index(positions, "position"), ids
 
 
 def _check_eval_positions(eval_position, evals: list) -> None:

@@ -149,8 +149,11 @@ class BoosterConfig:
           (:class:`rankkit.click_metric.ClickLikelihood`, which assumes no click model). No true
           label is read. The candidates race by successive halving: all grow a third of
           ``n_estimators``, the best two two thirds, the best one the rest (the rounds of
-          (C + 3) / 3 fits for C candidates: 2.33). ``unbiased_choice_`` says which won,
-          ``unbiased_scores_`` what each scored at its last stage.
+          (C + 3) / 3 fits for C candidates: 2.33). Each candidate stops early as a plain fit
+          does and is scored at the trees it keeps; with ``early_stopping_rounds`` = E the
+          stages end at E and 2E rounds when that is fewer
+          (:func:`rankkit.boosting.booster.race_rounds`). ``unbiased_choice_`` says which won,
+          ``unbiased_scores_`` what each scored at its last stage (and which stage that was).
 
         The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.""",
         check=lambda value, name: _checks.check_setting(value, UNBIASED, name), module=False)
@@ -158,8 +161,14 @@ class BoosterConfig:
         p, the exponent of the propensities' regularisation with ``unbiased=True`` (the update
         takes the 1/(p + 1)-th power; 0 is unregularised).""", check=_non_negative, module=False)
     n_positions: int = hyperparameter(10, """
-        positions with their own propensity or bias; deeper positions share the last.""",
+        distinct displayed positions with their own propensity or bias. ``position`` holds ids as
+        LightGBM reads them (0- or 1-based, sparse: :class:`rankkit.unbiased.PositionIds`); more
+        distinct ids than this are refused unless ``pool_positions``.""",
         check=partial(_int, low=1, high=4096), module=False)  # rankkit.unbiased.MAX_POSITIONS
+    pool_positions: bool = hyperparameter(False, """
+        let the position ids from the ``n_positions``-th on (in increasing order) share the last
+        propensity or bias, instead of refusing a log with more distinct ids.""",
+        check=_checks.check_bool, module=False)
     position_bias_regularization: float = hyperparameter(0.0, """
         λ ≥ 0, the L2 penalty of ``unbiased="position"``'s bias (LightGBM's
         ``lambdarank_position_bias_regularization``).""", check=_non_negative, module=False)

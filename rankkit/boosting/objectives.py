@@ -122,12 +122,8 @@ class RankingObjective:
         options = dict(self.options)
         if groups is not None:
             options["groups"] = layout.pad(groups)
-        if self.propensity is not None:
-            estimator, positions = self.propensity
-            pos = layout.pad(positions)
-            if groups is None:  # once per round (the exact-Newton pass reuses the round's factors)
-                estimator.update(padded, layout.labels, pos, layout.mask)
-            options["pair_weights"] = estimator.pair_factors(pos, layout.mask)
+        if self.propensity is not None:  # once per round (the exact-Newton pass reuses the round's factors)
+            options["pair_weights"] = self._pair_weights(padded, layout, update=groups is None)
         if self.pairwise:  # the planned kernel, without the loss nobody reads
             grad, hess = planned_lambda_gradients(padded, layout.plan, weighting=self.weighting, triton=triton,
                                                   **options)
@@ -138,16 +134,34 @@ class RankingObjective:
             grad, hess = grad.float(), hess.float()
         return layout.flat(grad).double(), layout.flat(hess).double()
 
-    def flat_lambda_inputs(self, layout: QueryLayout) -> dict | None:
+    def _pair_weights(self, padded: torch.Tensor, layout: QueryLayout, *, update: bool = True):
+        """The click log's pair weights (upper, lower) [Q, L] at the ``padded`` scores, the
+        propensities first updated at them (Unbiased LambdaMART's once-per-round step)."""
+        estimator, positions = self.propensity
+        pos = layout.pad(positions)
+        if update:
+            estimator.update(padded, layout.labels, pos, layout.mask)
+        return estimator.pair_factors(pos, layout.mask)
+
+    def flat_pair_factors(self, scores: torch.Tensor, layout: QueryLayout):
+        """The compiled pass's ``pair_factors`` (flat float64 [N] each) of this round, or None
+        without a click-log debiasing: the torch path's factors, from the same padded scores."""
+        if self.propensity is None:
+            return None
+        padded = layout.pad(scores.to(torch.float64 if self.quantized_grad else torch.float32))
+        return tuple(layout.flat(t).double().contiguous() for t in self._pair_weights(padded, layout))
+
+    def flat_lambda_inputs(self, layout: QueryLayout, *, pair_factors: bool = False) -> dict | None:
         """The arguments of the compiled lambda pass (:func:`rankkit.kernels.cpu.lambdas`) on
         ``layout``'s flat queries, built once per data set; None where that pass does not
-        compute this objective (weightings other than RankNet and NDCG, propensity weights).
+        compute this objective (weightings other than RankNet and NDCG; propensity weights,
+        unless the caller passes :meth:`flat_pair_factors` each round: ``pair_factors``).
 
         The pass computes the torch path's numbers in float64 (from the scores' float32 values
         unless ``quantized_grad``) and rounds them to float32 values: with ``quantized_grad``
         the same bits as the torch path; otherwise within float32
         roundings of it, which can decide a near-tie split differently from a GPU's."""
-        if not self.pairwise or self.propensity is not None or \
+        if not self.pairwise or (self.propensity is not None and not pair_factors) or \
                 self.weighting not in (WEIGHTINGS["ranknet"], WEIGHTINGS["ndcg"]):
             return None
         o = self.options

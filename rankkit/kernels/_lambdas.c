@@ -9,8 +9,11 @@
 
        acc_g[a] += ω (min(W, 0) + u),  acc_g[b] -= the same,  acc_h[a], acc_h[b] += ω (u - u / X),
 
-   with ω = (w_a + w_b) / 2 (1 without weights); grad = -σ acc_g, hess = σ² acc_h, times
-   LightGBM's log2(1 + S) / S per query with ``normalize`` (S = 2σ Σ|min(W, 0) + u|, before ω).
+   with ω = (w_a + w_b) / 2 (1 without weights), times the click-log pair weight u_hi l_lo (the
+   higher label's upper factor times the lower label's lower factor: Unbiased LambdaMART's
+   1 / (t⁺ t⁻), or inverse propensities) where those factors are given; grad = -σ acc_g, hess =
+   σ² acc_h, times LightGBM's log2(1 + S) / S per query with ``normalize`` (S = 2σ Σ|min(W, 0) +
+   u|, before ω).
    Built into the extension rankkit.kernels._cpu with _cpu.c (setup.py).
 
    Determinism: one thread owns a query and adds its pairs in one fixed order (a, then b), so
@@ -67,12 +70,13 @@ static void rank_docs(ranked_doc *docs, int64_t n) {
 /* One query's pairs; every buffer holds n entries. */
 static void query_lambdas(int64_t start, int64_t n, const double *restrict scores,
                           const double *restrict labels, const double *restrict gains,
-                          const double *restrict disc, const double *restrict half_w, int64_t cutoff,
+                          const double *restrict disc, const double *restrict half_w,
+                          const double *restrict upper, const double *restrict lower, int64_t cutoff,
                           double sigma, int weighting, int normalize, int round_scores, int round_out,
                           double *restrict grad, double *restrict hess, int64_t *restrict order,
                           ranked_doc *restrict docs, double *restrict work) {
     double *s = work, *e = work + n, *f = work + 2 * n, *g = work + 3 * n, *w = work + 4 * n;
-    double *acc_g = work + 5 * n, *acc_h = work + 6 * n;
+    double *acc_g = work + 5 * n, *acc_h = work + 6 * n, *up = work + 7 * n, *lo = work + 8 * n;
     for (int64_t j = 0; j < n; ++j) {
         int64_t i = order ? order[start + j] : start + j;
         double v = scores[i];
@@ -89,6 +93,8 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
         s[p] = sigma * docs[p].s;
         g[p] = gains ? gains[i] : 0.0;
         w[p] = half_w ? half_w[i] : 0.0;
+        up[p] = upper ? upper[i] : 1.0;
+        lo[p] = lower ? lower[i] : 1.0;
         acc_g[p] = 0.0;
         acc_h[p] = 0.0;
     }
@@ -123,6 +129,11 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
                 lam *= omega;
                 h *= omega;
             }
+            if (upper) {  /* W > 0: a holds the higher label */
+                double pair = W > 0.0 ? up[a] * lo[b] : up[b] * lo[a];
+                lam *= pair;
+                h *= pair;
+            }
             ga += lam;
             ha += h;
             acc_g[b] -= lam;
@@ -155,11 +166,13 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
    insertion sort finishes in few moves when the scores changed little; the result does not
    depend on it (the ranking is a total order); gains [N] the NDCG gains over the query's ideal DCG@cutoff (weighting 1;
    NULL for RankNet, weighting 0); disc [max_len] the discounts, 0 from the cutoff on; half_w
-   [N] half the document weights or NULL. round_scores: rank and pair the float32 values of the
+   [N] half the document weights or NULL; upper, lower [N] the pair-weight factors (both or
+   neither: a pair weighs upper[higher label] * lower[lower label]) or NULL. round_scores: rank and pair the float32 values of the
    scores; round_out: round grad and hess to float32 values. Returns 0, or 1 when a buffer could
    not be allocated (then grad and hess are incomplete). */
 int rankkit_lambdas(const double *scores, const double *labels, const double *gains,
-                    const double *disc, const double *half_w, const int64_t *offsets,
+                    const double *disc, const double *half_w, const double *upper,
+                    const double *lower, const int64_t *offsets,
                     int64_t n_queries, int64_t max_len, int64_t cutoff, double sigma, int weighting,
                     int normalize, int round_scores, int round_out, double *grad, double *hess,
                     int64_t *order, int n_threads) {
@@ -170,7 +183,7 @@ int rankkit_lambdas(const double *scores, const double *labels, const double *ga
 #endif
     {
         ranked_doc *docs = (ranked_doc *) malloc((size_t) max_len * sizeof(ranked_doc));
-        double *work = (double *) malloc((size_t) max_len * 7 * sizeof(double));
+        double *work = (double *) malloc((size_t) max_len * 9 * sizeof(double));
         int ok = docs != NULL && work != NULL;
         failed |= !ok;
 #ifdef _OPENMP
@@ -183,7 +196,7 @@ int rankkit_lambdas(const double *scores, const double *labels, const double *ga
                 grad[start] = 0.0;
                 hess[start] = 0.0;
             } else if (n > 1) {
-                query_lambdas(start, n, scores, labels, gains, disc, half_w, cutoff, sigma, weighting,
+                query_lambdas(start, n, scores, labels, gains, disc, half_w, upper, lower, cutoff, sigma, weighting,
                               normalize, round_scores, round_out, grad, hess, order, docs, work);
             }
         }

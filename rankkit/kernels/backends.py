@@ -212,19 +212,23 @@ class TorchBackend(Backend):
 class CpuBackend(Backend):
     """The compiled C kernels on CPU tensors (:mod:`rankkit.kernels.cpu`).
 
-    A round is three calls into C: the lambda pass (RankNet and NDCG weightings; the others
-    take the torch pass), the tree (every level and the leaves, no Python per level), and the
-    eval sets' score update. A data-parallel run (a reduction point other than the identity)
-    takes the unfused kernels, one histogram call per level through the reduction point.
+    A round is three calls into C: the lambda pass (RankNet and NDCG weightings, with a click
+    log's pair weights too; the others take the torch pass), the tree (every level and the
+    leaves, no Python per level), and the eval sets' score update. A data-parallel run (a
+    reduction point other than the identity) takes the unfused kernels, one histogram call per
+    level through the reduction point.
     """
 
     name = "cpu"
 
     def lambdas(self, objective, scores, layout):
-        inputs = None if self.switches.cpu_lambdas == "off" else objective.flat_lambda_inputs(layout)
+        inputs = None
+        if self.switches.cpu_lambdas != "off":
+            inputs = objective.flat_lambda_inputs(layout, pair_factors=True)
         if inputs is None:
             return objective.torch_gradients(scores, layout, triton=False)
-        return cpu.lambdas(scores.detach().double().contiguous(), **inputs)
+        return cpu.lambdas(scores.detach().double().contiguous(), **inputs,
+                           pair_factors=objective.flat_pair_factors(scores, layout))
 
     def codes_layout(self, codes):
         return codes.contiguous()  # row-major: a document's codes are one row

@@ -78,7 +78,7 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_split_scan.restype = i64
     dll.rankkit_tree_split.argtypes = [p, i64, p, p, i64, i64, i64, i64, p, p, cint, p, p, p, p, p, p, p, cint, cint]
     dll.rankkit_tree_split.restype = cint
-    dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
+    dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
     dll.rankkit_lambdas.restype = cint
     dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, dbl, dbl, dbl,
                                       dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, cint]
@@ -504,12 +504,13 @@ def _check_offsets(offsets: torch.Tensor, n: int, max_len: int) -> None:
 
 def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *, gains: torch.Tensor | None,
             cutoff: int, max_len: int, sigma: float = 1.0, normalize: bool = False,
-            half_weights: torch.Tensor | None = None, float32_scores: bool = True,
-            float32_out: bool = True, order: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            half_weights: torch.Tensor | None = None, pair_factors: tuple[torch.Tensor, torch.Tensor] | None = None,
+            float32_scores: bool = True, float32_out: bool = True,
+            order: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad, hess) [N] float64 of the pairwise lambda objective over flat queries, in C.
 
     The numbers of :func:`rankkit.lambdas.lambda_gradients` (RankNet when ``gains`` is None,
-    else |ΔNDCG@cutoff|, no tie term, no groups, no pair weights), computed in float64: query q
+    else |ΔNDCG@cutoff|, no tie term, no groups), computed in float64: query q
     is ``[offsets[q], offsets[q + 1])`` of the flat arrays; only pairs with a document in the
     current top ``cutoff`` take part (O(cutoff · L) per query).
 
@@ -522,6 +523,8 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
         max_len: the longest query's length.
         sigma, normalize: the kernel's options.
         half_weights: [N] float64, half each document's weight, or None.
+        pair_factors: (upper, lower), [N] float64 each, or None: the pair (i, j) with y_i > y_j
+            weighs upper_i · lower_j (``lambda_gradients``' ``pair_weights``, flat).
         float32_scores: rank and pair the scores' float32 values (as the booster's torch path,
             which computes in float32 unless ``exact``).
         float32_out: round grad and hess to float32 values (the booster's gradients are float32
@@ -533,7 +536,8 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
             the same result.
     """
     n = scores.shape[0]
-    for t in (scores, labels, gains, half_weights):
+    upper, lower = pair_factors if pair_factors is not None else (None, None)
+    for t in (scores, labels, gains, half_weights, upper, lower):
         assert t is None or (t.dtype == torch.float64 and t.is_contiguous() and t.shape == (n,))
     assert order is None or (order.dtype == torch.int64 and order.is_contiguous() and order.shape == (n,))
     _check_offsets(offsets, n, max_len)
@@ -541,8 +545,8 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
     grad = torch.empty(n, dtype=torch.float64)
     hess = torch.empty(n, dtype=torch.float64)
     failed = _dll().rankkit_lambdas(
-        scores.data_ptr(), labels.data_ptr(), _ptr(gains), disc.data_ptr(), _ptr(half_weights),
-        offsets.data_ptr(), offsets.shape[0] - 1, max_len, cutoff, float(sigma), 0 if gains is None else 1,
+        scores.data_ptr(), labels.data_ptr(), _ptr(gains), disc.data_ptr(), _ptr(half_weights), _ptr(upper),
+        _ptr(lower), offsets.data_ptr(), offsets.shape[0] - 1, max_len, cutoff, float(sigma), 0 if gains is None else 1,
         int(normalize), int(float32_scores), int(float32_out), grad.data_ptr(), hess.data_ptr(),
         _ptr(order), _threads())
     if failed:

@@ -125,7 +125,9 @@ class RankkitCLI(LightningCLI):
         score = getattr(cb, "best_model_score", None)
         metric = f", {cb.monitor} {float(score):.4f}" if score is not None and cb.monitor else ""
         unit = "trees" if getattr(self.model, "train_batching", None) == "dataset" else "epochs"
-        print(f"rankkit fit: {self.trainer.current_epoch} {unit}; checkpoint {path}{metric}")
+        choice = getattr(self.model, "unbiased_choice_", None)  # unbiased="auto": say what won
+        chosen = f"; unbiased='auto' chose {choice}" if choice is not None else ""
+        print(f"rankkit fit: {self.trainer.current_epoch} {unit}; checkpoint {path}{metric}{chosen}")
 
     def instantiate_trainer(self, **kwargs):
         # A bad trainer option (accelerator=gpu without a GPU, max_epochs=-5, devices=x) is the

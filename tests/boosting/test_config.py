@@ -31,7 +31,7 @@ def test_the_module_takes_the_declared_parameters_a_lightning_fit_uses():
     # the estimator's eval set, early stopping and click options are Lightning's (callbacks) or not offered
     assert set(_signature(LambdaMART)) - set(run) == {
         "n_estimators", "device", "verbose", "eval_metric", "early_stopping_rounds", "unbiased", "bias_p",
-        "n_positions", "position_bias_regularization", "propensity_clip", "n_jobs", "random_state"}
+        "n_positions", "pool_positions", "position_bias_regularization", "propensity_clip", "n_jobs", "random_state"}
     assert LambdaMARTModule(depth=3).config == BoosterConfig(depth=3)
 
 
@@ -86,8 +86,8 @@ DEFAULTS = dict(objective="lambdarank", n_estimators=100, hessian="exact", depth
                 normalize=False, subsample=1.0, colsample=1.0, bagging_temperature=0.0, random_strength=0.0,
                 exact_newton=False, quantized_grad=False, num_grad_quant_bins=4, max_bins=255,
                 eval_metric="ndcg@10", early_stopping_rounds=None, seed=0, unbiased=False, bias_p=1.0,
-                n_positions=10, position_bias_regularization=0.0, propensity_clip=10.0, device="cpu", verbose=0,
-                n_jobs=None, random_state=None)
+                n_positions=10, pool_positions=False, position_bias_regularization=0.0, propensity_clip=10.0,
+                device="cpu", verbose=0, n_jobs=None, random_state=None)
 
 
 def test_the_defaults_are_pinned():

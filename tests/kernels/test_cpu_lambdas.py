@@ -18,12 +18,14 @@ from rankkit.boosting.objectives import QueryLayout, make_objective
 from rankkit.data import make_synthetic
 from rankkit.kernels import backends, cpu
 from rankkit.lambdas import lambda_gradients
+from rankkit.unbiased import FixedPropensities, PropensityEstimator
 
 needs_cpu = pytest.mark.skipif(not cpu.available(), reason="the compiled CPU kernels are not built")
 pytestmark = needs_cpu
 
 
-def _loop_reference(scores, labels, sizes, *, weighting, k, sigma, normalize, weights):
+def _loop_reference(scores, labels, sizes, *, weighting, k, sigma, normalize, weights, factors=None,
+                    cut_pairs=True, metric_k=None):
     """float64 (grad, hess) [N] by a plain double loop over each query's pairs."""
     grad = [0.0] * len(scores)
     hess = [0.0] * len(scores)
@@ -35,15 +37,16 @@ def _loop_reference(scores, labels, sizes, *, weighting, k, sigma, normalize, we
         ranked = sorted(idx, key=lambda i: (-scores[i], labels[i], i))
         pos = {i: p for p, i in enumerate(ranked)}
         cut = n if k is None else k
+        metric_cut = cut if metric_k is None else metric_k
 
-        def dcg(order, cut=cut):
+        def dcg(order, cut=metric_cut):
             return sum((2.0 ** labels[i] - 1.0) / math.log2(p + 2.0) for p, i in enumerate(order) if p < cut)
 
         ideal = dcg(sorted(idx, key=lambda i: -labels[i]))
         pairs = []
         for i in idx:
             for j in idx:
-                if labels[i] <= labels[j] or min(pos[i], pos[j]) >= cut:
+                if labels[i] <= labels[j] or (cut_pairs and min(pos[i], pos[j]) >= cut):
                     continue
                 if weighting == "ranknet":
                     dz = 1.0
@@ -57,6 +60,8 @@ def _loop_reference(scores, labels, sizes, *, weighting, k, sigma, normalize, we
         factor = math.log2(1.0 + total) / total if normalize and total > 0 else 1.0
         for i, j, lam, h in pairs:
             omega = 1.0 if weights is None else 0.5 * (weights[i] + weights[j])
+            if factors is not None:  # a click log's pair weight: upper of the higher label, lower of the other
+                omega *= factors[0][i] * factors[1][j]
             grad[i] += factor * omega * lam
             grad[j] -= factor * omega * lam
             hess[i] += factor * omega * h
@@ -74,7 +79,7 @@ def _data(seed, sizes, ties=True):
     return scores, labels
 
 
-def _compiled(scores, labels, sizes, *, weighting, k, sigma=1.0, normalize=False, weights=None):
+def _compiled(scores, labels, sizes, *, weighting, k, sigma=1.0, normalize=False, weights=None, factors=None):
     """The C kernel in float64 throughout (no float32 rounding)."""
     layout = QueryLayout(labels.float(), torch.tensor(sizes), None if weights is None else weights.float())
     n_docs = layout.shape[1]
@@ -89,7 +94,7 @@ def _compiled(scores, labels, sizes, *, weighting, k, sigma=1.0, normalize=False
     half_w = None if weights is None else (weights.double() * 0.5).contiguous()
     return cpu.lambdas(scores.contiguous(), labels.contiguous(), layout.offsets, gains=gains, cutoff=cutoff,
                        max_len=n_docs, sigma=sigma, normalize=normalize, half_weights=half_w,
-                       float32_scores=False, float32_out=False)
+                       pair_factors=factors, float32_scores=False, float32_out=False)
 
 
 SIZES = [1, 5, 8, 3, 12, 2, 7, 1, 4]
@@ -100,11 +105,15 @@ SIZES = [1, 5, 8, 3, 12, 2, 7, 1, 4]
 @pytest.mark.parametrize("normalize", [False, True])
 def test_compiled_lambdas_match_the_double_loop(weighting, k, normalize):
     scores, labels = _data(1, SIZES)
-    weights = torch.rand(len(scores), generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.1
-    for w in (None, weights):
+    g = torch.Generator().manual_seed(2)
+    weights = torch.rand(len(scores), generator=g, dtype=torch.float64) + 0.1
+    factors = tuple(torch.rand(len(scores), generator=g, dtype=torch.float64) * 3 for _ in range(2))
+    for w, f in ((None, None), (weights, None), (None, factors), (weights, factors)):
         want = _loop_reference(scores.tolist(), labels.tolist(), SIZES, weighting=weighting, k=k, sigma=1.5,
-                               normalize=normalize, weights=None if w is None else w.tolist())
-        got = _compiled(scores, labels, SIZES, weighting=weighting, k=k, sigma=1.5, normalize=normalize, weights=w)
+                               normalize=normalize, weights=None if w is None else w.tolist(),
+                               factors=None if f is None else [t.tolist() for t in f])
+        got = _compiled(scores, labels, SIZES, weighting=weighting, k=k, sigma=1.5, normalize=normalize, weights=w,
+                        factors=f)
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
         assert got[1].abs().sum() > 0  # a test that can fail
@@ -167,6 +176,53 @@ def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting,
             torch.testing.assert_close(fast[0], slow[0], rtol=0, atol=2e-6 * float(scale))
             torch.testing.assert_close(fast[1], slow[1], rtol=0, atol=2e-6 * float(slow[1].abs().max()))
             assert torch.equal(fast[0].float().double(), fast[0])  # float32 values
+
+
+@pytest.mark.parametrize("estimator", ["fixed", "unbiased"])
+def test_click_log_pair_weights_take_the_compiled_kernel(estimator):
+    """Unbiased LambdaMART's and inverse propensities' pair weights in the compiled pass give the
+    torch path's gradients, and the estimator's per-round update sees the same scores."""
+    sizes = [1, 10, 7, 10, 3, 10]
+    scores, labels = _data(8, sizes, ties=False)
+    clicks = (labels > 1).float()
+    positions = torch.cat([torch.arange(n) for n in sizes])
+    layout = QueryLayout(clicks, torch.tensor(sizes), None)
+    theta = torch.tensor([1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.18, 0.15, 0.12], dtype=torch.float64)
+
+    def objective(quantized):
+        est = FixedPropensities(theta, clip=5.0) if estimator == "fixed" else PropensityEstimator(10, p=1.0)
+        return make_objective("lambdarank", weighting="ndcg", k=5, quantized_grad=quantized,
+                              propensity=(est, positions)), est
+
+    for quantized in (True, False):
+        runs = []
+        for name in ("cpu", "torch"):
+            obj, est = objective(quantized)
+            for _ in range(3):  # the propensities move between rounds
+                grad, hess = obj.gradients(scores, layout, backend=backends.choose("cpu", name))
+            runs.append((grad, hess, est.t_plus.clone()))
+        (fast_g, fast_h, fast_t), (slow_g, slow_h, slow_t) = runs
+        assert torch.equal(fast_t, slow_t)
+        assert estimator == "fixed" or not torch.allclose(fast_t, torch.ones_like(fast_t))
+        if quantized:  # float64 on both sides, rounded to float32 values: the same bits
+            assert torch.equal(fast_g, slow_g) and torch.equal(fast_h, slow_h)
+        else:
+            torch.testing.assert_close(fast_g, slow_g, rtol=0, atol=2e-6 * float(slow_g.abs().max()))
+            torch.testing.assert_close(fast_h, slow_h, rtol=0, atol=2e-6 * float(slow_h.abs().max()))
+        plain = make_objective("lambdarank", weighting="ndcg", k=5, quantized_grad=quantized)
+        assert not torch.allclose(plain.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))[0], fast_g)
+
+
+def test_the_truncated_pass_is_exact():
+    """With NDCG@k a pair whose two documents both rank below k has ΔNDCG@k = 0: the pass that
+    visits only pairs with a document in the top k equals a double loop over every pair."""
+    scores, labels = _data(9, SIZES, ties=False)
+    for k in (1, 3, 10):
+        every_pair = _loop_reference(scores.tolist(), labels.tolist(), SIZES, weighting="ndcg", k=None, sigma=1.0,
+                                     normalize=False, weights=None, cut_pairs=False, metric_k=k)
+        got = _compiled(scores, labels, SIZES, weighting="ndcg", k=k)
+        for a, b in zip(got, every_pair):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
 def test_other_options_fall_back_to_the_torch_path(monkeypatch):

@@ -1,9 +1,13 @@
 """rankkit.training.lightning_cli: a failed fit leaves no log folder of its own behind, unless it
-holds a checkpoint."""
+holds a checkpoint; the fit's last line."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from rankkit.cli import main
-from rankkit.training.lightning_cli import new_folder, remove_if_no_checkpoint
+from rankkit.training.lightning_cli import RankkitCLI, new_folder, remove_if_no_checkpoint
 from tests.test_cli import CONFIGS, quick, write_letor
 
 
@@ -37,3 +41,18 @@ def test_a_failed_fit_removes_only_the_log_folder_it_created(tmp_path, capsys):
     assert main(args) == 2  # a user error: one line, exit status 2
     assert "not a finite float32" in capsys.readouterr().err
     assert sorted(p.name for p in (root / "lightning_logs").iterdir()) == ["version_0"]
+
+
+@pytest.mark.parametrize("choice", [None, "dla"])
+def test_the_fit_line_says_which_debiasing_the_race_chose(capsys, choice):
+    """A quiet fit's last line names the winner of a neural ``unbiased="auto"`` race (issue 49:
+    `rankkit fit` never said which debiasing won)."""
+    cli = RankkitCLI.__new__(RankkitCLI)
+    cb = SimpleNamespace(best_model_path="/tmp/x.ckpt", best_model_score=0.5, monitor="val/ndcg@10")
+    cli.quiet = True
+    cli.trainer = SimpleNamespace(is_global_zero=True, checkpoint_callback=cb, current_epoch=4)
+    cli.model = SimpleNamespace(unbiased_choice_=choice)
+    cli.after_fit()
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("rankkit fit: 4 epochs; checkpoint /tmp/x.ckpt, val/ndcg@10 0.5000")
+    assert out.endswith("; unbiased='auto' chose dla") == (choice is not None)

@@ -1,0 +1,138 @@
+"""What ``LambdaMART(unbiased="auto")`` costs beside a naive fit, both with early stopping (issue 49).
+
+    python experiments/race_cost.py --write
+
+For each MQ2008 fold and position-bias strength η: a production LambdaMART trained on 1 % of the
+training queries orders every training and validation query, the top 10 are shown 40 times per
+query to a position-based user (examination (1/(r+1))^η, attractiveness ε₋ + (1 − ε₋)(2^y − 1)/3,
+ε₋ = 0.1; sessions without a click dropped). Then, in this one process, one after the other:
+
+* naive: ``LambdaMART`` on the training log (clicks as labels), the validation log as its eval
+  set, ``early_stopping_rounds`` = ``--stop``;
+* auto: ``LambdaMART(unbiased="auto")`` with the same settings and the validation log's positions.
+
+Each fit is timed ``--repeats`` times; the table gives the medians, their ratio, the trees each
+kept, the rounds the race grew over all its candidates and the test NDCG@10 on true labels
+(gain 2^y − 1, discount 1/log2(1 + rank), a query without relevant documents counts 1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import command_line, write_section  # noqa: E402
+
+from rankkit.boosting import LambdaMART  # noqa: E402
+from rankkit.boosting.engine import BoostingEngine  # noqa: E402
+from rankkit.data import load_mq2008, pad  # noqa: E402
+from rankkit.data.clicks import PositionBasedModel, simulate_clicks  # noqa: E402
+from rankkit.metrics import ndcg  # noqa: E402
+from rankkit.training.clicks import production_ranker, production_scores  # noqa: E402
+
+
+def logs(fold: int, eta: float, sessions: int):
+    """(training log, validation log, test set) of MQ2008 ``fold`` under examination η."""
+    train, vali, test = load_mq2008(fold)
+    prod = production_ranker(train, fraction=0.01, n_estimators=50, depth=3, min_data_in_leaf=5, seed=fold)
+    model = PositionBasedModel(eta=eta, epsilon_plus=1.0, epsilon_minus=0.1, max_label=2.0)
+    log = simulate_clicks(train, production_scores(prod, train), model=model, sessions_per_query=sessions, k=10,
+                          seed=fold, drop_unclicked=True)
+    vlog = simulate_clicks(vali, production_scores(prod, vali), model=model, sessions_per_query=sessions, k=10,
+                           seed=fold + 1000, drop_unclicked=True)
+    return log, vlog, test
+
+
+def test_ndcg(model, test) -> float:
+    s, mask = pad(torch.as_tensor(model.predict(test.features.numpy())), test.sizes)
+    y, _ = pad(test.labels, test.sizes)
+    return float(ndcg(s, y, mask=mask, k=10).mean())
+
+
+def timed(make, repeats: int):
+    """(median seconds, the last fitted model, rounds grown by the last fit)."""
+    seconds, grown = [], []
+    update = BoostingEngine.update
+
+    def counting(engine):
+        grown.append(1)
+        return update(engine)
+
+    BoostingEngine.update = counting
+    try:
+        for _ in range(repeats):
+            grown.clear()
+            start = time.perf_counter()
+            model = make()
+            seconds.append(time.perf_counter() - start)
+    finally:
+        BoostingEngine.update = update
+    return statistics.median(seconds), model, len(grown)
+
+
+def run(fold: int, eta: float, args) -> dict:
+    log, vlog, test = logs(fold, eta, args.sessions)
+    kw = dict(n_estimators=args.rounds, early_stopping_rounds=args.stop, depth=6, learning_rate=0.1, seed=0,
+              n_jobs=args.threads)
+    x, clicks, sizes = log.sessions.features, log.clicks, log.sessions.sizes
+    fit = dict(eval_set=[(vlog.sessions.features, vlog.clicks)], eval_group=[vlog.sessions.sizes])
+    naive_s, naive, naive_rounds = timed(lambda: LambdaMART(**kw).fit(x, clicks, group=sizes, **fit), args.repeats)
+    auto_s, auto, auto_rounds = timed(lambda: LambdaMART(unbiased="auto", **kw).fit(
+        x, clicks, group=sizes, position=log.position, eval_position=[vlog.position], **fit), args.repeats)
+    row = dict(fold=fold, eta=eta, naive_s=naive_s, auto_s=auto_s, naive_trees=naive.best_iteration_ + 1,
+               naive_rounds=naive_rounds, auto_trees=auto.best_iteration_ + 1, auto_rounds=auto_rounds,
+               choice=auto.unbiased_choice_, naive_ndcg=test_ndcg(naive, test), auto_ndcg=test_ndcg(auto, test))
+    print(row, file=sys.stderr, flush=True)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| fold | η | naive s | auto s | auto / naive | naive rounds (kept) | race rounds (kept) | choice "
+             "| test NDCG@10 naive | auto |", "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['fold']} | {r['eta']:g} | {r['naive_s']:.2f} | {r['auto_s']:.2f} | "
+                     f"{r['auto_s'] / r['naive_s']:.2f}× | {r['naive_rounds']} ({r['naive_trees']}) | "
+                     f"{r['auto_rounds']} ({r['auto_trees']}) | {r['choice']} | {r['naive_ndcg']:.4f} | "
+                     f"{r['auto_ndcg']:.4f} |")
+    ratios = [r["auto_s"] / r["naive_s"] for r in rows]
+    lines.append("")
+    lines.append(f"auto / naive time: median {statistics.median(ratios):.2f}×, largest {max(ratios):.2f}× "
+                 f"over {len(rows)} runs; rounds grown: median "
+                 f"{statistics.median(r['auto_rounds'] / r['naive_rounds'] for r in rows):.2f}×.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--folds", default="1,2,3")
+    p.add_argument("--etas", default="1,2")
+    p.add_argument("--sessions", type=int, default=40)
+    p.add_argument("--rounds", type=int, default=300)
+    p.add_argument("--stop", type=int, default=30, help="early_stopping_rounds")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    np.random.seed(0)
+    rows = [run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
+    body = (f"## Learning from clicks: what the race costs (issue 49)\n\n`{command_line(__file__, argv)}` "
+            f"({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), each time the median of {args.repeats} fits "
+            f"in one process, one after the other). MQ2008 folds, position-based clicks on the top 10 "
+            f"of a 1 % production ranker, 40 sessions per query; both fits stop early on the validation click "
+            f"log ({args.stop} rounds), at most {args.rounds} trees, depth 6. NDCG@10 on the test folds' true labels, "
+            f"gain 2^y − 1, discount 1/log2(1 + rank).\n\n{table(rows)}")
+    print(body)
+    if args.write:
+        write_section("race_cost", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
