@@ -60,6 +60,7 @@ from typing import Callable
 import torch
 
 from rankkit.infra import checks as _checks
+from rankkit.infra.checkpoint import RecordedName
 
 __all__ = ["TorchLoss", "ProbabilityLoss", "GradientObjective", "NumpyObjective", "as_objective",
            "qualified_name", "HESSIANS", "is_custom"]
@@ -86,7 +87,7 @@ def qualified_name(fn) -> str:
     """``module.qualname`` of a callable (or of a wrapper's callable): what checkpoints and model
     files record as text instead of the code."""
     if isinstance(fn, str):
-        return fn
+        return str(fn)  # a RecordedName too: hyper-parameters hold plain text
     if isinstance(fn, (TorchLoss, GradientObjective, NumpyObjective)):
         inner = qualified_name(fn.fn)
         plain = type(fn) is TorchLoss and fn.hessian == "exact" or type(fn) is NumpyObjective or \
@@ -112,12 +113,6 @@ def is_recorded_name(value) -> bool:
 def is_dotted_path(value) -> bool:
     """A text that names an importable callable, ``package.module.function``."""
     return isinstance(value, str) and bool(_DOTTED.match(value))
-
-
-class RecordedName(str):
-    """A custom objective's name as read from a model file: text that is never imported. To train
-    with it again, name it in the call or config you run (``set_params(objective="pkg.mod.fn")``),
-    so that the code that runs is the code you chose, not the file's."""
 
 
 def import_callable(path: str, name: str = "objective") -> Callable:

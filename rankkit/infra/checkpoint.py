@@ -39,6 +39,26 @@ OWN_SCORERS = ("rankkit.scorers.", "rankkit.neural.scorer.")  # and their former
 #: The largest value of each size hyper-parameter a checkpoint may declare (``hidden``: of each
 #: layer's width). Feature counts share the LETOR reader's limit.
 LIMITS = {"n_features": 1_000_000, "hidden": 1 << 16, "n_positions": 1024}
+
+
+class RecordedName(str):
+    """A custom objective's name as read from a model file or checkpoint: text that is never
+    imported. To train with it again, name it in the call or config you run
+    (``set_params(objective="pkg.mod.fn")``, ``--model.init_args.objective=...``), so that the
+    code that runs is the code you chose, not the file's."""
+
+
+#: The hyper-parameters that name code (a custom objective or loss): every loader hands them to
+#: the model as :class:`RecordedName`, which training refuses to import.
+RECORDED_NAMES = ("objective", "loss")
+
+
+def recorded_names(hparams: dict) -> dict:
+    """The custom objectives named among ``hparams``' ``RECORDED_NAMES``, as :class:`RecordedName`:
+    a dotted path or a description (``pkg.mod.fn``, ``rankkit.custom.TorchLoss<...>``); a
+    built-in's plain name ("lambdarank") names no code and stays as it is."""
+    return {key: RecordedName(value) for key in RECORDED_NAMES
+            if isinstance(value := hparams.get(key), str) and ("." in value or "<" in value)}
 #: The longest list a hyper-parameter may hold (``hidden``: the number of layers).
 MAX_LIST = 64
 _REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://|::")
@@ -144,7 +164,7 @@ def _constructor_args(path: str, cls: type, hparams) -> dict:
             raise ValueError(f"{path}: hyper-parameter {key!r} is not an argument of {cls.__name__}")
         _check_value(path, key, value)
         kwargs[key] = value
-    return kwargs
+    return {**kwargs, **recorded_names(kwargs)}
 
 
 def _check_shapes(path: str, cls: type, kwargs: dict, ckpt: dict) -> None:
@@ -322,7 +342,9 @@ def guarded_load_from_checkpoint(cls, checkpoint_path, map_location=None, hparam
         raise ValueError("`weights_only=False` would unpickle the file: rankkit checkpoints hold only tensors and "
                          "plain values, load them with weights_only=True")
     if isinstance(checkpoint_path, (str, os.PathLike)):
-        check_checkpoint(checkpoint_path, scorer=kwargs.get("scorer"), need_scorer=False)
+        _, _, recorded = check_checkpoint(checkpoint_path, scorer=kwargs.get("scorer"), need_scorer=False)
+        # a recorded custom loss stays text: a later Trainer.fit refuses to import it
+        kwargs = {**{k: v for k, v in recorded.items() if isinstance(v, RecordedName)}, **kwargs}
     return pl.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, map_location, hparams_file,
                                                             strict, weights_only=True, **kwargs)
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from rankkit.custom import GradientObjective, check_spec, fresh, is_custom, qualified_name, torch_loss
+from rankkit.custom import GradientObjective, RecordedName, check_spec, fresh, is_custom, qualified_name, torch_loss
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.infra import quiet as _quiet
@@ -159,7 +159,9 @@ class NeuralRanker(pl.LightningModule):
         self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s
         # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
         # its qualified name as text (a checkpoint holds no code; loading one never imports it).
-        self._custom_loss = o.loss if custom and not isinstance(o.loss, str) else None
+        # A loss read from a checkpoint (RecordedName) is kept as such: training refuses to import it.
+        self._custom_loss = o.loss if custom and (not isinstance(o.loss, str) or isinstance(o.loss, RecordedName)) \
+            else None
         if custom:
             self.hparams["loss"] = qualified_name(o.loss)
             self._hparams_initial["loss"] = self.hparams["loss"]  # what loggers write out

@@ -261,3 +261,55 @@ def test_a_lambdamart_checkpoint_with_bad_trees_is_refused(tmp_path):
     assert loaded.scorer.powers.tolist() == [1, 2]
     x = torch.rand(5, loaded.scorer.n_features)
     torch.testing.assert_close(loaded.scorer(x), load_checkpoint(good).scorer(x))
+
+
+def test_a_recorded_custom_loss_is_text_on_every_loading_route(tmp_path, ranknet):
+    """Round 4's last route: ``load_checkpoint(path)`` (or Lightning's ``load_from_checkpoint``)
+    then ``Trainer.fit`` in Python imported the loss the checkpoint names. Every loader now hands
+    it over as a RecordedName: the model loads and scores, and training refuses to import it."""
+    import sys
+
+    import pytorch_lightning as pl
+
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.infra.checkpoint import RecordedName, load_checkpoint
+    from rankkit.neural import RankNet
+    from rankkit.training.datamodule import RankingDataModule
+
+    trees = LambdaMARTModule(depth=2, min_data_in_leaf=5)
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, accelerator="cpu", devices=1, enable_checkpointing=False)
+    data = RankingDataModule("mq2008", max_docs=128)
+    trainer.fit(trees, datamodule=data)
+    trainer.save_checkpoint(tmp_path / "trees.ckpt")
+    planted = {"objective": "planted_module.loss", "k": None, "normalize": False}
+    ckpt = torch.load(tmp_path / "trees.ckpt", weights_only=True)
+    torch.save({**ckpt, "hyper_parameters": {**ckpt["hyper_parameters"], **planted}}, tmp_path / "t.ckpt")
+    nets = _checkpoint(tmp_path, ranknet, "n.ckpt", hyper_parameters={"loss": "planted_module.loss"})
+    trees_file = tmp_path / "t.ckpt"
+    cases = [("load_checkpoint", load_checkpoint, trees_file), ("load_checkpoint", load_checkpoint, nets),
+             ("LambdaMARTModule.load_from_checkpoint", LambdaMARTModule.load_from_checkpoint, trees_file),
+             ("RankNet.load_from_checkpoint", RankNet.load_from_checkpoint, nets)]
+    for route, load, file in cases:
+        model = load(file)
+        trees_model = isinstance(model, LambdaMARTModule)
+        name = model.config.objective if trees_model else model._custom_loss
+        assert isinstance(name, RecordedName) and name == "planted_module.loss", route
+        assert not isinstance(model.hparams["objective" if trees_model else "loss"], RecordedName), route
+        fit = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, accelerator="cpu", devices=1, enable_checkpointing=False)
+        with pytest.raises(ValueError, match=r"'planted_module\.loss' was read from a model file"):
+            fit.fit(model, datamodule=RankingDataModule("mq2008", max_docs=128) if trees_model else _tiny_data())
+    assert "planted_module" not in sys.modules
+    # a built-in's name is no code: left as it is
+    from rankkit.infra.checkpoint import recorded_names
+    assert recorded_names({"objective": "lambdarank", "loss": "rankkit.custom.TorchLoss<x.y>"}) == {
+        "loss": "rankkit.custom.TorchLoss<x.y>"}
+
+
+def _tiny_data():
+    from rankkit.data import make_synthetic
+    from rankkit.training.datamodule import RankingDataModule
+
+    return RankingDataModule.from_datasets(make_synthetic(8, 6, 5, seed=0), make_synthetic(4, 6, 5, seed=1),
+                                           max_docs=64)
