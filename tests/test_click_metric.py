@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from rankkit.boosting import LambdaMART
-from rankkit.boosting import booster as booster_module
+from rankkit.boosting import booster as booster_module, engine as engine_module
+from rankkit.boosting.engine import fit_binner, transform
 from rankkit.boosting.booster import AUTO_CANDIDATES, race_rounds
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.click_metric import (
@@ -290,12 +291,16 @@ def test_the_race_stops_each_candidate_early_and_scores_its_kept_trees(pbm_logs,
         return update(engine)
 
     monkeypatch.setattr(BoostingEngine, "update", counting)
+    binned, transforms = [], []
+    monkeypatch.setattr(engine_module, "fit_binner", lambda *a, **k: binned.append(1) or fit_binner(*a, **k))
+    monkeypatch.setattr(engine_module, "transform", lambda *a, **k: transforms.append(1) or transform(*a, **k))
     kw = dict(n_estimators=300, early_stopping_rounds=2, depth=2, min_data_in_leaf=5, n_positions=8,
               learning_rate=0.5, seed=1)
     fit = dict(eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes])
     model = LambdaMART(unbiased="auto", **kw).fit(x, y, group=group, position=position, eval_position=[vali.position],
                                                   **fit)
     raced = list(grown)
+    assert binned == [1] and len(transforms) == 2  # the candidates share the bins: training set and eval set once
     assert len(raced) < 300  # the 300-round race without stopping grows 700
     stopped = 0
     for name, options in AUTO_CANDIDATES.items():

@@ -227,9 +227,9 @@ class LambdaMART(BaseEstimator):
                    vector(eval_init_score[i], len(el), f"eval_init_score[{i}]", kind="double")
                    for i, (_, el, _) in enumerate(evals)]
 
-        def engine_for(cfg: BoosterConfig) -> BoostingEngine:
+        def engine_for(cfg: BoosterConfig, bins_of: BoostingEngine | None = None) -> BoostingEngine:
             engine = BoostingEngine(matrix, labels, sizes, cfg, weights=weights, init_score=init,
-                                    device=device, positions=positions)
+                                    device=device, positions=positions, bins_of=bins_of)
             for (ef, el, es), e_init in zip(evals, e_inits):
                 engine.add_eval_set(ef, el, es, init_score=e_init)
             return engine
@@ -293,7 +293,10 @@ class LambdaMART(BaseEstimator):
         features, clicks, sizes = evals[0]
         position = ids.index(_positions(eval_position[0], features.n_rows, "eval_position[0]"), "eval_position[0]")
         metric = ClickLikelihood(features.dense(), clicks, sizes, position, n_positions=config.n_positions)
-        alive = {name: engine_for(replace(config, **options)) for name, options in AUTO_CANDIDATES.items()}
+        alive, first = {}, None
+        for name, options in AUTO_CANDIDATES.items():  # binned once: the candidates share the codes
+            alive[name] = engine_for(replace(config, **options), bins_of=first)
+            first = first or alive[name]
         self.unbiased_scores_ = {}
         for stage, (rounds, keep) in enumerate(zip(race_rounds(self.n_estimators, config.early_stopping_rounds),
                                                    (2, 1)), start=1):

@@ -97,6 +97,9 @@ class BoostingEngine:
             (see :mod:`rankkit.boosting.distributed`): this process holds a shard of whole
             queries, and ``reduce`` becomes an all-reduce. None: when a process group of more
             than one rank is initialised.
+        bins_of: an engine on the same training data (and the same eval sets, added in the same
+            order), whose bin borders and codes this one reuses instead of binning again (the
+            candidates of ``LambdaMART(unbiased="auto")``).
         backend: the kernels of every round (:mod:`rankkit.kernels.backends`): a
             :class:`~rankkit.kernels.backends.Backend`, "torch", "cpu" or "triton", or None to
             let :func:`~rankkit.kernels.backends.choose` pick one for ``device`` (and
@@ -115,7 +118,8 @@ class BoostingEngine:
                  init_score: torch.Tensor | None = None, device: torch.device | str = "cpu",
                  start_round: int = 0, init_scores: torch.Tensor | None = None,
                  reduce: Reduce | None = None, positions: torch.Tensor | None = None,
-                 distributed: bool | None = None, backend: Backend | str | None = None):
+                 distributed: bool | None = None, backend: Backend | str | None = None,
+                 bins_of: BoostingEngine | None = None):
         self.config = config
         self.device = torch.device(device)
         # The one choice of kernels for this fit: every step of a round asks this object.
@@ -135,6 +139,7 @@ class BoostingEngine:
         if self.position_bias is not None:
             self.bucket = positions.to(self.device).long().clamp(max=config.n_positions - 1)
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
+        self._bins_of = bins_of
         self._bin(features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features"))
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
@@ -165,16 +170,21 @@ class BoostingEngine:
         and the tree grower on the training codes."""
         config = self.config
         self.n_features = matrix.n_features
-        if self.parallel is None:
-            self.binner = fit_binner(matrix, config.max_bins, config.seed)
+        if self._bins_of is not None:  # the same data binned by another engine (the race's candidates)
+            other = self._bins_of
+            self.binner, self.used, self._thresholds, self._codes = (other.binner, other.used, other._thresholds,
+                                                                     other._codes)
         else:
-            binner = QuantileBinner(config.max_bins, seed=config.seed)
-            self.binner = binner.fit(dp.gather_sample(matrix.rows, self.parallel, matrix.n_features,
-                                                      binner.sample, config.seed))
-        self.used = self.binner.used_features_
-        self._thresholds = self.binner.thresholds()
-        codes = transform(self.binner, matrix)[:, self.used].to(self.device)
-        self.grower = ObliviousTreeGrower(codes, valid_codes(self.binner)[self.used], config.tree,
+            if self.parallel is None:
+                self.binner = fit_binner(matrix, config.max_bins, config.seed)
+            else:
+                binner = QuantileBinner(config.max_bins, seed=config.seed)
+                self.binner = binner.fit(dp.gather_sample(matrix.rows, self.parallel, matrix.n_features,
+                                                          binner.sample, config.seed))
+            self.used = self.binner.used_features_
+            self._thresholds = self.binner.thresholds()
+            self._codes = transform(self.binner, matrix)[:, self.used].to(self.device)
+        self.grower = ObliviousTreeGrower(self._codes, valid_codes(self.binner)[self.used], config.tree,
                                           backend=self.backend, reduce=self.reduce, shard=self.parallel)
 
     def _debiasing(self, features, labels, positions):
@@ -221,8 +231,12 @@ class BoostingEngine:
         scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
         if init_score is not None:
             scores += init_score.to(self.device, torch.float64)
-        matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-        codes = self.backend.codes_layout(transform(self.binner, matrix)[:, self.used].to(self.device))
+        shared = self._bins_of.eval_sets if self._bins_of is not None else []
+        if len(shared) > len(self.eval_sets) and len(shared[len(self.eval_sets)].scores) == len(labels):
+            codes = shared[len(self.eval_sets)].codes  # the same eval set, binned by the other engine
+        else:
+            matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+            codes = self.backend.codes_layout(transform(self.binner, matrix)[:, self.used].to(self.device))
         self.eval_sets.append(_EvalSet(name, codes, QueryLayout(labels, sizes.cpu(), None, self.device), scores))
         self.history[name] = {self.config.eval_metric: []}
 

@@ -190,6 +190,12 @@ def test_position_pair_costs_against_loop(k):
     got = position_pair_costs(scores, clicks, positions, mask=mask, n_positions=5, sigma=1.5, k=k)
     want = reference_position_costs(scores, clicks, positions, mask, 5, 1.5, k)
     assert torch.allclose(got, want, rtol=1e-6, atol=1e-9)
+    # the clicked/unclicked pairs alone give the dense [Q, L, L] costs' sums to the bit
+    dense = pair_costs(scores.double(), clicks, mask=mask, sigma=1.5, k=k)
+    bucket = positions.clamp(max=4)
+    key = (bucket[:, :, None] * 5 + bucket[:, None, :]).reshape(-1)
+    binned = torch.zeros(25, dtype=torch.float64).index_add_(0, key, dense.reshape(-1))
+    assert torch.equal(got, binned.view(5, 5))
 
 
 def test_propensity_step_and_factors():
