@@ -157,9 +157,10 @@ class PositionIds:
         n_positions = check_int(n_positions, "n_positions", low=1, high=MAX_POSITIONS)
         ids = torch.unique(position.long().cpu())
         if len(ids) > n_positions and not pool:
-            raise ValueError(f"`{name}` holds {len(ids)} distinct position ids ({int(ids[0])}..{int(ids[-1])}), more "
-                             f"than n_positions={n_positions}: pass n_positions={len(ids)} to give each its own "
-                             f"bias, or pool_positions=True to let the ids from the {n_positions}th on share one")
+            raise ValueError(f"`{name}` holds {len(ids)} distinct position ids ({int(ids[0])}..{int(ids[-1])}), "
+                             f"more than n_positions={n_positions}: pass n_positions={len(ids)} to give each its "
+                             f"own bias, or pool_positions=True to let the ids beyond the first "
+                             f"{n_positions - 1} share the last one")
         return cls(ids, n_positions, pool)
 
     def index(self, position: torch.Tensor, name: str) -> torch.Tensor:

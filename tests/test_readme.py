@@ -46,6 +46,10 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
     for argv in commands():
         command = argv[0]
         seen.add(command)
+        if "--data.data=mylog" in argv and not (tmp_path / "mylog").exists():  # "your own click log"
+            from tests.training.test_datamodule import _click_log
+
+            _click_log(tmp_path / "mylog")
         quick = [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"]
         if command == "fit":
             argv = argv + quick + ["--trainer.max_epochs=1"]

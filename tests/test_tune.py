@@ -59,7 +59,10 @@ def config(tmp_path, data) -> Path:
 def test_every_packaged_config_ships_a_space_holding_its_own_values():
     names = config_names()
     assert "lambdarank.space" not in names and "compare" in names
-    for name in (n for n in names if n != "compare"):
+    # lambdamart_clicks ships none: tuning on a click log needs a click criterion (issue 49), and
+    # selecting by the clicks' own NDCG would read click labels as relevance
+    assert not (CONFIGS / "lambdamart_clicks.space.yaml").exists()
+    for name in (n for n in names if n not in ("compare", "lambdamart_clicks")):
         config = tuning._yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
         space = tuning.load_space(tuning.space_path(CONFIGS / f"{name}.yaml"))
         assert len(space) >= 4, name

@@ -155,25 +155,28 @@ class BoosterConfig:
           (:func:`rankkit.boosting.booster.race_rounds`). ``unbiased_choice_`` says which won,
           ``unbiased_scores_`` what each scored at its last stage (and which stage that was).
 
-        The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.""",
-        check=lambda value, name: _checks.check_setting(value, UNBIASED, name), module=False)
+        The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.
+        ``LambdaMARTModule`` (``rankkit fit``) trains False, True, ``"position"`` or ``"ips"`` on
+        the training click log's positions (``RankingDataModule(click_log=True)``); the race
+        is ``LambdaMART``'s.""",
+        check=lambda value, name: _checks.check_setting(value, UNBIASED, name))
     bias_p: float = hyperparameter(1.0, """
         p, the exponent of the propensities' regularisation with ``unbiased=True`` (the update
-        takes the 1/(p + 1)-th power; 0 is unregularised).""", check=_non_negative, module=False)
+        takes the 1/(p + 1)-th power; 0 is unregularised).""", check=_non_negative)
     n_positions: int = hyperparameter(10, """
         distinct displayed positions with their own propensity or bias. ``position`` holds ids as
         LightGBM reads them (0- or 1-based, sparse: :class:`rankkit.unbiased.PositionIds`); more
         distinct ids than this are refused unless ``pool_positions``.""",
-        check=partial(_int, low=1, high=4096), module=False)  # rankkit.unbiased.MAX_POSITIONS
+        check=partial(_int, low=1, high=4096))  # rankkit.unbiased.MAX_POSITIONS
     pool_positions: bool = hyperparameter(False, """
         let the position ids from the ``n_positions``-th on (in increasing order) share the last
         propensity or bias, instead of refusing a log with more distinct ids.""",
-        check=_checks.check_bool, module=False)
+        check=_checks.check_bool)
     position_bias_regularization: float = hyperparameter(0.0, """
         λ ≥ 0, the L2 penalty of ``unbiased="position"``'s bias (LightGBM's
-        ``lambdarank_position_bias_regularization``).""", check=_non_negative, module=False)
+        ``lambdarank_position_bias_regularization``).""", check=_non_negative)
     propensity_clip: float | None = hyperparameter(10.0, """
-        the bound on 1/θ̂ of ``unbiased="ips"`` (None: none).""", check=_clip, module=False)
+        the bound on 1/θ̂ of ``unbiased="ips"`` (None: none).""", check=_clip)
 
     @classmethod
     def from_params(cls, params: dict) -> BoosterConfig:

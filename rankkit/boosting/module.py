@@ -35,6 +35,7 @@ from rankkit.boosting.ensemble import ObliviousEnsemble
 from rankkit.custom import qualified_name
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
+from rankkit.unbiased import PositionIds
 
 class RoundCounter(torch.optim.Optimizer):
     """The optimizer of a module whose parameters are set by something else (the boosting
@@ -104,6 +105,10 @@ class LambdaMARTModule(pl.LightningModule):
         super().__init__()
         check_all(ModuleOptions(n_features=params["n_features"]))
         self.config = BoosterConfig.from_params(params)
+        if self.config.unbiased == "auto":
+            raise ValueError("`unbiased='auto'` races its candidates inside LambdaMART.fit; LambdaMARTModule trains "
+                             "one: choose True, 'position' or 'ips' (docs/benchmarks.md, 'Learning from clicks'), "
+                             "or fit LambdaMART(unbiased='auto') in Python")
         self.save_hyperparameters(frame=inspect.currentframe().f_back)  # the parameters of __init__
         # A custom objective (a callable) is recorded as its qualified name: a checkpoint holds
         # text, never code, and loading one never imports it (it is imported to train only).
@@ -168,7 +173,7 @@ class LambdaMARTModule(pl.LightningModule):
                 init_scores = self._prefix(train.features).double()
         self._engine = BoostingEngine(train.features, train.labels, train.sizes, self.config,
                                       device=self.device, start_round=self.current_epoch,
-                                      init_scores=init_scores)
+                                      init_scores=init_scores, positions=self._positions(train))
         self._engine_data = train
         self.backend_ = self._engine.backend.name  # the kernels of this fit ("cpu", "triton", "torch")
         expected = self.hparams.n_features
@@ -177,6 +182,20 @@ class LambdaMARTModule(pl.LightningModule):
         if self._prefix is not None and self._prefix.n_features != train.n_features:
             raise ValueError(f"the checkpoint's trees take {self._prefix.n_features} features, the "
                              f"training data has {train.n_features}")
+
+    def _positions(self, train: RankingDataset) -> torch.Tensor | None:
+        """With ``unbiased``: the training click log's positions as dense indices (their ids
+        mapped as LightGBM reads them, :class:`rankkit.unbiased.PositionIds`)."""
+        if not self.config.unbiased:
+            return None
+        if train.position is None:
+            raise ValueError(f"`unbiased={self.config.unbiased!r}` trains on a click log: the training data has no "
+                             f"positions (RankingDataModule(click_log=True) reads each file's .position sidecar)")
+        c = self.config
+        ids = PositionIds.of(train.position, "the training data's position", n_positions=c.n_positions,
+                             pool=c.pool_positions)
+        self.position_ids_ = ids.ids.numpy().copy()
+        return ids.index(train.position, "the training data's position")
 
     def configure_optimizers(self) -> RoundCounter:
         return RoundCounter()  # Newton steps: no optimizer to speak of (see the module docstring)

@@ -23,7 +23,7 @@ from rankkit.data.dataset import PaddedBatch, RankingDataset, shard_queries
 from rankkit.data.svmlight import read_svmlight
 from rankkit.infra import quiet as _quiet
 from rankkit.infra.checkpoint import guarded_datamodule_load_from_checkpoint
-from rankkit.infra.checks import check_int, check_number
+from rankkit.infra.checks import check_bool, check_int, check_number
 from rankkit.training.clicks import CLICK_OPTIONS, click_split
 
 
@@ -223,6 +223,12 @@ class RankingDataModule(pl.LightningDataModule):
             training and validation splits become click logs (one query per session, clicks as
             labels, with ``position``), drawn from ``seed``; the test split keeps its true labels.
             ``{}`` simulates with every default. None (the default): the labels as they are.
+        click_log: the folder holds your own click log: the training and validation files'
+            labels are clicks (0/1), each query is a session, and each file has a ``.position``
+            sidecar beside it (``train.txt.position``: one displayed position per document and
+            line, as LightGBM's ``.position`` file; ids of any numbering, see
+            :class:`rankkit.unbiased.PositionIds`), which becomes the datasets' ``position``
+            (the unbiased rankers read it). The test file keeps true relevance labels.
 
     Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):
     disjoint, every query once, and for training the same number of batches on every rank.
@@ -234,8 +240,17 @@ class RankingDataModule(pl.LightningDataModule):
     load_from_checkpoint = classmethod(guarded_datamodule_load_from_checkpoint)
 
     def __init__(self, data: str = "mq2008", fold: int = 1, max_docs: int = 4096, seed: int = 0,
-                 val_fraction: float = 0.0, val_seed: int | None = None, clicks: dict | None = None):
+                 val_fraction: float = 0.0, val_seed: int | None = None, clicks: dict | None = None,
+                 click_log: bool = False):
         super().__init__()
+        check_bool(click_log, "click_log")
+        if click_log and clicks is not None:
+            raise ValueError("`click_log=True` reads your own click log from a folder (files with .position "
+                             "sidecars); `clicks=` simulates one from labelled data instead: give one of the two")
+        if click_log and data == "mq2008":
+            raise ValueError("`click_log=True` reads your own click log from a folder: pass data=FOLDER "
+                             "(--data.data=FOLDER) holding train.txt with train.txt.position, vali.txt with "
+                             "vali.txt.position and a labelled test.txt")
         if clicks is not None:
             if not isinstance(clicks, dict) or any(key not in CLICK_OPTIONS for key in clicks):
                 bad = next((key for key in clicks if key not in CLICK_OPTIONS), None) if isinstance(clicks, dict) \
@@ -293,11 +308,11 @@ class RankingDataModule(pl.LightningDataModule):
         train = _find_split(folder, ("train.txt", "train", "rank.train"))
         if train is None:
             raise ValueError(f"{folder}: no train file (train.txt[.gz] or rank.train)")
-        train_set = read_svmlight(train)
+        train_set = read_svmlight(train, position_file=self._position_file(train))
         f = train_set.n_features
         val = _find_split(folder, ("vali.txt", "valid.txt", "val.txt", "vali", "rank.vali"))
         test = _find_split(folder, ("test.txt", "test", "rank.test"))
-        val_set = read_svmlight(val, n_features=f) if val else None
+        val_set = read_svmlight(val, n_features=f, position_file=self._position_file(val)) if val else None
         if val_set is None and h.val_fraction > 0:
             train_set, val_set = hold_out(train_set, h.val_fraction, seed=h.seed if h.get("val_seed") is None
                                           else h.val_seed)
@@ -306,6 +321,16 @@ class RankingDataModule(pl.LightningDataModule):
         if test:
             self._read_test = functools.partial(read_svmlight, test, n_features=f)
         self._to_clicks()
+
+    def _position_file(self, path: str) -> str | None:
+        """With ``click_log``: the ``.position`` sidecar of a training or validation file."""
+        if not self.hparams.get("click_log"):
+            return None
+        sidecar = path + ".position"
+        if not os.path.isfile(sidecar):
+            raise ValueError(f"`click_log=True`: {sidecar} is missing (one displayed position per document and "
+                             f"line, as LightGBM's .position file)")
+        return sidecar
 
     def _to_clicks(self) -> None:
         """With ``clicks``: the training and validation splits become simulated click logs."""

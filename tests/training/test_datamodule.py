@@ -164,3 +164,84 @@ def test_empty_click_options_simulate_clicks_with_the_defaults():
     for clicked in (dm, empty):
         assert clicked.train_set.position is not None
         assert set(clicked.train_set.labels.unique().tolist()) <= {0.0, 1.0}
+
+
+# -- your own click log (issue 49) ----------------------------------------------------------------
+def _click_log(folder, shift: int = 0, seed: int = 0):
+    """A click-log folder: train/vali sessions of 8 shown documents with click labels and
+    ``.position`` sidecars (positions + ``shift``), a labelled test file; clicks fall with the
+    position and rise with feature 1."""
+    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+
+    folder.mkdir(exist_ok=True)
+    for i, name in enumerate(("train.txt", "vali.txt", "test.txt")):
+        data = make_synthetic(30, 12, 5, seed=seed + i)
+        if name == "test.txt":
+            rows = [(float(y), q, x) for q in range(data.n_queries)
+                    for y, x in zip(data.labels[data.offsets[q]:data.offsets[q + 1]],
+                                    data.features[data.offsets[q]:data.offsets[q + 1]])]
+            positions = None
+        else:
+            log = simulate_clicks(data, data.features[:, 0], model=PositionBasedModel(eta=1.0, max_label=4.0),
+                                  sessions_per_query=4, k=8, seed=seed + i)
+            s = log.sessions
+            rows = [(float(s.labels[j]), q, s.features[j]) for q in range(s.n_queries)
+                    for j in range(int(s.offsets[q]), int(s.offsets[q + 1]))]
+            positions = (log.position + shift).tolist()
+        (folder / name).write_text("".join(f"{y:g} qid:{q + 1} " + " ".join(f"{k + 1}:{float(v):.6g}" for k, v in
+                                                                           enumerate(x)) + "\n" for y, q, x in rows))
+        if positions is not None:
+            (folder / f"{name}.position").write_text("".join(f"{p}\n" for p in positions))
+    return folder
+
+
+def test_a_click_log_folder_reads_its_position_sidecars(tmp_path):
+    folder = _click_log(tmp_path / "log")
+    dm = RankingDataModule(str(folder), click_log=True)
+    dm.setup()
+    sidecar = [int(line) for line in (folder / "train.txt.position").read_text().split()]
+    assert dm.train_set.position.tolist() == sidecar and dm.val_set.position is not None
+    assert set(dm.train_set.labels.unique().tolist()) <= {0.0, 1.0} and dm.test_set.position is None
+    plain = RankingDataModule(str(folder))  # without click_log, no sidecar is read
+    plain.setup()
+    assert plain.train_set.position is None
+    (folder / "vali.txt.position").unlink()
+    with pytest.raises(ValueError, match=r"`click_log=True`: .*vali\.txt\.position is missing"):
+        RankingDataModule(str(folder), click_log=True).setup()
+    for bad, message in ((dict(data="mq2008", click_log=True), "pass data=FOLDER"),
+                         (dict(data=str(folder), click_log=True, clicks={}), "give one of the two")):
+        with pytest.raises(ValueError, match=f"`click_log=True` reads your own click log.*{message}"):
+            RankingDataModule(**bad)
+
+
+def test_rankkit_fit_trains_lambdamart_on_a_click_log_with_any_position_ids(tmp_path, capsys):
+    """`rankkit fit` on a user's click log: 0- and 1-based position sidecars train the same trees
+    (LightGBM's reading of positions); 'auto' and a log without positions get one line each."""
+    from rankkit.cli import main
+    from rankkit.infra.checkpoint import load_checkpoint
+
+    trees = []
+    for shift in (0, 1):
+        folder = _click_log(tmp_path / f"log{shift}", shift=shift)
+        root = tmp_path / f"run{shift}"
+        assert main(["fit", "--config", "lambdamart_clicks", f"--data.data={folder}", "--trainer.max_epochs=3",
+                     f"--trainer.default_root_dir={root}", "--model.init_args.min_data_in_leaf=5", "--quiet"]) == 0, \
+            capsys.readouterr().err
+        trees.append(load_checkpoint(next(root.rglob("*.ckpt"))).scorer)
+    for name, value in trees[0].state_dict().items():
+        assert torch.equal(value, trees[1].state_dict()[name]), name
+    naive = tmp_path / "naive"
+    assert main(["fit", "--config", "lambdamart", f"--data.data={tmp_path / 'log0'}", "--data.click_log=true",
+                 "--trainer.max_epochs=3", f"--trainer.default_root_dir={naive}",
+                 "--model.init_args.min_data_in_leaf=5", "--quiet"]) == 0
+    assert not torch.equal(load_checkpoint(next(naive.rglob("*.ckpt"))).scorer.leaf_values, trees[0].leaf_values)
+    config = load_checkpoint(next((tmp_path / "run0").rglob("*.ckpt"))).config
+    assert config.unbiased == "ips" and config.n_positions == 10
+    capsys.readouterr()
+    for extra, message in ((["--data.click_log=true", "--model.init_args.unbiased=auto"],
+                            "`unbiased='auto'` races its candidates inside LambdaMART.fit"),
+                           (["--model.init_args.unbiased=true"], "the training data has no positions")):
+        code = main(["fit", "--config", "lambdamart", f"--data.data={tmp_path / 'log0'}", "--trainer.max_epochs=1",
+                     f"--trainer.default_root_dir={tmp_path / 'bad'}", "--quiet", *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "Traceback" not in err, err
