@@ -56,7 +56,8 @@ def test_lightning_commands_say_what_they_do_and_what_ckpt_path_takes(command, c
     with pytest.raises(SystemExit):
         main([command, "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "--config NAME takes a config shipped with rankkit (compare, lambdamart, lambdarank" in out
+    assert ("--config NAME takes a config shipped with rankkit (compare, lambdamart, lambdamart_clicks, "
+            "lambdarank") in out
     assert "--verbose (or RANKKIT_VERBOSE=1)" in out
     assert "A file path only: Lightning's 'best', 'last', 'hpc', 'registry' and URLs are not taken" in out
     assert "make sure you never run on your" not in out  # Lightning's sentence cut in half
@@ -168,7 +169,8 @@ def test_the_help_says_how_to_see_a_configs_values_and_that_way_shows_them(capsy
 def test_fit_without_a_config_names_the_flag(capsys):
     assert main(["fit"]) == 2
     err = capsys.readouterr().err
-    assert "needs a model and its data: --config NAME (shipped: compare, lambdamart, lambdarank" in err
+    assert ("needs a model and its data: --config NAME (shipped: compare, lambdamart, lambdamart_clicks, "
+            "lambdarank") in err
     assert "fit.model" not in err
 
 
