@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from typing import Callable
 
 import torch
@@ -115,6 +117,27 @@ def is_dotted_path(value) -> bool:
     return isinstance(value, str) and bool(_DOTTED.match(value))
 
 
+def _import_module(module_name: str):
+    """``importlib.import_module``, and where the module's top package is not on ``sys.path``,
+    from the current folder too, as ``python -m`` finds it: the installed ``rankkit`` command
+    runs without the current folder on its path, and a config naming ``mypkg.losses.fn`` is
+    meant from where the command runs."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        top = module_name.partition(".")[0]
+        here = os.getcwd()
+        if e.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)  # after everything else: never shadows an installed module
+        try:
+            return importlib.import_module(module_name)
+        except ImportError:
+            if here in sys.path and top not in sys.modules:
+                sys.path.remove(here)
+            raise
+
+
 def import_callable(path: str, name: str = "objective") -> Callable:
     """Import ``package.module.function`` (a config's custom objective). Called when training
     starts, never when a checkpoint or model file is loaded; never for a :class:`RecordedName`."""
@@ -131,9 +154,10 @@ def import_callable(path: str, name: str = "objective") -> Callable:
                          f"got {path!r}")
     module_name, _, attr = path.rpartition(".")
     try:
-        target = getattr(importlib.import_module(module_name), attr)
+        target = getattr(_import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"`{name}`: cannot import {path!r} ({type(e).__name__}: {e}); a model loaded "
+        raise ValueError(f"`{name}`: cannot import {path!r} ({type(e).__name__}: {e}; looked for "
+                         f"{module_name!r} on sys.path and in the current folder {os.getcwd()}); a model loaded "
                          f"from a file records its custom objective as text only: pass the callable "
                          f"itself to train again") from None
     if not callable(target) or isinstance(target, type):

@@ -16,7 +16,9 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
+from rankkit.boosting.config import BoosterConfig
 from rankkit.custom import is_custom
+from rankkit.neural.config import NeuralConfig
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.infra.progress import FitProgress
@@ -97,6 +99,16 @@ class RankkitCLI(LightningCLI):
                 self.scored_line = use_recorded_data(sub, self.config[sub], ckpt_path, self.argv, checkpoint)
         super()._parse_ckpt_path()
 
+    def before_instantiate_classes(self) -> None:
+        sub = self.config.get("subcommand")
+        model = (self.config[sub] if sub else self.config).get("model")
+        init_args = model.get("init_args") if hasattr(model, "get") else None
+        if init_args is not None:
+            dropped = clear_kernel_options(init_args, self.argv)
+            if dropped:
+                print(f"rankkit {sub or 'fit'}: the custom objective takes its own options: the config's "
+                      f"{', '.join(dropped)} (the built-in kernel's) do not apply and are left out", file=sys.stderr)
+
     def _say_what_was_scored(self) -> None:
         if self.scored_line is not None and self.trainer.is_global_zero:
             print(self.scored_line, file=sys.stderr)
@@ -158,6 +170,36 @@ class RankkitCLI(LightningCLI):
             if group.title and group.title.startswith(("Runs the full", "Perform one evaluation")):
                 group.title = f"Trainer.{subcommand} arguments"
         return parser
+
+
+#: The built-in lambda kernel's options of each parameter that can name a custom objective: a
+#: custom one refuses them (it takes its own), so a config's values are dropped for it.
+KERNEL_OPTIONS = {"objective": (BoosterConfig, ("k", "sigma", "gain", "normalize")),
+                  "loss": (NeuralConfig, ("k", "sigma", "normalize"))}
+
+
+def clear_kernel_options(init_args, argv: list[str]) -> list[str]:
+    """With a custom ``objective``/``loss`` in the model's ``init_args`` (a jsonargparse
+    Namespace or dict), set the built-in kernel's options that a config file gave (the packaged
+    ``lambdamart`` config's ``k: 10``, ``normalize: true``) back to their defaults, and return
+    them as ``name=value`` texts; one given on the command line (``argv``) is the user's own
+    contradiction: one ValueError naming it."""
+    dropped = []
+    for key, (config, options) in KERNEL_OPTIONS.items():
+        value = init_args.get(key) if hasattr(init_args, "get") else None
+        if not (isinstance(value, str) and is_custom(value)):
+            continue
+        for option in options:
+            default, current = getattr(config, option), init_args.get(option, getattr(config, option))
+            if current == default:
+                continue
+            flag = f"--model.init_args.{option}"
+            if any(a == flag or a.startswith(flag + "=") for a in argv):
+                raise ValueError(f"`{flag}={current}` configures the built-in lambda kernel; the custom {key} "
+                                 f"{value} takes its own options (set them in the loss): leave {flag} out")
+            init_args[option] = default
+            dropped.append(f"{option}={current!r}")
+    return dropped
 
 
 def refuse_recorded_code(config, ckpt_path: str, checkpoint: dict) -> None:

@@ -56,3 +56,53 @@ def test_the_fit_line_says_which_debiasing_the_race_chose(capsys, choice):
     out = capsys.readouterr().out.strip()
     assert out.startswith("rankkit fit: 4 epochs; checkpoint /tmp/x.ckpt, val/ndcg@10 0.5000")
     assert out.endswith("; unbiased='auto' chose dla") == (choice is not None)
+
+
+def test_a_custom_objective_drops_the_configs_kernel_options_and_refuses_the_command_lines():
+    """Issue 51: a custom objective on the packaged lambdamart config (k: 10, normalize: true) was
+    refused in jsonargparse's Union noise unless the user also reset the kernel's options."""
+    from rankkit.training.lightning_cli import clear_kernel_options
+
+    args = {"objective": "mypkg.losses.listnet", "k": 10, "normalize": True, "sigma": 1.0, "depth": 6}
+    assert clear_kernel_options(args, ["--model.init_args.depth=4"]) == ["k=10", "normalize=True"]
+    assert args == {"objective": "mypkg.losses.listnet", "k": None, "normalize": False, "sigma": 1.0, "depth": 6}
+    with pytest.raises(ValueError, match=r"`--model.init_args.k=5` configures the built-in lambda kernel; the "
+                                         r"custom objective mypkg.losses.listnet takes its own"):
+        clear_kernel_options({"objective": "mypkg.losses.listnet", "k": 5}, ["--model.init_args.k=5"])
+    neural = {"loss": "mypkg.losses.listnet", "k": 10, "sigma": 2.0}
+    assert clear_kernel_options(neural, []) == ["k=10", "sigma=2.0"] and neural["k"] is None
+    builtin = {"objective": "lambdarank", "k": 10, "normalize": True}
+    assert clear_kernel_options(builtin, []) == [] and builtin["k"] == 10
+
+
+def test_rankkit_fit_takes_a_custom_objective_from_the_current_folder(tmp_path, monkeypatch, capsys):
+    """The installed `rankkit` command runs without the current folder on sys.path; a config's
+    `mypkg.losses.fn` resolves from it as `python -m` would, and the error names where it looked."""
+    import sys
+
+    from tests.test_cli import write_letor
+
+    package = tmp_path / "rk_user_losses"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "losses.py").write_text(
+        "import torch\n\n\ndef listnet(scores, labels, mask):\n"
+        "    s = scores.masked_fill(~mask, -1e9)\n    t = labels.masked_fill(~mask, -1e9)\n"
+        "    return -(torch.softmax(t, -1) * torch.log_softmax(s, -1)).masked_fill(~mask, 0).sum(-1)\n")
+    for seed, name in enumerate(("train.txt", "vali.txt", "test.txt")):
+        write_letor(tmp_path / name, seed)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path), ".")])
+    base = ["fit", "--config", "lambdamart", f"--data.data={tmp_path}", "--trainer.max_epochs=1",
+            f"--trainer.default_root_dir={tmp_path / 'run'}", "--model.init_args.min_data_in_leaf=5", "--quiet"]
+    try:
+        assert main([*base, "--model.init_args.objective=rk_user_losses.losses.listnet"]) == 0
+        err = capsys.readouterr().err
+        assert "the config's k=10, normalize=True (the built-in kernel's) do not apply and are left out" in err
+        assert main([*base, "--model.init_args.objective=rk_user_losses.nosuch.fn"]) == 2
+        err = capsys.readouterr().err
+        assert f"No module named 'rk_user_losses.nosuch'; looked for 'rk_user_losses.nosuch' on sys.path and in " \
+               f"the current folder {tmp_path}" in err
+    finally:
+        for name in [m for m in sys.modules if m.startswith("rk_user_losses")]:
+            del sys.modules[name]
