@@ -30,7 +30,7 @@ from rankkit.neural.config import OPTIMIZERS, NeuralConfig
 from rankkit.neural.debias import NEURAL_AUTO, NEURAL_UNBIASED, DebiasingRace, DualLearning, PositionBias
 from rankkit.neural.loss import LambdaLoss, _denominator, lambda_loss
 from rankkit.scorers import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
-from rankkit.unbiased import PropensityEstimator
+from rankkit.unbiased import PositionIds, PropensityEstimator
 
 # Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
 # pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
@@ -443,6 +443,25 @@ class NeuralRanker(pl.LightningModule):
     def predict_step(self, batch: PaddedBatch, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         """Scores of the real documents of the batch, flat [N_batch] in (query, position) order."""
         return self(batch.features, batch.mask)[batch.mask]
+
+    def on_fit_start(self) -> None:
+        """With ``unbiased`` and a data module whose training set has positions: its position ids
+        (:class:`rankkit.unbiased.PositionIds`, LightGBM's reading: 0- or 1-based or sparse ids
+        train the same model), which every batch's positions go through
+        (:meth:`on_after_batch_transfer`); more distinct ids than ``n_positions`` are refused."""
+        self._position_ids = None
+        train = getattr(getattr(self._trainer, "datamodule", None), "train_set", None)
+        if self.hparams.unbiased and getattr(train, "position", None) is not None:
+            self._position_ids = PositionIds.of(train.position, "the training data's position",
+                                                n_positions=self.hparams.n_positions)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        ids = getattr(self, "_position_ids", None)
+        if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None:
+            return batch
+        position = torch.zeros_like(batch.position)
+        position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")
+        return batch._replace(position=position)
 
     def setup(self, stage: str) -> None:
         _quiet.hold(self)  # Lightning's noise that a rankkit fit causes (rankkit.infra.quiet)

@@ -317,3 +317,33 @@ def test_click_log_metric_with_estimated_propensities(randomized_pbm_log):
     assert known(type("R", (), {"predict": staticmethod(by_label)})()) == scores_known[0]
     with pytest.raises(ValueError, match=r"`counts.doc_index`"):
         ClickLogMetric(counts, data.features[:5], propensities=true_theta)
+
+
+@pytest.mark.parametrize("unbiased", [True, "position"])
+def test_position_ids_of_any_numbering_train_the_same_neural_ranker(tmp_path, unbiased):
+    """Issue 49, the neural side: the training log's position ids (0- or 1-based, sparse) map
+    every batch's positions (validation included) to the same dense indices."""
+    data = make_synthetic(60, (4, 12), 5, seed=1)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(1))
+    model = PositionBasedModel(eta=1.0, max_label=4)
+    train, vali = (simulate_clicks(data, scores, model=model, sessions_per_query=5, k=6, seed=seed,
+                                   drop_unclicked=True).sessions for seed in (0, 1))
+    weights = []
+    for shift in (lambda p: p, lambda p: p + 1, lambda p: 10 * p + 3):
+        logs = [type(d)(d.features, d.labels, d.offsets, d.qids, None, d.source, shift(d.position))
+                for d in (train, vali)]
+        pl.seed_everything(0, verbose=False)
+        module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased=unbiased, n_positions=6)
+        trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+        trainer.fit(module, datamodule=RankingDataModule.from_datasets(*logs, max_docs=256))
+        weights.append(module.state_dict())
+    for other in weights[1:]:
+        for name, value in weights[0].items():
+            torch.testing.assert_close(other[name], value, rtol=0, atol=0, msg=name)
+    module = LambdaRank(n_features=5, hidden=[8], unbiased=unbiased, n_positions=4)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"the training data's position` holds 6 distinct position ids \(0\.\.5\), "
+                                         r"more than n_positions=4"):
+        trainer.fit(module, datamodule=RankingDataModule.from_datasets(train, vali, max_docs=256))
