@@ -43,6 +43,8 @@ different feature counts               pass ``n_features=`` (e.g. the train set'
 feature index above ``MAX_FEATURES``   ``ValueError`` naming the line, before any N x F array
 (10^6) without ``n_features=``         exists (``n_features=`` lifts the limit)
 N x F above ``MAX_VALUES`` (2^32)      ``ValueError`` naming the file (16 GiB as float32)
+N x F x 4 bytes above 64 times a       ``ValueError`` naming the file (at least 1 GiB is
+.gz/.bz2 file's size on disk           allowed; ``DENSE_PER_FILE_BYTE``): a decompression bomb
 value beyond float32 (``1e39``)        ``ValueError`` naming the line
 label above ``MAX_LABEL`` (2^24)       ``ValueError`` naming the line (not exact in float32)
 a line without ``qid:`` when others    ``ValueError`` naming the line
@@ -555,10 +557,25 @@ def _check_dense(path: str, n: int, width: int, stored: int, block: "_Block | No
                      f"sparse file")
 
 
+#: A compressed file read into a dense array may ask for at most this many times its own bytes on
+#: disk (and always ``_DENSE_FILE_FLOOR``): a gzipped dense LETOR file gives a few float32 bytes per
+#: byte, while a 0.6 MB gzip of repeated short lines could otherwise decompress to a 17 GB array
+#: within ``MAX_VALUES``. ``n_features=`` does not lift it; reading the decompressed file does.
+DENSE_PER_FILE_BYTE = 64
+_DENSE_FILE_FLOOR = 2**30
+
+
 def _check_values(path: str, n: int, width: int) -> None:
     if n * width > MAX_VALUES:
         raise ValueError(f"{path}: {n} documents x {width} features would need "
                          f"{n * width * 4 / 2**30:.1f} GiB as float32 (more than MAX_VALUES={MAX_VALUES})")
+    # Compressed files only: a plain file's text bounds what it stores (DENSE_PER_STORED), a pipe
+    # has no size (MAX_VALUES bounds it).
+    size = os.path.getsize(path) if path.endswith((".gz", ".bz2")) and os.path.isfile(path) else None
+    if size is not None and n * width * 4 > max(_DENSE_FILE_FLOOR, DENSE_PER_FILE_BYTE * size):
+        raise ValueError(f"{path}: {n} documents x {width} features would need {n * width * 4 / 2**30:.1f} GiB "
+                         f"as float32 from a file of {size / 2**20:.1f} MiB, more than {DENSE_PER_FILE_BYTE} times "
+                         f"its size (a decompression bomb?); decompress it to read it as it is")
 
 
 # -- sidecars -----------------------------------------------------------------------------------------
