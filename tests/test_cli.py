@@ -154,6 +154,30 @@ def test_the_progress_bar_rewrites_one_line_in_a_terminal():
     assert "3/3 trees, val/ndcg@10 0.6000; best 0.7000 at epoch=1 (2 trees)" in text
 
 
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_the_progress_line_names_the_best_epoch_of_the_checkpoints_metric(mode):
+    """Trust round 4: with unbiased="auto" the checkpoint is kept by val/explained_clicks, but the
+    progress line's "best ... at epoch=E" was val/ndcg@10's best epoch, another epoch."""
+    import io
+    from types import SimpleNamespace
+
+    from rankkit.infra.progress import FitProgress
+
+    stream = io.StringIO()
+    bar = FitProgress(stream=stream, every=1)
+    cb = SimpleNamespace(monitor="val/explained_clicks", mode=mode)
+    trainer = SimpleNamespace(current_epoch=0, max_epochs=3, is_global_zero=True, sanity_checking=False,
+                              checkpoint_callback=cb, callback_metrics={})
+    bar.on_fit_start(trainer, SimpleNamespace(train_batching="query"))
+    for epoch, (ndcg, clicks) in enumerate(((0.9, -0.5), (0.5, -0.3), (0.6, -0.4))):
+        trainer.current_epoch = epoch
+        trainer.callback_metrics = {"val/ndcg@10": torch.tensor(ndcg), "val/explained_clicks": torch.tensor(clicks)}
+        bar.on_validation_epoch_end(trainer, None)
+    last = stream.getvalue().splitlines()[-1]
+    best, epoch = (-0.3, 1) if mode == "max" else (-0.5, 0)
+    assert f"val/explained_clicks -0.4000; best {best:.4f} at epoch={epoch}" in last, last
+
+
 def test_the_help_says_how_to_see_a_configs_values_and_that_way_shows_them(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])

@@ -5,7 +5,8 @@ without some sign of life a LambdaMART fit printed nothing for 45 s. :class:`Fit
 to stderr after every validation (or training epoch without one):
 
 * in a terminal (stderr is a TTY), one line rewritten in place: epochs (or trees) done of the
-  maximum, the validation NDCG@10 and the best so far, at ``epoch=E``: the 0-based index
+  maximum, the metric the checkpoint is kept by (the ModelCheckpoint's ``monitor``; validation
+  NDCG@10 without one) and its best so far, at ``epoch=E``: the 0-based index
   Lightning's checkpoint names use (``best-epoch=E.ckpt``) with the count it means (E + 1 trees
   for LambdaMART), seconds elapsed;
 * otherwise (a log file, CI), one full line after the first epoch (tree), then every ``every``
@@ -42,18 +43,25 @@ class FitProgress(pl.Callback):
         self.best_epoch = None
         self.started = self.last = 0.0
         self.unit = "epoch"
+        self.monitor, self.sign = MONITOR, 1.0  # the checkpoint's metric and direction (on_fit_start)
         self.reported = None  # the epoch of the last line written (logs)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.started = self.last = time.perf_counter()
         self.unit = "tree" if getattr(pl_module, "train_batching", None) == "dataset" else "epoch"
+        # The metric the run keeps its checkpoint by (val/explained_clicks for unbiased="auto"):
+        # "best ... at epoch=E" names the epoch of the checkpoint, not of another metric's best.
+        cb = getattr(trainer, "checkpoint_callback", None)
+        self.monitor = getattr(cb, "monitor", None) or MONITOR
+        self.sign = -1.0 if getattr(cb, "mode", "max") == "min" and cb.monitor else 1.0
+        self.best, self.best_epoch = -math.inf, None
 
     def _line(self, trainer, value) -> str:
         done = trainer.current_epoch + 1
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         parts = [f"rankkit fit: {done}" + (f"/{total}" if total else "") + f" {self.unit}s"]
         if value is not None:
-            parts.append(f"{MONITOR} {value:.4f}; best {self.best:.4f} at {self._at(self.best_epoch)}")
+            parts.append(f"{self.monitor} {value:.4f}; best {self.sign * self.best:.4f} at {self._at(self.best_epoch)}")
         parts.append(f"{time.perf_counter() - self.started:.0f} s")
         return ", ".join(parts)
 
@@ -64,10 +72,10 @@ class FitProgress(pl.Callback):
     def _report(self, trainer, final: bool = False) -> None:
         if not trainer.is_global_zero or trainer.sanity_checking:
             return
-        metric = trainer.callback_metrics.get(MONITOR)
+        metric = trainer.callback_metrics.get(self.monitor)
         value = None if metric is None else float(metric)
-        if value is not None and value > self.best:
-            self.best, self.best_epoch = value, trainer.current_epoch
+        if value is not None and self.sign * value > self.best:
+            self.best, self.best_epoch = self.sign * value, trainer.current_epoch
         now = time.perf_counter()
         if self.tty:
             end = "\n" if final else ""
@@ -96,5 +104,5 @@ class FitProgress(pl.Callback):
         elif self.reported != trainer.current_epoch - 1 and self.best_epoch is not None:
             done = trainer.current_epoch
             self.stream.write(f"rankkit fit: {done} {self.unit}{'s' if done != 1 else ''} done, best "
-                              f"{MONITOR} {self.best:.4f} at {self._at(self.best_epoch)}\n")
+                              f"{self.monitor} {self.sign * self.best:.4f} at {self._at(self.best_epoch)}\n")
             self.stream.flush()
