@@ -45,7 +45,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rankkit.infra.checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
+from rankkit.infra.checks import (
+    check_choice,
+    check_int,
+    check_k,
+    check_number,
+    check_sizes,
+    check_tensor,
+    check_tensors,
+)
 from rankkit.unbiased import EM_SETTINGS, ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
@@ -101,7 +109,7 @@ def session_log(features, clicks, sizes, position, *,
     check_tensors((clicks_name, clicks, (clicks != 0) & (clicks != 1), "0 or 1 (clicks)"),
                   (position_name, position, (position < 0) | (position != position.round()),
                    "whole numbers >= 0"))
-    sizes = torch.as_tensor(sizes).long()
+    sizes = check_sizes(torch.as_tensor(sizes), n, "sizes").long()
     session = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
     # a NaN never equals itself: give missing values one code so that equal rows stay equal
     keyed = torch.nan_to_num(features.double(), nan=-1.2345e300)

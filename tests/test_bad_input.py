@@ -1050,6 +1050,15 @@ CLICKS = [
     Case("clicks-eval-position-negative", new_entry("rankkit.click_metric.SessionClickMetric", torch.ones(4, 2),
                                                     torch.zeros(4), [2, 2], torch.tensor([0, 1, 0, -1])),
          ValueError, r"`eval_position` has to be whole numbers >= 0, got -1 at \[3\]"),
+    # Found by tests/infra/test_checks.py's route discovery: the session sizes reached
+    # repeat_interleave unchecked (a RuntimeError, or a wrapping sum).
+    Case("clicks-session-sizes-wrap", new_entry("rankkit.click_metric.ClickLikelihood", torch.ones(4, 2),
+                                                torch.zeros(4), torch.tensor([2**62, -(2**62) + 4]),
+                                                torch.tensor([0, 1, 0, 1])),
+         ValueError, r"`sizes` has to be a size in 0\.\.4 \(the documents\), got 4611686018427387904 at \[0\]"),
+    Case("clicks-session-sizes-sum", new_entry("rankkit.click_metric.SessionClickMetric", torch.ones(4, 2),
+                                               torch.zeros(4), [2, 1], torch.tensor([0, 1, 0, 1])),
+         ValueError, r"`sizes` has to sum to 4 \(the documents\), got 3"),
     Case("clicks-eval-clicks-not-binary", new_entry("rankkit.click_metric.ClickLikelihood", torch.ones(4, 2),
                                                     torch.tensor([0., 2., 0., 1.]), [2, 2], torch.tensor([0, 1, 0, 1])),
          ValueError, r"`eval_set clicks` has to be 0 or 1 \(clicks\), got 2.0 at \[1\]"),
