@@ -4,6 +4,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from rankkit.infra.io import atomic_write
+
 
 def plot(runs: list[dict], out: Path, ks: tuple[int, ...] = (1, 3, 5, 10)) -> list[Path]:
     """``val_ndcg10.png`` (vali NDCG@10 per epoch or tree, one panel per model) and
@@ -30,7 +32,7 @@ def plot(runs: list[dict], out: Path, ks: tuple[int, ...] = (1, 3, 5, 10)) -> li
     axes[0][0].set_ylabel("vali NDCG@10")
     fig.tight_layout()
     curves = out / "val_ndcg10.png"
-    fig.savefig(curves, dpi=120)
+    atomic_write(curves, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))  # never a half-written plot
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(3.2 + 1.2 * len(models), 3.4))
@@ -48,6 +50,6 @@ def plot(runs: list[dict], out: Path, ks: tuple[int, ...] = (1, 3, 5, 10)) -> li
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     bars = out / "test_ndcg.png"
-    fig.savefig(bars, dpi=120)
+    atomic_write(bars, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return [curves, bars]
