@@ -313,3 +313,45 @@ def _tiny_data():
 
     return RankingDataModule.from_datasets(make_synthetic(8, 6, 5, seed=0), make_synthetic(4, 6, 5, seed=1),
                                            max_docs=64)
+
+
+# -- every loader: nothing is ever unpickled (a route-discovering test, trust round 4) -------------
+#: The only places that deserialise a file, and their guard.
+LOADERS = {
+    ("rankkit/infra/checkpoint.py", "load"): "torch.load(weights_only=True): checkpoints",
+    ("rankkit/data/dataset.py", "load"): "np.load(allow_pickle=False): dataset caches",
+}
+
+
+def _deserialising_calls():
+    """(file, called function, line, its keywords) of every torch.load / np.load / pickle / marshal /
+    yaml.load / yaml.unsafe_load call in rankkit."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted((root / "rankkit").rglob("*.py")):
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+                assert not {"pickle", "cloudpickle", "dill", "marshal", "shelve", "joblib"} & set(names), (rel, names)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = getattr(node.func.value, "id", "")
+                if (owner, node.func.attr) in (("torch", "load"), ("np", "load"), ("yaml", "load"),
+                                               ("yaml", "unsafe_load"), ("yaml", "full_load")):
+                    found.append((rel, f"{owner}.{node.func.attr}", node.lineno,
+                                  {k.arg: getattr(k.value, "value", None) for k in node.keywords}))
+    return found
+
+
+def test_no_file_is_ever_unpickled_on_any_loading_route():
+    calls = _deserialising_calls()
+    assert {(f, name.split(".")[1]) for f, name, _, _ in calls} == set(LOADERS), calls  # no new route
+    for file, name, line, keywords in calls:
+        if name == "torch.load":
+            assert keywords.get("weights_only") is True, f"{file}:{line}"
+        elif name == "np.load":
+            assert keywords.get("allow_pickle") is False, f"{file}:{line}"
+        else:
+            raise AssertionError(f"{file}:{line}: {name} may build objects; use yaml.safe_load (rankkit.infra.yaml)")
