@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import stat
 import re
 import zipfile
 import zlib
@@ -445,8 +446,7 @@ def load_scorer(path: str | os.PathLike, *, trust_torchscript: bool = False) -> 
                          f"load_scorer(path, trust_torchscript=True) or `rankkit predict --trust-torchscript`; "
                          f"a .pt2 or .onnx export loads without running anything")
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = _read_scorer_bytes(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except OSError as e:
@@ -493,6 +493,22 @@ class _CapturedLog(logging.Handler):
         lines = [line for line in text.splitlines() if line.strip()]
         if lines:
             self.last = " ".join(lines[-1].split())
+
+
+#: The largest ``.pt``/``.pt2`` file :func:`load_scorer` reads (it holds the bytes to check them).
+MAX_SCORER_BYTES = 2**31
+
+
+def _read_scorer_bytes(path: str) -> bytes:
+    """A scorer file's bytes, from a regular file of at most :data:`MAX_SCORER_BYTES` (a name
+    linked to ``/dev/zero`` or a pipe would otherwise be read without end)."""
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path}: not a regular file (a device, pipe or socket): a scorer is read from a file")
+        if info.st_size > MAX_SCORER_BYTES:
+            raise ValueError(f"{path}: {info.st_size} bytes, more than MAX_SCORER_BYTES={MAX_SCORER_BYTES}")
+        return f.read(MAX_SCORER_BYTES + 1)
 
 
 def _load_onnx(path: str) -> _OnnxScorer:

@@ -423,6 +423,13 @@ def _engine(**kw):
     return BoostingEngine(d.features, d.labels, d.sizes, BoosterConfig(depth=2), **kw)
 
 
+def scorer_linked_to_a_device(tmp_path: Path):
+    from rankkit.export import load_scorer
+
+    (tmp_path / "zero.pt2").symlink_to("/dev/zero")
+    return load_scorer(tmp_path / "zero.pt2")
+
+
 def untrusted_scorer(tmp_path: Path):
     """A valid TorchScript export, loaded without trust_torchscript: refused before torch reads it."""
     (tmp_path / "m.pt").write_bytes(PT())
@@ -464,6 +471,10 @@ SCORER = [
     Case("cli-predict-pt-untrusted", untrusted_predict, ValueError, r"--trust-torchscript"),
     Case("scorer-pt-empty", scorer_file(lambda: b"", "m.pt"), ValueError, r"m\.pt: .*the file is empty"),
     Case("scorer-pt2-empty", scorer_file(lambda: b"", "m.pt2"), ValueError, r"m\.pt2: .*the file is empty"),
+    # Found by the text/byte-reader review of trust round 4: the whole file was read at once, so a
+    # name linked to /dev/zero was read without end.
+    Case("scorer-pt2-device", scorer_linked_to_a_device, ValueError,
+         r"zero\.pt2: not a regular file \(a device, pipe or socket\): a scorer is read from a file"),
     Case("scorer-pt-random-bytes", scorer_file(lambda: os.urandom(200), "m.pt"), ValueError, r"m\.pt: .*not a zip archive"),
     Case("scorer-pt2-text", scorer_file(lambda: b"hello\n", "m.pt2"), ValueError, r"m\.pt2: .*not a zip archive"),
     Case("scorer-pt-truncated", scorer_file(lambda: PT()[:len(PT()) // 2], "m.pt"), ValueError, r"m\.pt: " + NOT_LOADABLE),
