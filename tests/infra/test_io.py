@@ -96,3 +96,54 @@ def test_every_file_rankkit_writes_goes_through_atomic_write():
     unexplained = [f"{f}:{line} ({fn})" for f, fn, line in sites if (f, fn) not in UNATOMIC_WRITES]
     assert unexplained == [], f"writes outside atomic_write: {unexplained}"
     assert {(f, fn) for f, fn, _ in sites} == set(UNATOMIC_WRITES)  # no stale exemption
+
+
+#: Every function of rankkit that opens a file to read it, and what bounds what it reads (a
+#: route-discovering test: a new reader fails until it is named here with its bound).
+READERS = {
+    ("rankkit/infra/yaml.py", "read_text"): "MAX_YAML_BYTES; every config, space, override and study file",
+    ("rankkit/infra/io.py", "_umask"): "/proc/self/status, the kernel's own few lines, until `Umask:`",
+    ("rankkit/infra/io.py", "_write_to_fd"): "copies back rankkit's own temporary file, in 1 MiB blocks",
+    ("rankkit/data/svmlight.py", "_open_binary"): "read in blocks of _BLOCK_BYTES, lines of at most MAX_LINE_BYTES",
+    ("rankkit/data/svmlight.py", "_count_lines"): "blocks of _BLOCK_BYTES, a count only",
+    ("rankkit/data/svmlight.py", "_read_integers"): "sidecar lines of at most _MAX_SIDECAR_LINE",
+    ("rankkit/data/fetch.py", "sha256_of"): "blocks of 1 MiB into a hash",
+    ("rankkit/export.py", "_read_scorer_bytes"): "a regular file of at most MAX_SCORER_BYTES",
+    ("rankkit/serving.py", "load_model"): "8 bytes (a safetensors header's length)",
+}
+
+
+def _read_sites():
+    """(file, enclosing function) of every open() in a read mode and every read_text() in rankkit."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    sites = set()
+    for path in sorted((root / "rankkit").rglob("*.py")):
+        rel = str(path.relative_to(root))
+        tree = ast.parse(path.read_text())
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+        for fn in functions:
+            for c in ast.walk(fn):
+                if not isinstance(c, ast.Call) or c in _nested_calls(fn):
+                    continue
+                name = _call_name(c)
+                gate = isinstance(c.func, ast.Attribute) and getattr(c.func.value, "id", "") == "_yaml"
+                if name == "read_text" and not gate or name == "open" and isinstance(c.func, ast.Name) \
+                        and not _writes(c):
+                    sites.add((rel, fn.name))
+    return sites
+
+
+def _nested_calls(fn) -> set:
+    """The calls inside functions nested in ``fn`` (they belong to the nested function)."""
+    import ast
+
+    return {c for inner in ast.walk(fn) if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.Lambda))
+            for c in ast.walk(inner) if isinstance(c, ast.Call)}
+
+
+def test_every_reader_of_a_file_is_bounded():
+    sites = _read_sites()
+    assert sites - set(READERS) == set(), f"readers without a named bound: {sorted(sites - set(READERS))}"
+    assert set(READERS) <= sites  # no stale entry
