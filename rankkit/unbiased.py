@@ -163,6 +163,13 @@ class PositionIds:
                              f"{n_positions - 1} share the last one")
         return cls(ids, n_positions, pool)
 
+    @classmethod
+    def dense(cls, position: torch.Tensor, name: str, *, n_positions: int,
+              pool: bool = False) -> tuple[PositionIds, torch.Tensor]:
+        """(the ids of a training log's ``position``, its positions as dense indices)."""
+        ids = cls.of(position, name, n_positions=n_positions, pool=pool)
+        return ids, ids.index(position, name)
+
     def index(self, position: torch.Tensor, name: str) -> torch.Tensor:
         """[N] long dense positions 0..n_positions − 1 of the ids ``position`` (same device)."""
         flat = position.long().cpu()

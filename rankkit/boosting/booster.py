@@ -546,8 +546,8 @@ def _position_ids(position, n: int, config: BoosterConfig) -> tuple[torch.Tensor
     positions = _positions(position, n, "position")
     if not config.unbiased:
         return positions, None
-    ids = PositionIds.of(positions, "position", n_positions=config.n_positions, pool=config.pool_positions)
-    return ids.index(positions, "position"), ids
+    ids, dense = PositionIds.dense(positions, "position", n_positions=config.n_positions, pool=config.pool_positions)
+    return dense, ids
 
 
 def _check_eval_positions(eval_position, evals: list) -> None:

@@ -46,6 +46,10 @@ def _clip(value, name):
     return None if value is None else _number(value, name, low=1)
 
 
+#: The built-in lambda kernel's options: a custom objective takes its own, and refuses these.
+KERNEL_OPTIONS = ("k", "sigma", "gain", "normalize")
+
+
 @dataclass(frozen=True)
 class BoosterConfig:
     """Every hyper-parameter of a boosting run (the declaration the front ends derive from)."""
@@ -199,7 +203,7 @@ class BoosterConfig:
             raise ValueError(f"`hessian` applies to custom objectives (a callable loss); objective="
                              f"{self.objective!r} has its own hessian, got hessian={self.hessian!r}")
         if custom:  # the ranking options configure the built-in kernel: a custom loss would drop them
-            for option in ("k", "sigma", "gain", "normalize"):
+            for option in KERNEL_OPTIONS:
                 if getattr(self, option) != getattr(BoosterConfig, option):
                     raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom objective takes its "
                                      f"own (set it in the loss), got {option}={getattr(self, option)!r}")

@@ -139,8 +139,9 @@ class BoostingEngine:
         if self.position_bias is not None:
             self.bucket = positions.to(self.device).long().clamp(max=config.n_positions - 1)
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
-        self._bins_of = bins_of
-        self._bin(features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features"))
+        # the other engine's eval-set codes (a list of tensors, not the engine: it may be dropped)
+        self._shared_eval_codes = [] if bins_of is None else [(len(e.scores), e.codes) for e in bins_of.eval_sets]
+        self._bin(bins_of, features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features"))
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
         self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
@@ -165,15 +166,14 @@ class BoostingEngine:
         self.importance_gain = np.zeros(self.n_features)
         self.importance_split = np.zeros(self.n_features, dtype=np.int64)
 
-    def _bin(self, matrix: FeatureMatrix) -> None:
+    def _bin(self, bins_of: BoostingEngine | None, matrix: FeatureMatrix) -> None:
         """Fit the bin borders (on every rank, the borders one process would fit on all the data)
         and the tree grower on the training codes."""
         config = self.config
         self.n_features = matrix.n_features
-        if self._bins_of is not None:  # the same data binned by another engine (the race's candidates)
-            other = self._bins_of
-            self.binner, self.used, self._thresholds, self._codes = (other.binner, other.used, other._thresholds,
-                                                                     other._codes)
+        if bins_of is not None:  # the same data binned by another engine (the race's candidates)
+            self.binner, self.used, self._thresholds, self._codes = (bins_of.binner, bins_of.used,
+                                                                     bins_of._thresholds, bins_of._codes)
         else:
             if self.parallel is None:
                 self.binner = fit_binner(matrix, config.max_bins, config.seed)
@@ -231,9 +231,9 @@ class BoostingEngine:
         scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
         if init_score is not None:
             scores += init_score.to(self.device, torch.float64)
-        shared = self._bins_of.eval_sets if self._bins_of is not None else []
-        if len(shared) > len(self.eval_sets) and len(shared[len(self.eval_sets)].scores) == len(labels):
-            codes = shared[len(self.eval_sets)].codes  # the same eval set, binned by the other engine
+        shared = self._shared_eval_codes
+        if len(shared) > len(self.eval_sets) and shared[len(self.eval_sets)][0] == len(labels):
+            codes = shared[len(self.eval_sets)][1]  # the same eval set, binned by the other engine
         else:
             matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
             codes = self.backend.codes_layout(transform(self.binner, matrix)[:, self.used].to(self.device))

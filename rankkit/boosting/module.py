@@ -192,10 +192,10 @@ class LambdaMARTModule(pl.LightningModule):
             raise ValueError(f"`unbiased={self.config.unbiased!r}` trains on a click log: the training data has no "
                              f"positions (RankingDataModule(click_log=True) reads each file's .position sidecar)")
         c = self.config
-        ids = PositionIds.of(train.position, "the training data's position", n_positions=c.n_positions,
-                             pool=c.pool_positions)
+        ids, dense = PositionIds.dense(train.position, "the training data's position", n_positions=c.n_positions,
+                                       pool=c.pool_positions)
         self.position_ids_ = ids.ids.numpy().copy()
-        return ids.index(train.position, "the training data's position")
+        return dense
 
     def configure_optimizers(self) -> RoundCounter:
         return RoundCounter()  # Newton steps: no optimizer to speak of (see the module docstring)

@@ -32,6 +32,10 @@ def _number(**bounds):
     return lambda value, name: _checks.check_number(value, name, **bounds)
 
 
+#: The built-in lambda kernel's options: a custom loss takes its own, and refuses these.
+KERNEL_OPTIONS = ("k", "sigma", "normalize")
+
+
 @dataclass(frozen=True)
 class NeuralConfig:
     """Every hyper-parameter of a neural ranker (the declaration the modules derive from)."""

@@ -26,7 +26,7 @@ from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_
 from rankkit.lambdas import lambda_gradients
 from rankkit.losses import LISTWISE, OBJECTIVES
 from rankkit.metrics import ranking_metrics
-from rankkit.neural.config import OPTIMIZERS, NeuralConfig
+from rankkit.neural.config import KERNEL_OPTIONS as NEURAL_KERNEL_OPTIONS, OPTIMIZERS, NeuralConfig
 from rankkit.neural.debias import NEURAL_AUTO, NEURAL_UNBIASED, DebiasingRace, DualLearning, PositionBias
 from rankkit.neural.loss import LambdaLoss, _denominator, lambda_loss
 from rankkit.scorers import FeaturePreprocessor, MLPScorer, TransformerScorer, is_list_aware, score_lists
@@ -130,7 +130,7 @@ class NeuralRanker(pl.LightningModule):
         custom = o.loss is not None and is_custom(o.loss)
         self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
         if custom:  # the kernel's options would be dropped silently: refused, as LambdaMART does
-            for option in ("k", "sigma", "normalize"):
+            for option in NEURAL_KERNEL_OPTIONS:
                 if getattr(o, option) != getattr(NeuralConfig, option):
                     raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom loss takes its own "
                                      f"(set it in the loss), got {option}={getattr(o, option)!r}")

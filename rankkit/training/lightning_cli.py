@@ -16,9 +16,9 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 
-from rankkit.boosting.config import BoosterConfig
+from rankkit.boosting.config import KERNEL_OPTIONS as BOOSTER_KERNEL_OPTIONS, BoosterConfig
 from rankkit.custom import is_custom
-from rankkit.neural.config import NeuralConfig
+from rankkit.neural.config import KERNEL_OPTIONS as NEURAL_KERNEL_OPTIONS, NeuralConfig
 from rankkit.infra import yaml as _yaml
 from rankkit.infra.io import atomic_write, check_outputs
 from rankkit.infra.progress import FitProgress
@@ -174,8 +174,7 @@ class RankkitCLI(LightningCLI):
 
 #: The built-in lambda kernel's options of each parameter that can name a custom objective: a
 #: custom one refuses them (it takes its own), so a config's values are dropped for it.
-KERNEL_OPTIONS = {"objective": (BoosterConfig, ("k", "sigma", "gain", "normalize")),
-                  "loss": (NeuralConfig, ("k", "sigma", "normalize"))}
+KERNEL_OPTIONS = {"objective": (BoosterConfig, BOOSTER_KERNEL_OPTIONS), "loss": (NeuralConfig, NEURAL_KERNEL_OPTIONS)}
 
 
 def clear_kernel_options(init_args, argv: list[str]) -> list[str]:
