@@ -64,8 +64,8 @@ import torch
 from rankkit.infra import checks as _checks
 from rankkit.infra.checkpoint import RecordedName
 
-__all__ = ["TorchLoss", "ProbabilityLoss", "GradientObjective", "NumpyObjective", "as_objective",
-           "qualified_name", "HESSIANS", "is_custom"]
+__all__ = ["TorchLoss", "ProbabilityLoss", "PairwiseLoss", "pairwise", "GradientObjective", "NumpyObjective",
+           "as_objective", "qualified_name", "HESSIANS", "is_custom"]
 
 HESSIANS = ("exact", "gauss-newton", "constant")
 #: Entries of the loss's largest intermediate tensor per batched evaluation (all queries and
@@ -93,7 +93,7 @@ def qualified_name(fn) -> str:
     if isinstance(fn, (TorchLoss, GradientObjective, NumpyObjective)):
         inner = qualified_name(fn.fn)
         plain = type(fn) is TorchLoss and fn.hessian == "exact" or type(fn) is NumpyObjective or \
-            type(fn) is GradientObjective and not fn.options
+            type(fn) is GradientObjective and not fn.options or type(fn) is PairwiseLoss and _is_declared(fn)
         # A wrapper with settings is recorded as a description (loads; to train again, pass it).
         return inner if plain else f"rankkit.custom.{type(fn).__name__}<{inner}>"
     module = getattr(fn, "__module__", None) or type(fn).__module__
@@ -628,6 +628,301 @@ class ProbabilityLoss(TorchLoss):
             total = t.sum(1)
             diag = total[None] * ((p[None] * u * u).sum(2) - (p[None] * u).sum(2) ** 2)
         return diag.transpose(0, 1).contiguous()
+
+
+# -- declared pairwise losses ----------------------------------------------------------------------------
+#: The pair sets a declared pairwise loss is evaluated on.
+PAIRS = ("higher", "all")
+#: Pairs whose indices a :class:`PairwiseLoss` keeps from one round to the next (two int64 each):
+#: beyond, they are formed again in every call, one bounded chunk at a time.
+PAIR_CACHE = 2**23
+
+
+class PairwiseLoss(TorchLoss):
+    """A ranking loss declared pair by pair: ``fn(diff, label_i, label_j) -> [P]``, one loss per
+    pair, elementwise in ``diff`` = s_i − s_j (each pair's loss reads only its own entries).
+
+    rankkit forms the pairs of every query (never padding): with ``pairs="higher"`` (default)
+    each pair once, i the more relevant document (label_i > label_j), the built-in kernel's
+    pairs; with ``"all"`` every ordered pair of two distinct documents. ``top_k=k`` keeps only
+    the pairs with at least one document in the query's current top k by score (ties broken by
+    position), as the built-in kernel's truncation does. A query's loss is the sum of its pairs'
+    (``reduction="mean"``: over its number of pairs).
+
+    The loss of a pairwise objective is L = Σ_p ℓ_p(s_i − s_j), so its gradient is ℓ_p' added to
+    s_i and subtracted from s_j, and the diagonal of its Hessian Σ_p ℓ_p'' added to both
+    documents: two elementwise derivatives by autograd, O(pairs), where a loss written over
+    [Q, L] needs L Hessian-vector products per query (``hessian="exact"``, default; or
+    ``"constant"``). The pairs are evaluated in chunks of at most ``workspace`` pairs.
+
+    A ``weight`` keyword, when ``fn`` declares one, receives each pair's weight (the mean of its
+    two documents' sample weights, the built-in kernel's rule; 1 without weights) and ``fn``
+    applies it; otherwise rankkit multiplies each pair's loss by it.
+
+    >>> import torch.nn.functional as F
+    >>> ranknet = PairwiseLoss(lambda diff, label_i, label_j: F.softplus(-diff))
+    >>> g, h, c = ranknet.gradients(torch.tensor([[0.0, 0.0]], dtype=torch.float64), torch.tensor([[1.0, 0.0]]))
+    >>> g, h  # ∓1/2, 1/4: RankNet's lambdas and Newton weights
+    (tensor([[-0.5000,  0.5000]], dtype=torch.float64), tensor([[0.2500, 0.2500]], dtype=torch.float64))
+    """
+
+    HESSIANS = ("exact", "constant")
+    REDUCTIONS = ("sum", "mean")
+
+    def __init__(self, fn: Callable, *, pairs: str = "higher", top_k: int | None = None, reduction: str = "sum",
+                 hessian: str = "exact", workspace: int = 2**20):
+        if not callable(fn):
+            raise ValueError(f"`fn` has to be a callable loss(diff, label_i, label_j) per pair, got "
+                             f"{_checks.describe(fn)}")
+        self.pairs = _checks.check_choice(pairs, PAIRS, "pairs")
+        self.top_k = None if top_k is None else _checks.check_int(top_k, "top_k", low=1)
+        self.reduction = _checks.check_choice(reduction, self.REDUCTIONS, "reduction")
+        self.takes_weight = "weight" in _keyword_names(fn)
+        super().__init__(fn, hessian=hessian, workspace=workspace)
+
+    def settings(self) -> dict:
+        return dict(pairs=self.pairs, top_k=self.top_k, reduction=self.reduction, hessian=self.hessian,
+                    workspace=self.workspace)
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.settings().items() if k != "workspace")
+        return f"PairwiseLoss({qualified_name(self.fn)}, {given})"
+
+    def with_hessian(self, hessian: str) -> "PairwiseLoss":
+        return type(self)(self.fn, **{**self.settings(), "hessian": hessian})
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.__dict__.pop("_plan", None)
+
+    # -- the pairs -----------------------------------------------------------------------------------------
+    def _pair_chunks(self, labels: torch.Tensor, mask: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """(first, second, query) of every candidate pair, flat indices into [Q, L] and the query
+        index, in chunks of at most about ``workspace`` pairs; kept while ``mask`` (the
+        booster's, the same object every round) is the one they were formed for."""
+        cached = self.__dict__.get("_plan")
+        if cached is not None and cached[0] is mask and cached[1] is labels:
+            return cached[2]
+        chunks, width = [], mask.shape[1]
+        for rows, w in _length_groups(mask):
+            height = max(1, self.workspace // (w * w))
+            for r0 in range(0, len(rows), height):
+                r = rows[r0:r0 + height]
+                m, y = mask[r, :w], labels[r, :w]
+                both = m[:, :, None] & m[:, None, :]
+                keep = both & (y[:, :, None] > y[:, None, :]) if self.pairs == "higher" else \
+                    both & ~torch.eye(w, dtype=torch.bool, device=m.device)
+                q, a, b = keep.nonzero(as_tuple=True)
+                query = r[q]
+                chunks.append((query * width + a, query * width + b, query))
+        chunks = _merge_chunks(chunks, self.workspace)
+        if sum(len(c[0]) for c in chunks) <= PAIR_CACHE:
+            self._plan = (mask, labels, chunks)
+        return chunks
+
+    def _pair_weights(self, chunk, mask, weights, top) -> torch.Tensor | None:
+        """[p] the pairs' factors (the mean of the two documents' weights, the built-in kernel's
+        rule; 0 outside the top k), or None where every factor is 1."""
+        first, second, _ = chunk
+        factor = None
+        if weights is not None:
+            w = weights.detach().reshape(-1).to(torch.float64)
+            factor = (w[first] + w[second]) * 0.5
+        if top is not None:
+            inside = (top[first] | top[second]).to(torch.float64)
+            factor = inside if factor is None else factor * inside
+        return factor
+
+    def _top(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+        """[Q·L] bool: the documents in their query's current top k (ties by position), or None."""
+        if self.top_k is None:
+            return None
+        order = torch.argsort(scores.detach().masked_fill(~mask, float("-inf")), dim=1, descending=True,
+                              stable=True)
+        rank = torch.empty_like(order)
+        rank.scatter_(1, order, torch.arange(mask.shape[1], device=mask.device).expand_as(order))
+        return ((rank < self.top_k) & mask).reshape(-1)
+
+    def _counts(self, chunks, mask, top, n_queries) -> torch.Tensor:
+        """[Q] pairs per query that count (for ``reduction="mean"``)."""
+        count = torch.zeros(n_queries, dtype=torch.float64, device=mask.device)
+        for first, second, query in chunks:
+            inside = torch.ones(len(query), dtype=torch.float64, device=mask.device) if top is None else \
+                (top[first] | top[second]).to(torch.float64)
+            count.index_add_(0, query, inside)
+        return count.clamp(min=1)
+
+    # -- the loss, and its derivatives -----------------------------------------------------------------------
+    def _evaluate(self, diff, y_i, y_j, factor) -> torch.Tensor:
+        """The pairs' losses [p], each times its factor."""
+        if self.takes_weight:
+            weight = torch.ones_like(diff) if factor is None else factor.to(diff.dtype)
+            out = self.fn(diff, y_i, y_j, weight=weight)
+        else:
+            out = self.fn(diff, y_i, y_j)
+        name = qualified_name(self.fn)
+        if not isinstance(out, torch.Tensor) or out.shape != diff.shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else _checks.describe(out)
+            raise ValueError(f"the pairwise loss {name} has to return one loss per pair, shape {tuple(diff.shape)}, "
+                             f"got {got}")
+        return out if factor is None or self.takes_weight else out * factor.to(out.dtype)
+
+    def per_query(self, scores, labels, mask) -> torch.Tensor:
+        """[Q] the loss of each query, differentiable in ``scores`` (the neural rankers' path)."""
+        flat_s, flat_y = scores.reshape(-1), labels.detach().reshape(-1).to(scores.dtype)
+        top = self._top(scores, mask)
+        chunks = self._pair_chunks(labels, mask)
+        counts = self._counts(chunks, mask, top, len(scores)) if self.reduction == "mean" else None
+        loss = torch.zeros(len(scores), dtype=scores.dtype, device=scores.device)
+        for chunk in chunks:
+            first, second, query = chunk
+            factor = self._pair_weights(chunk, mask, None, top)
+            if counts is not None:
+                factor = (1.0 / counts[query]) if factor is None else factor / counts[query]
+            ell = self._evaluate(flat_s[first] - flat_s[second], flat_y[first], flat_y[second], factor)
+            loss = loss.index_add(0, query, ell.to(loss.dtype))
+        return loss
+
+    def check(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
+        """On the first call: ``fn`` returns one finite loss per pair, differentiable in ``diff``,
+        and is elementwise (its losses of a subset of the pairs, permuted, are the same losses
+        permuted: no sum, mean or count over the pairs)."""
+        if self.checked:
+            return
+        name = qualified_name(self.fn)
+        s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        chunks = self._pair_chunks(labels, mask)
+        if not chunks:
+            return  # no pair yet: checked on a batch that has one
+        first, second = chunks[0][0][:4096], chunks[0][1][:4096]
+        y = labels.detach().reshape(-1).to(torch.float64)
+        diff, y_i, y_j = s.reshape(-1)[first] - s.reshape(-1)[second], y[first], y[second]
+        leaf = diff.clone().requires_grad_(True)
+        try:
+            with torch.enable_grad():
+                out = self._evaluate(leaf, y_i, y_j, None)
+                if not out.requires_grad:
+                    raise ValueError(f"the pairwise loss {name} does not depend on `diff` differentiably (its result "
+                                     f"has no gradient): compute it from `diff` with torch operations")
+                (grad,) = torch.autograd.grad(out.sum(), leaf)
+            if not bool(torch.isfinite(out).all()):
+                bad = int((~torch.isfinite(out)).nonzero()[0, 0])
+                raise ValueError(f"the pairwise loss {name} is not finite on the first batch (pair {bad}: diff "
+                                 f"{float(diff[bad]):.6g}, labels {float(y_i[bad]):g} and {float(y_j[bad]):g})")
+            perm = torch.flip(torch.arange(len(diff) // 2 + 1, device=diff.device), [0])
+            part = self._evaluate(diff[perm], y_i[perm], y_j[perm], None).detach()
+        except (RuntimeError, TypeError, IndexError) as e:
+            raise ValueError(f"the pairwise loss {name} failed on the first batch: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}") from None
+        want = out.detach()[perm]
+        tol = 1e-8 if out.dtype == torch.float64 else 1e-4
+        if not bool(((part - want).abs() <= tol * (1 + want.abs())).all()):
+            raise ValueError(f"the pairwise loss {name} is not elementwise: a pair's loss changed when other pairs "
+                             f"were left out or reordered; return each pair's own loss (no sum, mean or count over "
+                             f"the pairs: use reduction='mean' for a per-query mean)")
+        self._dtype = out.dtype
+        self.checked = True
+
+    def gradients(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
+                  weights: torch.Tensor | None = None, hessian: str | None = None, with_loss: bool = True
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(grad, hess, loss) [Q, L], [Q, L], [Q] in float64: ℓ' and ℓ'' of every pair by
+        elementwise autograd, added to its two documents (``with_loss`` is accepted as
+        :class:`TorchLoss` takes it; the loss costs nothing more here)."""
+        hessian = _checks.check_choice(self.hessian if hessian is None else hessian, self.HESSIANS, "hessian")
+        if mask is None:
+            mask = torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+        s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        self.check(s, labels, mask)
+        chunks = self._pair_chunks(labels, mask)  # the caller's labels and mask: the same objects every round
+        top = self._top(s, mask)
+        counts = self._counts(chunks, mask, top, len(s)) if self.reduction == "mean" else None
+        flat_s, flat_y = s.reshape(-1), labels.detach().reshape(-1)
+        grad = torch.zeros_like(flat_s)
+        hess = torch.zeros_like(flat_s)
+        loss = torch.zeros(len(s), dtype=torch.float64, device=s.device)
+        for chunk in chunks:
+            first, second, query = chunk
+            factor = self._pair_weights(chunk, mask, weights, top)
+            if counts is not None:
+                factor = (1.0 / counts[query]) if factor is None else factor / counts[query]
+            d1, d2, ell = self._derivatives(flat_s[first] - flat_s[second], flat_y[first].to(torch.float64),
+                                            flat_y[second].to(torch.float64), factor, hessian)
+            grad.index_add_(0, first, d1)
+            grad.index_add_(0, second, -d1)
+            if d2 is not None:
+                hess.index_add_(0, first, d2)
+                hess.index_add_(0, second, d2)
+            loss.index_add_(0, query, ell)
+        grad, hess = grad.view_as(s), hess.view_as(s)
+        if hessian == "constant":
+            hess = mask.to(torch.float64)
+        _check_grad(grad, mask, qualified_name(self.fn))
+        return grad, positive_surrogate(hess, grad, mask), loss
+
+    def _derivatives(self, diff, y_i, y_j, factor, hessian):
+        """(ℓ', ℓ'' or None, ℓ) of a chunk of pairs, float64, each times its factor."""
+        leaf = diff.requires_grad_(True)
+        with torch.enable_grad():
+            ell = self._evaluate(leaf, y_i, y_j, factor)
+            (d1,) = torch.autograd.grad(ell.sum(), leaf, create_graph=hessian == "exact")
+            if hessian != "exact":
+                return d1.detach().double(), None, ell.detach().double()
+            if not d1.requires_grad:  # linear in diff: ℓ'' = 0
+                return d1.detach().double(), torch.zeros_like(diff, dtype=torch.float64), ell.detach().double()
+            (d2,) = torch.autograd.grad(d1.sum(), leaf, allow_unused=True)
+        d2 = torch.zeros_like(diff) if d2 is None else d2
+        return d1.detach().double(), d2.detach().double(), ell.detach().double()
+
+
+def pairwise(fn: Callable | None = None, **settings):
+    """Declare ``fn(diff, label_i, label_j) -> [P]`` a pairwise loss (:class:`PairwiseLoss`), as a
+    function or a decorator, with or without settings::
+
+        @rankkit.custom.pairwise
+        def hinge(diff, label_i, label_j):
+            return torch.clamp(1 - diff, min=0) ** 2
+
+        @rankkit.custom.pairwise(top_k=10, reduction="mean")
+        def logistic(diff, label_i, label_j):
+            return (label_i - label_j) * F.softplus(-diff)
+
+    A module-level declaration is recorded by its name (``mypkg.losses.hinge``), which imports
+    the declaration, settings included."""
+    if fn is None:
+        return lambda f: PairwiseLoss(f, **settings)
+    return PairwiseLoss(fn, **settings)
+
+
+def _is_declared(loss: "PairwiseLoss") -> bool:
+    """True when the name of ``loss.fn`` imports this declaration (a module-level ``@pairwise``),
+    so that recording the name records the settings too."""
+    target = sys.modules.get(getattr(loss.fn, "__module__", None) or "")
+    for part in (getattr(loss.fn, "__qualname__", None) or "<none>").split("."):
+        target = getattr(target, part, None)
+    return isinstance(target, PairwiseLoss) and target.fn is loss.fn and target.settings() == loss.settings()
+
+
+def _keyword_names(fn) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _merge_chunks(chunks, workspace: int):
+    """Consecutive small chunks joined up to ``workspace`` pairs (fewer, larger autograd calls)."""
+    merged, pending, size = [], [], 0
+    for chunk in chunks:
+        n = len(chunk[0])
+        if pending and size + n > workspace:
+            merged.append(tuple(torch.cat(parts) for parts in zip(*pending)))
+            pending, size = [], 0
+        pending.append(chunk)
+        size += n
+    if pending:
+        merged.append(tuple(torch.cat(parts) for parts in zip(*pending)))
+    return [c for c in merged if len(c[0])]
 
 
 # -- closed-form objectives (rankkit's own form) ---------------------------------------------------------

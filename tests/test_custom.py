@@ -13,15 +13,19 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rankkit.custom
 from rankkit import LambdaMART
 from rankkit.boosting import LambdaMARTModule
-from rankkit.custom import NumpyObjective, ProbabilityLoss, TorchLoss, positive_surrogate
+from rankkit.custom import (NumpyObjective, PairwiseLoss, ProbabilityLoss, TorchLoss, as_objective, fresh, pairwise,
+                            positive_surrogate, qualified_name)
 from rankkit.data import make_synthetic
 from rankkit.training.datamodule import RankingDataModule
-from rankkit.examples.losses import ranknet, smoothed_softmax, softmax_plus_pointwise, squared_pairwise_hinge
+from rankkit.examples.losses import (declared_ranknet, declared_squared_hinge, ranknet, smoothed_softmax,
+                                     softmax_plus_pointwise, squared_pairwise_hinge)
 from rankkit.losses import objective_gradients
 from rankkit.neural import LambdaRank, RankNet
 
@@ -582,3 +586,144 @@ def test_numpy_objectives_get_the_same_checks_and_the_kernels_options_are_refuse
     for option in (dict(k=3), dict(sigma=2.0), dict(gain="linear"), dict(normalize=True)):
         with pytest.raises(ValueError, match="configures the built-in lambda kernel"):
             LambdaMART(ranknet, **option).fit(data)
+
+
+# -- declared pairwise losses (rankkit.custom.pairwise) --------------------------------------------------
+def gap_hinge(diff, label_i, label_j):
+    """A pair loss that reads both labels and has a kink: (y_i − y_j + 1) max(0, 1 − diff)²."""
+    return (label_i - label_j + 1.0) * torch.clamp(1.0 - diff, min=0.0) ** 2
+
+
+def weighted_cauchy(diff, label_i, label_j, *, weight):
+    """Non-convex (negative ℓ'' beyond |diff| > 1) and applying its own weight."""
+    return weight * torch.log1p((diff - 1.0) ** 2)
+
+
+def double_loop(fn, s, y, m, pairs="higher", top_k=None, reduction="sum", weights=None):
+    """The slow path: per query, the loss written out as a Python loop over its pairs (with the
+    current top k held fixed), differentiated twice by torch.autograd.functional.hessian."""
+    grad, hess, loss = torch.zeros_like(s), torch.zeros_like(s), torch.zeros(len(s), dtype=torch.float64)
+    for q in range(len(s)):
+        docs = [i for i in range(s.shape[1]) if m[q, i]]
+        ranked = sorted(docs, key=lambda i: (-float(s[q, i]), i))
+        top = set(ranked[:top_k]) if top_k is not None else set(docs)
+        kept = [(i, j) for i in docs for j in docs if i != j and (pairs == "all" or y[q, i] > y[q, j])
+                and (i in top or j in top)]
+
+        def total(v, q=q, kept=kept):
+            out = v.new_zeros(())
+            for i, j in kept:
+                w = 1.0 if weights is None else (float(weights[q, i]) + float(weights[q, j])) / 2
+                d, yi, yj = (v[i] - v[j])[None], y[q, i][None], y[q, j][None]
+                ell = fn(d, yi, yj, weight=torch.tensor([w], dtype=torch.float64)) if fn is weighted_cauchy \
+                    else w * fn(d, yi, yj)
+                out = out + ell[0]
+            return out / max(1, len(kept)) if reduction == "mean" else out
+
+        v = s[q].clone()
+        loss[q] = total(v)
+        grad[q] = torch.autograd.functional.jacobian(total, v)
+        hess[q] = torch.autograd.functional.hessian(total, v).diagonal()
+    return grad, hess.abs().masked_fill(~m, 0.0), loss
+
+
+@pytest.mark.parametrize("fn, options", [
+    (gap_hinge, {}), (gap_hinge, dict(pairs="all")), (gap_hinge, dict(top_k=3)),
+    (gap_hinge, dict(reduction="mean", top_k=2)), (weighted_cauchy, {}), (weighted_cauchy, dict(pairs="all", top_k=4)),
+])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_declared_pairwise_loss_gives_the_double_loops_grad_hess_and_loss(fn, options, weighted):
+    s, y, m = batch(q=7, length=10, seed=5)
+    w = torch.rand(s.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64) if weighted else None
+    g0, h0, c0 = double_loop(fn, s, y, m, weights=w, **options)
+    for workspace in (2**20, 5):  # one chunk, and many chunks of a few pairs
+        g, h, c = PairwiseLoss(fn, workspace=workspace, **options).gradients(s, y, m, weights=w)
+        for a, b in ((g, g0), (h, h0), (c, c0)):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    assert bool((h0 > 0).any()) and not torch.equal(g0, torch.zeros_like(g0))  # the comparison can fail
+
+
+def test_declared_ranknet_is_the_builtin_kernel_and_the_listwise_form_in_trees_and_neural_rankers(tmp_path):
+    s, y, m = batch(seed=2)
+    w = torch.rand(s.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for weights in (None, w):  # the built-in kernel weighs a pair by its documents' mean weight too
+        for a, b in zip(declared_ranknet.gradients(s, y, m, weights=weights),
+                        objective_gradients("ranknet", s, y, mask=m, weights=weights)):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    data = tie_free(3)
+    kw = dict(n_estimators=8, depth=3, min_data_in_leaf=3)
+    assert_same_trees(LambdaMART(declared_ranknet, **kw).fit(data), LambdaMART("ranknet", **kw).fit(data))
+    assert_same_trees(LambdaMART(declared_squared_hinge, **kw).fit(data),
+                      LambdaMART(squared_pairwise_hinge, **kw).fit(data))
+
+
+def test_a_neural_ranker_trains_with_a_declared_pairwise_loss_as_with_its_listwise_form(tmp_path):
+    train, val = make_synthetic(40, (2, 20), 5, seed=0), make_synthetic(10, (2, 20), 5, seed=1)
+
+    def run(cls, loss):
+        pl.seed_everything(7, verbose=False)
+        model = cls(n_features=5, hidden=[16], dropout=0.1, lr=0.05, optimizer="sgd", loss=loss)
+        pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, deterministic=True, default_root_dir=tmp_path).fit(
+            model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=64, seed=3))
+        return torch.cat([p.detach().flatten() for p in model.scorer.parameters()])
+
+    for cls in (RankNet, LambdaRank):
+        torch.testing.assert_close(run(cls, declared_squared_hinge), run(cls, squared_pairwise_hinge),
+                                   atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(run(RankNet, declared_squared_hinge), run(RankNet, declared_ranknet), atol=1e-4)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda d, a, b: F.softplus(-d) / d.numel(), "not elementwise"),
+    (lambda d, a, b: F.softplus(-d).cumsum(0), "not elementwise"),
+    (lambda d, a, b: F.softplus(-d).sum(), "one loss per pair"),
+    (lambda d, a, b: a - b, "differentiably"),
+    (lambda d, a, b: torch.log(d), "not finite"),
+    (lambda d, a, b: d.item(), "one loss per pair|failed"),
+])
+def test_bad_pairwise_losses_get_one_clear_error(fn, match):
+    s, y, m = batch(seed=1)
+    with pytest.raises(ValueError, match=match):
+        PairwiseLoss(fn).gradients(s, y, m)
+
+
+def test_pairwise_settings_are_checked_and_a_linear_loss_has_a_zero_hessian():
+    for kw, match in ((dict(pairs="some"), "pairs"), (dict(top_k=0), "top_k"), (dict(reduction="max"), "reduction"),
+                      (dict(hessian="gauss-newton"), "hessian")):
+        with pytest.raises(ValueError, match=match):
+            PairwiseLoss(gap_hinge, **kw)
+    with pytest.raises(ValueError, match="`fn`"):
+        PairwiseLoss(3)
+    s, y, m = batch(seed=4)
+    g, h, _ = PairwiseLoss(lambda d, a, b: -d).gradients(s, y, m)
+    assert torch.equal(h, torch.zeros_like(h)) and bool((g != 0).any())
+    g, h, _ = PairwiseLoss(gap_hinge, hessian="constant").gradients(s, y, m)
+    assert torch.equal(h, m.double())
+
+
+def test_the_pairs_are_kept_between_rounds_and_formed_again_beyond_the_cache(monkeypatch):
+    s, y, m = batch(q=5, length=12, seed=6)
+    loss = PairwiseLoss(gap_hinge)
+    first = loss.gradients(s, y, m)
+    assert loss._plan[0] is m
+    again = loss.gradients(s + 0.5 * torch.randn(s.shape, dtype=torch.float64).masked_fill(~m, 0), y, m)
+    assert not torch.equal(first[0], again[0])
+    monkeypatch.setattr(rankkit.custom, "PAIR_CACHE", 0)
+    fresh_loss = PairwiseLoss(gap_hinge)
+    for a, b in zip(fresh_loss.gradients(s, y, m), first):
+        assert torch.equal(a, b)
+    assert "_plan" not in fresh_loss.__dict__
+
+
+def test_a_declared_loss_is_recorded_by_its_name_which_imports_the_declaration(tmp_path):
+    assert qualified_name(declared_squared_hinge) == "rankkit.examples.losses.declared_squared_hinge"
+    assert as_objective("rankkit.examples.losses.declared_squared_hinge") is declared_squared_hinge
+    assert qualified_name(pairwise(gap_hinge)).startswith("rankkit.custom.PairwiseLoss<")  # not importable as it
+    data = tie_free(2)
+    model = LambdaMART(declared_squared_hinge, n_estimators=3, depth=2, min_data_in_leaf=3).fit(data)
+    model.save(tmp_path / "m.safetensors")
+    loaded = LambdaMART.load(tmp_path / "m.safetensors")
+    assert loaded.objective == "rankkit.examples.losses.declared_squared_hinge"
+    np.testing.assert_array_equal(loaded.predict(data), model.predict(data))
+    assert qualified_name(fresh(declared_squared_hinge)) == "rankkit.examples.losses.declared_squared_hinge"

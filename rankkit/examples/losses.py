@@ -9,11 +9,17 @@ trains both families unchanged::
 
 or from a config: ``objective: rankkit.examples.losses.squared_pairwise_hinge``. Every one
 ignores padding (rankkit checks that on the first call).
+
+The last three are declared pair by pair (:func:`rankkit.custom.pairwise`): one loss per pair of
+``diff`` = s_i − s_j, rankkit forming the pairs; their exact Hessian costs O(pairs), where the same
+loss written over [Q, L] pays L Hessian-vector products per query.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from rankkit.custom import pairwise
 
 
 def _pairs(labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -66,3 +72,26 @@ def softmax_plus_pointwise(scores: torch.Tensor, labels: torch.Tensor, mask: tor
     listwise = smoothed_softmax(scores, labels, mask, smoothing=0.0)
     squared = ((scores - labels) ** 2).masked_fill(~mask, 0.0).sum(1) / mask.sum(1).clamp(min=1)
     return listwise + alpha * squared
+
+
+@pairwise
+def declared_ranknet(diff: torch.Tensor, label_i: torch.Tensor, label_j: torch.Tensor) -> torch.Tensor:
+    """:func:`ranknet` declared pair by pair: log(1 + exp(−(s_i − s_j))) for each pair with
+    y_i > y_j; the same gradient and Hessian as the built-in ``"ranknet"``, at about its speed."""
+    return F.softplus(-diff)
+
+
+@pairwise(reduction="mean")
+def declared_squared_hinge(diff: torch.Tensor, label_i: torch.Tensor, label_j: torch.Tensor) -> torch.Tensor:
+    """:func:`squared_pairwise_hinge` declared pair by pair: max(0, 1 − (s_i − s_j))² for each pair
+    with y_i > y_j, a query's mean over its pairs (``reduction="mean"``)."""
+    return torch.clamp(1.0 - diff, min=0.0) ** 2
+
+
+@pairwise
+def label_gap_logistic(diff: torch.Tensor, label_i: torch.Tensor, label_j: torch.Tensor) -> torch.Tensor:
+    """The logistic pair loss weighted by the pair's gain gap, (2^y_i − 2^y_j) log(1 + exp(−(s_i −
+    s_j))): a pair of a perfect and a bad document counts more than two neighbouring grades (the
+    weight LambdaLoss's "RankNet with gain differences" uses; Wang et al., "The LambdaLoss
+    Framework for Ranking Metric Optimization", CIKM 2018)."""
+    return (torch.pow(2.0, label_i) - torch.pow(2.0, label_j)) * F.softplus(-diff)
