@@ -927,6 +927,16 @@ def custom_fit(objective, **params):
     return call
 
 
+def _pairwise(fn):
+    from rankkit.custom import PairwiseLoss
+
+    return PairwiseLoss(fn)
+
+
+_pairwise_mean = _pairwise(lambda diff, label_i, label_j: torch.nn.functional.softplus(-diff) / len(diff))
+_pairwise_sum = _pairwise(lambda diff, label_i, label_j: torch.nn.functional.softplus(-diff).sum())
+
+
 # The fourth wave's custom objectives (rankkit.custom; docs/custom_losses.md).
 CUSTOM = [
     Case("custom-objective-not-callable", custom_fit(42), ValueError, r"`objective` has to be a name or a callable"),
@@ -954,6 +964,13 @@ CUSTOM = [
          ValueError, r"rankkit passes `weight` and `group`, by those names"),
     Case("custom-module-loss-options", module("LambdaRank", n_features=3, loss=_ranknet_by_hand, loss_options={"k": 3}),
          ValueError, r"`loss_options` applies to the built-in objectives"),
+    # Declared pairwise losses (the fifth wave): settings, and a pair function that is not elementwise.
+    Case("custom-pairwise-pairs", new_entry("rankkit.custom.pairwise", lambda d, a, b: d, pairs="both"),
+         ValueError, r"`pairs` has to be one of"),
+    Case("custom-pairwise-top-k", new_entry("rankkit.custom.PairwiseLoss", lambda d, a, b: d, top_k=0),
+         ValueError, r"`top_k`"),
+    Case("custom-pairwise-not-elementwise", custom_fit(_pairwise_mean), ValueError, r"is not elementwise"),
+    Case("custom-pairwise-wrong-shape", custom_fit(_pairwise_sum), ValueError, r"has to return one loss per pair"),
 ]
 
 
