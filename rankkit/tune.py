@@ -23,7 +23,9 @@ below the untuned config on vali.
 * **Budget**: ``n_trials`` is the study's total (a resumed study runs what is left) and
   ``timeout`` the seconds this call may start trials in; TPE (Bergstra et al., "Algorithms for
   Hyper-Parameter Optimization", NeurIPS 2011) draws the values, seeded.
-* **Storage**: a local SQLite file (``OUT/study.db``); the same command again resumes the study.
+* **Storage**: a local SQLite file (``OUT/study.db``); the same command again resumes the study,
+  with new draws (the sampler is seeded by ``seed`` and the trials the study holds). A trial an
+  interrupted run left running is marked failed, not counted, and its values run again.
 * **Outputs** in ``OUT``: ``best.yaml`` (the config with the best values, which ``rankkit fit
   --config`` and ``rankkit compare --models`` take unchanged), ``trials.md`` and ``trials.json``
   (every trial: state, value, best epoch, seconds, values; ``trials.md`` adds each parameter's
@@ -363,12 +365,16 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     study = _open_study(study_name or name + suffix, storage, seed, pruner, data, metric)
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
+    _rerun_interrupted(study, log)
+    study.sampler = _sampler(seed, len(study.trials))
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     left = n_trials - len(study.get_trials(deepcopy=False, states=finished))
     if left > 0:
         objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric, log=log)
         study.optimize(objective, n_trials=left, timeout=timeout, catch=(Exception,), gc_after_trial=True,
                        callbacks=[_progress(n_trials, metric, log)])
+    else:
+        _say_done(study, n_trials, metric, log)
     if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
         failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
         last = f"; the last failure (trial {failed[-1].number}): {failed[-1].user_attrs.get('error', '?')}" \
@@ -486,6 +492,40 @@ def _study(name: str, storage: str, seed: int, pruner):
         else optuna.pruners.NopPruner())
 
 
+def _sampler(seed: int, history: int):
+    """TPE seeded by ``seed`` and by the number of trials the study already holds: a new study
+    draws as ``TPESampler(seed=seed)`` always did, and a resumed one continues with draws of its
+    own (reseeded with ``seed`` alone, the random start-up trials would replay the first run's
+    values; TPE itself reads the history from the study)."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed if history == 0 else (seed * 1_000_003 + history) % 2**32)
+
+
+def _rerun_interrupted(study, log: Callable[[str], None]) -> None:
+    """Trials left running by an interrupted study (Ctrl-C, a killed process) are marked failed,
+    so that they do not count towards ``n_trials``, and their values are queued to run again.
+    (rankkit's studies run in one process: a running trial in the file at the start is one that
+    will never finish.)"""
+    import optuna
+
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(dict(t.params), user_attrs={k: v for k, v in t.user_attrs.items() if k == "untuned"})
+        log(f"trial {t.number} was interrupted: marked failed, its values queued to run again")
+
+
+def _say_done(study, n_trials: int, metric: str, log: Callable[[str], None]) -> None:
+    """The line a finished study says when it is run again: its trials and its best."""
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
+    complete = [t for t in done if t.state == optuna.trial.TrialState.COMPLETE]
+    best = f"; best {metric} {study.best_value:.4f} (trial {study.best_trial.number})" if complete else ""
+    log(f"{len(done)} of {n_trials} trials done{best}: nothing to run (ask for more with --n_trials)")
+
+
 def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric: str,
                log: Callable[[str], None] | None = None) -> Callable:
     """A trial's value: the mean best vali value of ``trial_seeds`` fits (the first one's curve
@@ -537,8 +577,8 @@ def _progress(n_trials: int, metric: str, log: Callable[[str], None]) -> Callabl
 
 
 def _untuned_value(study) -> str:
-    first = [t for t in study.trials if t.user_attrs.get("untuned")]
-    return f"{first[0].value:.4f}" if first and first[0].value is not None else "(not finished)"
+    done = [t for t in study.trials if t.user_attrs.get("untuned") and t.value is not None]  # a rerun, if interrupted
+    return f"{done[0].value:.4f}" if done else "(not finished)"
 
 
 def _write_trials(study, out: Path, metric: str) -> None:

@@ -302,3 +302,51 @@ def test_a_corrupt_study_file_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"study\.db: not a readable Optuna study \(DatabaseError: .*pass another "
                                          r"--out"):
         tuning.tune("lambdarank", out=tmp_path, n_trials=1)
+
+
+def _quick_trials(monkeypatch, calls):
+    """Trials that take no time: each scores its learning rate (a study's values, recorded)."""
+    def quick(config, values, *, trial, metric, workdir, report=True):
+        calls.append(dict(values))
+        return float(values["model.init_args.lr"]), 1
+
+    monkeypatch.setattr(tuning, "_trial", quick)
+
+
+def test_a_resumed_study_never_repeats_a_trial(tmp_path, monkeypatch):
+    # Round 5: re-running an 8-trial study with --n_trials 11 ran trials 8 and 9 with exactly the
+    # values of trials 1 and 2 (the reseeded sampler replayed its random start-up draws).
+    calls = []
+    _quick_trials(monkeypatch, calls)
+    out = tmp_path / "out"
+    tuning.tune("lambdarank", out=out, n_trials=4, log=lambda line: None)
+    first = [json.dumps(c, sort_keys=True) for c in calls]
+    tuning.tune("lambdarank", out=out, n_trials=8, log=lambda line: None)
+    every = [json.dumps(c, sort_keys=True) for c in calls]
+    assert len(every) == 8 and every[:4] == first
+    assert len(set(every)) == 8, "a resumed trial repeated an earlier one's values"
+    # A new study with the same seed draws as before (the seed alone decides a fresh study).
+    calls.clear()
+    tuning.tune("lambdarank", out=tmp_path / "again", n_trials=4, log=lambda line: None)
+    assert [json.dumps(c, sort_keys=True) for c in calls] == first
+
+
+def test_an_interrupted_trial_is_marked_failed_and_runs_again_and_a_finished_study_says_so(tmp_path, monkeypatch):
+    calls = []
+    _quick_trials(monkeypatch, calls)
+    out = tmp_path / "out"
+    tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
+    storage = f"sqlite:///{(out / 'study.db').resolve()}"
+    study = optuna.load_study(study_name="lambdarank", storage=storage)
+    stuck = study.ask()  # a trial a killed process left running, with the values it had drawn
+    stuck.suggest_float("model.init_args.lr", 1e-4, 1e-2, log=True)
+    left_over = dict(stuck.params)
+    lines = []
+    tuning.tune("lambdarank", out=out, n_trials=3, log=lines.append)
+    assert any(f"trial {stuck.number} was interrupted" in line for line in lines), lines
+    rows = json.loads((out / "trials.json").read_text())
+    assert [r["state"] for r in rows] == ["complete", "complete", "fail", "complete"]
+    assert calls[-1]["model.init_args.lr"] == left_over["model.init_args.lr"]  # run again, with its values
+    lines.clear()
+    tuning.tune("lambdarank", out=out, n_trials=3, log=lines.append)
+    assert lines[0].startswith("3 of 3 trials done; best val/ndcg@10 ") and len(calls) == 3, lines
