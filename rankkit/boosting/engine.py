@@ -50,6 +50,7 @@ from rankkit.boosting.tree import (
 )
 from rankkit.click_metric import aggregate, session_log
 from rankkit.custom import NonFiniteGradient
+from rankkit.infra import threads
 from rankkit.kernels.backends import Backend, choose
 from rankkit.unbiased import EM_SETTINGS, FixedPropensities, PropensityEstimator, RegressionEM
 
@@ -244,6 +245,7 @@ class BoostingEngine:
     def update(self) -> Tree:
         """Grow one tree, add it to the scores of the training and eval sets, and score them."""
         c = self.config
+        threads.tick()  # fewer threads while other processes hold the cores (n_jobs=None)
         self._seed_round()
         scores = self.scores if self.position_bias is None else self.scores + self.position_bias[self.bucket]
         try:
