@@ -100,8 +100,10 @@ class EstimatorOptions:
                                      "(0: silent).", check=partial(_checks.check_int, low=0), module=False)
     n_jobs: int | None = hyperparameter(None, """
         threads of ``fit`` and ``predict`` (scikit-learn's spelling): None keeps torch's setting
-        (``torch.get_num_threads()``), -1 every available core, -k all but k - 1; the previous
-        count is restored afterwards (:func:`rankkit.infra.threads.threads`).""",
+        (``torch.get_num_threads()``) and gives threads up while other processes keep them
+        waiting for a core (:class:`rankkit.infra.threads.ThreadGovernor`; the model does not
+        depend on the count), -1 every available core, -k all but k - 1 (both kept fixed); the
+        previous count is restored afterwards (:func:`rankkit.infra.threads.threads`).""",
         check=lambda value, name: resolve_n_jobs(value, name), module=False)
     random_state: int | None = hyperparameter(None, """
         scikit-learn's spelling of ``seed``: an integer >= 0 is the seed (None: ``seed`` decides).
