@@ -229,6 +229,9 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="val/ndcg@10", help="the logged vali metric to maximise (default val/ndcg@10)")
     p.add_argument("--trial_seeds", "--trial-seeds", type=int, default=1,
                    help="score each trial by the mean of N seeds' best vali (steadier on small vali sets, N× the time)")
+    p.add_argument("--folds", default=None,
+                   help="score each trial by the mean best vali over these folds, e.g. 1-5 or 1,3 (as lgb.cv; "
+                        "N folds x --trial_seeds fits per trial)")
     p.add_argument("--pruner", default="median", choices=("median", "none"),
                    help="median: stop a trial below the median of earlier trials at the same epoch")
     p.add_argument("--quiet", action="store_true", help="print only the last line")
@@ -253,7 +256,7 @@ def cmd_tune(argv: list[str]) -> int:
 
     result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
                   out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
-                  metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds,
+                  metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds, folds=args.folds,
                   command="rankkit tune " + " ".join(argv), log=(lambda line: None) if args.quiet else print)
     print(f"best {args.metric} {result.best_value:.4f} on vali: {result.best_config} "
           f"(trials: {result.out / 'trials.md'})")

@@ -40,6 +40,7 @@ import datetime
 import json
 import math
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -323,8 +324,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          timeout: float | None = None, seed: int = 0, out: str | os.PathLike | None = None,
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
-         metric: str = METRIC, pruner: Any = "median", trial_seeds: int = 1, verbose: bool = False,
-         command: str = "", log: Callable[[str], None] = print) -> TuneResult:
+         metric: str = METRIC, pruner: Any = "median", trial_seeds: int = 1, folds: str | list[int] | None = None,
+         verbose: bool = False, command: str = "", log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
 
@@ -334,11 +335,15 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     ``pruner``: ``"median"``, ``"none"`` or any Optuna pruner. ``trial_seeds``: score a trial by the
     mean best vali value of that many fits, seeds ``seed``, ``seed + 1``, ... (the first seed's curve
     decides pruning): a steadier choice on a small vali set, at that many times the cost.
-    ``log`` takes a line per trial.
+    ``folds`` (``"1-5"``, ``"1,3"`` or a list): score a trial by the mean best vali value over
+    these folds (``data.fold``), each with ``trial_seeds`` seeds, as ``lgb.cv`` scores a setting;
+    the first fold's first seed decides pruning, so trials are pruned on like curves; the
+    trial's per-fold values and their spread are recorded. ``log`` takes a line per trial.
     """
     import optuna
 
     _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout)
+    folds = parse_folds(folds)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -353,7 +358,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     params = load_space(space_file)
     start = untuned_values(base, params, str(config_path))
     name = config_path.name[: -len(config_path.suffix)]
-    data, suffix = _data_settings(base)
+    data, suffix = _data_settings(base, folds)
     out = Path(out) if out is not None else Path("results") / "tune" / (name + suffix)
     # Before anything is written: none of the study's files may be the config or space it reads.
     check_outputs({"--out": [out / f for f in OUTPUT_FILES]}, {"--config": config_path, "--space": space_file},
@@ -370,7 +375,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     left = n_trials - len(study.get_trials(deepcopy=False, states=finished))
     if left > 0:
-        objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric, log=log)
+        objective = _objective(base, params, seed=seed, trial_seeds=trial_seeds, metric=metric, log=log, folds=folds)
         study.optimize(objective, n_trials=left, timeout=timeout, catch=(Exception,), gc_after_trial=True,
                        callbacks=[_progress(n_trials, metric, log)])
     else:
@@ -386,7 +391,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     best_config = out / "best.yaml"
     header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
               f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
-              f"{best.value:.4f} on vali{f' (mean of {trial_seeds} seeds)' if trial_seeds > 1 else ''} at epoch "
+              f"{best.value:.4f} on vali{_scored_by(trial_seeds, folds)} at epoch "
               f"{best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
               f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
               + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
@@ -417,17 +422,52 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
 OUTPUT_FILES = ("best.yaml", "trials.md", "trials.json", "history.png", "study.db")
 
 
-def _data_settings(base: dict) -> tuple[dict, str]:
+def _data_settings(base: dict, folds: list[int] | None = None) -> tuple[dict, str]:
     """The data settings a study depends on (``data``, ``fold``, ``val_fraction``, ``val_seed``,
-    ``max_docs`` of the config after its overrides) and the suffix of its default name and
-    folder: none for the packaged default (MQ2008 fold 1), else ``-DATA-foldF``."""
+    ``max_docs`` of the config after its overrides; ``folds`` in place of ``fold`` for a study
+    across folds) and the suffix of its default name and folder: none for the packaged default
+    (MQ2008 fold 1), else ``-DATA-foldF`` (``-DATA-folds1-5``)."""
     data = base.get("data") if isinstance(base.get("data"), dict) else {}
     settings = {k: data.get(k) for k in ("data", "fold", "val_fraction", "val_seed", "max_docs") if k in data}
+    if folds is not None:
+        settings.pop("fold", None)
+        settings["folds"] = ",".join(map(str, folds))
     source, fold = str(settings.get("data", "mq2008")), settings.get("fold", 1)
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(source).name or source)
+    if folds is not None:
+        span = f"{folds[0]}-{folds[-1]}" if folds == list(range(folds[0], folds[-1] + 1)) else "_".join(map(str, folds))
+        return settings, f"-{slug}-folds{span}"
     if source == "mq2008" and fold == 1:
         return settings, ""
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(source).name or source)
     return settings, f"-{slug}-fold{fold}"
+
+
+def parse_folds(folds: str | list[int] | None) -> list[int] | None:
+    """``"1-5"``, ``"1,3,5"`` or a list of fold numbers as a sorted list without repeats (None
+    stays None); ValueError naming ``folds`` otherwise."""
+    if folds is None:
+        return None
+    from rankkit.infra.checks import check_int  # torch: not at `rankkit --help`
+
+    if isinstance(folds, str):
+        try:
+            if "-" in folds:
+                low, high = (int(x) for x in folds.split("-"))
+                items = list(range(low, high + 1))
+            else:
+                items = [int(x) for x in folds.split(",")]
+        except ValueError:
+            raise ValueError(f"`folds` has to be a range such as 1-5 or a list such as 1,3,5, got {folds!r}") from None
+    else:
+        items = list(folds)
+    if not items:
+        raise ValueError(f"`folds` names no fold, got {folds!r}")
+    return sorted({check_int(f, "folds", low=1) for f in items})
+
+
+def _scored_by(trial_seeds: int, folds: list[int] | None) -> str:
+    parts = ([f"{len(folds)} folds"] if folds else []) + ([f"{trial_seeds} seeds"] if trial_seeds > 1 else [])
+    return f" (mean of {' x '.join(parts)})" if parts else ""
 
 
 def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: str):
@@ -527,10 +567,11 @@ def _say_done(study, n_trials: int, metric: str, log: Callable[[str], None]) -> 
 
 
 def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric: str,
-               log: Callable[[str], None] | None = None) -> Callable:
-    """A trial's value: the mean best vali value of ``trial_seeds`` fits (the first one's curve
-    reported for pruning). ``log`` gets a line as each trial starts (a trial can take a minute:
-    the study is never silent until its first one ends)."""
+               log: Callable[[str], None] | None = None, folds: list[int] | None = None) -> Callable:
+    """A trial's value: the mean best vali value of ``trial_seeds`` fits on each of ``folds``
+    (the first one's curve reported for pruning). ``log`` gets a line as each trial starts (a
+    trial can take a minute: the study is never silent until its first one ends)."""
+    runs = [(fold, i) for fold in (folds or [None]) for i in range(trial_seeds)]
     def objective(trial):
         values = {k: p.suggest(trial) for k, p in params.items()}
         if log is not None:
@@ -539,11 +580,13 @@ def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric:
         t0 = time.perf_counter()
         scores = []
         try:
-            for i in range(trial_seeds):
+            for n, (fold, i) in enumerate(runs):
                 with tempfile.TemporaryDirectory() as workdir:
                     config = base if i == 0 else apply_values(base, _seeded(base, seed + i))
+                    if fold is not None:
+                        config = apply_values(config, {"data.fold": fold})
                     scores.append(_trial(config, values, trial=trial, metric=metric, workdir=workdir,
-                                         report=i == 0)[0])
+                                         report=n == 0)[0])
         except Exception as e:  # a failed trial is recorded (one line) and the study goes on
             if type(e).__name__ != "TrialPruned":
                 text = str(e).strip().splitlines()
@@ -551,8 +594,13 @@ def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric:
             raise
         finally:  # pruned trials too
             trial.set_user_attr("seconds", time.perf_counter() - t0)
-        if trial_seeds > 1:
+        if trial_seeds > 1 and folds is None:
             trial.set_user_attr("seed_values", scores)
+        if folds is not None:  # each fold's mean over its seeds, and the spread of every fit
+            trial.set_user_attr("fold_values", {str(f): statistics.fmean(scores[j * trial_seeds:(j + 1) * trial_seeds])
+                                                for j, f in enumerate(folds)})
+        if len(scores) > 1:
+            trial.set_user_attr("spread", statistics.stdev(scores))
         return sum(scores) / len(scores)
 
     return objective
@@ -587,6 +635,7 @@ def _write_trials(study, out: Path, metric: str) -> None:
         rows.append({"trial": t.number, "state": t.state.name.lower(), "value": t.value,
                      "best_epoch": t.user_attrs.get("best_epoch"), "epochs": t.user_attrs.get("epochs"),
                      "seconds": t.user_attrs.get("seconds"), "untuned": bool(t.user_attrs.get("untuned")),
+                     "spread": t.user_attrs.get("spread"), "fold_values": t.user_attrs.get("fold_values"),
                      "params": {k: _decode(v) for k, v in t.params.items()}})
     atomic_write(out / "trials.json", lambda tmp: Path(tmp).write_text(json.dumps(rows, indent=1)))
     keys = list(dict.fromkeys(k for r in rows for k in r["params"]))
@@ -595,6 +644,8 @@ def _write_trials(study, out: Path, metric: str) -> None:
              "|---:|---|---:|---:|---:|---:|" + "---|" * len(keys)]
     for r in rows:
         value = f"{r['value']:.4f}" if r["value"] is not None else "–"
+        if r["value"] is not None and r["spread"] is not None:
+            value += f" ± {r['spread']:.4f}"
         seconds = f"{r['seconds']:.1f}" if r["seconds"] is not None else "–"
         label = f"{r['trial']}{' (untuned)' if r['untuned'] else ''}"
         cells = [json.dumps(r["params"].get(k)) if isinstance(r["params"].get(k), list) else

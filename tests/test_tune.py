@@ -350,3 +350,37 @@ def test_an_interrupted_trial_is_marked_failed_and_runs_again_and_a_finished_stu
     lines.clear()
     tuning.tune("lambdarank", out=out, n_trials=3, log=lines.append)
     assert lines[0].startswith("3 of 3 trials done; best val/ndcg@10 ") and len(calls) == 3, lines
+
+
+def test_a_study_across_folds_scores_a_trial_by_the_mean_of_its_folds_and_seeds(tmp_path, monkeypatch):
+    seen = []
+
+    def per_fold(config, values, *, trial, metric, workdir, report=True):
+        fold, seed = config["data"]["fold"], config["seed_everything"]
+        seen.append((trial.number, fold, seed, report))
+        return 0.5 + 0.01 * fold + 0.001 * seed, 1
+
+    monkeypatch.setattr(tuning, "_trial", per_fold)
+    out = tmp_path / "out"
+    result = tuning.tune("lambdarank", out=out, n_trials=2, folds="2-4", trial_seeds=2, log=lambda line: None)
+    runs = [(f, s, r) for t, f, s, r in seen if t == 0]
+    assert runs == [(2, 0, True), (2, 1, False), (3, 0, False), (3, 1, False), (4, 0, False), (4, 1, False)]
+    rows = json.loads((out / "trials.json").read_text())
+    assert rows[0]["value"] == pytest.approx(0.5 + 0.03 + 0.0005)  # the mean of 3 folds x 2 seeds
+    assert rows[0]["fold_values"] == pytest.approx({"2": 0.5205, "3": 0.5305, "4": 0.5405})
+    assert rows[0]["spread"] > 0 and " ± " in (out / "trials.md").read_text()
+    assert "(mean of 3 folds x 2 seeds)" in result.best_config.read_text()
+    # the study is named and keyed by its folds: other folds are another study, never a resume
+    assert result.study.study_name == "lambdarank-mq2008-folds2-4"
+    assert result.study.user_attrs["rankkit_data"]["folds"] == "2,3,4"
+    other = tuning.tune("lambdarank", out=out, n_trials=1, folds="1,2", log=lambda line: None)
+    assert other.study.study_name == "lambdarank-mq2008-folds1-2" and len(other.study.trials) == 1
+    # the default folder names the folds
+    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 1}}, [1, 2, 3, 4, 5])[1] == "-mq2008-folds1-5"
+
+
+@pytest.mark.parametrize("folds, match", [("0-2", "`folds`"), ("a-b", "`folds`"), ([], "`folds` names no fold"),
+                                          ("1,x", "`folds`")])
+def test_bad_folds_are_one_line(folds, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.parse_folds(folds)

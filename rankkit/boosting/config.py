@@ -125,6 +125,14 @@ class BoosterConfig:
         stop when the metric on the **last** eval set has not improved for this many rounds,
         and keep the trees up to the best round; None to run all (the Lightning module:
         Lightning's EarlyStopping).""", check=partial(_int, low=1, none=True), module=False)
+    early_stopping_window: int = hyperparameter(1, """
+        w: early stopping and the best round read the last eval set's metric as a trailing mean
+        over w rounds, so that one lucky round on a small validation set is not the one kept;
+        the best round is the centre of the best window (the window's rounds counted up to the
+        current one), and the patience counts from its end. 1 (default): the raw metric,
+        LightGBM's and XGBoost's rule (the Lightning module:
+        :class:`rankkit.training.callbacks.SmoothedMetric`).""",
+        check=partial(_int, low=1), module=False)
     seed: int = hyperparameter(0, """
         seeds the binning sample and the row/feature subsampling; the same seed and data give
         the same model.""", check=partial(_int, low=0))

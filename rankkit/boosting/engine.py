@@ -161,7 +161,8 @@ class BoostingEngine:
         self.trees: list[Tree] = []  # the host trees of this run, without their leaf index
         self.eval_sets: list[_EvalSet] = []
         self.history: dict[str, dict[str, list[float]]] = {}
-        self.best_score, self.best_round = -math.inf, -1
+        self.best_score, self.best_round = -math.inf, -1  # the raw metric at the round kept
+        self.best_smoothed, self.best_end = -math.inf, -1  # the best window's mean and its last round
         # The model in raw-feature terms, one row per tree (see to_ensemble).
         self._raw: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.importance_gain = np.zeros(self.n_features)
@@ -280,11 +281,21 @@ class BoostingEngine:
         for e, value in zip(self.eval_sets, values):
             self.history[e.name][c.eval_metric].append(value)
         if self.eval_sets:
-            value = self.history[self.eval_sets[-1].name][c.eval_metric][-1]
-            if value > self.best_score:
-                self.best_score, self.best_round = value, len(self.trees) - 1
+            self._track_best(self.history[self.eval_sets[-1].name][c.eval_metric])
         self.n_rounds += 1
         return tree
+
+    def _track_best(self, curve: list[float]) -> None:
+        """The best round so far on ``curve`` (the last eval set's metric), read as a trailing
+        mean over ``early_stopping_window`` rounds: a better window moves the best round to
+        its centre (its last round with a window of 1) and the patience's start to its end."""
+        end = len(curve) - 1
+        start = max(0, end - self.config.early_stopping_window + 1)
+        value = math.fsum(curve[start:]) / (end - start + 1)
+        if value > self.best_smoothed:
+            self.best_smoothed, self.best_end = value, end
+            self.best_round = (start + end) // 2
+            self.best_score = curve[self.best_round]
 
     def _seed_round(self) -> None:
         """Every random draw of round m comes from generators seeded by (seed, m) alone, so that a
@@ -302,7 +313,7 @@ class BoostingEngine:
     def should_stop(self) -> bool:
         """Early stopping: no improvement on the last eval set for ``early_stopping_rounds``."""
         n = self.config.early_stopping_rounds
-        return bool(self.eval_sets) and n is not None and len(self.trees) - 1 - self.best_round >= n
+        return bool(self.eval_sets) and n is not None and len(self.trees) - 1 - self.best_end >= n
 
     def _empty_tree(self) -> Tree:
         """No feature can split (every feature is constant): a tree of zeros, the documented

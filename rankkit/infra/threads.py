@@ -93,7 +93,7 @@ def schedstat() -> tuple[int, int] | None:
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/schedstat", "rb") as f:
-                fields = f.read().split()
+                fields = f.read(256).split()  # the kernel's one line of three numbers
             run, wait = run + int(fields[0]), wait + int(fields[1])
         except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
             continue

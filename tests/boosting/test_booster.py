@@ -70,6 +70,51 @@ def test_early_stopping_keeps_the_best_round():
     assert len(curve) <= model.best_iteration_ + 1 + 3
 
 
+def smoothed_choice(curve, window, patience):
+    """The slow path: trailing means over ``window`` rounds, the best window's centre, and where
+    the patience counted from its end stops the run."""
+    best, best_end, best_round = -math.inf, -1, -1
+    for t in range(len(curve)):
+        lo = max(0, t - window + 1)
+        mean = sum(curve[lo:t + 1]) / (t + 1 - lo)
+        if mean > best:
+            best, best_end, best_round = mean, t, (lo + t) // 2
+        if t - best_end >= patience:
+            return best_round, t + 1
+    return best_round, len(curve)
+
+
+@pytest.mark.parametrize("window", [1, 3, 6])
+def test_early_stopping_on_a_trailing_mean_keeps_the_best_windows_centre(window):
+    train, vali = small_set(0), small_set(1)
+    full = LambdaMART(n_estimators=40, depth=4, learning_rate=1.0, min_data_in_leaf=2).fit(train, eval_set=[vali])
+    curve = full.evals_result_["valid_0"]["ndcg@10"]
+    model = LambdaMART(n_estimators=40, depth=4, learning_rate=1.0, min_data_in_leaf=2, early_stopping_rounds=4,
+                       early_stopping_window=window).fit(train, eval_set=[vali])
+    best_round, grown = smoothed_choice(curve, window, 4)
+    assert model.best_iteration_ == best_round and model.ensemble_.n_trees == best_round + 1
+    assert model.evals_result_["valid_0"]["ndcg@10"] == curve[:grown]
+    assert model.best_score_ == curve[best_round]
+
+
+def test_a_lucky_round_on_a_noisy_curve_is_not_kept_with_a_window():
+    from rankkit.boosting.config import BoosterConfig
+    from rankkit.boosting.engine import BoostingEngine
+
+    curve = [0.50, 0.52, 0.70, 0.51, 0.53, 0.60, 0.61, 0.62, 0.61, 0.60, 0.55, 0.50, 0.50]  # a spike at 2
+    picks = {}
+    for window in (1, 3, 5):
+        engine = object.__new__(BoostingEngine)
+        engine.config = BoosterConfig(early_stopping_window=window)
+        engine.best_score, engine.best_round = -math.inf, -1
+        engine.best_smoothed, engine.best_end = -math.inf, -1
+        for t in range(len(curve)):
+            engine._track_best(curve[:t + 1])
+        picks[window] = engine.best_round
+        assert (engine.best_round, engine.best_end) == (smoothed_choice(curve, window, 99)[0], engine.best_end)
+    assert picks == {1: 2, 3: 7, 5: 7}  # the spike, then the plateau's centre
+
+
 def test_constant_shift_of_init_score_shifts_predictions_only():
     train = small_set()
     a = LambdaMART(n_estimators=3, depth=3, min_data_in_leaf=3).fit(train)

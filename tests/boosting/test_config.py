@@ -28,10 +28,12 @@ def test_the_estimator_takes_every_declared_parameter_with_its_default():
 def test_the_module_takes_the_declared_parameters_a_lightning_fit_uses():
     run = {p.name: p.default for p in declared(BoosterConfig) if p.module}
     assert _signature(LambdaMARTModule) == {**run, "n_features": None}
-    # the estimator's eval set and early stopping are Lightning's (callbacks); the click options
+    # the estimator's eval set and early stopping are Lightning's (callbacks: EarlyStopping and
+    # rankkit.training.callbacks.SmoothedMetric); the click options
     # are the module's too (issue 49: `rankkit fit` on a click log), all but the race ("auto")
     assert set(_signature(LambdaMART)) - set(run) == {
-        "n_estimators", "device", "verbose", "eval_metric", "early_stopping_rounds", "n_jobs", "random_state"}
+        "n_estimators", "device", "verbose", "eval_metric", "early_stopping_rounds", "early_stopping_window", "n_jobs",
+        "random_state"}
     assert {"unbiased", "n_positions", "pool_positions", "propensity_clip"} <= set(run)
     assert LambdaMARTModule(depth=3).config == BoosterConfig(depth=3)
 
@@ -86,7 +88,8 @@ DEFAULTS = dict(objective="lambdarank", n_estimators=100, hessian="exact", depth
                 min_data_in_leaf=20, min_sum_hessian=1e-3, weighting="ndcg", k=None, sigma=1.0, gain="exp",
                 normalize=False, subsample=1.0, colsample=1.0, bagging_temperature=0.0, random_strength=0.0,
                 exact_newton=False, quantized_grad=False, num_grad_quant_bins=4, max_bins=255,
-                eval_metric="ndcg@10", early_stopping_rounds=None, seed=0, unbiased=False, bias_p=1.0,
+                eval_metric="ndcg@10", early_stopping_rounds=None, early_stopping_window=1, seed=0, unbiased=False,
+                bias_p=1.0,
                 n_positions=10, pool_positions=False, position_bias_regularization=0.0, propensity_clip=10.0,
                 device="cpu", verbose=0, n_jobs=None, random_state=None)
 

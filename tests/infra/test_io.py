@@ -103,6 +103,7 @@ def test_every_file_rankkit_writes_goes_through_atomic_write():
 READERS = {
     ("rankkit/infra/yaml.py", "read_text"): "MAX_YAML_BYTES; every config, space, override and study file",
     ("rankkit/infra/io.py", "_umask"): "/proc/self/status, the kernel's own few lines, until `Umask:`",
+    ("rankkit/infra/threads.py", "schedstat"): "/proc/self/task/*/schedstat, 256 bytes each (the kernel's one line)",
     ("rankkit/infra/io.py", "_write_to_fd"): "copies back rankkit's own temporary file, in 1 MiB blocks",
     ("rankkit/data/svmlight.py", "_open_binary"): "read in blocks of _BLOCK_BYTES, lines of at most MAX_LINE_BYTES",
     ("rankkit/data/svmlight.py", "_count_lines"): "blocks of _BLOCK_BYTES, a count only",
