@@ -226,7 +226,9 @@ def tune_parser() -> argparse.ArgumentParser:
                         "fold 1); a study there is resumed only for the data and metric it was run with")
     p.add_argument("--storage", default=None, help="an Optuna storage URL (default sqlite:///OUT/study.db)")
     p.add_argument("--study_name", "--study-name", default=None, help="the study's name (default NAME)")
-    p.add_argument("--metric", default="val/ndcg@10", help="the logged vali metric to maximise (default val/ndcg@10)")
+    p.add_argument("--metric", default=None,
+                   help="the logged vali metric to maximise (default: what the config's ModelCheckpoint monitors, "
+                        "else val/ndcg@10)")
     p.add_argument("--trial_seeds", "--trial-seeds", type=int, default=1,
                    help="score each trial by the mean of N seeds' best vali (steadier on small vali sets, N× the time)")
     p.add_argument("--folds", default=None,
@@ -258,7 +260,7 @@ def cmd_tune(argv: list[str]) -> int:
                   out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
                   metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds, folds=args.folds,
                   command="rankkit tune " + " ".join(argv), log=(lambda line: None) if args.quiet else print)
-    print(f"best {args.metric} {result.best_value:.4f} on vali: {result.best_config} "
+    print(f"best {result.metric} {result.best_value:.4f} on vali: {result.best_config} "
           f"(trials: {result.out / 'trials.md'})")
     return 0
 

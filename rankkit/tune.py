@@ -231,6 +231,7 @@ class TuneResult:
     best_value: float
     best_config: Path
     out: Path
+    metric: str = METRIC  #: the vali metric the study maximised
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
@@ -324,11 +325,14 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          timeout: float | None = None, seed: int = 0, out: str | os.PathLike | None = None,
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
-         metric: str = METRIC, pruner: Any = "median", trial_seeds: int = 1, folds: str | list[int] | None = None,
+         metric: str | None = None, pruner: Any = "median", trial_seeds: int = 1, folds: str | list[int] | None = None,
          verbose: bool = False, command: str = "", log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
 
+    ``metric``: the logged vali metric to maximise; None: the one the config's
+    ``ModelCheckpoint`` monitors (``val/click_likelihood`` in ``lambdamart_clicks``), else
+    ``val/ndcg@10``.
     ``overrides``: settings for every trial, recorded in the best config too: dotted keys
     (``{"data.fold": 2}``) or command-line flags as ``rankkit fit`` takes them (``["--data.fold=2"]``).
     ``seed`` seeds the sampler and is every trial's ``seed_everything``.
@@ -351,6 +355,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     if isinstance(overrides, (list, tuple)):
         overrides = parse_overrides(list(overrides))
     base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
+    metric = metric if metric is not None else _monitored(base)
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
         raise ValueError(f"`space`: no search space {space_file} (write one beside the config, see "
@@ -395,11 +400,15 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
               f"{best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
               f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
               + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
-    text = header + _yaml_dump(apply_values(base, best_values))
+    _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
+    return TuneResult(study, best_values, best.value, best_config, out, metric)
+
+
+def _write_outputs(study, out: Path, metric: str, best_config: Path, text: str) -> None:
+    """best.yaml (``text``), trials.md, trials.json and history.png, each written atomically."""
     atomic_write(best_config, lambda tmp: Path(tmp).write_text(text))
     _write_trials(study, out, metric)
     _plot(study, out)
-    return TuneResult(study, best_values, best.value, best_config, out)
 
 
 def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
@@ -463,6 +472,18 @@ def parse_folds(folds: str | list[int] | None) -> list[int] | None:
     if not items:
         raise ValueError(f"`folds` names no fold, got {folds!r}")
     return sorted({check_int(f, "folds", low=1) for f in items})
+
+
+def _monitored(config: dict) -> str:
+    """The metric the config's ``ModelCheckpoint`` monitors (what ``rankkit fit`` keeps the model
+    by), or :data:`METRIC`."""
+    callbacks = (config.get("trainer") or {}).get("callbacks") or []
+    for callback in callbacks if isinstance(callbacks, list) else []:
+        if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("ModelCheckpoint"):
+            monitor = (callback.get("init_args") or {}).get("monitor")
+            if isinstance(monitor, str) and monitor:
+                return monitor
+    return METRIC
 
 
 def _scored_by(trial_seeds: int, folds: list[int] | None) -> str:

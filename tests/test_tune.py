@@ -59,10 +59,7 @@ def config(tmp_path, data) -> Path:
 def test_every_packaged_config_ships_a_space_holding_its_own_values():
     names = config_names()
     assert "lambdarank.space" not in names and "compare" in names
-    # lambdamart_clicks ships none: tuning on a click log needs a click criterion (issue 49), and
-    # selecting by the clicks' own NDCG would read click labels as relevance
-    assert not (CONFIGS / "lambdamart_clicks.space.yaml").exists()
-    for name in (n for n in names if n not in ("compare", "lambdamart_clicks")):
+    for name in (n for n in names if n != "compare"):
         config = tuning._yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
         space = tuning.load_space(tuning.space_path(CONFIGS / f"{name}.yaml"))
         assert len(space) >= 4, name
@@ -384,3 +381,20 @@ def test_a_study_across_folds_scores_a_trial_by_the_mean_of_its_folds_and_seeds(
 def test_bad_folds_are_one_line(folds, match):
     with pytest.raises(ValueError, match=match):
         tuning.parse_folds(folds)
+
+
+def test_a_study_maximises_what_the_config_keeps_its_model_by(tmp_path, monkeypatch):
+    # lambdamart_clicks keeps its checkpoint by val/click_likelihood: so does its study, unasked.
+    seen = []
+
+    def quick(config, values, *, trial, metric, workdir, report=True):
+        seen.append(metric)
+        return 0.5, 1
+
+    monkeypatch.setattr(tuning, "_trial", quick)
+    result = tuning.tune("lambdamart_clicks", out=tmp_path / "clicks", n_trials=1, log=lambda line: None)
+    assert seen == ["val/click_likelihood"] and result.metric == "val/click_likelihood"
+    assert "val/click_likelihood 0.5000 on vali" in result.best_config.read_text()
+    assert tuning.tune("lambdamart", out=tmp_path / "plain", n_trials=1, log=lambda line: None).metric == "val/ndcg@10"
+    assert tuning.tune("lambdamart", out=tmp_path / "asked", n_trials=1, metric="val/map",
+                       log=lambda line: None).metric == "val/map"

@@ -32,6 +32,7 @@ from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_ch
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.click_metric import ClickLikelihood
 from rankkit.custom import qualified_name
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
@@ -121,6 +122,8 @@ class LambdaMARTModule(pl.LightningModule):
         self._engine: BoostingEngine | None = None
         self._engine_data: RankingDataset | None = None
         self._prefix: ObliviousEnsemble | None = None  # trees from before this fit (a resume)
+        self._position_ids: PositionIds | None = None  # the training log's ids (with `unbiased`)
+        self._click_criterion: ClickLikelihood | None = None  # built at the first validation of a fit
 
     def serving_scorer(self) -> ObliviousEnsemble:
         """The features -> scores module that export uses."""
@@ -148,7 +151,7 @@ class LambdaMARTModule(pl.LightningModule):
         _quiet.release(self)
 
     def on_fit_start(self) -> None:
-        self._engine = self._engine_data = None
+        self._engine = self._engine_data = self._click_criterion = None
 
     def training_step(self, batch: RankingDataset, batch_idx: int) -> None:
         if not isinstance(batch, RankingDataset):
@@ -195,6 +198,7 @@ class LambdaMARTModule(pl.LightningModule):
         ids, dense = PositionIds.dense(train.position, "the training data's position", n_positions=c.n_positions,
                                        pool=c.pool_positions)
         self.position_ids_ = ids.ids.numpy().copy()
+        self._position_ids = ids
         return dense
 
     def configure_optimizers(self) -> RoundCounter:
@@ -215,6 +219,34 @@ class LambdaMARTModule(pl.LightningModule):
     def validation_step(self, batch: PaddedBatch, batch_idx: int) -> None:
         if self.scorer is not None:
             self._evaluate(batch, self.val_metrics)
+
+    def on_validation_epoch_end(self) -> None:
+        """Trained on a click log (``unbiased``) with a validation click log (its ``.position``
+        sidecar): log ``val/click_likelihood``, how well the trees explain the validation clicks
+        with a free offset per displayed position (:class:`rankkit.click_metric.ClickLikelihood`,
+        ``LambdaMART(unbiased="auto")``'s criterion; higher is better). The validation clicks'
+        own ``val/ndcg@10`` carries their position bias; this does not. About 0.3 s per
+        validation on 60,000 shown rows: ``trainer.check_val_every_n_epoch`` thins it."""
+        if self.scorer is None or self.trainer.sanity_checking:
+            return
+        criterion = self._click_criterion or self._build_click_criterion()
+        if criterion is not None:
+            scorer = self.scorer
+            with torch.no_grad():
+                value = criterion(lambda f: scorer(f.to(self.device)).double().cpu())
+            self.log("val/click_likelihood", value, prog_bar=True)
+
+    def _build_click_criterion(self) -> ClickLikelihood | None:
+        """The validation click log as a :class:`ClickLikelihood`, its positions read through the
+        training log's ids; None without ``unbiased`` or without validation positions."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        val = getattr(datamodule, "val_set", None)
+        if not self.config.unbiased or self._position_ids is None or val is None or val.position is None:
+            return None
+        position = self._position_ids.index(val.position, "the validation data's position")
+        self._click_criterion = ClickLikelihood(val.features, val.labels.double(), val.sizes, position,
+                                                n_positions=self.config.n_positions)
+        return self._click_criterion
 
     def test_step(self, batch: PaddedBatch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)

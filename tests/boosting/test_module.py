@@ -101,3 +101,33 @@ def test_estimator_and_module_reject_the_same_bad_parameters(bad):
         LambdaMART(n_estimators=1, **bad).fit(small_set(n_queries=4))
     with pytest.raises(ValueError, match=name):
         LambdaMARTModule(**bad)
+
+
+def test_a_click_trained_module_logs_how_well_it_explains_its_validation_clicks(tmp_path):
+    """Trained on a click log, the module logs val/click_likelihood: the ClickLikelihood of the
+    validation clicks (their positions read through the training log's ids) on its trees."""
+    import pytorch_lightning as pl
+
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.click_metric import ClickLikelihood
+    from rankkit.data.svmlight import read_svmlight
+    from rankkit.training.datamodule import RankingDataModule
+    from tests.training.test_datamodule import _click_log
+
+    def fit(folder, **kw):
+        model = LambdaMARTModule(depth=3, min_data_in_leaf=5, **kw)
+        trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False, default_root_dir=tmp_path)
+        trainer.fit(model, datamodule=RankingDataModule(str(folder), click_log=True))
+        return model, trainer.callback_metrics
+
+    folder = _click_log(tmp_path / "log")
+    model, logged = fit(folder, unbiased="ips")
+    val = read_svmlight(str(folder / "vali.txt"), position_file=str(folder / "vali.txt.position"))
+    criterion = ClickLikelihood(val.features, val.labels.double(), val.sizes, val.position.long(), n_positions=10)
+    expected = criterion(lambda f: model.scorer(f).double())
+    assert float(logged["val/click_likelihood"]) == pytest.approx(expected, abs=1e-6)  # logged as float32
+    shifted, logged_shifted = fit(_click_log(tmp_path / "log1", shift=1), unbiased="ips")  # 1-based ids
+    assert float(logged_shifted["val/click_likelihood"]) == float(logged["val/click_likelihood"])
+    _, naive = fit(folder)  # not trained on clicks: no click criterion
+    assert "val/click_likelihood" not in naive and "val/ndcg@10" in naive
