@@ -971,6 +971,9 @@ CUSTOM = [
          ValueError, r"`top_k`"),
     Case("custom-pairwise-not-elementwise", custom_fit(_pairwise_mean), ValueError, r"is not elementwise"),
     Case("custom-pairwise-wrong-shape", custom_fit(_pairwise_sum), ValueError, r"has to return one loss per pair"),
+    # Found by the estimator/module parity test: a list for `weighting` was a TypeError (unhashable).
+    Case("booster-weighting-a-list", custom_fit("lambdarank", weighting=["ndcg"]), ValueError,
+         r"`weighting` has to be one of"),
 ]
 
 

@@ -253,7 +253,7 @@ def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int 
         return SquaredError()
     if name == "lambdarank":
         name = weighting
-        if name not in LOSSES:
+        if not isinstance(name, str) or name not in LOSSES:  # a list or dict is unhashable: one line too
             raise ValueError(f"`weighting` has to be one of {tuple(LOSSES)}, got {weighting!r}")
     if name not in LOSSES:
         raise ValueError(f"`objective` has to be one of {objective_names()}, got {name!r}")
