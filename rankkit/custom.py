@@ -7,7 +7,7 @@ A custom objective is written once, as plain torch code over padded queries::
         return per_query_loss               # [Q] (or a scalar: their sum)
 
 and trains ``LambdaMART(objective=my_loss)`` (gradients by autograd, the Newton leaves from the
-exact diagonal of the Hessian) as well as ``RankNet(loss=my_loss)`` / ``LambdaRank(loss=my_loss)``
+exact diagonal of the Hessian) as well as ``RankNet(objective=my_loss)`` / ``LambdaRank(objective=my_loss)``
 (plain autograd). Padding (``mask`` False) must not change the loss: rankkit checks that on the
 first call and raises a ``ValueError`` if it does. Queries must not interact (the loss of a query
 reads only its own row): the Hessian's diagonal is computed for many queries at once on that

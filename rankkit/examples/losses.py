@@ -5,7 +5,7 @@ padded queries (scores [Q, L], labels [Q, L], mask [Q, L] bool, True on real doc
 trains both families unchanged::
 
     LambdaMART(objective=squared_pairwise_hinge)              # trees: grad and exact Hessian by autograd
-    LambdaRank(n_features=46, loss=squared_pairwise_hinge)    # a neural ranker: plain autograd
+    LambdaRank(n_features=46, objective=squared_pairwise_hinge)  # a neural ranker: plain autograd
 
 or from a config: ``objective: rankkit.examples.losses.squared_pairwise_hinge``. Every one
 ignores padding (rankkit checks that on the first call).

@@ -88,7 +88,11 @@ class NeuralConfig:
         (it is exported with it); a :class:`~rankkit.scorers.FeaturePreprocessor` in it that is
         not yet fitted is fitted on the training DataLoader's documents when training starts.
         None builds the ``architecture``'s scorer from ``n_features`` and the options above.""")
+    objective: str | None = hyperparameter(None, """
+        the training objective, as ``LambdaMART(objective=...)`` names it: see ``loss``, its old
+        spelling, for what it takes. None: the lambda kernel with ``weighting``.""")
     loss: str | None = hyperparameter(None, """
+        the old spelling of ``objective`` (warns once; giving both, different, is refused):
         any objective of :data:`rankkit.losses.OBJECTIVES` by name, e.g. a LambdaLoss weighting
         (``"ndcg_loss2pp"``) or a listwise loss (``"softmax"``, ``"xendcg"``, ``"listmle"``,
         ``"approx_ndcg"``); it replaces ``weighting`` (``sigma``, ``k`` and ``normalize`` apply to

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -44,6 +45,25 @@ LOSS_OPTIONS_RESERVED = ("mask", "weights", "plan", "generator", "weighting", "r
                          "pair_weights")
 #: The pairwise kernel's settings that are hyper-parameters of the module itself.
 PAIRWISE_OWN = ("sigma", "k", "normalize")
+
+
+_LOSS_WARNED = [False]
+
+
+def objective_alias(params: dict) -> dict:
+    """``params`` with ``objective`` and ``loss`` both set to the one objective given: ``loss=``
+    is the old spelling (a FutureWarning, once per process); both given and different is refused."""
+    objective, loss = params.get("objective"), params.get("loss")
+    if objective is not None and loss is not None and objective is not loss and \
+            qualified_name(objective) != qualified_name(loss):
+        raise ValueError(f"`loss` is the old spelling of `objective`: give one, got objective={objective!r} and "
+                         f"loss={loss!r}")
+    if loss is not None and objective is None and not _LOSS_WARNED[0]:
+        _LOSS_WARNED[0] = True
+        warnings.warn("`loss=` is now `objective=`, as LambdaMART spells it; `loss` will be removed in a later "
+                      "release", FutureWarning, stacklevel=4)
+    chosen = objective if objective is not None else loss
+    return {**params, "objective": chosen, "loss": chosen}
 
 
 def check_loss_options(options, name: str) -> dict[str, Any]:
@@ -126,6 +146,7 @@ class NeuralRanker(pl.LightningModule):
 
     def _init(self, params: dict) -> None:
         super().__init__()
+        params = objective_alias(params)
         o = NeuralConfig(**params)
         custom = o.loss is not None and is_custom(o.loss)
         self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
@@ -162,9 +183,9 @@ class NeuralRanker(pl.LightningModule):
         # A loss read from a checkpoint (RecordedName) is kept as such: training refuses to import it.
         self._custom_loss = o.loss if custom and (not isinstance(o.loss, str) or isinstance(o.loss, RecordedName)) \
             else None
-        if custom:
-            self.hparams["loss"] = qualified_name(o.loss)
-            self._hparams_initial["loss"] = self.hparams["loss"]  # what loggers write out
+        recorded = qualified_name(o.loss) if custom else o.loss
+        for key in ("objective", "loss"):  # one value under both names (a checkpoint loads either way)
+            self.hparams[key] = self._hparams_initial[key] = recorded  # what loggers write out
         self.scorer = scorer
         recorded = getattr(scorer, "n_features", None)
         self.n_features: int | None = recorded if isinstance(recorded, int) else o.n_features

@@ -104,7 +104,7 @@ class RankkitCLI(LightningCLI):
         model = (self.config[sub] if sub else self.config).get("model")
         init_args = model.get("init_args") if hasattr(model, "get") else None
         if init_args is not None:
-            dropped = clear_kernel_options(init_args, self.argv)
+            dropped = clear_kernel_options(init_args, self.argv, neural=".neural." in str(model.get("class_path", "")))
             if dropped:
                 print(f"rankkit {sub or 'fit'}: the custom objective takes its own options: the config's "
                       f"{', '.join(dropped)} (the built-in kernel's) do not apply and are left out", file=sys.stderr)
@@ -177,14 +177,15 @@ class RankkitCLI(LightningCLI):
 KERNEL_OPTIONS = {"objective": (BoosterConfig, BOOSTER_KERNEL_OPTIONS), "loss": (NeuralConfig, NEURAL_KERNEL_OPTIONS)}
 
 
-def clear_kernel_options(init_args, argv: list[str]) -> list[str]:
-    """With a custom ``objective``/``loss`` in the model's ``init_args`` (a jsonargparse
-    Namespace or dict), set the built-in kernel's options that a config file gave (the packaged
-    ``lambdamart`` config's ``k: 10``, ``normalize: true``) back to their defaults, and return
-    them as ``name=value`` texts; one given on the command line (``argv``) is the user's own
-    contradiction: one ValueError naming it."""
+def clear_kernel_options(init_args, argv: list[str], neural: bool = False) -> list[str]:
+    """With a custom ``objective`` (a neural ranker's too, or its old spelling ``loss``) in the
+    model's ``init_args`` (a jsonargparse Namespace or dict), set the built-in kernel's options
+    that a config file gave (the packaged ``lambdamart`` config's ``k: 10``, ``normalize: true``)
+    back to their defaults, and return them as ``name=value`` texts; one given on the command
+    line (``argv``) is the user's own contradiction: one ValueError naming it."""
     dropped = []
-    for key, (config, options) in KERNEL_OPTIONS.items():
+    for key in ("objective", "loss"):
+        config, options = KERNEL_OPTIONS["loss" if neural else key]
         value = init_args.get(key) if hasattr(init_args, "get") else None
         if not (isinstance(value, str) and is_custom(value)):
             continue
@@ -207,9 +208,10 @@ def refuse_recorded_code(config, ckpt_path: str, checkpoint: dict) -> None:
     used only when the config or command line being run names the same one; otherwise one line."""
     recorded = checkpoint.get("hyper_parameters") or {}
     init_args = ((config.get("model") or {}).get("init_args") or {}) if hasattr(config, "get") else {}
+    named = {init_args.get(key) for key in ("loss", "objective")}  # a neural ranker's two spellings of one setting
     for key in ("loss", "objective"):
         value = recorded.get(key) if isinstance(recorded, dict) else None
-        if isinstance(value, str) and is_custom(value) and init_args.get(key) != value:
+        if isinstance(value, str) and is_custom(value) and value not in named:
             raise ValueError(f"{ckpt_path}: the checkpoint records the custom {key} {value!r} (text, never imported "
                              f"from a file); name it in the config or command you run "
                              f"(--model.init_args.{key}={value}) to use it, or train from scratch")

@@ -17,9 +17,9 @@ def _defaults(cls) -> dict:
 # The defaults as they were before the declaration: a changed default fails here.
 DEFAULTS = dict(n_features=None, hidden=[128, 64], activation="relu", dropout=0.1, norm="none", log1p=True,
                 standardize=True, weighting="ranknet", k=None, sigma=1.0, normalize=False, reduction="query",
-                optimizer="adam", lr=1e-3, weight_decay=0.0, scheduler="none", ema_decay=0.0, scorer=None, loss=None,
-                unbiased=False, bias_p=1.0, n_positions=10, architecture="mlp", heads=4, layers=2,
-                latent_cross=True, noise=0.0, loss_options=None)
+                optimizer="adam", lr=1e-3, weight_decay=0.0, scheduler="none", ema_decay=0.0, scorer=None,
+                objective=None, loss=None, unbiased=False, bias_p=1.0, n_positions=10, architecture="mlp", heads=4,
+                layers=2, latent_cross=True, noise=0.0, loss_options=None)
 
 
 def test_the_defaults_are_pinned():
@@ -61,3 +61,28 @@ def test_the_packaged_configs_and_spaces_name_declared_parameters_in_range(name)
     space = yaml.safe_load((CONFIG_DIR / f"{name}.space.yaml").read_text())
     model_keys = {k.removeprefix("model.init_args.") for k in space if k.startswith("model.")}
     assert model_keys <= set(_defaults(NeuralRanker))
+
+
+def test_objective_is_the_neural_rankers_spelling_and_loss_the_old_one_warns_once(monkeypatch):
+    import warnings
+
+    import rankkit.neural.module as module
+
+    monkeypatch.setattr(module, "_LOSS_WARNED", [False])
+    new = LambdaRank(5, objective="softmax")
+    assert new.hparams["objective"] == new.hparams["loss"] == "softmax"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = LambdaRank(5, loss="softmax")
+        LambdaRank(5, loss="listmle")
+    warned = [str(w.message) for w in caught if w.category is FutureWarning]
+    assert len(warned) == 1 and warned[0].startswith("`loss=` is now `objective=`")  # once per process
+    assert old.hparams["objective"] == old.hparams["loss"] == "softmax"
+    with pytest.raises(ValueError, match="`loss` is the old spelling of `objective`: give one"):
+        LambdaRank(5, objective="softmax", loss="listmle")
+    # a checkpoint records both names with one value, and loads without a warning or a refusal
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(module, "_LOSS_WARNED", [False])
+        LambdaRank(5, **{k: new.hparams[k] for k in ("objective", "loss")})
+    assert not [w for w in caught if w.category is FutureWarning]

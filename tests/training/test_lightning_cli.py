@@ -73,6 +73,9 @@ def test_a_custom_objective_drops_the_configs_kernel_options_and_refuses_the_com
     assert clear_kernel_options(neural, []) == ["k=10", "sigma=2.0"] and neural["k"] is None
     builtin = {"objective": "lambdarank", "k": 10, "normalize": True}
     assert clear_kernel_options(builtin, []) == [] and builtin["k"] == 10
+    # issue 52: a neural ranker's `objective=` (the new spelling of `loss=`) clears the neural kernel's options
+    spelled = {"objective": "mypkg.losses.listnet", "k": 10, "sigma": 2.0, "loss": None}
+    assert clear_kernel_options(spelled, [], neural=True) == ["k=10", "sigma=2.0"] and spelled["sigma"] == 1.0
 
 
 def test_rankkit_fit_takes_a_custom_objective_from_the_current_folder(tmp_path, monkeypatch, capsys):
