@@ -251,9 +251,9 @@ def test_the_mirror_check_can_fail(tmp_path):
 UNMIRRORED_MODULES = {
     "boosting/_inputs.py", "compare/baselines.py", "compare/command.py", "compare/plots.py",
     "examples/__init__.py", "examples/losses.py", "infra/progress.py", "kernels/switches.py",
-    "kernels/torch_ref.py", "kernels/triton/aot.py", "kernels/triton/histogram.py", "kernels/triton/lambdas.py",
+    "kernels/triton/aot.py", "kernels/triton/histogram.py", "kernels/triton/lambdas.py",
     "lambdas/blocks.py", "lambdas/ranking.py", "lambdas/weightings.py", "neural/loss.py", "training/clicks.py",
-    "training/run_config.py", "unbiased.py",
+    "training/run_config.py",
 }
 
 
