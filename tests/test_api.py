@@ -252,7 +252,7 @@ UNMIRRORED_MODULES = {
     "boosting/_inputs.py", "compare/baselines.py", "compare/command.py", "compare/plots.py",
     "examples/__init__.py", "examples/losses.py", "infra/progress.py", "kernels/switches.py",
     "kernels/triton/aot.py", "kernels/triton/histogram.py", "kernels/triton/lambdas.py",
-    "lambdas/blocks.py", "lambdas/ranking.py", "lambdas/weightings.py", "neural/loss.py", "training/clicks.py",
+    "lambdas/blocks.py", "lambdas/ranking.py", "lambdas/weightings.py", "training/clicks.py",
     "training/run_config.py",
 }
 
