@@ -153,6 +153,23 @@ def test_click_likelihood_prefers_the_relevance_order():
     assert metric(oracle) > metric(lambda f: torch.zeros(len(f))) + 0.005
 
 
+def test_a_ranker_that_explains_nothing_scores_the_positions_alone(pbm_logs):
+    """The slope's floor (0) is at a = −∞ of its softplus, which L-BFGS only approaches (here to
+    within 2e-12). A ranker that explains nothing scores the positions' likelihood exactly,
+    computed here by a loop over rows from each position's click rate."""
+    _, vali = pbm_logs
+    x, clicks, sizes, position = vali.sessions.features, vali.clicks, vali.sessions.sizes, vali.position
+    metric = ClickLikelihood(x, clicks, sizes, position, n_positions=5)
+    bucket = position.clamp(max=4)
+    rate = {b: float(clicks[bucket == b].double().mean()) for b in range(5) if bool((bucket == b).any())}
+    floor = sum(math.log(rate[int(b)]) if c else math.log(1 - rate[int(b)])
+                for b, c in zip(bucket.tolist(), clicks.tolist())) / len(clicks)
+    w = torch.tensor([1.0, -0.5, 0.2, 0.0, 0.3, 0.1])
+    assert metric(lambda f: -(f @ w)) == pytest.approx(floor, abs=1e-12)  # anti-ordered: the floor
+    assert metric(lambda f: torch.zeros(len(f))) == pytest.approx(floor, abs=1e-12)
+    assert metric(lambda f: f @ w) > floor + 1e-3  # an informative ranker is above it
+
+
 # -- LambdaMART's modes ----------------------------------------------------------------------------
 def test_position_bias_step_matches_a_float64_loop(pbm_logs):
     train, _ = pbm_logs
