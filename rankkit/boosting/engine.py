@@ -158,6 +158,7 @@ class BoostingEngine:
         # seeded trees there.
         self.device_generator = torch.Generator(device=self.device)  # seeded at every round too
         self.n_rounds = start_round
+        self.governor: threads.ThreadGovernor | None = None  # set by a Lightning module's fit
         self.trees: list[Tree] = []  # the host trees of this run, without their leaf index
         self.eval_sets: list[_EvalSet] = []
         self.history: dict[str, dict[str, list[float]]] = {}
@@ -246,7 +247,12 @@ class BoostingEngine:
     def update(self) -> Tree:
         """Grow one tree, add it to the scores of the training and eval sets, and score them."""
         c = self.config
-        threads.tick()  # fewer threads while other processes hold the cores (n_jobs=None)
+        # Fewer threads while other processes hold the cores (n_jobs=None): the governor of the
+        # Lightning fit that owns this engine, or of the estimator's threads() block.
+        if self.governor is not None:
+            self.governor.tick()
+        else:
+            threads.tick()
         self._seed_round()
         scores = self.scores if self.position_bias is None else self.scores + self.position_bias[self.bucket]
         try:

@@ -26,7 +26,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from rankkit.infra import checks as _checks, quiet as _quiet
+from rankkit.infra import checks as _checks, quiet as _quiet, threads as _threads
 from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
 from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.boosting.config import BoosterConfig
@@ -149,9 +149,23 @@ class LambdaMARTModule(pl.LightningModule):
 
     def teardown(self, stage: str) -> None:
         _quiet.release(self)
+        self._end_threads()
 
     def on_fit_start(self) -> None:
         self._engine = self._engine_data = self._click_criterion = None
+        self._end_threads()
+        # A busy machine takes threads away from the rounds, as in LambdaMART.fit (n_jobs=None);
+        # the engine ticks this fit's own governor, and the count is put back when the fit ends.
+        self._threads_before = torch.get_num_threads()
+        self._governor = _threads.ThreadGovernor() if self._threads_before > 1 else None
+
+    def on_fit_end(self) -> None:
+        self._end_threads()
+
+    def _end_threads(self) -> None:
+        before, self._threads_before, self._governor = getattr(self, "_threads_before", None), None, None
+        if before is not None and torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
     def training_step(self, batch: RankingDataset, batch_idx: int) -> None:
         if not isinstance(batch, RankingDataset):
@@ -177,6 +191,7 @@ class LambdaMARTModule(pl.LightningModule):
         self._engine = BoostingEngine(train.features, train.labels, train.sizes, self.config,
                                       device=self.device, start_round=self.current_epoch,
                                       init_scores=init_scores, positions=self._positions(train))
+        self._engine.governor = getattr(self, "_governor", None)
         self._engine_data = train
         self.backend_ = self._engine.backend.name  # the kernels of this fit ("cpu", "triton", "torch")
         expected = self.hparams.n_features

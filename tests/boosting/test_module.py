@@ -131,3 +131,29 @@ def test_a_click_trained_module_logs_how_well_it_explains_its_validation_clicks(
     assert float(logged_shifted["val/click_likelihood"]) == float(logged["val/click_likelihood"])
     _, naive = fit(folder)  # not trained on clicks: no click criterion
     assert "val/click_likelihood" not in naive and "val/ndcg@10" in naive
+
+
+def test_a_lightning_fit_of_the_module_is_governed_like_the_estimators(tmp_path, monkeypatch):
+    """Issue 53: the module's rounds give threads up on a busy machine too; the count is back
+    after the fit."""
+    import pytorch_lightning as pl
+
+    import rankkit.infra.threads as T
+    from rankkit.boosting import LambdaMARTModule
+    from rankkit.training.datamodule import RankingDataModule
+
+    ticks = []
+    monkeypatch.setattr(T.ThreadGovernor, "tick", lambda self: (ticks.append(self), torch.set_num_threads(1)))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False, default_root_dir=tmp_path)
+        trainer.fit(LambdaMARTModule(depth=2, min_data_in_leaf=3),
+                    datamodule=RankingDataModule.from_datasets(small_set(0), small_set(1)))
+        assert len(ticks) == 3 and len({id(g) for g in ticks}) == 1  # one governor, ticked each round
+        assert torch.get_num_threads() == 2  # restored
+        T.tick()
+        assert len(ticks) == 3  # ended with the fit
+    finally:
+        torch.set_num_threads(before)
