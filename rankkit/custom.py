@@ -720,17 +720,20 @@ class PairwiseLoss(TorchLoss):
             self._plan = (mask, labels, chunks)
         return chunks
 
-    def _pair_weights(self, chunk, mask, weights, top) -> torch.Tensor | None:
+    def _pair_weights(self, chunk, weights, top, counts) -> torch.Tensor | None:
         """[p] the pairs' factors (the mean of the two documents' weights, the built-in kernel's
-        rule; 0 outside the top k), or None where every factor is 1."""
-        first, second, _ = chunk
+        rule; 0 outside the top k; over the query's pair count with ``counts``), or None where
+        every factor is 1."""
+        first, second, query = chunk
         factor = None
         if weights is not None:
             w = weights.detach().reshape(-1).to(torch.float64)
             factor = (w[first] + w[second]) * 0.5
         if top is not None:
-            inside = (top[first] | top[second]).to(torch.float64)
+            inside = _inside(top, first, second)
             factor = inside if factor is None else factor * inside
+        if counts is not None:
+            factor = 1.0 / counts[query] if factor is None else factor / counts[query]
         return factor
 
     def _top(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
@@ -748,7 +751,7 @@ class PairwiseLoss(TorchLoss):
         count = torch.zeros(n_queries, dtype=torch.float64, device=mask.device)
         for first, second, query in chunks:
             inside = torch.ones(len(query), dtype=torch.float64, device=mask.device) if top is None else \
-                (top[first] | top[second]).to(torch.float64)
+                _inside(top, first, second)
             count.index_add_(0, query, inside)
         return count.clamp(min=1)
 
@@ -776,9 +779,7 @@ class PairwiseLoss(TorchLoss):
         loss = torch.zeros(len(scores), dtype=scores.dtype, device=scores.device)
         for chunk in chunks:
             first, second, query = chunk
-            factor = self._pair_weights(chunk, mask, None, top)
-            if counts is not None:
-                factor = (1.0 / counts[query]) if factor is None else factor / counts[query]
+            factor = self._pair_weights(chunk, None, top, counts)
             ell = self._evaluate(flat_s[first] - flat_s[second], flat_y[first], flat_y[second], factor)
             loss = loss.index_add(0, query, ell.to(loss.dtype))
         return loss
@@ -843,9 +844,7 @@ class PairwiseLoss(TorchLoss):
         loss = torch.zeros(len(s), dtype=torch.float64, device=s.device)
         for chunk in chunks:
             first, second, query = chunk
-            factor = self._pair_weights(chunk, mask, weights, top)
-            if counts is not None:
-                factor = (1.0 / counts[query]) if factor is None else factor / counts[query]
+            factor = self._pair_weights(chunk, weights, top, counts)
             d1, d2, ell = self._derivatives(flat_s[first] - flat_s[second], flat_y[first].to(torch.float64),
                                             flat_y[second].to(torch.float64), factor, hessian)
             grad.index_add_(0, first, d1)
@@ -901,6 +900,11 @@ def _is_declared(loss: "PairwiseLoss") -> bool:
     for part in (getattr(loss.fn, "__qualname__", None) or "<none>").split("."):
         target = getattr(target, part, None)
     return isinstance(target, PairwiseLoss) and target.fn is loss.fn and target.settings() == loss.settings()
+
+
+def _inside(top: torch.Tensor, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """[p] 1.0 for the pairs with a document in the top k, else 0.0."""
+    return (top[first] | top[second]).to(torch.float64)
 
 
 def _keyword_names(fn) -> set[str]:
