@@ -39,8 +39,10 @@ test: venv
 docs: venv
 	$(PY) experiments/regenerate_docs.py $(if $(SECTIONS),$(subst $(comma), ,$(SECTIONS)),--all)
 
+# ruff, then mypy on how the front ends are called (pyproject.toml's [tool.mypy]: tests/typecheck/).
 lint: venv
 	$(VENV)/bin/ruff check rankkit tests experiments
+	$(VENV)/bin/mypy
 
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -5,6 +5,7 @@ Heavy submodules (Lightning, the booster) load on first use, so ``import rankkit
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,26 @@ _EXPORTS = {
     "PropensityEstimator": "rankkit.unbiased",
     "simulate_clicks": "rankkit.data.clicks",
 }
+
+if TYPE_CHECKING:  # what a type checker and an IDE read: _EXPORTS's names (tests/test_api.py checks)
+    from rankkit.data.dataset import PaddedBatch, RankingDataset
+    from rankkit.data.svmlight import read_svmlight
+    from rankkit.data.bundled import load_mq2008
+    from rankkit.data.synthetic import make_synthetic
+    from rankkit.data.fetch import fetch_mslr_web10k, fetch_mslr_web30k
+    from rankkit.training.datamodule import RankingDataModule
+    from rankkit.lambdas import lambda_gradients
+    from rankkit.losses import objective_gradients
+    from rankkit.metrics import ERR, MAP, MRR, NDCG, average_precision, dcg, err, mrr, ndcg, precision, ranking_metrics
+    from rankkit.neural import LambdaRank, MLPScorer, RankNet, lambda_loss
+    from rankkit.boosting.booster import LambdaMART
+    from rankkit.boosting.module import LambdaMARTModule
+    from rankkit.boosting.ensemble import ObliviousEnsemble
+    from rankkit.boosting.binning import QuantileBinner
+    from rankkit.export import export_onnx, export_program, export_torchscript, load_scorer
+    from rankkit.serving import load_model, predict_file
+    from rankkit.unbiased import PropensityEstimator
+    from rankkit.data.clicks import simulate_clicks
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

@@ -4,9 +4,14 @@
 (the exported nn.Module), ``objectives`` (kernel gradients, metrics), ``booster`` (the
 scikit-learn estimator) and ``module`` (the LightningModule). Never imports ``rankkit.neural``.
 """
+from typing import TYPE_CHECKING
+
 from rankkit.boosting.binning import QuantileBinner
 from rankkit.boosting.booster import LambdaMART
 from rankkit.boosting.ensemble import ObliviousEnsemble
+
+if TYPE_CHECKING:  # a type checker sees the class __getattr__ loads on first use
+    from rankkit.boosting.module import LambdaMARTModule
 
 __all__ = ["LambdaMART", "LambdaMARTModule", "ObliviousEnsemble", "QuantileBinner"]
 

@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, fields, replace
 from functools import partial, wraps
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from rankkit.custom import RecordedName, is_custom, qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
 from rankkit.infra.io import atomic_write
-from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
+from rankkit.infra.params import check_all, declared, hyperparameter, with_args
 from rankkit.infra.threads import resolve_n_jobs, threads
 from rankkit.metrics import ndcg
 from rankkit.unbiased import PositionIds
@@ -116,11 +116,6 @@ PARAMS = declared(BoosterConfig)[:1] + declared(EstimatorOptions)[:1] + declared
     declared(EstimatorOptions)[1:]
 
 
-def _store(estimator, params: dict) -> None:
-    for name, value in params.items():
-        setattr(estimator, name, value)
-
-
 def _on_threads(method):
     """Run an estimator method on ``self.n_jobs`` threads (see :func:`rankkit.infra.threads.threads`)."""
     @wraps(method)
@@ -175,7 +170,55 @@ class LambdaMART(BaseEstimator):
     (200,)
     """
 
-    __init__ = make_init(PARAMS, _store, "LambdaMART", positional=1)  # scikit-learn's rule: store, no logic
+    # Written out, as scikit-learn's estimators are: the parameters of BoosterConfig and
+    # EstimatorOptions in PARAMS's order (tests/infra/test_params.py compares them), stored
+    # as given; fit checks them.
+    def __init__(self, objective: Any = "lambdarank", *, n_estimators: int = 100, hessian: str = "exact",
+                 depth: int = 6, learning_rate: float = 0.1, l2: float = 1.0, min_data_in_leaf: int = 20,
+                 min_sum_hessian: float = 0.001, weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
+                 gain: str = "exp", normalize: bool = False, subsample: float = 1.0, colsample: float = 1.0,
+                 bagging_temperature: float = 0.0, random_strength: float = 0.0, exact_newton: bool = False,
+                 quantized_grad: bool = False, num_grad_quant_bins: int = 4, max_bins: int = 255,
+                 eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None, early_stopping_window: int = 1,
+                 seed: int = 0, unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
+                 pool_positions: bool = False, position_bias_regularization: float = 0.0,
+                 propensity_clip: float | None = 10.0, device: str = "cpu", verbose: int = 0, n_jobs: int | None = None,
+                 random_state: int | None = None) -> None:
+        self.objective = objective
+        self.n_estimators = n_estimators
+        self.hessian = hessian
+        self.depth = depth
+        self.learning_rate = learning_rate
+        self.l2 = l2
+        self.min_data_in_leaf = min_data_in_leaf
+        self.min_sum_hessian = min_sum_hessian
+        self.weighting = weighting
+        self.k = k
+        self.sigma = sigma
+        self.gain = gain
+        self.normalize = normalize
+        self.subsample = subsample
+        self.colsample = colsample
+        self.bagging_temperature = bagging_temperature
+        self.random_strength = random_strength
+        self.exact_newton = exact_newton
+        self.quantized_grad = quantized_grad
+        self.num_grad_quant_bins = num_grad_quant_bins
+        self.max_bins = max_bins
+        self.eval_metric = eval_metric
+        self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping_window = early_stopping_window
+        self.seed = seed
+        self.unbiased = unbiased
+        self.bias_p = bias_p
+        self.n_positions = n_positions
+        self.pool_positions = pool_positions
+        self.position_bias_regularization = position_bias_regularization
+        self.propensity_clip = propensity_clip
+        self.device = device
+        self.verbose = verbose
+        self.n_jobs = n_jobs
+        self.random_state = random_state
 
 
     # -- fitting ------------------------------------------------------------------------------

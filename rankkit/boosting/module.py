@@ -27,7 +27,7 @@ import pytorch_lightning as pl
 import torch
 
 from rankkit.infra import checks as _checks, quiet as _quiet, threads as _threads
-from rankkit.infra.params import check_all, declared, hyperparameter, make_init, with_args
+from rankkit.infra.params import check_all, declared, hyperparameter, with_args
 from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
@@ -102,8 +102,23 @@ class LambdaMARTModule(pl.LightningModule):
     #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
     load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
+    # Written out: PARAMS in order (tests/infra/test_params.py compares them). Lightning's
+    # save_hyperparameters reads them from this frame, which names its class by the cell below.
+    def __init__(self, objective: str = "lambdarank", *, hessian: str = "exact", depth: int = 6,
+                 learning_rate: float = 0.1, l2: float = 1.0, min_data_in_leaf: int = 20,
+                 min_sum_hessian: float = 0.001, weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
+                 gain: str = "exp", normalize: bool = False, subsample: float = 1.0, colsample: float = 1.0,
+                 bagging_temperature: float = 0.0, random_strength: float = 0.0, exact_newton: bool = False,
+                 quantized_grad: bool = False, num_grad_quant_bins: int = 4, max_bins: int = 255, seed: int = 0,
+                 unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10, pool_positions: bool = False,
+                 position_bias_regularization: float = 0.0, propensity_clip: float | None = 10.0,
+                 n_features: int | None = None) -> None:
+        __class__  # noqa: B018 -- the cell Lightning reads
+        self._init(locals())
+
     def _init(self, params: dict) -> None:
         super().__init__()
+        params = {p.name: params[p.name] for p in PARAMS}
         check_all(ModuleOptions(n_features=params["n_features"]))
         self.config = BoosterConfig.from_params(params)
         if self.config.unbiased == "auto":
@@ -287,6 +302,4 @@ class LambdaMARTModule(pl.LightningModule):
                                         torch.full((n_trees, depth), torch.inf), torch.zeros(n_trees, 1 << depth))
 
 
-LambdaMARTModule.__init__ = make_init(PARAMS, LambdaMARTModule._init, "LambdaMARTModule", positional=1,
-                                      owner=LambdaMARTModule)
 LambdaMARTModule.__doc__ = with_args(LambdaMARTModule.__doc__, PARAMS)

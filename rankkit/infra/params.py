@@ -1,20 +1,16 @@
 """Hyper-parameters declared once: a dataclass field with its default, range and docstring, from
-which every front end derives its ``__init__`` and its documentation.
+which every front end derives its documentation and against which its signature is checked.
 
-A declaration is a dataclass whose fields are made by :func:`hyperparameter`. :func:`make_init`
-turns a list of them into an ``__init__`` with a real signature (what scikit-learn's
-``get_params``, Lightning's ``save_hyperparameters`` and LightningCLI's parser read), as
-:mod:`dataclasses` writes one; :func:`args_section` writes the ``Args:`` section of a front
-end's docstring from the same fields.
+A declaration is a dataclass whose fields are made by :func:`hyperparameter`. Each front end
+writes its ``__init__`` out, as scikit-learn's estimators do, so that a reader, an IDE and a type
+checker see every parameter; tests/infra/test_params.py holds each signature to the declaration
+(names, order, kinds, defaults, annotations). :func:`args_section` writes the ``Args:`` section of
+a front end's docstring from the same fields.
 
 >>> from dataclasses import dataclass
 >>> @dataclass
 ... class Config:
 ...     depth: int = hyperparameter(6, "levels of every tree.", check=lambda v, name: None)
->>> class Model:
-...     __init__ = make_init(declared(Config), lambda self, params: vars(self).update(params), "Model")
->>> Model(depth=3).depth
-3
 >>> print(args_section(declared(Config)), end="")
     depth: levels of every tree.
 """
@@ -75,40 +71,6 @@ def check_all(config) -> None:
     for f in fields(config):
         if f.metadata.get("check") is not None:
             f.metadata["check"](getattr(config, f.name), f.name)
-
-
-def make_init(params: list[Hyperparameter], body: Callable[[Any, dict], None], qualname: str, *,
-              positional: int = 0, owner: type | None = None) -> Callable:
-    """``__init__(self, p_0, ..., *, p_n=default_n, ...)`` calling ``body(self, {name: value})``.
-
-    The first ``positional`` parameters may be given by position, the rest by keyword only.
-    The function carries the declared defaults and annotations, so ``inspect.signature`` (and
-    whatever reads it) sees every parameter. With ``owner`` (the class, once it exists) the
-    function's frame holds ``__class__`` as a method's does, so that Lightning's
-    ``save_hyperparameters(frame=...)`` reads the parameters from it.
-    """
-    names = [p.name for p in params]
-    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
-        raise ValueError(f"hyper-parameter names have to be distinct identifiers, got {names}")
-    head = [f"{n}=__defaults[{n!r}]" for n in names]
-    if len(names) > positional:
-        head.insert(positional, "*")
-    # A list or dict default is copied for each call, so that no instance shares (and mutates) it.
-    copies = "".join(f"        if {p.name} is __defaults[{p.name!r}]: {p.name} = type({p.name})({p.name})\n"
-                     for p in params if isinstance(p.default, (list, dict)))
-    source = (f"def __factory(__class__):\n"
-              f"    def __init__(self, {', '.join(head)}):\n"
-              f"        __class__  # a method's cell (see above)\n"
-              + copies +
-              f"        __body(self, {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n"
-              f"    return __init__\n")
-    namespace = {"__defaults": {p.name: p.default for p in params}, "__body": body}
-    exec(source, namespace)  # noqa: S102 -- a signature built from the declared names, as dataclasses do
-    init = namespace["__factory"](owner)
-    init.__qualname__ = f"{qualname}.__init__"
-    init.__module__ = owner.__module__ if owner is not None else getattr(body, "__module__", None)
-    init.__annotations__ = {p.name: p.annotation for p in params}
-    return init
 
 
 def with_args(doc: str | None, params: list[Hyperparameter]) -> str | None:

@@ -10,7 +10,6 @@ import copy
 import inspect
 import math
 import warnings
-from dataclasses import replace
 from typing import Any
 
 import pytorch_lightning as pl
@@ -22,7 +21,7 @@ from rankkit.custom import GradientObjective, RecordedName, check_spec, fresh, i
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.infra import quiet as _quiet
-from rankkit.infra.params import check_all, declared, make_init, with_args
+from rankkit.infra.params import check_all, declared, with_args
 from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.lambdas import lambda_gradients
 from rankkit.losses import LISTWISE, OBJECTIVES
@@ -144,9 +143,25 @@ class NeuralRanker(pl.LightningModule):
     #: Lightning's loader behind rankkit's checks (a local file, weights_only, allow-listed sizes).
     load_from_checkpoint = classmethod(guarded_load_from_checkpoint)
 
+    # Written out: PARAMS in order (tests/infra/test_params.py compares them); LambdaRank's differs
+    # in `weighting` only. Lightning's save_hyperparameters reads them from this frame, which names
+    # its class by the cell below.
+    def __init__(self, n_features: int | None = None, *,
+                 hidden: list[int] = [128, 64],  # noqa: B006 -- never mutated; hparams hold a copy
+                 activation: str = "relu", dropout: float = 0.1, norm: str = "none", log1p: bool = True,
+                 standardize: bool = True, weighting: str = "ranknet", k: int | None = None, sigma: float = 1.0,
+                 normalize: bool = False,
+                 reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
+                 scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
+                 objective: str | None = None, loss: str | None = None, unbiased: bool | str = False,
+                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
+        __class__  # noqa: B018 -- the cell Lightning reads
+        self._init(locals())
+
     def _init(self, params: dict) -> None:
         super().__init__()
-        params = objective_alias(params)
+        params = objective_alias({p.name: params[p.name] for p in PARAMS})
         o = NeuralConfig(**params)
         custom = o.loss is not None and is_custom(o.loss)
         self._check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options)
@@ -178,6 +193,8 @@ class NeuralRanker(pl.LightningModule):
         if o.noise > 0:
             _set_noise(scorer, o.noise)
         self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s
+        for key in ("hidden", "loss_options"):  # not the signature's default list, which every call shares
+            self.hparams[key] = copy.deepcopy(self.hparams[key])
         # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
         # its qualified name as text (a checkpoint holds no code; loading one never imports it).
         # A loss read from a checkpoint (RecordedName) is kept as such: training refuses to import it.
@@ -555,16 +572,21 @@ class LambdaRank(NeuralRanker):
 
     weighting_choices = ("ndcg", "map", "err")
 
-
-def _derive(cls: type, **defaults) -> None:
-    """``cls.__init__`` and its docstring's ``Args:`` from :class:`NeuralConfig`, with ``defaults``."""
-    params = [replace(p, default=defaults.get(p.name, p.default)) for p in PARAMS]
-    cls.__init__ = make_init(params, NeuralRanker._init, cls.__name__, positional=1, owner=cls)
-    cls.__doc__ = with_args(cls.__doc__, params)
+    def __init__(self, n_features: int | None = None, *,
+                 hidden: list[int] = [128, 64],  # noqa: B006 -- never mutated; hparams hold a copy
+                 activation: str = "relu", dropout: float = 0.1, norm: str = "none", log1p: bool = True,
+                 standardize: bool = True, weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
+                 normalize: bool = False,
+                 reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
+                 scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
+                 objective: str | None = None, loss: str | None = None, unbiased: bool | str = False,
+                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
+        __class__  # noqa: B018 -- the cell Lightning reads
+        self._init(locals())
 
 
 #: The modules' hyper-parameters, in the order of their signatures.
 PARAMS = declared(NeuralConfig)
-_derive(NeuralRanker)
-_derive(RankNet, weighting="ranknet")
-_derive(LambdaRank, weighting="ndcg")
+for _cls in (NeuralRanker, RankNet, LambdaRank):
+    _cls.__doc__ = with_args(_cls.__doc__, PARAMS)
