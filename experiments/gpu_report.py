@@ -312,7 +312,7 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "`LambdaMART(device=\"cuda\")` grows its trees with `grow_levels_triton` and updates the "
         "training and eval scores with `score_update`; `rankkit.lambdas` routes RankNet / NDCG "
         "lambdas (the loss included) to the Triton kernels, for the booster and the neural "
-        "loss alike. Tests: `tests/kernels/triton/test_triton.py` (lambdas, histogram, sm_90 compiles), "
+        "loss alike. Tests: `tests/kernels/triton/test_lambdas.py`, `test_histogram.py` and `test_aot.py` (lambdas, histogram, sm_90 compiles), "
         "`tests/kernels/triton/test_tree.py` (the fused levels grow the torch path's levels; a boosting "
         "run on the Triton lambdas and levels grows the reference trees, bit for bit with "
         "`quantized_grad`), `tests/kernels/triton/test_backend_first_contact.py` (device generators).",

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rankkit.data import PaddedBatch, RankingDataset, concat, make_synthetic
-from rankkit.training.clicks import production_ranker, production_scores
+from rankkit.training.clicks import production_ranker
 from rankkit.data.clicks import (
     CascadeModel,
     PositionBasedModel,
@@ -107,15 +107,6 @@ def test_cascade_click_rates(graded, stop):
     if stop == 1.0:
         per_session = torch.segment_reduce(log.clicks, "sum", lengths=log.sessions.sizes)
         assert float(per_session.max()) == 1.0  # the classic cascade clicks at most once
-
-
-def test_production_ranker(graded):
-    ranker = production_ranker(graded, fraction=0.05, n_estimators=5, depth=3, min_data_in_leaf=5)
-    scores = production_scores(ranker, graded)
-    assert scores.shape == (graded.n_docs,) and scores.dtype == torch.float32
-    assert bool(torch.isfinite(scores).all()) and float(scores.std()) > 0
-    log = simulate_clicks(graded, scores, sessions_per_query=2)
-    assert log.n_sessions == 2 * graded.n_queries
 
 
 # -- positions as data ---------------------------------------------------------------------------

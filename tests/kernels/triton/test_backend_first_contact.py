@@ -8,7 +8,7 @@ simulation made every generator a CPU one and so hid it.
   noise, quantized gradients' stochastic rounding, XE-NDCG's random targets) fits on it.
 
 (The Triton kernels' own first-contact checks -- float64 compiles, the left-out node, relaxed
-atomics -- are in tests/kernels/triton/test_triton.py.)
+atomics -- are in tests/kernels/triton/test_histogram.py and test_lambdas.py.)
 """
 from __future__ import annotations
 
