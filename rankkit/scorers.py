@@ -355,3 +355,59 @@ class MeanEnsemble(nn.Module):
         for member in self.point_members:
             total = total + member(features)
         return total / self.n_members
+
+
+# -- the scorer a neural ranker builds from its hyper-parameters ------------------------------------
+def default_scorer(n_features: int | None, *, architecture: str, hidden, activation: str, dropout: float,
+                   norm: str, log1p: bool, standardize: bool, heads: int, layers: int,
+                   latent_cross: bool) -> nn.Module:
+    """The scorer a :class:`NeuralRanker` builds when none is passed in: an
+    :class:`~rankkit.scorers.MLPScorer` or a :class:`~rankkit.scorers.TransformerScorer`."""
+    if n_features is None:
+        raise ValueError("pass `n_features` (for the default MLP scorer) or `scorer` (an nn.Module)")
+    n = _checks.check_int(n_features, "n_features")
+    if architecture == "transformer":
+        return TransformerScorer(n, tuple(hidden), heads=heads, layers=layers, activation=activation,
+                                 dropout=dropout, latent_cross=latent_cross, log1p=log1p, standardize=standardize)
+    return MLPScorer(n, tuple(hidden), activation=activation, dropout=dropout, norm=norm, log1p=log1p,
+                     standardize=standardize)
+
+
+def set_noise(scorer: nn.Module, noise: float) -> None:
+    """DASALC's training noise σ on every FeaturePreprocessor of ``scorer``."""
+    preprocessors = [m for m in scorer.modules() if isinstance(m, FeaturePreprocessor)]
+    if not preprocessors:
+        raise ValueError(f"`noise` is added by the scorer's FeaturePreprocessor, and the scorer "
+                         f"{type(scorer).__name__} has none")
+    for pre in preprocessors:
+        pre.noise = float(noise)
+
+
+def neural_scorer(o) -> nn.Module:
+    """The scorer of a neural ranker's settings ``o`` (:class:`rankkit.neural.config.NeuralConfig`):
+    ``o.scorer`` when given, else :func:`default_scorer` of the architecture settings; with
+    ``o.noise`` its preprocessing's training noise set."""
+    scorer = o.scorer
+    if scorer is None:
+        scorer = default_scorer(o.n_features, architecture=o.architecture, hidden=o.hidden, activation=o.activation,
+                                dropout=o.dropout, norm=o.norm, log1p=o.log1p, standardize=o.standardize,
+                                heads=o.heads, layers=o.layers, latent_cross=o.latent_cross)
+    elif not isinstance(scorer, nn.Module):
+        raise ValueError(f"`scorer` has to be an nn.Module, got {_checks.describe(scorer)}")
+    if o.noise > 0:
+        set_noise(scorer, o.noise)
+    return scorer
+
+
+def fit_preprocessors(scorers: list[nn.Module], features, *, reduce=lambda t: t, refit: bool = False) -> bool:
+    """Fit the :class:`FeaturePreprocessor` s of ``scorers``: on ``features`` [N, F] (a tensor), or
+    streamed from ``features()`` (a callable giving [n, F] chunks, sums combined by ``reduce``).
+    Only the unfitted ones unless ``refit``; returns whether any was fitted."""
+    todo = [m for scorer in scorers for m in scorer.modules()
+            if isinstance(m, FeaturePreprocessor) and (refit or not m.is_fitted)]
+    for pre in todo:
+        if callable(features):
+            pre.fit_stream(features, reduce=reduce)
+        else:
+            pre.fit(features)
+    return bool(todo)

@@ -290,3 +290,39 @@ def test_the_module_remembers_the_feature_count_it_trained_on(tmp_path, tiny_dat
     with torch.no_grad():
         torch.testing.assert_close(load_scorer(tmp_path / "m.pt2", trust_torchscript=True)(x, mask),
                                    restored.eval()(x, mask))
+
+
+def test_a_neural_rankers_scorer_is_built_from_its_settings():
+    from rankkit.neural.config import NeuralConfig
+    from rankkit.scorers import FeaturePreprocessor, MLPScorer, TransformerScorer, neural_scorer
+
+    assert isinstance(neural_scorer(NeuralConfig(n_features=4)), MLPScorer)
+    transformer = neural_scorer(NeuralConfig(n_features=4, architecture="transformer", noise=0.5))
+    assert isinstance(transformer, TransformerScorer)
+    assert {m.noise for m in transformer.modules() if isinstance(m, FeaturePreprocessor)} == {0.5}
+    given = torch.nn.Linear(4, 1)
+    assert neural_scorer(NeuralConfig(scorer=given)) is given
+    with pytest.raises(ValueError, match="`scorer` has to be an nn.Module"):
+        neural_scorer(NeuralConfig(scorer="mlp"))
+    with pytest.raises(ValueError, match="pass `n_features`"):
+        neural_scorer(NeuralConfig())
+    with pytest.raises(ValueError, match="has none"):
+        neural_scorer(NeuralConfig(scorer=given, noise=0.1))
+
+
+def test_preprocessors_fitted_streamed_or_whole_agree_and_only_the_unfitted_are_fitted():
+    from rankkit.scorers import FeaturePreprocessor, MLPScorer, fit_preprocessors
+
+    x = torch.randn(500, 4, generator=torch.Generator().manual_seed(0)).exp()
+    whole, streamed = MLPScorer(4, (8,)), MLPScorer(4, (8,))
+    assert fit_preprocessors([whole], x) and fit_preprocessors([streamed], lambda: iter(x.split(64)))
+    pre = [m for m in whole.modules() if isinstance(m, FeaturePreprocessor)]
+    pre_streamed = [m for m in streamed.modules() if isinstance(m, FeaturePreprocessor)]
+    assert len(pre) == 1
+    for (key, a), b in zip(pre[0].state_dict().items(), pre_streamed[0].state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=key)
+    assert not fit_preprocessors([whole], x * 100)  # fitted already: left as it is
+    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in pre]
+    assert fit_preprocessors([whole], x * 100, refit=True)
+    after = [m.state_dict() for m in pre]
+    assert any(not torch.equal(b[k], a[k]) for b, a in zip(before, after) for k in b if b[k].is_floating_point())

@@ -31,17 +31,25 @@ best one the rest ((C + 3) / 3 = 2.33 times the batches of one fit for C = 4 can
 """
 from __future__ import annotations
 
+import copy
+import math
+
 import torch
 from torch import nn
-
-import math
 
 from rankkit.infra import checks as _checks
 from rankkit.click_metric import explained_clicks
 from rankkit.data.dataset import PaddedBatch
+from rankkit.losses import LISTWISE
 from rankkit.scorers import score_lists
+from rankkit.unbiased import PositionIds, PropensityEstimator
 
-__all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "DebiasingRace", "DualLearning", "PositionBias"]
+__all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "ClickDebiasing", "DebiasingRace", "DualLearning", "PositionBias"]
+
+# Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
+# pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
+# of about ten batches), so that one small batch cannot swing them.
+BIAS_COST_DECAY = 0.9
 
 #: The ``unbiased`` settings of the neural rankers.
 NEURAL_UNBIASED = (False, True, "position", "dla", "auto")
@@ -219,3 +227,128 @@ class DebiasingRace(nn.Module):
         self.scores_ = dict(state["scores"])
         self.choice_ = state["choice"]
         self.discard()
+
+    @classmethod
+    def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":
+        """``unbiased="auto"``'s candidates for ``module``: copies of it, one per debiasing of
+        :data:`NEURAL_AUTO`, with the same settings and a copy of ``scorer`` each."""
+        h = module.hparams
+        same = {name: h[name] for name in (
+            "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
+            "normalize", "reduction", "optimizer", "lr", "weight_decay", "scheduler", "loss", "n_positions",
+            "loss_options")}
+        return cls({name: type(module)(module.n_features, scorer=copy.deepcopy(scorer), unbiased=mode, bias_p=p,
+                                       **same)
+                    for name, (mode, p) in NEURAL_AUTO.items()}, n_positions)
+
+    def validate(self, module, batches, epoch: int, epochs: int) -> str:
+        """In a plain PyTorch loop: score the candidates on validation click-log ``batches`` after
+        0-based ``epoch`` of ``epochs``, drop the stage's losers, copy the leader into
+        ``module.scorer`` and return its name."""
+        for batch in batches:
+            self.collect(batch)
+        return module._take_leader(self.end_epoch(epoch, epochs))
+
+    def end_validation(self, module) -> None:
+        """At a Lightning validation epoch's end: decide the stage, copy the leader into
+        ``module.scorer`` and log the leader's validation metrics and explained clicks."""
+        trainer = module.trainer
+        if trainer.sanity_checking:
+            self.discard()
+            return
+        if trainer.max_epochs is None or trainer.max_epochs < 1:
+            raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
+        leader = module._take_leader(self.end_epoch(module.current_epoch, trainer.max_epochs))
+        for scores, labels, mask in self.leader_batches_:
+            module.val_metrics.update(scores, labels, mask)
+        for name, metric in module.val_metrics.items():
+            module.log(name, metric.compute(), prog_bar=name.endswith("/ndcg@10"))
+        module.val_metrics.reset()
+        module.log("val/explained_clicks", self.scores_[leader], prog_bar=True)
+
+
+class ClickDebiasing:
+    """What ``unbiased=True`` adds to a neural ranker's objective, and the position ids every
+    ``unbiased`` setting reads: the click-bias estimator of Unbiased LambdaRank
+    (:class:`rankkit.unbiased.PropensityEstimator`, re-estimated after every batch from the
+    decayed pair costs of the recent batches), and the training data's position ids
+    (:class:`rankkit.unbiased.PositionIds`, LightGBM's reading: 0- or 1-based or sparse ids train
+    the same model).
+
+    Args:
+        unbiased: the checked setting (False, True, "position", "dla" or "auto").
+        bias_p, n_positions, sigma, k: the estimator's (``unbiased=True`` only).
+        objective: the objective's name (``loss``, else ``weighting``): it has to be pairwise.
+    """
+
+    def __init__(self, unbiased, *, bias_p: float, n_positions: int, objective: str, sigma: float, k: int | None):
+        self.unbiased, self.n_positions = unbiased, n_positions
+        self.propensity: PropensityEstimator | None = None
+        if unbiased is True:
+            _checks.check_number(bias_p, "bias_p", low=0)
+            _checks.check_int(n_positions, "n_positions")
+            if objective in LISTWISE:
+                raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got loss={objective!r}")
+            self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=sigma, k=k,
+                                                  weighting="ranknet" if objective == "ranknet" else "ndcg")
+        self.costs = None if self.propensity is None else self.propensity.costs.clone()
+        self.position_ids: PositionIds | None = None
+
+    def positions(self, batch: PaddedBatch) -> torch.Tensor:
+        """The batch's displayed positions [Q, L], which every ``unbiased`` setting needs."""
+        if batch.position is None:
+            raise ValueError(f"`unbiased={self.unbiased!r}` needs the documents' displayed positions: the "
+                             f"training batch has no `position` (train on a dataset with `position=`, e.g. "
+                             f"ClickLog.sessions)")
+        return batch.position
+
+    def pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""
+        self.positions(batch)
+        est = self.propensity
+        est.accumulate(scores.detach(), batch.labels, batch.position, batch.mask)
+        self.costs = BIAS_COST_DECAY * self.costs + est.costs
+        est.costs = self.costs.clone()
+        est.step()
+        return est.pair_factors(batch.position, batch.mask, dtype=scores.dtype)
+
+    def read_positions(self, train_set) -> None:
+        """At a fit's start: the position ids of the training data (more distinct ids than
+        ``n_positions`` are refused), which every batch's positions go through (:meth:`map`)."""
+        self.position_ids = None
+        if self.unbiased and getattr(train_set, "position", None) is not None:
+            self.position_ids = PositionIds.of(train_set.position, "the training data's position",
+                                               n_positions=self.n_positions)
+
+    def map(self, batch):
+        """``batch`` with its positions read through the training data's ids."""
+        ids = self.position_ids
+        if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None:
+            return batch
+        position = torch.zeros_like(batch.position)
+        position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")
+        return batch._replace(position=position)
+
+    def propensities(self, dla=None) -> dict[str, torch.Tensor] | None:
+        """With ``unbiased=True``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
+        (float64, position 0 = 1), the learned position biases; with ``"dla"`` (its
+        :class:`DualLearning` given), the propensity model's exp(φ_k − φ_0) as ``"clicked"`` (and
+        ones); None otherwise."""
+        if dla is not None:
+            return {"clicked": dla.propensities, "unclicked": torch.ones(dla.n_positions, dtype=torch.float64)}
+        if self.propensity is None:
+            return None
+        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone()}
+
+    def state(self) -> dict | None:
+        """The estimator's biases and decayed costs, for a checkpoint (None without it)."""
+        if self.propensity is None:
+            return None
+        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone(),
+                "costs": self.costs.clone()}
+
+    def load_state(self, state: dict) -> None:
+        if self.propensity is not None:
+            self.propensity.t_plus = state["clicked"].clone()
+            self.propensity.t_minus = state["unclicked"].clone()
+            self.costs = state["costs"].clone()

@@ -66,9 +66,9 @@ def test_the_packaged_configs_and_spaces_name_declared_parameters_in_range(name)
 def test_objective_is_the_neural_rankers_spelling_and_loss_the_old_one_warns_once(monkeypatch):
     import warnings
 
-    import rankkit.neural.module as module
+    import rankkit.neural.objective as objective
 
-    monkeypatch.setattr(module, "_LOSS_WARNED", [False])
+    monkeypatch.setattr(objective, "_LOSS_WARNED", [False])
     new = LambdaRank(5, objective="softmax")
     assert new.hparams["objective"] == new.hparams["loss"] == "softmax"
     with warnings.catch_warnings(record=True) as caught:
@@ -83,6 +83,6 @@ def test_objective_is_the_neural_rankers_spelling_and_loss_the_old_one_warns_onc
     # a checkpoint records both names with one value, and loads without a warning or a refusal
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        monkeypatch.setattr(module, "_LOSS_WARNED", [False])
+        monkeypatch.setattr(objective, "_LOSS_WARNED", [False])
         LambdaRank(5, **{k: new.hparams[k] for k in ("objective", "loss")})
     assert not [w for w in caught if w.category is FutureWarning]

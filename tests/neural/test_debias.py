@@ -4,6 +4,7 @@ scores, a float64 loop of the Dual Learning losses, the click criterion recomput
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
@@ -12,6 +13,7 @@ import torch
 from rankkit.click_metric import ClickLikelihood
 from rankkit.data import make_synthetic
 from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+from rankkit.data.dataset import PaddedBatch
 from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.neural import LambdaRank
@@ -163,3 +165,28 @@ def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
     assert restored.unbiased_choice_ in NEURAL_AUTO
     assert main(["test", "--config", config, *quick, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
     assert "test/ndcg@10" in capsys.readouterr().out
+
+
+def test_click_debiasing_reads_position_ids_weighs_pairs_and_keeps_its_state():
+    from rankkit.neural.debias import ClickDebiasing
+
+    with pytest.raises(ValueError, match="needs a pairwise objective"):
+        ClickDebiasing(True, bias_p=1.0, n_positions=5, objective="softmax", sigma=1.0, k=None)
+    off = ClickDebiasing(False, bias_p=1.0, n_positions=5, objective="ndcg", sigma=1.0, k=None)
+    assert off.propensity is None and off.state() is None and off.propensities() is None
+    on = ClickDebiasing(True, bias_p=1.0, n_positions=5, objective="ndcg", sigma=1.0, k=None)
+    train = SimpleNamespace(position=torch.tensor([1, 2, 3, 1, 2]))  # 1-based ids
+    on.read_positions(train)
+    batch = PaddedBatch(features=torch.zeros(1, 3, 1), labels=torch.tensor([[1.0, 0.0, 0.0]]),
+                        mask=torch.tensor([[True, True, False]]), position=torch.tensor([[1, 2, 9]]))
+    mapped = on.map(batch)
+    assert mapped.position.tolist() == [[0, 1, 0]]  # dense ids; padding 0
+    upper, lower = on.pair_weights(torch.tensor([[0.5, 0.1, 0.0]]), mapped)
+    assert upper.shape == lower.shape == (1, 3) and bool(torch.isfinite(upper).all())
+    state = on.state()
+    other = ClickDebiasing(True, bias_p=1.0, n_positions=5, objective="ndcg", sigma=1.0, k=None)
+    other.load_state(state)
+    assert torch.equal(other.propensities()["clicked"], on.propensities()["clicked"])
+    assert torch.equal(other.costs, on.costs)
+    with pytest.raises(ValueError, match="needs the documents' displayed positions"):
+        on.positions(batch._replace(position=None))

@@ -1,0 +1,202 @@
+"""What a neural ranker minimises, built once from its hyper-parameters.
+
+:func:`neural_objective` checks the objective settings of :class:`rankkit.neural.NeuralRanker`
+(``objective`` (``loss`` is its old spelling), ``weighting``, ``sigma``, ``k``, ``normalize``,
+``reduction``, ``loss_options``) and builds a :class:`NeuralObjective`: one frozen value,
+:class:`ObjectiveSpec`, and the call that turns a batch's scores into the training loss (the
+shared lambda kernel through :func:`rankkit.neural.loss.lambda_loss`, or a custom loss by plain
+autograd). The module adds only the debiasing (pair weights, position models) around it.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rankkit.custom import GradientObjective, RecordedName, check_spec, fresh, is_custom, qualified_name, torch_loss
+from rankkit.data.dataset import PaddedBatch
+from rankkit.infra import checks as _checks
+from rankkit.lambdas import lambda_gradients
+from rankkit.losses import LISTWISE, OBJECTIVES
+from rankkit.neural.config import KERNEL_OPTIONS
+from rankkit.neural.loss import LambdaLoss, _denominator, lambda_loss
+
+#: Objective arguments a ``loss_options`` dict may not set: the batch and what the module supplies
+#: itself (the per-document weights, a query plan, the seeded generator of XE-NDCG and ListMLE,
+#: the unbiased pair weights).
+LOSS_OPTIONS_RESERVED = ("mask", "weights", "plan", "generator", "weighting", "return_loss", "groups",
+                         "pair_weights")
+#: The pairwise kernel's settings that are hyper-parameters of the module itself.
+PAIRWISE_OWN = ("sigma", "k", "normalize")
+
+
+_LOSS_WARNED = [False]
+
+
+def objective_alias(params: dict) -> dict:
+    """``params`` with ``objective`` and ``loss`` both set to the one objective given: ``loss=``
+    is the old spelling (a FutureWarning, once per process); both given and different is refused."""
+    objective, loss = params.get("objective"), params.get("loss")
+    if objective is not None and loss is not None and objective is not loss and \
+            qualified_name(objective) != qualified_name(loss):
+        raise ValueError(f"`loss` is the old spelling of `objective`: give one, got objective={objective!r} and "
+                         f"loss={loss!r}")
+    if loss is not None and objective is None and not _LOSS_WARNED[0]:
+        _LOSS_WARNED[0] = True
+        warnings.warn("`loss=` is now `objective=`, as LambdaMART spells it; `loss` will be removed in a later "
+                      "release", FutureWarning, stacklevel=4)
+    chosen = objective if objective is not None else loss
+    return {**params, "objective": chosen, "loss": chosen}
+
+
+def check_loss_options(options, name: str) -> dict[str, Any]:
+    """``options`` (None or a dict of plain values) checked against the objective ``name`` of
+    :data:`rankkit.losses.OBJECTIVES`: every key one of its keyword arguments, every value
+    accepted by it (it is called once on a two-document query). Returns a copy; ValueError naming
+    the first bad key otherwise."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"`loss_options` has to be a dict of the objective's options, got {_checks.describe(options)}")
+    pairwise = name not in LISTWISE
+    target = lambda_gradients if pairwise else OBJECTIVES[name]
+    takes = {p.name for p in inspect.signature(target).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    if name == "ndcg_loss2pp":
+        takes.add("mu")
+    allowed = sorted(takes - set(LOSS_OPTIONS_RESERVED) - (set(PAIRWISE_OWN) if pairwise else set()))
+    for key, value in options.items():
+        if pairwise and key in PAIRWISE_OWN:
+            raise ValueError(f"`loss_options`: {key!r} of the pairwise objective {name!r} is the module's own "
+                             f"hyper-parameter: set `{key}=` instead")
+        if key not in allowed:
+            raise ValueError(f"`loss_options`: {key!r} is not an option of the objective {name!r}; it takes "
+                             f"{allowed}")
+        if not (value is None or isinstance(value, (bool, int, float, str))):
+            raise ValueError(f"`loss_options`: {key!r} has to be a plain value (a number, string, bool or "
+                             f"null), got {_checks.describe(value)}")
+    probe = torch.tensor([[0.5, -0.5]], dtype=torch.float64, device="cpu")  # cpu: also under a meta device
+    try:
+        OBJECTIVES[name](probe, torch.tensor([[1.0, 0.0]], dtype=torch.float64, device="cpu"), **options)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"`loss_options` {options!r} of the objective {name!r}: {e}") from None
+    return dict(options)
+
+
+def check_objective(weighting, loss, custom: bool, unbiased, loss_options, *, choices: tuple[str, ...],
+                    default_weighting: str) -> None:
+    """``weighting`` one of ``choices`` (the class's), and ``loss`` (when given) a known or custom
+    objective that replaces it (``weighting`` left at the class's ``default_weighting``)."""
+    _checks.check_choice(weighting, choices, "weighting")
+    if loss is None:
+        return
+    if custom:
+        check_spec(loss, "loss", tuple(OBJECTIVES))
+        if unbiased or loss_options:
+            raise ValueError(f"`{'unbiased' if unbiased else 'loss_options'}` applies to the built-in "
+                             f"objectives; a custom loss takes its options itself")
+    else:
+        _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
+    if weighting != default_weighting:  # `loss` replaces `weighting`: say so rather than drop it
+        raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
+                         f"weighting); leave weighting at {default_weighting!r}, got {weighting!r}")
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """The objective settings of a neural ranker, checked, as one frozen value.
+
+    Attributes:
+        loss: a built-in objective of :data:`rankkit.losses.OBJECTIVES` that replaces
+            ``weighting``, the qualified name of a custom loss, or None (the lambda loss of
+            ``weighting``).
+        weighting, sigma, k, normalize: the lambda kernel's (pairwise objectives only).
+        reduction: how a batch's per-query losses are combined.
+        options: ``loss_options`` as sorted (key, value) pairs.
+        custom: whether ``loss`` is a custom loss (trained by plain autograd).
+    """
+
+    loss: str | None
+    weighting: str
+    sigma: float
+    k: int | None
+    normalize: bool
+    reduction: str
+    options: tuple[tuple[str, Any], ...] = ()
+    custom: bool = False
+
+
+class NeuralObjective:
+    """The training loss of a batch: ``spec.loss`` when given, else ``spec.weighting``'s lambda
+    loss, with optional per-pair weights (the click debiasing's).
+
+    Args:
+        spec: the checked settings.
+        custom_loss: the custom loss itself (a callable, or a name recorded by a checkpoint), or
+            None to import ``spec.loss`` by name on the first batch.
+    """
+
+    def __init__(self, spec: ObjectiveSpec, custom_loss=None):
+        self.spec = spec
+        self.custom_loss = custom_loss
+        self._wrapped = None  # the custom loss, imported and wrapped on the first batch
+        self._generator: torch.Generator | None = None  # XE-NDCG's γ, ListMLE's ties
+
+    @property
+    def pairwise(self) -> bool:
+        """Whether it is a pairwise objective of the lambda kernel (the click debiasing weighs its pairs)."""
+        return not self.spec.custom and (self.spec.loss is None or self.spec.loss not in LISTWISE)
+
+    def __call__(self, scores: torch.Tensor, batch: PaddedBatch, pair_weights=None) -> torch.Tensor:
+        s = self.spec
+        if s.custom:
+            return self._custom(scores, batch)
+        debias = {} if pair_weights is None else {"pair_weights": pair_weights}
+        own = dict(s.options)
+        if s.loss is not None:
+            options = {} if s.loss in LISTWISE else dict(sigma=s.sigma, k=s.k, normalize=s.normalize)
+            if s.loss in ("xendcg", "listmle"):  # XE-NDCG's γ, ListMLE's order among equal labels
+                if self._generator is None:  # seeded by seed_everything
+                    self._generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
+                options["generator"] = self._generator
+            return lambda_loss(scores, batch.labels, mask=batch.mask, loss=s.loss, reduction=s.reduction,
+                               **options, **own, **debias)
+        return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=s.weighting, sigma=s.sigma,
+                           k=s.k, normalize=s.normalize, reduction=s.reduction, **own, **debias)
+
+    def _custom(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
+        """A custom loss by plain autograd: Σ of its per-query losses over ``reduction``'s
+        denominator (the built-in loss's normalisation). Imported (a config's
+        ``package.module.function``) and checked for padding on the first batch."""
+        if self._wrapped is None:
+            self._wrapped = fresh(torch_loss(self.custom_loss if self.custom_loss is not None else self.spec.loss,
+                                             "loss"))
+        loss, mask, reduction = self._wrapped, batch.mask, self.spec.reduction
+        if isinstance(loss, GradientObjective):  # a closed form: its gradient injected, as the built-ins'
+            return LambdaLoss.apply(scores, batch.labels, mask, dict(objective=loss, reduction=reduction))
+        loss.check(scores.detach(), batch.labels, mask)
+        total = loss.total(scores.masked_fill(~mask, 0.0), batch.labels.to(scores.dtype).masked_fill(~mask, 0.0), mask)
+        if not bool(torch.isfinite(total)):
+            raise ValueError(f"the loss {self.spec.loss} is not finite on this batch ({float(total)})")
+        return total / _denominator(batch.labels, mask, reduction).to(total.dtype)
+
+
+def neural_objective(o, *, choices: tuple[str, ...], default_weighting: str) -> NeuralObjective:
+    """The objective of a :class:`rankkit.neural.config.NeuralConfig` ``o`` (``objective`` and
+    ``loss`` already one value), checked; ``choices`` and ``default_weighting`` are the class's."""
+    custom = o.loss is not None and is_custom(o.loss)
+    check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options, choices=choices,
+                    default_weighting=default_weighting)
+    if custom:  # the kernel's options would be dropped silently: refused, as LambdaMART does
+        for option in KERNEL_OPTIONS:
+            if getattr(o, option) != getattr(type(o), option):
+                raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom loss takes its own "
+                                 f"(set it in the loss), got {option}={getattr(o, option)!r}")
+    options = {} if custom else check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
+    spec = ObjectiveSpec(qualified_name(o.loss) if custom else o.loss, o.weighting, o.sigma, o.k, o.normalize,
+                         o.reduction, tuple(sorted(options.items())), custom)
+    # A loss read from a checkpoint (RecordedName) is kept as such: training refuses to import it.
+    kept = custom and (not isinstance(o.loss, str) or isinstance(o.loss, RecordedName))
+    return NeuralObjective(spec, o.loss if kept else None)
