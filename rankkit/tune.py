@@ -347,7 +347,6 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     import optuna
 
     _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout)
-    folds = parse_folds(folds)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -355,6 +354,11 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     if isinstance(overrides, (list, tuple)):
         overrides = parse_overrides(list(overrides))
     base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
+    if folds is not None:  # every fold the data has, before the first trial trains
+        from rankkit.training.datamodule import data_folds, parse_folds
+
+        data = base.get("data") if isinstance(base.get("data"), dict) else {}
+        folds = parse_folds(folds, data_folds(str(data.get("data", "mq2008"))))
     metric = metric if metric is not None else _monitored(base)
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
@@ -449,29 +453,6 @@ def _data_settings(base: dict, folds: list[int] | None = None) -> tuple[dict, st
     if source == "mq2008" and fold == 1:
         return settings, ""
     return settings, f"-{slug}-fold{fold}"
-
-
-def parse_folds(folds: str | list[int] | None) -> list[int] | None:
-    """``"1-5"``, ``"1,3,5"`` or a list of fold numbers as a sorted list without repeats (None
-    stays None); ValueError naming ``folds`` otherwise."""
-    if folds is None:
-        return None
-    from rankkit.infra.checks import check_int  # torch: not at `rankkit --help`
-
-    if isinstance(folds, str):
-        try:
-            if "-" in folds:
-                low, high = (int(x) for x in folds.split("-"))
-                items = list(range(low, high + 1))
-            else:
-                items = [int(x) for x in folds.split(",")]
-        except ValueError:
-            raise ValueError(f"`folds` has to be a range such as 1-5 or a list such as 1,3,5, got {folds!r}") from None
-    else:
-        items = list(folds)
-    if not items:
-        raise ValueError(f"`folds` names no fold, got {folds!r}")
-    return sorted({check_int(f, "folds", low=1) for f in items})
 
 
 def _monitored(config: dict) -> str:

@@ -47,7 +47,7 @@ from rankkit.infra.quiet import verbose, verbose_scope
 from rankkit.metrics import average_precision, err, ndcg
 from rankkit.neural import MeanEnsemble
 from rankkit.serving import as_scorer, score_queries
-from rankkit.training.datamodule import RankingDataModule, available_folds
+from rankkit.training.datamodule import RankingDataModule, available_folds, parse_folds
 from rankkit.training.lightning_cli import lightning_cli
 from rankkit.training.run_config import CONFIG_DIR, quiet_lightning_logs, resolve_model_class
 from rankkit.tune import tune
@@ -61,30 +61,6 @@ DEFAULT_ROUNDS, DEFAULT_PATIENCE = 300, 30
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-def parse_folds(text: str | int, available: list[int] | range = range(1, 6)) -> list[int]:
-    """``"1-5"``, ``"1,3"`` or ``2`` -> a list of folds, each one of ``available`` (MQ2008's
-    1..5 by default; a LETOR root's Fold numbers).
-
-    >>> parse_folds("1-3"), parse_folds("2,4"), parse_folds(5)
-    ([1, 2, 3], [2, 4], [5])
-    """
-    try:
-        s = str(text).strip()
-        if "-" in s:
-            a, b = s.split("-")
-            folds = list(range(int(a), int(b) + 1))
-        else:
-            folds = [int(x) for x in s.split(",")]
-    except ValueError:
-        raise ValueError(f"`folds` has to look like '1-5', '1,3' or '2', got {text!r}") from None
-    if not folds or any(f not in available for f in folds):
-        names = "1..5" if list(available) == list(range(1, 6)) else f"{list(available)}"
-        raise ValueError(f"`folds` has to name folds in {names}, got {text!r}")
-    if len(set(folds)) != len(folds):
-        raise ValueError(f"`folds` names a fold twice: {text!r}")
-    return folds
-
-
 def resolve_config(model: str) -> Path:
     """A model name (``lambdarank``) -> ``configs/lambdarank.yaml``, or a YAML path as given."""
     path = Path(model)

@@ -23,7 +23,7 @@ from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.config import NeuralConfig
 from rankkit.neural.debias import NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, DualLearning, PositionBias
-from rankkit.neural.objective import neural_objective, objective_alias
+from rankkit.neural.objective import neural_objective, objective_alias, spelling
 from rankkit.neural.optim import optimizers
 from rankkit.scorers import fit_preprocessors, is_list_aware, neural_scorer, score_lists
 
@@ -64,10 +64,12 @@ class NeuralRanker(pl.LightningModule):
 
     def _init(self, params: dict) -> None:
         super().__init__()
-        params = objective_alias({p.name: params[p.name] for p in PARAMS})
-        o = NeuralConfig(**params)
+        params = {p.name: params[p.name] for p in PARAMS}
+        name = spelling(params)
+        o = NeuralConfig(**objective_alias(params))
         default = inspect.signature(type(self).__init__).parameters["weighting"].default
-        self.training_objective = neural_objective(o, choices=self.weighting_choices, default_weighting=default)
+        self.training_objective = neural_objective(o, choices=self.weighting_choices, default_weighting=default,
+                                                   name=name)
         custom = self.training_objective.spec.custom
         check_all(o)
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
@@ -75,8 +77,8 @@ class NeuralRanker(pl.LightningModule):
                                         objective=o.loss if o.loss is not None else o.weighting)
         self.position_bias = PositionBias(o.n_positions) if unbiased == "position" else None
         if unbiased == "dla" and o.loss is not None:
-            raise ValueError(f"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None, "
-                             f"got loss={o.loss!r}")
+            raise ValueError(f"`unbiased='dla'` trains by its own softmax cross-entropies; leave `{name}` None, "
+                             f"got {name}={o.loss!r}")
         self.dla = DualLearning(o.n_positions) if unbiased == "dla" else None
         scorer = neural_scorer(o)
         self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s

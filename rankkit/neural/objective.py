@@ -52,6 +52,11 @@ def objective_alias(params: dict) -> dict:
     return {**params, "objective": chosen, "loss": chosen}
 
 
+def spelling(params: dict) -> str:
+    """How the user named the objective: ``"loss"`` when only the old spelling was given."""
+    return "loss" if params.get("objective") is None and params.get("loss") is not None else "objective"
+
+
 def check_loss_options(options, name: str) -> dict[str, Any]:
     """``options`` (None or a dict of plain values) checked against the objective ``name`` of
     :data:`rankkit.losses.OBJECTIVES`: every key one of its keyword arguments, every value
@@ -86,21 +91,22 @@ def check_loss_options(options, name: str) -> dict[str, Any]:
 
 
 def check_objective(weighting, loss, custom: bool, unbiased, loss_options, *, choices: tuple[str, ...],
-                    default_weighting: str) -> None:
+                    default_weighting: str, name: str = "objective") -> None:
     """``weighting`` one of ``choices`` (the class's), and ``loss`` (when given) a known or custom
-    objective that replaces it (``weighting`` left at the class's ``default_weighting``)."""
+    objective that replaces it (``weighting`` left at the class's ``default_weighting``); errors
+    name the argument as the user spelt it, ``name`` (``"objective"``, or the old ``"loss"``)."""
     _checks.check_choice(weighting, choices, "weighting")
     if loss is None:
         return
     if custom:
-        check_spec(loss, "loss", tuple(OBJECTIVES))
+        check_spec(loss, name, tuple(OBJECTIVES))
         if unbiased or loss_options:
             raise ValueError(f"`{'unbiased' if unbiased else 'loss_options'}` applies to the built-in "
                              f"objectives; a custom loss takes its options itself")
     else:
-        _checks.check_choice(loss, tuple(OBJECTIVES), "loss")
-    if weighting != default_weighting:  # `loss` replaces `weighting`: say so rather than drop it
-        raise ValueError(f"`weighting` is not used when `loss` is given (loss={loss!r} has its own "
+        _checks.check_choice(loss, tuple(OBJECTIVES), name)
+    if weighting != default_weighting:  # the objective replaces `weighting`: say so rather than drop it
+        raise ValueError(f"`weighting` is not used when `{name}` is given ({name}={loss!r} has its own "
                          f"weighting); leave weighting at {default_weighting!r}, got {weighting!r}")
 
 
@@ -183,12 +189,14 @@ class NeuralObjective:
         return total / _denominator(batch.labels, mask, reduction).to(total.dtype)
 
 
-def neural_objective(o, *, choices: tuple[str, ...], default_weighting: str) -> NeuralObjective:
+def neural_objective(o, *, choices: tuple[str, ...], default_weighting: str, name: str = "objective"
+                     ) -> NeuralObjective:
     """The objective of a :class:`rankkit.neural.config.NeuralConfig` ``o`` (``objective`` and
-    ``loss`` already one value), checked; ``choices`` and ``default_weighting`` are the class's."""
+    ``loss`` already one value), checked; ``choices`` and ``default_weighting`` are the class's,
+    ``name`` the spelling the user gave (:func:`spelling`)."""
     custom = o.loss is not None and is_custom(o.loss)
     check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options, choices=choices,
-                    default_weighting=default_weighting)
+                    default_weighting=default_weighting, name=name)
     if custom:  # the kernel's options would be dropped silently: refused, as LambdaMART does
         for option in KERNEL_OPTIONS:
             if getattr(o, option) != getattr(type(o), option):

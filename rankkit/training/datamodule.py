@@ -169,6 +169,44 @@ def available_folds(data: str) -> list[int]:
                   if (m := re.fullmatch(r"fold(\d+)", name, re.IGNORECASE)) and os.path.isdir(os.path.join(data, name)))
 
 
+def data_folds(data: str) -> list[int]:
+    """The folds ``data`` offers: MQ2008's 1..5 for ``"mq2008"``, a LETOR root's Fold numbers, [1]
+    for a plain folder (or a path that is not a folder: the datamodule says what is wrong with it)."""
+    if data == "mq2008":
+        return [1, 2, 3, 4, 5]
+    return (available_folds(data) or [1]) if os.path.isdir(data) else [1]
+
+
+def parse_folds(text, available: list[int] | range = range(1, 6)) -> list[int]:
+    """``"1-5"``, ``"1,3"``, ``2`` or a list of fold numbers -> the sorted folds, each one of
+    ``available`` (:func:`data_folds`; MQ2008's 1..5 by default), none twice: the one reading of
+    ``folds`` for ``rankkit compare`` and ``rankkit tune``.
+
+    >>> parse_folds("1-3"), parse_folds("4,2"), parse_folds(5), parse_folds([2, 1], [1, 2])
+    ([1, 2, 3], [2, 4], [5], [1, 2])
+    """
+    try:
+        if isinstance(text, (list, tuple)):
+            folds = [int(f) if isinstance(f, int) and not isinstance(f, bool) else int("bad") for f in text]
+        else:
+            s = str(text).strip()
+            if "-" in s.lstrip("-"):
+                a, b = s.split("-")
+                folds = list(range(int(a), int(b) + 1))
+            else:
+                folds = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise ValueError(f"`folds` has to look like '1-5', '1,3' or '2', got {text!r}") from None
+    if not folds:
+        raise ValueError(f"`folds` names no fold, got {text!r}")
+    if any(f not in available for f in folds):
+        names = "1..5" if list(available) == list(range(1, 6)) else f"{list(available)}"
+        raise ValueError(f"`folds` has to name folds in {names}, got {text!r}")
+    if len(set(folds)) != len(folds):
+        raise ValueError(f"`folds` names a fold twice: {text!r}")
+    return sorted(folds)
+
+
 def hold_out(dataset: RankingDataset, fraction: float, *, seed: int = 0) -> tuple[RankingDataset, RankingDataset]:
     """Split whole queries at random into ``(rest, held_out)``, ``round(fraction * Q)`` of them
     (at least one) held out; both keep the dataset's query order.

@@ -112,7 +112,7 @@ def test_the_command_line_reads_the_objective_as_text(tmp_path):
     # objective's "package.module.function" is imported by rankkit when training starts).
     from rankkit.training.lightning_cli import lightning_cli
 
-    assert inspect.signature(LambdaMARTModule).parameters["objective"].annotation is str
+    assert inspect.signature(LambdaMARTModule, eval_str=True).parameters["objective"].annotation is str
     config = tmp_path / "m.yaml"
     config.write_text("model:\n  class_path: rankkit.boosting.LambdaMARTModule\n  init_args:\n"
                       "    objective: {class_path: fractions.Fraction, init_args: {numerator: 1}}\n"

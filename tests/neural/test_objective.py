@@ -10,14 +10,15 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.examples.losses import squared_pairwise_hinge
 from rankkit.infra.checkpoint import RecordedName
 from rankkit.neural.config import NeuralConfig
-from rankkit.neural.objective import NeuralObjective, ObjectiveSpec, neural_objective, objective_alias
+from rankkit.neural.objective import NeuralObjective, ObjectiveSpec, neural_objective, objective_alias, spelling
 
 CHOICES = ("ranknet", "ndcg", "map", "err")
 
 
 def _objective(**settings):
-    return neural_objective(NeuralConfig(**objective_alias({"objective": None, "loss": None, **settings})),
-                            choices=CHOICES, default_weighting="ranknet")
+    params = {"objective": None, "loss": None, **settings}
+    return neural_objective(NeuralConfig(**objective_alias(params)), choices=CHOICES, default_weighting="ranknet",
+                            name=spelling(params))
 
 
 def _batch():
@@ -71,7 +72,9 @@ def test_a_recorded_name_is_never_imported():
 
 @pytest.mark.parametrize("settings, match", [
     ({"weighting": "dcg"}, "`weighting`"),
-    ({"objective": "softmax", "weighting": "ndcg"}, "`weighting` is not used when `loss` is given"),
+    ({"objective": "softmax", "weighting": "ndcg"}, "`weighting` is not used when `objective` is given"),
+    ({"loss": "softmax", "weighting": "ndcg"}, "`weighting` is not used when `loss` is given"),
+    ({"objective": "nosuch"}, "`objective` has to be one of"),
     ({"objective": squared_pairwise_hinge, "k": 10}, "`k` configures the built-in lambda kernel"),
     ({"objective": squared_pairwise_hinge, "loss_options": {"margin": 2.0}}, "`loss_options` applies to the built-in"),
     ({"loss_options": {"k": 3}}, "set `k=` instead"),

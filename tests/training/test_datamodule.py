@@ -245,3 +245,19 @@ def test_rankkit_fit_trains_lambdamart_on_a_click_log_with_any_position_ids(tmp_
                      f"--trainer.default_root_dir={tmp_path / 'bad'}", "--quiet", *extra])
         err = capsys.readouterr().err
         assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_folds_are_read_one_way_against_the_folds_the_data_has(tmp_path):
+    from rankkit.training.datamodule import data_folds, parse_folds
+
+    assert data_folds("mq2008") == [1, 2, 3, 4, 5] and data_folds(str(tmp_path)) == [1]
+    for n in (1, 2, 4):
+        (tmp_path / f"fold{n}").mkdir()
+    assert data_folds(str(tmp_path)) == [1, 2, 4] and data_folds(str(tmp_path / "missing")) == [1]
+    assert parse_folds("1-5") == [1, 2, 3, 4, 5] and parse_folds("5,1") == [1, 5] and parse_folds(3) == [3]
+    assert parse_folds([4, 1], [1, 2, 4]) == [1, 4]
+    for text, match in [("1-6", r"in 1\.\.5, got '1-6'"), ("0-2", "in 1..5"), ("1,1", "names a fold twice"),
+                        ("a", "has to look like"), ([], "names no fold"), ([1.5], "has to look like"),
+                        ("2-4", r"in \[1, 2, 4\]")]:
+        with pytest.raises(ValueError, match=match):
+            parse_folds(text, [1, 2, 4] if text == "2-4" else range(1, 6))
