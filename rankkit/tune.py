@@ -358,7 +358,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
         from rankkit.training.datamodule import data_folds, parse_folds
 
         data = base.get("data") if isinstance(base.get("data"), dict) else {}
-        folds = parse_folds(folds, data_folds(str(data.get("data", "mq2008"))))
+        folds = sorted(parse_folds(folds, data_folds(str(data.get("data", "mq2008")))))
     metric = metric if metric is not None else _monitored(base)
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():

@@ -378,9 +378,10 @@ def test_a_study_across_folds_scores_a_trial_by_the_mean_of_its_folds_and_seeds(
 
 @pytest.mark.parametrize("folds, match", [("0-2", "`folds`"), ("a-b", "`folds`"), ([], "`folds` names no fold"),
                                           ("1,x", "`folds`")])
-def test_bad_folds_are_one_line(folds, match):
+def test_bad_folds_are_one_line(folds, match, tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "_objective", lambda *a, **k: pytest.fail("a trial ran"))
     with pytest.raises(ValueError, match=match):
-        tuning.tune("lambdarank", folds=folds, n_trials=1)
+        tuning.tune("lambdarank", folds=folds, n_trials=1, out=tmp_path / "out")
 
 
 def test_folds_the_data_lacks_are_refused_before_the_first_trial(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytorch_lightning as pl
 import torch
@@ -73,6 +73,12 @@ class ModuleOptions:
         ``rankkit fit``), None to take the data's.""", check=partial(_checks.check_int, none=True))
 
 
+if TYPE_CHECKING:  # Python callers may pass a custom objective itself, which a type checker should accept ...
+    ModuleObjective = str | Callable[..., Any]
+else:  # ... while the command line reads the annotation: text only, imported when training starts
+    ModuleObjective = str
+
+
 #: The module's hyper-parameters: the run's that a Lightning fit uses, and its own. A config names
 #: ``objective`` as text (a custom objective's "package.module.function", imported when training
 #: starts): the command line parses it as a string, never as a class to build.
@@ -104,7 +110,7 @@ class LambdaMARTModule(pl.LightningModule):
 
     # Written out: PARAMS in order (tests/infra/test_params.py compares them). Lightning's
     # save_hyperparameters reads them from this frame, which names its class by the cell below.
-    def __init__(self, objective: str = "lambdarank", *, hessian: str = "exact", depth: int = 6,
+    def __init__(self, objective: ModuleObjective = "lambdarank", *, hessian: str = "exact", depth: int = 6,
                  learning_rate: float = 0.1, l2: float = 1.0, min_data_in_leaf: int = 20,
                  min_sum_hessian: float = 0.001, weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
                  gain: str = "exp", normalize: bool = False, subsample: float = 1.0, colsample: float = 1.0,

@@ -47,7 +47,7 @@ from rankkit.infra.quiet import verbose, verbose_scope
 from rankkit.metrics import average_precision, err, ndcg
 from rankkit.neural import MeanEnsemble
 from rankkit.serving import as_scorer, score_queries
-from rankkit.training.datamodule import RankingDataModule, available_folds, parse_folds
+from rankkit.training.datamodule import RankingDataModule, available_folds, data_folds, parse_folds
 from rankkit.training.lightning_cli import lightning_cli
 from rankkit.training.run_config import CONFIG_DIR, quiet_lightning_logs, resolve_model_class
 from rankkit.tune import tune
@@ -367,13 +367,10 @@ def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, t
     """The folds to run, after refusing every bad argument of :func:`compare`."""
     if not models and not baselines:
         raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
-    if data == "mq2008":
-        fold_list = parse_folds(folds)
-    else:
-        if not os.path.isdir(data):
-            raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
-                             f"of Fold1..FoldN folders, got {data!r}")
-        fold_list = parse_folds(folds, available_folds(data) or [1])
+    if data != "mq2008" and not os.path.isdir(data):
+        raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
+                         f"of Fold1..FoldN folders, got {data!r}")
+    fold_list = parse_folds(folds, data_folds(data))
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
     if ensemble and seeds < 2:

@@ -1,16 +1,16 @@
 """The neural rankers' hyper-parameters, declared once: default, range and docstring.
 
 :class:`NeuralConfig` is the declaration. :class:`rankkit.neural.NeuralRanker`, ``RankNet`` and
-``LambdaRank`` (which differ only in the default ``weighting``), the ``rankkit fit`` command line
-(LightningCLI reads their signatures and docstrings) and the packaged configs (checked against it
-by the tests) derive from it; see :mod:`rankkit.infra.params`. Ranges that depend on another
-option (``weighting`` on the class, ``loss_options`` on the objective, the click options on
-``unbiased``) are checked by the module.
+``LambdaRank`` (which differ in the default ``weighting`` and the weightings they accept), the
+``rankkit fit`` command line (LightningCLI reads their signatures and docstrings) and the packaged
+configs (checked against it by the tests) derive from it; see :mod:`rankkit.infra.params`. Ranges
+that depend on another option (``weighting`` on the class, ``loss_options`` on the objective, the
+click options on ``unbiased``) are checked by the module.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -22,6 +22,12 @@ from rankkit.neural.loss import REDUCTIONS
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULERS = ("none", "cosine", "plateau", "warmup_cosine")
 ARCHITECTURES = ("mlp", "transformer")
+
+
+if TYPE_CHECKING:  # Python callers pass a custom loss itself, which a type checker should accept ...
+    Objective = str | Callable[..., Any] | None
+else:  # ... while the command line (LightningCLI reads the annotation) takes text only, imported to train
+    Objective = Optional[str]
 
 
 def _choice(choices):
@@ -88,10 +94,10 @@ class NeuralConfig:
         (it is exported with it); a :class:`~rankkit.scorers.FeaturePreprocessor` in it that is
         not yet fitted is fitted on the training DataLoader's documents when training starts.
         None builds the ``architecture``'s scorer from ``n_features`` and the options above.""")
-    objective: str | None = hyperparameter(None, """
+    objective: Objective = hyperparameter(None, """
         the training objective, as ``LambdaMART(objective=...)`` names it: see ``loss``, its old
         spelling, for what it takes. None: the lambda kernel with ``weighting``.""")
-    loss: str | None = hyperparameter(None, """
+    loss: Objective = hyperparameter(None, """
         the old spelling of ``objective`` (warns once; giving both, different, is refused):
         any objective of :data:`rankkit.losses.OBJECTIVES` by name, e.g. a LambdaLoss weighting
         (``"ndcg_loss2pp"``) or a listwise loss (``"softmax"``, ``"xendcg"``, ``"listmle"``,

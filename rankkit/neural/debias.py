@@ -288,7 +288,7 @@ class ClickDebiasing:
             _checks.check_number(bias_p, "bias_p", low=0)
             _checks.check_int(n_positions, "n_positions")
             if objective in LISTWISE:
-                raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got loss={objective!r}")
+                raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {objective!r}")
             self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=sigma, k=k,
                                                   weighting="ranknet" if objective == "ranknet" else "ndcg")
         self.costs = None if self.propensity is None else self.propensity.costs.clone()

@@ -21,9 +21,9 @@ from rankkit.infra import quiet as _quiet
 from rankkit.infra.params import check_all, declared, with_args
 from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
 from rankkit.metrics import ranking_metrics
-from rankkit.neural.config import NeuralConfig
+from rankkit.neural.config import NeuralConfig, Objective
 from rankkit.neural.debias import NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, DualLearning, PositionBias
-from rankkit.neural.objective import neural_objective, objective_alias, spelling
+from rankkit.neural.objective import check_objective_settings, neural_objective, objective_alias, spelling
 from rankkit.neural.optim import optimizers
 from rankkit.scorers import fit_preprocessors, is_list_aware, neural_scorer, score_lists
 
@@ -56,7 +56,7 @@ class NeuralRanker(pl.LightningModule):
                  normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
                  scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
-                 objective: str | None = None, loss: str | None = None, unbiased: bool | str = False,
+                 objective: Objective = None, loss: Objective = None, unbiased: bool | str = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
@@ -67,11 +67,11 @@ class NeuralRanker(pl.LightningModule):
         params = {p.name: params[p.name] for p in PARAMS}
         name = spelling(params)
         o = NeuralConfig(**objective_alias(params))
-        default = inspect.signature(type(self).__init__).parameters["weighting"].default
-        self.training_objective = neural_objective(o, choices=self.weighting_choices, default_weighting=default,
-                                                   name=name)
-        custom = self.training_objective.spec.custom
+        settings = dict(choices=self.weighting_choices, name=name,
+                        default_weighting=inspect.signature(type(self).__init__).parameters["weighting"].default)
+        custom = check_objective_settings(o, **settings)  # the objective first, then the ranges
         check_all(o)
+        self.training_objective = neural_objective(o, **settings)  # and its options
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
         self.debiasing = ClickDebiasing(unbiased, bias_p=o.bias_p, n_positions=o.n_positions, sigma=o.sigma, k=o.k,
                                         objective=o.loss if o.loss is not None else o.weighting)
@@ -102,6 +102,10 @@ class NeuralRanker(pl.LightningModule):
             if o.ema_decay > 0 or custom:
                 raise ValueError(f"`unbiased='auto'` races copies of the scorer; it takes no "
                                  f"{'ema_decay' if o.ema_decay > 0 else 'custom loss'}")
+            if o.loss is not None:  # its dla candidate trains by its own cross-entropies
+                raise ValueError(f"`unbiased='auto'` races the debiasings of the built-in `weighting` (one of them, "
+                                 f"dla, trains by its own softmax cross-entropies); leave `{name}` None, got "
+                                 f"{name}={o.loss!r}")
             self.race = DebiasingRace.of(self, scorer, o.n_positions)
 
     @property
@@ -312,7 +316,7 @@ class LambdaRank(NeuralRanker):
                  normalize: bool = False,
                  reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
                  scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
-                 objective: str | None = None, loss: str | None = None, unbiased: bool | str = False,
+                 objective: Objective = None, loss: Objective = None, unbiased: bool | str = False,
                  bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads

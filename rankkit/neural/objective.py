@@ -189,19 +189,28 @@ class NeuralObjective:
         return total / _denominator(batch.labels, mask, reduction).to(total.dtype)
 
 
+def check_objective_settings(o, *, choices: tuple[str, ...], default_weighting: str, name: str = "objective") -> bool:
+    """:func:`check_objective` of ``o``'s settings, and a custom loss refusing the built-in
+    kernel's options (they would be dropped silently, as LambdaMART refuses them); returns
+    whether the objective is custom. The module runs it before its range checks, and
+    :func:`neural_objective` again (it is cheap and pure)."""
+    custom = o.loss is not None and is_custom(o.loss)
+    check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options, choices=choices,
+                    default_weighting=default_weighting, name=name)
+    if custom:
+        for option in KERNEL_OPTIONS:
+            if getattr(o, option) != getattr(type(o), option):
+                raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom loss takes its own "
+                                 f"(set it in the loss), got {option}={getattr(o, option)!r}")
+    return custom
+
+
 def neural_objective(o, *, choices: tuple[str, ...], default_weighting: str, name: str = "objective"
                      ) -> NeuralObjective:
     """The objective of a :class:`rankkit.neural.config.NeuralConfig` ``o`` (``objective`` and
     ``loss`` already one value), checked; ``choices`` and ``default_weighting`` are the class's,
     ``name`` the spelling the user gave (:func:`spelling`)."""
-    custom = o.loss is not None and is_custom(o.loss)
-    check_objective(o.weighting, o.loss, custom, o.unbiased, o.loss_options, choices=choices,
-                    default_weighting=default_weighting, name=name)
-    if custom:  # the kernel's options would be dropped silently: refused, as LambdaMART does
-        for option in KERNEL_OPTIONS:
-            if getattr(o, option) != getattr(type(o), option):
-                raise ValueError(f"`{option}` configures the built-in lambda kernel; a custom loss takes its own "
-                                 f"(set it in the loss), got {option}={getattr(o, option)!r}")
+    custom = check_objective_settings(o, choices=choices, default_weighting=default_weighting, name=name)
     options = {} if custom else check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
     spec = ObjectiveSpec(qualified_name(o.loss) if custom else o.loss, o.weighting, o.sigma, o.k, o.normalize,
                          o.reduction, tuple(sorted(options.items())), custom)

@@ -8,6 +8,7 @@ and each rank takes every ``world_size``-th batch of the plan, starting at its r
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import re
 from typing import Callable, Iterator
@@ -171,31 +172,36 @@ def available_folds(data: str) -> list[int]:
 
 def data_folds(data: str) -> list[int]:
     """The folds ``data`` offers: MQ2008's 1..5 for ``"mq2008"``, a LETOR root's Fold numbers, [1]
-    for a plain folder (or a path that is not a folder: the datamodule says what is wrong with it)."""
+    for a plain folder; ValueError for anything else (the datamodule's words)."""
     if data == "mq2008":
         return [1, 2, 3, 4, 5]
-    return (available_folds(data) or [1]) if os.path.isdir(data) else [1]
+    if not os.path.isdir(data):
+        raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {data!r}")
+    return available_folds(data) or [1]
 
 
 def parse_folds(text, available: list[int] | range = range(1, 6)) -> list[int]:
-    """``"1-5"``, ``"1,3"``, ``2`` or a list of fold numbers -> the sorted folds, each one of
-    ``available`` (:func:`data_folds`; MQ2008's 1..5 by default), none twice: the one reading of
-    ``folds`` for ``rankkit compare`` and ``rankkit tune``.
+    """``"1-5"``, ``"1,3"``, ``2`` or a sequence of fold numbers -> the folds in the order given,
+    each one of ``available`` (:func:`data_folds`; MQ2008's 1..5 by default), none twice: the one
+    reading of ``folds`` for ``rankkit compare`` and ``rankkit tune``.
 
     >>> parse_folds("1-3"), parse_folds("4,2"), parse_folds(5), parse_folds([2, 1], [1, 2])
-    ([1, 2, 3], [2, 4], [5], [1, 2])
+    ([1, 2, 3], [4, 2], [5], [2, 1])
     """
     try:
-        if isinstance(text, (list, tuple)):
-            folds = [int(f) if isinstance(f, int) and not isinstance(f, bool) else int("bad") for f in text]
+        if isinstance(text, bool) or (not isinstance(text, str) and hasattr(text, "__iter__")
+                                      and any(isinstance(f, bool) for f in text)):
+            raise ValueError("a bool is no fold")
+        if not isinstance(text, str) and hasattr(text, "__iter__"):  # a list, a tuple, a numpy array
+            folds = [operator.index(f) for f in text]
         else:
-            s = str(text).strip()
+            s = text.strip() if isinstance(text, str) else str(operator.index(text))
             if "-" in s.lstrip("-"):
                 a, b = s.split("-")
                 folds = list(range(int(a), int(b) + 1))
             else:
                 folds = [int(x) for x in s.split(",")]
-    except ValueError:
+    except (ValueError, TypeError):
         raise ValueError(f"`folds` has to look like '1-5', '1,3' or '2', got {text!r}") from None
     if not folds:
         raise ValueError(f"`folds` names no fold, got {text!r}")
@@ -204,7 +210,7 @@ def parse_folds(text, available: list[int] | range = range(1, 6)) -> list[int]:
         raise ValueError(f"`folds` has to name folds in {names}, got {text!r}")
     if len(set(folds)) != len(folds):
         raise ValueError(f"`folds` names a fold twice: {text!r}")
-    return sorted(folds)
+    return folds
 
 
 def hold_out(dataset: RankingDataset, fraction: float, *, seed: int = 0) -> tuple[RankingDataset, RankingDataset]:

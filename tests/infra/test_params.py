@@ -105,7 +105,7 @@ def test_what_mypy_accepts_constructs_and_what_it_flags_is_refused_at_run_time()
             refused()
     with pytest.raises(ValueError, match="depth"):
         calls.MISTYPED[0]().fit(np.zeros((4, 2)), np.zeros(4), group=[4])
-    with pytest.raises(ValueError, match="k"):
+    with pytest.raises(ValueError, match=r"`k`"):
         calls.MISTYPED[1]()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -253,11 +254,15 @@ def test_folds_are_read_one_way_against_the_folds_the_data_has(tmp_path):
     assert data_folds("mq2008") == [1, 2, 3, 4, 5] and data_folds(str(tmp_path)) == [1]
     for n in (1, 2, 4):
         (tmp_path / f"fold{n}").mkdir()
-    assert data_folds(str(tmp_path)) == [1, 2, 4] and data_folds(str(tmp_path / "missing")) == [1]
-    assert parse_folds("1-5") == [1, 2, 3, 4, 5] and parse_folds("5,1") == [1, 5] and parse_folds(3) == [3]
-    assert parse_folds([4, 1], [1, 2, 4]) == [1, 4]
+    assert data_folds(str(tmp_path)) == [1, 2, 4]
+    with pytest.raises(ValueError, match="`data` must be 'mq2008' or a folder"):
+        data_folds(str(tmp_path / "missing"))
+    assert parse_folds("1-5") == [1, 2, 3, 4, 5] and parse_folds("5,1") == [5, 1] and parse_folds(3) == [3]
+    assert parse_folds([4, 1], [1, 2, 4]) == [4, 1] and parse_folds(np.array([2, 3])) == [2, 3]
+    assert parse_folds(np.int64(2)) == [2]
     for text, match in [("1-6", r"in 1\.\.5, got '1-6'"), ("0-2", "in 1..5"), ("1,1", "names a fold twice"),
                         ("a", "has to look like"), ([], "names no fold"), ([1.5], "has to look like"),
+                        (True, "has to look like"), ([True], "has to look like"),
                         ("2-4", r"in \[1, 2, 4\]")]:
         with pytest.raises(ValueError, match=match):
             parse_folds(text, [1, 2, 4] if text == "2-4" else range(1, 6))

@@ -1,5 +1,6 @@
-"""The Triton tests' shared runs: the interpreted kernels once per session (test_lambdas.py and
-test_histogram.py read the same outputs), the first-contact sm_90 compiles once."""
+"""The Triton tests' shared runs (test_lambdas.py, test_histogram.py and test_aot.py, which were one
+file, test_triton.py): the interpreted kernels once per session, read by test_lambdas.py and
+test_histogram.py alike, and the first-contact sm_90 compiles once."""
 import pytest
 
 from kernels.triton import FIRST_CONTACT, INTERPRETED, ROOT, compile_named, interpreted_json
