@@ -354,11 +354,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     if isinstance(overrides, (list, tuple)):
         overrides = parse_overrides(list(overrides))
     base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
-    if folds is not None:  # every fold the data has, before the first trial trains
-        from rankkit.training.datamodule import data_folds, parse_folds
-
-        data = base.get("data") if isinstance(base.get("data"), dict) else {}
-        folds = sorted(parse_folds(folds, data_folds(str(data.get("data", "mq2008")))))
+    folds = _checked_folds(folds, base)
     metric = metric if metric is not None else _monitored(base)
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
@@ -453,6 +449,17 @@ def _data_settings(base: dict, folds: list[int] | None = None) -> tuple[dict, st
     if source == "mq2008" and fold == 1:
         return settings, ""
     return settings, f"-{slug}-fold{fold}"
+
+
+def _checked_folds(folds, base: dict) -> list[int] | None:
+    """``folds`` (``"1-5"``, ``"1,3"`` or a list) read as ``rankkit compare`` reads them, each a
+    fold the config's data has (checked before the first trial trains), sorted; None stays None."""
+    if folds is None:
+        return None
+    from rankkit.training.datamodule import data_folds, parse_folds
+
+    data = base.get("data") if isinstance(base.get("data"), dict) else {}
+    return sorted(parse_folds(folds, data_folds(str(data.get("data", "mq2008")))))
 
 
 def _monitored(config: dict) -> str:
