@@ -145,6 +145,8 @@ class LambdaMARTModule(pl.LightningModule):
         self._prefix: ObliviousEnsemble | None = None  # trees from before this fit (a resume)
         self._position_ids: PositionIds | None = None  # the training log's ids (with `unbiased`)
         self._click_criterion: ClickLikelihood | None = None  # built at the first validation of a fit
+        self._threads_before: int | None = None  # torch's thread count before a governed fit
+        self._governor: _threads.ThreadGovernor | None = None  # the fit's, ticked by its engine
 
     def serving_scorer(self) -> ObliviousEnsemble:
         """The features -> scores module that export uses."""
@@ -184,7 +186,7 @@ class LambdaMARTModule(pl.LightningModule):
         self._end_threads()
 
     def _end_threads(self) -> None:
-        before, self._threads_before, self._governor = getattr(self, "_threads_before", None), None, None
+        before, self._threads_before, self._governor = self._threads_before, None, None
         if before is not None and torch.get_num_threads() != before:
             torch.set_num_threads(before)
 
@@ -212,7 +214,7 @@ class LambdaMARTModule(pl.LightningModule):
         self._engine = BoostingEngine(train.features, train.labels, train.sizes, self.config,
                                       device=self.device, start_round=self.current_epoch,
                                       init_scores=init_scores, positions=self._positions(train))
-        self._engine.governor = getattr(self, "_governor", None)
+        self._engine.governor = self._governor
         self._engine_data = train
         self.backend_ = self._engine.backend.name  # the kernels of this fit ("cpu", "triton", "torch")
         expected = self.hparams.n_features

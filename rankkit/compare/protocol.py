@@ -367,10 +367,7 @@ def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, t
     """The folds to run, after refusing every bad argument of :func:`compare`."""
     if not models and not baselines:
         raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
-    if data != "mq2008" and not os.path.isdir(data):
-        raise ValueError(f"`data` must be 'mq2008', a folder of train/vali/test files or a LETOR root "
-                         f"of Fold1..FoldN folders, got {data!r}")
-    fold_list = parse_folds(folds, data_folds(data))
+    fold_list = parse_folds(folds, data_folds(data))  # data_folds refuses a `data` that is no folder
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"`seeds` has to be a positive integer, got {seeds!r}")
     if ensemble and seeds < 2:

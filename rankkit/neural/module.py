@@ -205,11 +205,6 @@ class NeuralRanker(pl.LightningModule):
         weights = None if self.propensity is None else self.debiasing.pair_weights(scores, batch)
         return self.training_objective(scores, batch, pair_weights=weights)
 
-    @property
-    def _custom_loss(self):
-        """The custom loss itself (a callable, or a name a checkpoint recorded), or None."""
-        return self.training_objective.custom_loss
-
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
         if self.n_features is None:
             self.n_features = int(batch.features.shape[-1])

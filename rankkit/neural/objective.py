@@ -150,11 +150,6 @@ class NeuralObjective:
         self._wrapped = None  # the custom loss, imported and wrapped on the first batch
         self._generator: torch.Generator | None = None  # XE-NDCG's γ, ListMLE's ties
 
-    @property
-    def pairwise(self) -> bool:
-        """Whether it is a pairwise objective of the lambda kernel (the click debiasing weighs its pairs)."""
-        return not self.spec.custom and (self.spec.loss is None or self.spec.loss not in LISTWISE)
-
     def __call__(self, scores: torch.Tensor, batch: PaddedBatch, pair_weights=None) -> torch.Tensor:
         s = self.spec
         if s.custom:

@@ -176,7 +176,8 @@ def data_folds(data: str) -> list[int]:
     if data == "mq2008":
         return [1, 2, 3, 4, 5]
     if not os.path.isdir(data):
-        raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {data!r}")
+        raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files (or a LETOR root of "
+                         f"Fold1..FoldN folders), got {data!r}")
     return available_folds(data) or [1]
 
 
@@ -346,8 +347,7 @@ class RankingDataModule(pl.LightningDataModule):
             self._read_test = functools.partial(mq2008_split, h.fold, "test")
             self._to_clicks()
             return
-        if not os.path.isdir(h.data):
-            raise ValueError(f"`data` must be 'mq2008' or a folder of train/vali/test files, got {h.data!r}")
+        data_folds(h.data)  # a folder, or one line saying what `data` has to be
         folder = _fold_folder(h.data, h.fold)
         train = _find_split(folder, ("train.txt", "train", "rank.train"))
         if train is None:

@@ -293,7 +293,7 @@ def test_a_recorded_custom_loss_is_text_on_every_loading_route(tmp_path, ranknet
     for route, load, file in cases:
         model = load(file)
         trees_model = isinstance(model, LambdaMARTModule)
-        name = model.config.objective if trees_model else model._custom_loss
+        name = model.config.objective if trees_model else model.training_objective.custom_loss
         assert isinstance(name, RecordedName) and name == "planted_module.loss", route
         assert not isinstance(model.hparams["objective" if trees_model else "loss"], RecordedName), route
         fit = pl.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,

@@ -10,7 +10,7 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.examples.losses import squared_pairwise_hinge
 from rankkit.infra.checkpoint import RecordedName
 from rankkit.neural.config import NeuralConfig
-from rankkit.neural.objective import NeuralObjective, ObjectiveSpec, neural_objective, objective_alias, spelling
+from rankkit.neural.objective import ObjectiveSpec, neural_objective, objective_alias, spelling
 
 CHOICES = ("ranknet", "ndcg", "map", "err")
 
@@ -83,9 +83,3 @@ def test_a_recorded_name_is_never_imported():
 def test_contradictory_settings_are_refused_in_one_line(settings, match):
     with pytest.raises(ValueError, match=match):
         _objective(**settings)
-
-
-def test_pairwise_says_which_objectives_the_click_debiasing_can_weigh():
-    assert _objective(weighting="ndcg").pairwise and _objective(objective="ndcg_loss2").pairwise
-    assert not _objective(objective="softmax").pairwise
-    assert not NeuralObjective(ObjectiveSpec("x.y", "ranknet", 1.0, None, False, "query", (), True)).pairwise
