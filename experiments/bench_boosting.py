@@ -103,6 +103,7 @@ def bench_rankkit(args) -> dict:
     from rankkit.boosting.binning import QuantileBinner
     from rankkit.boosting.engine import valid_codes as _valid_codes
     from rankkit.boosting.objectives import QueryLayout, make_objective
+    from rankkit.objective import objective_spec
     from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
 
     torch.set_num_threads(args.threads)
@@ -115,7 +116,7 @@ def bench_rankkit(args) -> dict:
     grower = ObliviousTreeGrower(codes, _valid_codes(binner)[used], TreeParams(depth=args.depth))
     layout = QueryLayout(data.labels, data.sizes, None, device)
     setup = time.perf_counter() - t0
-    objective = make_objective("lambdarank", weighting="ndcg", k=args.k)
+    objective = make_objective(objective_spec("lambdarank", weighting="ndcg", k=args.k))
     scores = torch.zeros(data.n_docs, dtype=torch.float64, device=device)
     lam, tree_t, exact_t = [], [], []
     for _ in range(args.rounds):

@@ -249,13 +249,14 @@ def kernel_profile(engine, device, rounds: int, out_dir: str | None, name: str) 
 def lambda_variants(engine, device, repeats: int) -> dict:
     """ms per call of the lambda pass: the round's planned path, the public API, k=None, torch."""
     from rankkit.boosting.objectives import make_objective
+    from rankkit.objective import objective_spec
     from rankkit.kernels.backends import TorchBackend
     from rankkit.lambdas import lambda_gradients
 
     layout, scores = engine.layout, engine.scores
     padded = layout.pad(scores)
-    k_none = make_objective("lambdarank", weighting="ndcg", k=None, sigma=1.0, gain="exp", normalize=False,
-                            seed=0, quantized_grad=False, hessian="auto")
+    k_none = make_objective(objective_spec("lambdarank", weighting="ndcg", k=None, sigma=1.0, gain="exp",
+                                           normalize=False), seed=0, quantized_grad=False)
     variants = {
         "planned (the round's path)": lambda: engine.objective.gradients(scores, layout, backend=engine.backend),
         "public lambda_gradients (validates, plans)": lambda: lambda_gradients(

@@ -130,6 +130,7 @@ LAYERS = (
     ("lambdas",),                                # the lambda kernel
     ("data", "custom", "scorers"),               # files and batches; user objectives; the scorer nn.Modules
     ("metrics", "losses", "export"),             # the maths on padded batches; serving artefacts
+    ("objective",),                              # the objective both model families hold
     ("unbiased",),                               # position-bias estimation
     ("click_metric",),                           # click-log model selection
     ("neural", "boosting"),                      # the two model families

@@ -13,11 +13,13 @@ from functools import partial
 from typing import Any
 
 from rankkit.boosting.binning import MAX_BINS
-from rankkit.boosting.objectives import OBJECTIVES, make_metric, make_objective
+from rankkit.boosting.objectives import OBJECTIVES, make_metric
 from rankkit.boosting.tree import TreeParams
 from rankkit.custom import HESSIANS, check_spec, is_custom
 from rankkit.infra import checks as _checks
 from rankkit.infra.params import check_all, hyperparameter
+from rankkit.objective import ObjectiveSpec
+from rankkit.objective import objective_spec as _spec
 
 # The debiasing of click data (see ``unbiased``): none, Unbiased LambdaMART's learned pair biases,
 # LightGBM's additive position bias, inverse propensities by regression-EM, or the choice among
@@ -230,8 +232,13 @@ class BoosterConfig:
             raise ValueError(f"`unbiased={self.unbiased!r}` debiases pairs: it needs a pairwise objective, "
                              f"got {self.objective!r}")
         if not custom:  # a custom objective is imported and checked when training starts, not here
-            make_objective(self.objective, weighting=self.weighting, k=self.k, sigma=self.sigma,
-                           gain=self.gain, normalize=self.normalize)
+            self.objective_spec  # noqa: B018 -- the spec's own check of the names
+
+    @property
+    def objective_spec(self) -> ObjectiveSpec:
+        """The objective and its options as one frozen value (what the engine builds its gradients from)."""
+        return _spec(self.objective, weighting=self.weighting, sigma=self.sigma, k=self.k,
+                              normalize=self.normalize, gain=self.gain, hessian=self.hessian)
 
     @property
     def tree(self) -> TreeParams:

@@ -131,9 +131,8 @@ class BoostingEngine:
             self.parallel = self.reduce = _all_reduce(config, len(labels))
         self.sizes = sizes.cpu()
         self.propensity, self.position_bias = self._debiasing(features, labels, positions)
-        self.objective = make_objective(config.objective, weighting=config.weighting, k=config.k,
-                                        sigma=config.sigma, gain=config.gain, normalize=config.normalize,
-                                        seed=config.seed, quantized_grad=config.quantized_grad, hessian=config.hessian,
+        self.objective = make_objective(config.objective_spec, custom_loss=config.objective, seed=config.seed,
+                                        quantized_grad=config.quantized_grad,
                                         propensity=None if self.propensity is None else
                                         (self.propensity, positions.to(self.device).long()))
         self.bucket = None
@@ -209,7 +208,7 @@ class BoostingEngine:
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
             return FixedPropensities(ips_propensities(features, labels, self.sizes, positions, c),
                                      clip=c.propensity_clip), None
-        name = c.weighting if c.objective == "lambdarank" else c.objective
+        name = c.objective_spec.name
         return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
                                    weighting="ranknet" if name == "ranknet" else "ndcg"), None
 

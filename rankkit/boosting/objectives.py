@@ -16,14 +16,14 @@ from typing import Callable
 
 import torch
 
-from rankkit.custom import NumpyObjective, TorchLoss, as_objective, fresh, is_custom, qualified_name
+from rankkit.custom import NumpyObjective, TorchLoss, as_objective, fresh, qualified_name
 from rankkit.data.dataset import padded_layout
 from rankkit.lambdas import WEIGHTINGS, planned_lambda_gradients
 from rankkit.lambdas.plan import QueryPlan
 from rankkit.lambdas.weightings import _ndcg_plan_terms
-from rankkit.losses import LISTWISE, objective_gradients
-from rankkit.losses import OBJECTIVES as LOSSES
+from rankkit.losses import objective_gradients
 from rankkit.metrics import planned_average_precision, planned_ndcg
+from rankkit.objective import NAMES, ObjectiveSpec
 
 
 class QueryLayout:
@@ -75,9 +75,10 @@ class RankingObjective:
     the one gradient layer the neural rankers use too.
 
     Args:
-        name: a key of :data:`rankkit.losses.OBJECTIVES`: a pairwise weighting of the lambda
-            kernel ("ranknet", "ndcg", "map", "err", the LambdaLoss family) or a listwise loss.
-        k, sigma, gain, normalize: the kernel's options (pairwise objectives only).
+        spec: the objective (:class:`rankkit.objective.ObjectiveSpec`): ``spec.name`` is a key of
+            :data:`rankkit.losses.OBJECTIVES`, a pairwise weighting of the lambda kernel
+            ("ranknet", "ndcg", "map", "err", the LambdaLoss family) or a listwise loss, and
+            ``spec.kernel_options()`` the kernel's options (pairwise objectives only).
         seed: seeds the listwise losses that draw random numbers (XE-NDCG's γ, ListMLE's order
             among equal labels: without it ListMLE learns the documents' file order), once per fit.
         quantized_grad: compute in float64 and round the (grad, hess) to float32 values, so that a
@@ -90,13 +91,13 @@ class RankingObjective:
             unclicked j) by 1 / (t⁺(pos_i) t⁻(pos_j)) through the kernel's ``pair_weights``.
     """
 
-    def __init__(self, name: str, *, k: int | None = None, sigma: float = 1.0, gain: str = "exp",
-                 normalize: bool = False, seed: int = 0, propensity=None, quantized_grad: bool = False):
-        self.name = name
-        self.pairwise = name not in LISTWISE
-        self.weighting = WEIGHTINGS.get(name)
-        self.options = dict(k=k, sigma=sigma, gain=gain, normalize=normalize) if self.pairwise else {}
-        if name in ("xendcg", "listmle"):  # XE-NDCG's γ; ListMLE's random order among equal labels
+    def __init__(self, spec: ObjectiveSpec, *, seed: int = 0, propensity=None, quantized_grad: bool = False):
+        self.spec = spec
+        self.name = spec.name
+        self.pairwise = spec.pairwise
+        self.weighting = WEIGHTINGS.get(self.name)
+        self.options = spec.kernel_options()
+        if self.name in ("xendcg", "listmle"):  # XE-NDCG's γ; ListMLE's random order among equal labels
             self.options["generator"] = torch.Generator().manual_seed(seed)
         self.propensity = propensity
         self.quantized_grad = quantized_grad
@@ -198,7 +199,7 @@ class SquaredError:
 def objective_names() -> tuple[str, ...]:
     """Every objective the booster takes: ``"lambdarank"`` (with ``weighting``), ``"pointwise"``
     and every name of :data:`rankkit.losses.OBJECTIVES`."""
-    return ("lambdarank", "pointwise", *LOSSES)
+    return NAMES
 
 
 class CustomObjective:
@@ -236,28 +237,18 @@ def _custom_name(objective) -> str:
     return qualified_name(objective)
 
 
-def make_objective(name, *, weighting: str = "ndcg", propensity=None, seed: int = 0, quantized_grad: bool = False,
-                   hessian: str = "exact", **options) -> RankingObjective | SquaredError | CustomObjective:
-    """The one place where objective names become behaviour.
-
-    ``"lambdarank"`` uses the kernel's weighting ``weighting`` ("ndcg", "map", "err", ...);
-    ``"ranknet"`` |ΔZ| = 1; any other name of :data:`rankkit.losses.OBJECTIVES` that
-    objective (``"ndcg_loss2pp"``, ``"softmax"``, ``"xendcg"``, ``"listmle"``, ...);
-    ``"pointwise"`` the squared error, which ignores the ranking options. A callable, a
-    :mod:`rankkit.custom` wrapper or a ``package.module.function`` is a
-    :class:`CustomObjective` with the Hessian ``hessian`` (the ranking options do not apply).
-    """
-    if is_custom(name):
-        return CustomObjective(name, hessian)
-    if name == "pointwise":
+def make_objective(spec: ObjectiveSpec, *, custom_loss=None, propensity=None, seed: int = 0,
+                   quantized_grad: bool = False) -> RankingObjective | SquaredError | CustomObjective:
+    """The booster's gradients of ``spec`` (:func:`rankkit.objective.objective_spec`): a
+    :class:`RankingObjective` of ``spec.name``, the squared error of ``"pointwise"`` (which
+    ignores the ranking options), or a custom loss, ``custom_loss`` itself (None: import
+    ``spec.objective`` by name), as a :class:`CustomObjective` with the Hessian ``spec.hessian``.
+    ``propensity``, ``seed`` and ``quantized_grad`` are the fit's (:class:`RankingObjective`)."""
+    if spec.custom:
+        return CustomObjective(spec.objective if custom_loss is None else custom_loss, spec.hessian)
+    if spec.objective == "pointwise":
         return SquaredError()
-    if name == "lambdarank":
-        name = weighting
-        if not isinstance(name, str) or name not in LOSSES:  # a list or dict is unhashable: one line too
-            raise ValueError(f"`weighting` has to be one of {tuple(LOSSES)}, got {weighting!r}")
-    if name not in LOSSES:
-        raise ValueError(f"`objective` has to be one of {objective_names()}, got {name!r}")
-    return RankingObjective(name, propensity=propensity, seed=seed, quantized_grad=quantized_grad, **options)
+    return RankingObjective(spec, propensity=propensity, seed=seed, quantized_grad=quantized_grad)
 
 
 def make_metric(name: str, *, reduce=None) -> Callable[[torch.Tensor, QueryLayout], torch.Tensor]:

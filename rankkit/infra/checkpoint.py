@@ -74,6 +74,27 @@ def record_class(checkpoint: dict, module) -> None:
     checkpoint[CLASS_KEY] = class_path(module)
 
 
+def rng_state() -> dict:
+    """The random number generators' states that make a resumed fit exact (dropout, noise): the
+    CPU's, and every GPU's where there is one; for a checkpoint's ``rankkit`` dict."""
+    import torch
+
+    state = {"torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    """Set the generators :func:`rng_state` recorded in ``state`` (missing ones are left alone)."""
+    import torch
+
+    if "torch_rng" in state:
+        torch.set_rng_state(state["torch_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
 def _import(path: str):
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)

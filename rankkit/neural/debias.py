@@ -41,6 +41,7 @@ from rankkit.infra import checks as _checks
 from rankkit.click_metric import explained_clicks
 from rankkit.data.dataset import PaddedBatch
 from rankkit.losses import LISTWISE
+from rankkit.objective import ObjectiveSpec
 from rankkit.scorers import score_lists
 from rankkit.unbiased import PositionIds, PropensityEstimator
 
@@ -247,7 +248,12 @@ class DebiasingRace(nn.Module):
         ``module.scorer`` and return its name."""
         for batch in batches:
             self.collect(batch)
-        return module._take_leader(self.end_epoch(epoch, epochs))
+        return self._lead(module, self.end_epoch(epoch, epochs))
+
+    def _lead(self, module, name: str) -> str:
+        """Copy candidate ``name``'s weights into ``module.scorer``; return the name."""
+        module.scorer.load_state_dict(self.candidates[name].scorer.state_dict())
+        return name
 
     def end_validation(self, module) -> None:
         """At a Lightning validation epoch's end: decide the stage, copy the leader into
@@ -258,7 +264,7 @@ class DebiasingRace(nn.Module):
             return
         if trainer.max_epochs is None or trainer.max_epochs < 1:
             raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
-        leader = module._take_leader(self.end_epoch(module.current_epoch, trainer.max_epochs))
+        leader = self._lead(module, self.end_epoch(module.current_epoch, trainer.max_epochs))
         for scores, labels, mask in self.leader_batches_:
             module.val_metrics.update(scores, labels, mask)
         for name, metric in module.val_metrics.items():
@@ -268,31 +274,61 @@ class DebiasingRace(nn.Module):
 
 
 class ClickDebiasing:
-    """What ``unbiased=True`` adds to a neural ranker's objective, and the position ids every
-    ``unbiased`` setting reads: the click-bias estimator of Unbiased LambdaRank
-    (:class:`rankkit.unbiased.PropensityEstimator`, re-estimated after every batch from the
-    decayed pair costs of the recent batches), and the training data's position ids
+    """What every ``unbiased`` setting adds to a neural ranker's objective: the click-bias
+    estimator of Unbiased LambdaRank (``True``: :class:`rankkit.unbiased.PropensityEstimator`,
+    re-estimated after every batch from the decayed pair costs of the recent batches), the
+    position models (``"position"``: :class:`PositionBias`; ``"dla"``: :class:`DualLearning`, which
+    the module registers as its own sub-modules), and the training data's position ids
     (:class:`rankkit.unbiased.PositionIds`, LightGBM's reading: 0- or 1-based or sparse ids train
     the same model).
 
     Args:
         unbiased: the checked setting (False, True, "position", "dla" or "auto").
-        bias_p, n_positions, sigma, k: the estimator's (``unbiased=True`` only).
-        objective: the objective's name (``loss``, else ``weighting``): it has to be pairwise.
+        spec: the module's objective (:class:`rankkit.objective.ObjectiveSpec`): debiasing pairs
+            needs a pairwise one; "dla" and "auto" need the built-in lambda loss of ``weighting``.
+        bias_p, n_positions: the estimator's and position models' (``n_positions`` ≥ 1).
+        ema_decay: the module's weight average ("auto" races copies of the scorer: none).
+        name: how the user spelt the objective (``"objective"``, or the old ``"loss"``).
     """
 
-    def __init__(self, unbiased, *, bias_p: float, n_positions: int, objective: str, sigma: float, k: int | None):
+    def __init__(self, unbiased, spec: ObjectiveSpec, *, bias_p: float, n_positions: int, ema_decay: float = 0.0,
+                 name: str = "objective"):
         self.unbiased, self.n_positions = unbiased, n_positions
         self.propensity: PropensityEstimator | None = None
+        _check_choice(unbiased, spec, ema_decay, name)
         if unbiased is True:
             _checks.check_number(bias_p, "bias_p", low=0)
             _checks.check_int(n_positions, "n_positions")
-            if objective in LISTWISE:
-                raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {objective!r}")
-            self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=sigma, k=k,
-                                                  weighting="ranknet" if objective == "ranknet" else "ndcg")
+            if spec.name in LISTWISE:
+                raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {spec.name!r}")
+            self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=spec.sigma, k=spec.k,
+                                                  weighting="ranknet" if spec.name == "ranknet" else "ndcg")
         self.costs = None if self.propensity is None else self.propensity.costs.clone()
         self.position_ids: PositionIds | None = None
+        self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
+        self.dla = DualLearning(n_positions) if unbiased == "dla" else None
+
+    def loss(self, objective, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
+        """The training loss of a batch by ``objective``
+        (:class:`rankkit.neural.objective.NeuralObjective`): its pairs weighed by the click biases
+        updated on this batch, the scores adjusted by the position model, or DLA's own loss."""
+        if objective.spec.custom:
+            return objective(scores, batch)
+        if self.dla is not None:
+            return self.dla.loss(scores, batch.labels, self.positions(batch), batch.mask)
+        if self.position_bias is not None:
+            scores = self.position_bias(scores, self.positions(batch))
+        weights = None if self.propensity is None else self.pair_weights(scores, batch)
+        return objective(scores, batch, pair_weights=weights)
+
+    def parameter_groups(self, scorer: nn.Module) -> list[dict]:
+        """The optimiser's parameter groups: the scorer's, and the position model's without weight
+        decay (nothing should pull it towards "no bias")."""
+        params = [{"params": list(scorer.parameters())}]
+        position_models = [m for m in (self.position_bias, self.dla) if m is not None]
+        if position_models:
+            params.append({"params": [p for m in position_models for p in m.parameters()], "weight_decay": 0.0})
+        return params
 
     def positions(self, batch: PaddedBatch) -> torch.Tensor:
         """The batch's displayed positions [Q, L], which every ``unbiased`` setting needs."""
@@ -329,11 +365,11 @@ class ClickDebiasing:
         position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")
         return batch._replace(position=position)
 
-    def propensities(self, dla=None) -> dict[str, torch.Tensor] | None:
+    def propensities(self) -> dict[str, torch.Tensor] | None:
         """With ``unbiased=True``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
-        (float64, position 0 = 1), the learned position biases; with ``"dla"`` (its
-        :class:`DualLearning` given), the propensity model's exp(φ_k − φ_0) as ``"clicked"`` (and
-        ones); None otherwise."""
+        (float64, position 0 = 1), the learned position biases; with ``"dla"``, the propensity
+        model's exp(φ_k − φ_0) as ``"clicked"`` (and ones); None otherwise."""
+        dla = self.dla
         if dla is not None:
             return {"clicked": dla.propensities, "unclicked": torch.ones(dla.n_positions, dtype=torch.float64)}
         if self.propensity is None:
@@ -352,3 +388,40 @@ class ClickDebiasing:
             self.propensity.t_plus = state["clicked"].clone()
             self.propensity.t_minus = state["unclicked"].clone()
             self.costs = state["costs"].clone()
+
+
+def _check_choice(unbiased, spec: ObjectiveSpec, ema_decay: float, name: str) -> None:
+    """"dla" and "auto" train the built-in lambda loss of ``weighting`` (DLA by its own softmax
+    cross-entropies, "auto" races it), and "auto" races copies of the scorer without a weight
+    average: one line naming the first setting that contradicts that."""
+    if unbiased == "dla" and spec.objective is not None:
+        raise ValueError(f"`unbiased='dla'` trains by its own softmax cross-entropies; leave `{name}` None, "
+                         f"got {name}={spec.objective!r}")
+    if unbiased != "auto":
+        return
+    if ema_decay > 0 or spec.custom:
+        raise ValueError(f"`unbiased='auto'` races copies of the scorer; it takes no "
+                         f"{'ema_decay' if ema_decay > 0 else 'custom loss'}")
+    if spec.objective is not None:  # its dla candidate trains by its own cross-entropies
+        raise ValueError(f"`unbiased='auto'` races the debiasings of the built-in `weighting` (one of them, "
+                         f"dla, trains by its own softmax cross-entropies); leave `{name}` None, got "
+                         f"{name}={spec.objective!r}")
+
+
+def checkpoint_entries(debiasing: ClickDebiasing, race: DebiasingRace | None) -> dict:
+    """What a checkpoint's ``rankkit`` dict keeps of a module's debiasing: the estimator's biases
+    and costs (``"propensities"``) and the race's standing (``"race"``), where there are such."""
+    entries = {}
+    if debiasing.propensity is not None:
+        entries["propensities"] = debiasing.state()
+    if race is not None:
+        entries["race"] = race.state()
+    return entries
+
+
+def restore_entries(debiasing: ClickDebiasing, race: DebiasingRace | None, state: dict) -> None:
+    """Load what :func:`checkpoint_entries` kept in a checkpoint's ``rankkit`` dict ``state``."""
+    if "propensities" in state:
+        debiasing.load_state(state["propensities"])
+    if "race" in state and race is not None:
+        race.load_state(state["race"])

@@ -6,25 +6,27 @@ ranking (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", 2010).
 """
 from __future__ import annotations
 
-import copy
 import inspect
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import nn
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.optim.swa_utils import AveragedModel
 
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.infra import quiet as _quiet
 from rankkit.infra.params import check_all, declared, with_args
-from rankkit.infra.checkpoint import class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class
+from rankkit.infra.checkpoint import (class_path, guard_trainer_restore, guarded_load_from_checkpoint, record_class,
+                                      restore_rng, rng_state)
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.config import NeuralConfig, Objective
-from rankkit.neural.debias import NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, DualLearning, PositionBias
-from rankkit.neural.objective import check_objective_settings, neural_objective, objective_alias, spelling
-from rankkit.neural.optim import optimizers
+from rankkit.neural.debias import (NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, checkpoint_entries,
+                                   restore_entries)
+from rankkit.neural.objective import (check_objective_settings, neural_objective, objective_alias, record_objective,
+                                      spelling)
+from rankkit.neural.optim import optimizers, restart_average, weight_average
 from rankkit.scorers import fit_preprocessors, is_list_aware, neural_scorer, score_lists
 
 
@@ -69,44 +71,23 @@ class NeuralRanker(pl.LightningModule):
         o = NeuralConfig(**objective_alias(params))
         settings = dict(choices=self.weighting_choices, name=name,
                         default_weighting=inspect.signature(type(self).__init__).parameters["weighting"].default)
-        custom = check_objective_settings(o, **settings)  # the objective first, then the ranges
+        check_objective_settings(o, **settings)  # the objective first, then the ranges
         check_all(o)
         self.training_objective = neural_objective(o, **settings)  # and its options
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
-        self.debiasing = ClickDebiasing(unbiased, bias_p=o.bias_p, n_positions=o.n_positions, sigma=o.sigma, k=o.k,
-                                        objective=o.loss if o.loss is not None else o.weighting)
-        self.position_bias = PositionBias(o.n_positions) if unbiased == "position" else None
-        if unbiased == "dla" and o.loss is not None:
-            raise ValueError(f"`unbiased='dla'` trains by its own softmax cross-entropies; leave `{name}` None, "
-                             f"got {name}={o.loss!r}")
-        self.dla = DualLearning(o.n_positions) if unbiased == "dla" else None
+        self.debiasing = ClickDebiasing(unbiased, self.training_objective.spec, bias_p=o.bias_p,
+                                        n_positions=o.n_positions, ema_decay=o.ema_decay, name=name)
+        self.position_bias, self.dla = self.debiasing.position_bias, self.debiasing.dla  # registered here
         scorer = neural_scorer(o)
         self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s
-        for key in ("hidden", "loss_options"):  # not the signature's default list, which every call shares
-            self.hparams[key] = copy.deepcopy(self.hparams[key])
-        # A custom loss is trained by plain autograd; the hyper-parameters and checkpoints record
-        # its qualified name as text (a checkpoint holds no code; loading one never imports it).
-        for key in ("objective", "loss"):  # one value under both names (a checkpoint loads either way)
-            self.hparams[key] = self._hparams_initial[key] = self.training_objective.spec.loss  # loggers' too
+        record_objective(self, self.training_objective.spec)
         self.scorer = scorer
         recorded = getattr(scorer, "n_features", None)
         self.n_features: int | None = recorded if isinstance(recorded, int) else o.n_features
-        self.averaged: AveragedModel | None = None
-        if o.ema_decay > 0:
-            self.averaged = AveragedModel(scorer, multi_avg_fn=get_ema_multi_avg_fn(o.ema_decay), use_buffers=True)
-            self.averaged.requires_grad_(False)
+        self.averaged: AveragedModel | None = weight_average(scorer, o.ema_decay)
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
-        self.race: DebiasingRace | None = None
-        if unbiased == "auto":
-            if o.ema_decay > 0 or custom:
-                raise ValueError(f"`unbiased='auto'` races copies of the scorer; it takes no "
-                                 f"{'ema_decay' if o.ema_decay > 0 else 'custom loss'}")
-            if o.loss is not None:  # its dla candidate trains by its own cross-entropies
-                raise ValueError(f"`unbiased='auto'` races the debiasings of the built-in `weighting` (one of them, "
-                                 f"dla, trains by its own softmax cross-entropies); leave `{name}` None, got "
-                                 f"{name}={o.loss!r}")
-            self.race = DebiasingRace.of(self, scorer, o.n_positions)
+        self.race = DebiasingRace.of(self, scorer, o.n_positions) if unbiased == "auto" else None
 
     @property
     def propensity(self):
@@ -116,7 +97,7 @@ class NeuralRanker(pl.LightningModule):
     @property
     def propensities(self) -> dict[str, torch.Tensor] | None:
         """The learned position biases (:meth:`rankkit.neural.debias.ClickDebiasing.propensities`)."""
-        return self.debiasing.propensities(self.dla)
+        return self.debiasing.propensities()
 
     def serving_scorer(self) -> nn.Module:
         """The scorer that evaluates and exports: the weight average when ``ema_decay`` > 0."""
@@ -138,17 +119,12 @@ class NeuralRanker(pl.LightningModule):
         loader = self.trainer.train_dataloader
         if fit_preprocessors(self._scorers(), lambda: (b.features[b.mask].to(self.device) for b in loader),
                              reduce=lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")):
-            self._restart_average()
+            restart_average(self.averaged, self.scorer)
 
     def fit_preprocessor(self, features: torch.Tensor) -> None:
         """Fit the scorer's feature preprocessing on training features [N, F] (plain PyTorch use)."""
         fit_preprocessors(self._scorers(), features, refit=True)
-        self._restart_average()
-
-    def _restart_average(self) -> None:
-        if self.averaged is not None:  # the average starts from the weights training starts from
-            self.averaged.n_averaged.zero_()
-            self.averaged.update_parameters(self.scorer)
+        restart_average(self.averaged, self.scorer)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self.averaged is not None:
@@ -157,28 +133,15 @@ class NeuralRanker(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Resuming must be exact: keep the RNG states (dropout) of the CPU and of every GPU.
         record_class(checkpoint, self)
-        state = {"torch_rng": torch.get_rng_state(), "scorer_class": class_path(self.scorer),
-                 "n_features": self.n_features}
-        if torch.cuda.is_available():
-            state["cuda_rng"] = torch.cuda.get_rng_state_all()
-        if self.propensity is not None:
-            state["propensities"] = self.debiasing.state()
-        if self.race is not None:
-            state["race"] = self.race.state()
-        checkpoint["rankkit"] = state
+        checkpoint["rankkit"] = {**rng_state(), "scorer_class": class_path(self.scorer), "n_features": self.n_features,
+                                 **checkpoint_entries(self.debiasing, self.race)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rankkit", {})
-        if "torch_rng" in state:
-            torch.set_rng_state(state["torch_rng"])
+        restore_rng(state)
         if isinstance(state.get("n_features"), int):
             self.n_features = state["n_features"]
-        if "cuda_rng" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        if "propensities" in state:
-            self.debiasing.load_state(state["propensities"])
-        if "race" in state and self.race is not None:
-            self.race.load_state(state["race"])
+        restore_entries(self.debiasing, self.race, state)
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -193,17 +156,8 @@ class NeuralRanker(pl.LightningModule):
         return score_lists(scorer, features, mask)
 
     def objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
-        """The training loss of a batch (:class:`rankkit.neural.objective.NeuralObjective`); with
-        ``unbiased``, its pairs weighed by the click biases updated on this batch, or the scores
-        adjusted by the position model."""
-        if self.training_objective.spec.custom:
-            return self.training_objective(scores, batch)
-        if self.dla is not None:
-            return self.dla.loss(scores, batch.labels, self.debiasing.positions(batch), batch.mask)
-        if self.position_bias is not None:
-            scores = self.position_bias(scores, self.debiasing.positions(batch))
-        weights = None if self.propensity is None else self.debiasing.pair_weights(scores, batch)
-        return self.training_objective(scores, batch, pair_weights=weights)
+        """The training loss of a batch (:meth:`rankkit.neural.debias.ClickDebiasing.loss`)."""
+        return self.debiasing.loss(self.training_objective, scores, batch)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
         if self.n_features is None:
@@ -240,10 +194,6 @@ class NeuralRanker(pl.LightningModule):
             raise ValueError("validate_race applies to unbiased='auto'")
         return self.race.validate(self, batches, epoch, epochs)
 
-    def _take_leader(self, name: str) -> str:
-        self.scorer.load_state_dict(self.race.candidates[name].scorer.state_dict())
-        return name
-
     @property
     def unbiased_choice_(self) -> str | None:
         """With ``unbiased="auto"``: the candidate the race keeps (the leader until it ends)."""
@@ -272,13 +222,8 @@ class NeuralRanker(pl.LightningModule):
         _quiet.release(self)
 
     def parameter_groups(self) -> list[dict]:
-        """The optimiser's parameter groups: the scorer's, and the position model's without weight
-        decay (nothing should pull it towards "no bias")."""
-        params = [{"params": list(self.scorer.parameters())}]
-        position_models = [m for m in (self.position_bias, self.dla) if m is not None]
-        if position_models:
-            params.append({"params": [p for m in position_models for p in m.parameters()], "weight_decay": 0.0})
-        return params
+        """The optimiser's parameter groups (:meth:`rankkit.neural.debias.ClickDebiasing.parameter_groups`)."""
+        return self.debiasing.parameter_groups(self.scorer)
 
     def configure_optimizers(self):
         params = self.parameter_groups() if self.race is None else self.race.parameter_groups()

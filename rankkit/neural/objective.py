@@ -3,15 +3,16 @@
 :func:`neural_objective` checks the objective settings of :class:`rankkit.neural.NeuralRanker`
 (``objective`` (``loss`` is its old spelling), ``weighting``, ``sigma``, ``k``, ``normalize``,
 ``reduction``, ``loss_options``) and builds a :class:`NeuralObjective`: one frozen value,
-:class:`ObjectiveSpec`, and the call that turns a batch's scores into the training loss (the
-shared lambda kernel through :func:`rankkit.neural.loss.lambda_loss`, or a custom loss by plain
-autograd). The module adds only the debiasing (pair weights, position models) around it.
+:class:`rankkit.objective.ObjectiveSpec` (the booster holds the same kind), and the call that
+turns a batch's scores into the training loss (the shared lambda kernel through
+:func:`rankkit.neural.loss.lambda_loss`, or a custom loss by plain autograd). The module adds
+only the debiasing (pair weights, position models) around it.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from rankkit.lambdas import lambda_gradients
 from rankkit.losses import LISTWISE, OBJECTIVES
 from rankkit.neural.config import KERNEL_OPTIONS
 from rankkit.neural.loss import LambdaLoss, _denominator, lambda_loss
+from rankkit.objective import ObjectiveSpec, objective_spec
 
 #: Objective arguments a ``loss_options`` dict may not set: the batch and what the module supplies
 #: itself (the per-document weights, a query plan, the seeded generator of XE-NDCG and ListMLE,
@@ -110,38 +112,14 @@ def check_objective(weighting, loss, custom: bool, unbiased, loss_options, *, ch
                          f"weighting); leave weighting at {default_weighting!r}, got {weighting!r}")
 
 
-@dataclass(frozen=True)
-class ObjectiveSpec:
-    """The objective settings of a neural ranker, checked, as one frozen value.
-
-    Attributes:
-        loss: a built-in objective of :data:`rankkit.losses.OBJECTIVES` that replaces
-            ``weighting``, the qualified name of a custom loss, or None (the lambda loss of
-            ``weighting``).
-        weighting, sigma, k, normalize: the lambda kernel's (pairwise objectives only).
-        reduction: how a batch's per-query losses are combined.
-        options: ``loss_options`` as sorted (key, value) pairs.
-        custom: whether ``loss`` is a custom loss (trained by plain autograd).
-    """
-
-    loss: str | None
-    weighting: str
-    sigma: float
-    k: int | None
-    normalize: bool
-    reduction: str
-    options: tuple[tuple[str, Any], ...] = ()
-    custom: bool = False
-
-
 class NeuralObjective:
-    """The training loss of a batch: ``spec.loss`` when given, else ``spec.weighting``'s lambda
-    loss, with optional per-pair weights (the click debiasing's).
+    """The training loss of a batch: the objective ``spec.name`` (``spec.objective`` when given,
+    else ``spec.weighting``'s lambda loss), with optional per-pair weights (the click debiasing's).
 
     Args:
         spec: the checked settings.
         custom_loss: the custom loss itself (a callable, or a name recorded by a checkpoint), or
-            None to import ``spec.loss`` by name on the first batch.
+            None to import ``spec.objective`` by name on the first batch.
     """
 
     def __init__(self, spec: ObjectiveSpec, custom_loss=None):
@@ -155,24 +133,20 @@ class NeuralObjective:
         if s.custom:
             return self._custom(scores, batch)
         debias = {} if pair_weights is None else {"pair_weights": pair_weights}
-        own = dict(s.options)
-        if s.loss is not None:
-            options = {} if s.loss in LISTWISE else dict(sigma=s.sigma, k=s.k, normalize=s.normalize)
-            if s.loss in ("xendcg", "listmle"):  # XE-NDCG's γ, ListMLE's order among equal labels
-                if self._generator is None:  # seeded by seed_everything
-                    self._generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
-                options["generator"] = self._generator
-            return lambda_loss(scores, batch.labels, mask=batch.mask, loss=s.loss, reduction=s.reduction,
-                               **options, **own, **debias)
-        return lambda_loss(scores, batch.labels, mask=batch.mask, weighting=s.weighting, sigma=s.sigma,
-                           k=s.k, normalize=s.normalize, reduction=s.reduction, **own, **debias)
+        options = dict(sigma=s.sigma, k=s.k, normalize=s.normalize) if s.pairwise else {}
+        if s.name in ("xendcg", "listmle"):  # XE-NDCG's γ, ListMLE's order among equal labels
+            if self._generator is None:  # seeded by seed_everything
+                self._generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
+            options["generator"] = self._generator
+        return lambda_loss(scores, batch.labels, mask=batch.mask, loss=s.name, reduction=s.reduction, **options,
+                           **dict(s.options), **debias)
 
     def _custom(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
         """A custom loss by plain autograd: Σ of its per-query losses over ``reduction``'s
         denominator (the built-in loss's normalisation). Imported (a config's
         ``package.module.function``) and checked for padding on the first batch."""
         if self._wrapped is None:
-            self._wrapped = fresh(torch_loss(self.custom_loss if self.custom_loss is not None else self.spec.loss,
+            self._wrapped = fresh(torch_loss(self.custom_loss if self.custom_loss is not None else self.spec.objective,
                                              "loss"))
         loss, mask, reduction = self._wrapped, batch.mask, self.spec.reduction
         if isinstance(loss, GradientObjective):  # a closed form: its gradient injected, as the built-ins'
@@ -180,7 +154,7 @@ class NeuralObjective:
         loss.check(scores.detach(), batch.labels, mask)
         total = loss.total(scores.masked_fill(~mask, 0.0), batch.labels.to(scores.dtype).masked_fill(~mask, 0.0), mask)
         if not bool(torch.isfinite(total)):
-            raise ValueError(f"the loss {self.spec.loss} is not finite on this batch ({float(total)})")
+            raise ValueError(f"the loss {self.spec.objective} is not finite on this batch ({float(total)})")
         return total / _denominator(batch.labels, mask, reduction).to(total.dtype)
 
 
@@ -207,8 +181,20 @@ def neural_objective(o, *, choices: tuple[str, ...], default_weighting: str, nam
     ``name`` the spelling the user gave (:func:`spelling`)."""
     custom = check_objective_settings(o, choices=choices, default_weighting=default_weighting, name=name)
     options = {} if custom else check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
-    spec = ObjectiveSpec(qualified_name(o.loss) if custom else o.loss, o.weighting, o.sigma, o.k, o.normalize,
-                         o.reduction, tuple(sorted(options.items())), custom)
+    spec = objective_spec(o.loss, weighting=o.weighting, sigma=o.sigma, k=o.k, normalize=o.normalize,
+                          reduction=o.reduction, options=options)
     # A loss read from a checkpoint (RecordedName) is kept as such: training refuses to import it.
     kept = custom and (not isinstance(o.loss, str) or isinstance(o.loss, RecordedName))
     return NeuralObjective(spec, o.loss if kept else None)
+
+
+def record_objective(module, spec: ObjectiveSpec) -> None:
+    """After Lightning's ``save_hyperparameters``: the hyper-parameters (and the loggers' copy)
+    hold the objective as ``spec.objective`` under both names (a checkpoint loads either way), a
+    custom loss by its qualified name as text (a checkpoint holds no code; loading one never
+    imports it); ``hidden`` and ``loss_options`` are the module's own copies, not the signature's
+    default list, which every call shares."""
+    for key in ("hidden", "loss_options"):
+        module.hparams[key] = copy.deepcopy(module.hparams[key])
+    for key in ("objective", "loss"):
+        module.hparams[key] = module._hparams_initial[key] = spec.objective

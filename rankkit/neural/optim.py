@@ -1,10 +1,12 @@
 """The neural rankers' optimiser and learning-rate schedule, from their hyper-parameters
-(``optimizer``, ``lr``, ``weight_decay``, ``scheduler``)."""
+(``optimizer``, ``lr``, ``weight_decay``, ``scheduler``), and the weight average (``ema_decay``)."""
 from __future__ import annotations
 
 import math
 
 import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from rankkit.neural.config import OPTIMIZERS
 
@@ -26,6 +28,23 @@ def optimizers(params: list[dict], hparams, trainer=None):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, WarmupCosine(int(steps) if math.isfinite(steps) else 10**6))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
     return opt
+
+
+def weight_average(scorer: nn.Module, decay: float) -> AveragedModel | None:
+    """The exponential moving average of ``scorer``'s weights (and buffers) with ``decay`` (the
+    module's ``ema_decay``; None for 0), which serves and exports in the scorer's place."""
+    if decay <= 0:
+        return None
+    averaged = AveragedModel(scorer, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+    averaged.requires_grad_(False)
+    return averaged
+
+
+def restart_average(averaged: AveragedModel | None, scorer: nn.Module) -> None:
+    """Start the average again from ``scorer``'s weights (the weights training starts from)."""
+    if averaged is not None:
+        averaged.n_averaged.zero_()
+        averaged.update_parameters(scorer)
 
 
 class WarmupCosine:

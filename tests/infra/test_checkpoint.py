@@ -355,3 +355,15 @@ def test_no_file_is_ever_unpickled_on_any_loading_route():
             assert keywords.get("allow_pickle") is False, f"{file}:{line}"
         else:
             raise AssertionError(f"{file}:{line}: {name} may build objects; use yaml.safe_load (rankkit.infra.yaml)")
+
+
+def test_the_rng_state_round_trips_and_a_missing_one_is_left_alone():
+    from rankkit.infra.checkpoint import restore_rng, rng_state
+
+    state = rng_state()
+    first = torch.rand(3)
+    restore_rng(state)
+    assert torch.equal(torch.rand(3), first)  # the same draws again
+    before = torch.get_rng_state()
+    restore_rng({})
+    assert torch.equal(torch.get_rng_state(), before)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rankkit.boosting.objectives import QueryLayout, make_objective
+from rankkit.objective import objective_spec
 from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams
 from rankkit.kernels import backends, cpu, torch_ref
 
@@ -98,7 +99,7 @@ def test_random_query_sizes_take_the_compiled_lambdas(seed):
     # Long-tailed sizes, 1 to ~300 documents, as MSLR's (scaled down); many ties.
     sizes, labels, scores = random_queries(g, max_queries=40, power=4, longest=300, grades=5, step=1.0, spread=3)
     layout = QueryLayout(labels, sizes)
-    obj = make_objective("lambdarank", weighting="ndcg", k=int(torch.randint(1, 20, (1,), generator=g)),
+    obj = make_objective(objective_spec("lambdarank", weighting="ndcg", k=int(torch.randint(1, 20, (1,), generator=g))),
                          quantized_grad=True)
     fast = obj.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))
     slow = obj.gradients(scores, layout, backend=backends.choose("cpu", "torch"))

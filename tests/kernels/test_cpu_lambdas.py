@@ -15,6 +15,7 @@ import torch
 
 from rankkit.boosting import LambdaMART
 from rankkit.boosting.objectives import QueryLayout, make_objective
+from rankkit.objective import objective_spec
 from rankkit.data import make_synthetic
 from rankkit.kernels import backends, cpu
 from rankkit.lambdas import lambda_gradients
@@ -149,8 +150,8 @@ def test_single_documents_and_equal_labels_give_zeros():
         assert hess[6:].min() > 0  # the last query has pairs
 
 
-def _objective_pair(monkeypatch, scores, layout, **options):
-    obj = make_objective("lambdarank", **options)
+def _objective_pair(monkeypatch, scores, layout, quantized_grad=False, **options):
+    obj = make_objective(objective_spec("lambdarank", **options), quantized_grad=quantized_grad)
     assert obj.flat_lambda_inputs(layout) is not None
     fast = obj.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))
     slow = obj.gradients(scores, layout, backend=backends.choose("cpu", "torch"))
@@ -191,7 +192,7 @@ def test_click_log_pair_weights_take_the_compiled_kernel(estimator):
 
     def objective(quantized):
         est = FixedPropensities(theta, clip=5.0) if estimator == "fixed" else PropensityEstimator(10, p=1.0)
-        return make_objective("lambdarank", weighting="ndcg", k=5, quantized_grad=quantized,
+        return make_objective(objective_spec("lambdarank", weighting="ndcg", k=5), quantized_grad=quantized,
                               propensity=(est, positions)), est
 
     for quantized in (True, False):
@@ -209,7 +210,7 @@ def test_click_log_pair_weights_take_the_compiled_kernel(estimator):
         else:
             torch.testing.assert_close(fast_g, slow_g, rtol=0, atol=2e-6 * float(slow_g.abs().max()))
             torch.testing.assert_close(fast_h, slow_h, rtol=0, atol=2e-6 * float(slow_h.abs().max()))
-        plain = make_objective("lambdarank", weighting="ndcg", k=5, quantized_grad=quantized)
+        plain = make_objective(objective_spec("lambdarank", weighting="ndcg", k=5), quantized_grad=quantized)
         assert not torch.allclose(plain.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))[0], fast_g)
 
 
@@ -228,15 +229,16 @@ def test_the_truncated_pass_is_exact():
 def test_other_options_fall_back_to_the_torch_path(monkeypatch):
     layout = QueryLayout(torch.tensor([1.0, 0.0, 2.0, 0.0]), torch.tensor([2, 2]))
     for name in ("map", "err", "ndcg_loss2pp"):
-        assert make_objective("lambdarank", weighting=name).flat_lambda_inputs(layout) is None
-    assert make_objective("softmax").flat_lambda_inputs(layout) is None
+        assert make_objective(objective_spec("lambdarank", weighting=name)).flat_lambda_inputs(layout) is None
+    assert make_objective(objective_spec("softmax")).flat_lambda_inputs(layout) is None
     # the compiled pass takes RankNet and NDCG, float32 and exact gradients alike
-    for obj in (make_objective("lambdarank", weighting="ndcg"), make_objective("ranknet", quantized_grad=True)):
+    for obj in (make_objective(objective_spec("lambdarank", weighting="ndcg")),
+                make_objective(objective_spec("ranknet"), quantized_grad=True)):
         assert obj.flat_lambda_inputs(layout) is not None
     # RANKKIT_CPU_LAMBDAS=0: the compiled trees, the torch lambda pass (the calls are counted)
     calls = []
     monkeypatch.setattr(cpu, "lambdas", lambda *a, **k: calls.append(1))
-    obj, scores = make_objective("ranknet"), torch.zeros(4, dtype=torch.float64)
+    obj, scores = make_objective(objective_spec("ranknet")), torch.zeros(4, dtype=torch.float64)
     monkeypatch.setenv("RANKKIT_CPU_LAMBDAS", "0")
     obj.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))
     assert calls == []
@@ -299,7 +301,7 @@ def test_the_start_order_changes_nothing_and_becomes_the_ranking():
         key = [(-float(scores[i].float()), float(labels[i]), int(i)) for i in seg]
         assert key == sorted(key)
     # the objective keeps one such buffer per data set: a second layout's first call equals it
-    obj = make_objective("lambdarank", weighting="ndcg", k=5)
+    obj = make_objective(objective_spec("lambdarank", weighting="ndcg", k=5))
     first = obj.gradients(scores, layout)
     obj.gradients(scores.flip(0), layout)
     again = obj.gradients(scores, layout)

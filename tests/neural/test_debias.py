@@ -17,7 +17,10 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.neural import LambdaRank
-from rankkit.neural.debias import NEURAL_AUTO, DualLearning
+from rankkit.examples.losses import squared_pairwise_hinge
+from rankkit.neural.debias import (NEURAL_AUTO, ClickDebiasing, DualLearning, PositionBias, checkpoint_entries,
+                                   restore_entries)
+from rankkit.objective import objective_spec
 
 P = 6
 
@@ -168,13 +171,13 @@ def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
 
 
 def test_click_debiasing_reads_position_ids_weighs_pairs_and_keeps_its_state():
-    from rankkit.neural.debias import ClickDebiasing
-
+    ndcg = objective_spec(None, weighting="ndcg")
     with pytest.raises(ValueError, match="needs a pairwise objective"):
-        ClickDebiasing(True, bias_p=1.0, n_positions=5, objective="softmax", sigma=1.0, k=None)
-    off = ClickDebiasing(False, bias_p=1.0, n_positions=5, objective="ndcg", sigma=1.0, k=None)
+        ClickDebiasing(True, objective_spec("softmax"), bias_p=1.0, n_positions=5)
+    off = ClickDebiasing(False, ndcg, bias_p=1.0, n_positions=5)
     assert off.propensity is None and off.state() is None and off.propensities() is None
-    on = ClickDebiasing(True, bias_p=1.0, n_positions=5, objective="ndcg", sigma=1.0, k=None)
+    assert checkpoint_entries(off, None) == {}
+    on = ClickDebiasing(True, ndcg, bias_p=1.0, n_positions=5)
     train = SimpleNamespace(position=torch.tensor([1, 2, 3, 1, 2]))  # 1-based ids
     on.read_positions(train)
     batch = PaddedBatch(features=torch.zeros(1, 3, 1), labels=torch.tensor([[1.0, 0.0, 0.0]]),
@@ -183,10 +186,38 @@ def test_click_debiasing_reads_position_ids_weighs_pairs_and_keeps_its_state():
     assert mapped.position.tolist() == [[0, 1, 0]]  # dense ids; padding 0
     upper, lower = on.pair_weights(torch.tensor([[0.5, 0.1, 0.0]]), mapped)
     assert upper.shape == lower.shape == (1, 3) and bool(torch.isfinite(upper).all())
-    state = on.state()
-    other = ClickDebiasing(True, bias_p=1.0, n_positions=5, objective="ndcg", sigma=1.0, k=None)
-    other.load_state(state)
+    entries = checkpoint_entries(on, None)
+    assert set(entries) == {"propensities"}
+    other = ClickDebiasing(True, ndcg, bias_p=1.0, n_positions=5)
+    restore_entries(other, None, entries)
     assert torch.equal(other.propensities()["clicked"], on.propensities()["clicked"])
     assert torch.equal(other.costs, on.costs)
     with pytest.raises(ValueError, match="needs the documents' displayed positions"):
         on.positions(batch._replace(position=None))
+
+
+@pytest.mark.parametrize("unbiased, objective, ema, match", [
+    ("dla", "softmax", 0.0, r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `objective` None"),
+    ("auto", None, 0.5, r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
+    ("auto", "squared_pairwise_hinge", 0.0, r"it takes no custom loss"),
+    ("auto", "ndcg", 0.0, r"`unbiased='auto'` races the debiasings of the built-in `weighting`"),
+])
+def test_dla_and_auto_refuse_what_they_cannot_train(unbiased, objective, ema, match):
+    spec = objective_spec(squared_pairwise_hinge if objective == "squared_pairwise_hinge" else objective)
+    with pytest.raises(ValueError, match=match):
+        ClickDebiasing(unbiased, spec, bias_p=1.0, n_positions=5, ema_decay=ema)
+    ClickDebiasing(unbiased, objective_spec(None, weighting="ndcg"), bias_p=1.0, n_positions=5)  # the built-in: fine
+
+
+def test_each_setting_gets_its_position_model_and_a_decay_free_parameter_group():
+    scorer = torch.nn.Linear(3, 1)
+    for unbiased, kind in ((False, None), (True, None), ("position", PositionBias), ("dla", DualLearning)):
+        d = ClickDebiasing(unbiased, objective_spec(None, weighting="ndcg"), bias_p=1.0, n_positions=4)
+        models = [m for m in (d.position_bias, d.dla) if m is not None]
+        assert [type(m) for m in models] == ([] if kind is None else [kind])
+        groups = d.parameter_groups(scorer)
+        assert groups[0] == {"params": list(scorer.parameters())}
+        if kind is None:
+            assert len(groups) == 1
+        else:
+            assert groups[1]["weight_decay"] == 0.0 and groups[1]["params"] == list(models[0].parameters())

@@ -10,7 +10,8 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.examples.losses import squared_pairwise_hinge
 from rankkit.infra.checkpoint import RecordedName
 from rankkit.neural.config import NeuralConfig
-from rankkit.neural.objective import ObjectiveSpec, neural_objective, objective_alias, spelling
+from rankkit.neural.objective import neural_objective, objective_alias, spelling
+from rankkit.objective import ObjectiveSpec
 
 CHOICES = ("ranknet", "ndcg", "map", "err")
 
@@ -32,12 +33,13 @@ def _batch():
 
 def test_the_settings_are_one_frozen_value():
     spec = _objective(weighting="ndcg", k=5, sigma=2.0, loss_options={"tie_term": False}).spec
-    assert spec == ObjectiveSpec(None, "ndcg", 2.0, 5, False, "query", (("tie_term", False),), False)
+    assert spec == ObjectiveSpec(None, "ndcg", 2.0, 5, False, options=(("tie_term", False),))
+    assert spec.name == "ndcg" and spec.pairwise
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.k = 3
-    assert _objective(objective="softmax").spec.loss == "softmax"
+    assert _objective(objective="softmax").spec.objective == "softmax"
     custom = _objective(objective=squared_pairwise_hinge).spec
-    assert custom.custom and custom.loss == "rankkit.examples.losses.squared_pairwise_hinge"
+    assert custom.custom and custom.objective == "rankkit.examples.losses.squared_pairwise_hinge"
 
 
 def test_ranknet_is_the_logistic_loss_summed_over_pairs_per_query():
@@ -83,3 +85,15 @@ def test_a_recorded_name_is_never_imported():
 def test_contradictory_settings_are_refused_in_one_line(settings, match):
     with pytest.raises(ValueError, match=match):
         _objective(**settings)
+
+
+def test_the_hyperparameters_record_the_objective_once_under_both_names_as_text():
+    from rankkit.neural import RankNet
+
+    model = RankNet(3, objective=squared_pairwise_hinge)
+    name = "rankkit.examples.losses.squared_pairwise_hinge"
+    assert model.hparams["objective"] == model.hparams["loss"] == model._hparams_initial["loss"] == name
+    other = RankNet(3)
+    assert other.hparams["objective"] is None and other.hparams["hidden"] == [128, 64]
+    other.hparams["hidden"].append(1)  # the module's own copy, not the signature's shared default
+    assert RankNet(3).hparams["hidden"] == [128, 64]

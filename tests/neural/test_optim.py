@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rankkit.neural.optim import WarmupCosine, optimizers
+from rankkit.neural.optim import WarmupCosine, optimizers, restart_average, weight_average
 
 
 def _hparams(**kw):
@@ -37,3 +37,19 @@ def test_each_setting_builds_its_optimiser_and_schedule():
                       SimpleNamespace(estimated_stepping_batches=float("inf")))["lr_scheduler"]
     assert warm["interval"] == "step" and warm["scheduler"].lr_lambdas[0].total == 10**6
     assert optimizers(params, _hparams(scheduler="cosine"))["lr_scheduler"].T_max == 1  # no trainer: one epoch
+
+
+def test_the_weight_average_is_the_ema_of_the_weights_and_restarts_from_the_scorer():
+    scorer = torch.nn.Linear(2, 1)
+    assert weight_average(scorer, 0.0) is None
+    restart_average(None, scorer)  # no average: nothing to do
+    averaged = weight_average(scorer, 0.9)
+    assert not any(p.requires_grad for p in averaged.parameters())
+    start = scorer.weight.detach().clone()
+    averaged.update_parameters(scorer)  # the first update copies
+    with torch.no_grad():
+        scorer.weight.add_(1.0)
+    averaged.update_parameters(scorer)
+    torch.testing.assert_close(averaged.module.weight, 0.9 * start + 0.1 * (start + 1.0))  # EMA by hand
+    restart_average(averaged, scorer)
+    assert int(averaged.n_averaged) == 1 and torch.equal(averaged.module.weight, scorer.weight.detach())

@@ -118,14 +118,15 @@ interp.InterpretedFunction.run = counted
 os.environ["RANKKIT_TRITON"] = "force"
 os.environ["RANKKIT_CPU_KERNEL"] = "0"
 from rankkit.boosting.objectives import make_objective
+from rankkit.objective import objective_spec
 from rankkit.kernels.backends import TorchBackend, choose
 backend = choose("cpu")
 routes = {}
 for name, k, normalize in (("ndcg_k10_normalize", 10, True), ("ndcg_no_k", None, False),
                            ("ranknet_k5", 5, False)):
     weighting = "ranknet" if name.startswith("ranknet") else "ndcg"
-    objective = make_objective("lambdarank", weighting=weighting, k=k, sigma=SIGMA, gain="exp",
-                               normalize=normalize, seed=0, quantized_grad=True, hessian="exact")
+    objective = make_objective(objective_spec("lambdarank", weighting=weighting, k=k, sigma=SIGMA, gain="exp",
+                                              normalize=normalize), seed=0, quantized_grad=True)
     calls.clear()
     got = objective.gradients(scores, layout, backend=backend)
     ref = objective.gradients(scores, layout, backend=TorchBackend("cpu"))
