@@ -67,6 +67,12 @@ class ObjectiveSpec:
         ``normalize``, ``gain``)."""
         return not self.custom and self.name != "pointwise" and self.name not in LISTWISE
 
+    @property
+    def click_weighting(self) -> str:
+        """The pair weighting a click-bias estimator (:class:`rankkit.unbiased.PropensityEstimator`)
+        uses for this objective: RankNet's |ΔZ| = 1 for ``"ranknet"``, |ΔNDCG| for the others."""
+        return "ranknet" if self.name == "ranknet" else "ndcg"
+
     def kernel_options(self) -> dict[str, Any]:
         """The pairwise kernel's keyword options (none for the other objectives)."""
         return dict(k=self.k, sigma=self.sigma, gain=self.gain, normalize=self.normalize) if self.pairwise else {}

@@ -16,6 +16,7 @@ from rankkit.objective import NAMES, ObjectiveSpec, objective_spec
 def test_lambdarank_and_no_objective_mean_the_lambda_loss_of_the_weighting(objective, weighting):
     spec = objective_spec(objective, weighting=weighting, k=5)
     assert spec.name == weighting and spec.pairwise
+    assert spec.click_weighting == ("ranknet" if weighting == "ranknet" else "ndcg")
     assert spec.kernel_options() == dict(k=5, sigma=1.0, gain="exp", normalize=False)
 
 

@@ -208,9 +208,8 @@ class BoostingEngine:
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
             return FixedPropensities(ips_propensities(features, labels, self.sizes, positions, c),
                                      clip=c.propensity_clip), None
-        name = c.objective_spec.name
         return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
-                                   weighting="ranknet" if name == "ranknet" else "ndcg"), None
+                                   weighting=c.objective_spec.click_weighting), None
 
     def _update_position_bias(self, grad: torch.Tensor, hess: torch.Tensor) -> None:
         """One Newton step of the additive position bias b (LightGBM's ``position=``): with the

@@ -302,7 +302,7 @@ class ClickDebiasing:
             if spec.name in LISTWISE:
                 raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {spec.name!r}")
             self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=spec.sigma, k=spec.k,
-                                                  weighting="ranknet" if spec.name == "ranknet" else "ndcg")
+                                                  weighting=spec.click_weighting)
         self.costs = None if self.propensity is None else self.propensity.costs.clone()
         self.position_ids: PositionIds | None = None
         self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
