@@ -126,24 +126,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 # -- export ---------------------------------------------------------------------------------------
-def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict[str, Any]:
+def export_model(model_path: str | list[str], output: str, fmt: str = "torchscript") -> dict[str, Any]:
     """Export the trained model at ``model_path`` (a checkpoint or a LambdaMART model file) to
-    ``output`` and check the artefact against the eager model.
+    ``output`` and check the artefact against the eager model. Several paths export one scorer,
+    the mean of their scores (:class:`rankkit.scorers.MeanEnsemble`: seeds or configs averaged,
+    as ``rankkit compare`` ensembles them).
 
     Returns ``{"path", "bytes", "max_abs_diff", "n_features", "model"}``.
     """
     import torch
 
     from rankkit.export import EXPORTERS, load_scorer, serving_module
-    from rankkit.serving import load_model
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"`--format` has to be one of {EXPORT_FORMATS}, got {fmt!r}")
     check_export_suffix(output, fmt)
-    if os.fspath(model_path).endswith(tuple(EXPORT_SUFFIXES.values())):
-        raise ValueError(f"`model` {model_path} is an exported scorer already; export takes what training wrote "
-                         f"(a .ckpt checkpoint or a LambdaMART model file)")
-    model = load_model(model_path)
+    model = _exported_model([model_path] if isinstance(model_path, (str, os.PathLike)) else list(model_path))
     EXPORTERS[fmt](model, output)
     try:  # the artefact is kept only once it reloads and scores as the eager model does
         eager = serving_module(model)
@@ -162,6 +160,30 @@ def export_model(model_path: str, output: str, fmt: str = "torchscript") -> dict
         raise
     return {"path": output, "bytes": os.path.getsize(output), "max_abs_diff": diff,
             "n_features": eager.n_features, "model": type(model).__name__}
+
+
+def _exported_model(paths: list[str]):
+    """The trained model of one path, or the :class:`rankkit.scorers.MeanEnsemble` of several's
+    serving scorers (every one taking the first's feature count; ValueError naming the first that
+    does not)."""
+    from rankkit.export import serving_module
+    from rankkit.scorers import MeanEnsemble
+    from rankkit.serving import load_model
+
+    if not paths:
+        raise ValueError("`model`: give at least one trained model")
+    for path in paths:
+        if os.fspath(path).endswith(tuple(EXPORT_SUFFIXES.values())):
+            raise ValueError(f"`model` {path} is an exported scorer already; export takes what training wrote "
+                             f"(a .ckpt checkpoint or a LambdaMART model file)")
+    if len(paths) == 1:
+        return load_model(paths[0])
+    scorers = [serving_module(load_model(p)) for p in paths]
+    for path, scorer in zip(paths[1:], scorers[1:]):
+        if scorer.n_features != scorers[0].n_features:
+            raise ValueError(f"`model`: {path} takes {scorer.n_features} features and {paths[0]} "
+                             f"{scorers[0].n_features}; an ensemble averages scorers of one feature count")
+    return MeanEnsemble(scorers).eval()
 
 
 #: The file name ending each export format is read back by (``load_scorer`` and servers go by it).
@@ -184,11 +206,15 @@ def check_export_suffix(output: str, fmt: str) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     suffix = EXPORT_SUFFIXES[args.format]
-    out = args.output or os.path.splitext(args.model)[0] + suffix
+    models = list(args.model)
+    if len(models) > 1 and not args.output:
+        raise UsageError("several models export one averaged scorer: name it with -o/--output")
+    out = args.output or os.path.splitext(models[0])[0] + suffix
 
-    check_outputs({"--output" if args.output else "the default output": out}, {"model": args.model})
-    r = export_model(args.model, out, args.format)
-    print(f"{r['model']} -> {r['path']} ({r['bytes'] / 1024:.1f} KiB, {r['n_features']} features; "
+    check_outputs({"--output" if args.output else "the default output": out}, {"model": models})
+    r = export_model(models if len(models) > 1 else models[0], out, args.format)
+    what = r["model"] if len(models) == 1 else f"the mean of {len(models)} models"
+    print(f"{what} -> {r['path']} ({r['bytes'] / 1024:.1f} KiB, {r['n_features']} features; "
           f"reloaded, max |exported - eager| = {r['max_abs_diff']:.2g})")
     return 0
 
@@ -234,6 +260,9 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", default=None,
                    help="score each trial by the mean best vali over these folds, e.g. 1-5 or 1,3 (as lgb.cv; "
                         "N folds x --trial_seeds fits per trial)")
+    p.add_argument("--top_k", "--top-k", type=int, default=1,
+                   help="also write the K best trials' configs (OUT/top/) and OUT/ensemble.yaml naming them, "
+                        "which `rankkit compare --models` trains as one averaged scorer (default 1: best.yaml only)")
     p.add_argument("--pruner", default="median", choices=("median", "none"),
                    help="median: stop a trial below the median of earlier trials at the same epoch")
     p.add_argument("--quiet", action="store_true", help="print only the last line")
@@ -259,9 +288,12 @@ def cmd_tune(argv: list[str]) -> int:
     result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
                   out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
                   metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds, folds=args.folds,
-                  command="rankkit tune " + " ".join(argv), log=(lambda line: None) if args.quiet else print)
+                  top_k=args.top_k, command="rankkit tune " + " ".join(argv),
+                  log=(lambda line: None) if args.quiet else print)
     print(f"best {result.metric} {result.best_value:.4f} on vali: {result.best_config} "
           f"(trials: {result.out / 'trials.md'})")
+    if result.ensemble_config is not None:
+        print(f"the best trials as an ensemble: rankkit compare --models {result.ensemble_config}")
     return 0
 
 
@@ -343,7 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="export a trained model as a TorchScript / torch.export / ONNX scorer",
                             description="Export a trained model as a plain features [N, F] -> scores [N] "
                                         "module, reload it and check it against the eager model.")
-    export.add_argument("model", help="a checkpoint written by `rankkit fit` or a LambdaMART model file")
+    export.add_argument("model", nargs="+",
+                        help="a checkpoint written by `rankkit fit` or a LambdaMART model file; several (seeds, "
+                             "or the configs of `rankkit tune --top_k`) export the mean of their scores as one "
+                             "scorer (needs -o)")
     export.add_argument("--format", default="torchscript", choices=EXPORT_FORMATS,
                         help="torchscript (torch.jit.load), export (torch.export, .pt2) or onnx")
     export.add_argument("-o", "--output", default=None, help="output file (default: MODEL with .pt/.pt2/.onnx)")

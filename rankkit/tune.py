@@ -29,7 +29,9 @@ below the untuned config on vali.
 * **Outputs** in ``OUT``: ``best.yaml`` (the config with the best values, which ``rankkit fit
   --config`` and ``rankkit compare --models`` take unchanged), ``trials.md`` and ``trials.json``
   (every trial: state, value, best epoch, seconds, values; ``trials.md`` adds each parameter's
-  fANOVA importance), ``history.png`` (Optuna's optimisation history, with matplotlib).
+  fANOVA importance), ``history.png`` (Optuna's optimisation history, with matplotlib); with
+  ``top_k`` K > 1, ``top/1.yaml`` ... ``top/K.yaml`` (the K best trials' configs) and
+  ``ensemble.yaml`` naming them, which ``rankkit compare --models`` trains as one averaged scorer.
 * **Never the test split**: trials fit and validate only; the data module reads the test split on
   first use, which a study never makes.
 """
@@ -232,6 +234,7 @@ class TuneResult:
     best_config: Path
     out: Path
     metric: str = METRIC  #: the vali metric the study maximised
+    ensemble_config: Path | None = None  #: with ``top_k`` > 1: OUT/ensemble.yaml
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
@@ -326,7 +329,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
          metric: str | None = None, pruner: Any = "median", trial_seeds: int = 1, folds: str | list[int] | None = None,
-         verbose: bool = False, command: str = "", log: Callable[[str], None] = print) -> TuneResult:
+         top_k: int = 1, verbose: bool = False, command: str = "", log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
 
@@ -342,11 +345,14 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     ``folds`` (``"1-5"``, ``"1,3"`` or a list): score a trial by the mean best vali value over
     these folds (``data.fold``), each with ``trial_seeds`` seeds, as ``lgb.cv`` scores a setting;
     the first fold's first seed decides pruning, so trials are pruned on like curves; the
-    trial's per-fold values and their spread are recorded. ``log`` takes a line per trial.
+    trial's per-fold values and their spread are recorded. ``top_k`` > 1: also write the configs of
+    the K best completed trials (``OUT/top/1.yaml`` ... best first) and ``OUT/ensemble.yaml``
+    naming them, which ``rankkit compare --models`` trains as one averaged scorer. ``log`` takes a
+    line per trial.
     """
     import optuna
 
-    _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout)
+    _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout, top_k=top_k)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -366,8 +372,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     data, suffix = _data_settings(base, folds)
     out = Path(out) if out is not None else Path("results") / "tune" / (name + suffix)
     # Before anything is written: none of the study's files may be the config or space it reads.
-    check_outputs({"--out": [out / f for f in OUTPUT_FILES]}, {"--config": config_path, "--space": space_file},
-                  with_sidecars=False)
+    check_outputs({"--out": [out / f for f in (*OUTPUT_FILES, *_top_files(top_k))]},
+                  {"--config": config_path, "--space": space_file}, with_sidecars=False)
     out.mkdir(parents=True, exist_ok=True)
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
@@ -401,7 +407,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
               f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
               + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
     _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
-    return TuneResult(study, best_values, best.value, best_config, out, metric)
+    ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log) if top_k > 1 else None
+    return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble)
 
 
 def _write_outputs(study, out: Path, metric: str, best_config: Path, text: str) -> None:
@@ -411,7 +418,7 @@ def _write_outputs(study, out: Path, metric: str, best_config: Path, text: str) 
     _plot(study, out)
 
 
-def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
+def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1) -> None:
     import optuna
 
     from rankkit.infra.checks import check_choice, check_int  # torch: not at `rankkit --help`
@@ -419,6 +426,7 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
     check_int(n_trials, "n_trials", low=1)
     check_int(seed, "seed", low=0)
     check_int(trial_seeds, "trial_seeds", low=1)
+    check_int(top_k, "top_k", low=1)
     if not isinstance(pruner, optuna.pruners.BasePruner):
         check_choice(pruner, ("median", "none"), "pruner")
     if timeout is not None:
@@ -427,8 +435,41 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout) -> None:
             raise ValueError(f"`timeout` has to be positive seconds, got {timeout!r}")
 
 
-#: What a study writes into its folder.
+#: What a study writes into its folder (and, with ``top_k`` > 1, ``ensemble.yaml`` and ``top/<r>.yaml``).
 OUTPUT_FILES = ("best.yaml", "trials.md", "trials.json", "history.png", "study.db")
+
+
+def _top_files(top_k: int) -> list[str]:
+    return [] if top_k <= 1 else ["ensemble.yaml", *(f"top/{r}.yaml" for r in range(1, top_k + 1))]
+
+
+def _write_ensemble(study, out: Path, base: dict, params: dict, top_k: int, storage: str, metric: str,
+                    log: Callable[[str], None]) -> Path:
+    """``OUT/top/<r>.yaml``: the configs of the ``top_k`` best completed trials (best first, ties
+    by trial number; fewer, said in one line, when the study has fewer), and ``OUT/ensemble.yaml``
+    naming them (``rankkit compare --models OUT/ensemble.yaml`` averages their scorers)."""
+    import optuna
+
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    ranked = sorted(done, key=lambda t: (-t.value, t.number))[:top_k]
+    if len(ranked) < top_k:
+        log(f"top_k {top_k}: the study has {len(ranked)} completed trial(s), so the ensemble has {len(ranked)}")
+    (out / "top").mkdir(exist_ok=True)
+    names = []
+    for rank, t in enumerate(ranked, 1):
+        values = {k: _decode(v) for k, v in t.params.items()}
+        _check_trial_values(t.number, values, params, storage)
+        text = (f"# rankkit fit --config {out / 'top' / f'{rank}.yaml'}\n# Trial {t.number} of the study "
+                f"{study.study_name!r}, rank {rank}: {metric} {t.value:.4f} on vali.\n"
+                + _yaml_dump(apply_values(base, values)))
+        atomic_write(out / "top" / f"{rank}.yaml", lambda tmp, text=text: Path(tmp).write_text(text))
+        names.append(f"top/{rank}.yaml")
+    path = out / "ensemble.yaml"
+    text = (f"# rankkit compare --models {path}\n# The {len(names)} best trials of the study {study.study_name!r} "
+            f"({metric} on vali); compare trains each and tests the mean of their scores as one scorer.\n"
+            + _yaml_dump({"ensemble": names}))
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    return path
 
 
 def _data_settings(base: dict, folds: list[int] | None = None) -> tuple[dict, str]:

@@ -1010,6 +1010,33 @@ def tune_in_own_folder(tmp_path):
         assert (tmp_path / "best.yaml").read_text() == (CONFIG_DIR / "lambdarank.yaml").read_text()
 
 
+def ensemble_file(text: str, **kw):
+    """``rankkit.compare.compare`` of an ensemble file ``text`` beside one LambdaMART config
+    (``top/1.yaml``): every mistake is refused before anything trains."""
+    def call(tmp_path):
+        from rankkit.compare.protocol import compare
+
+        (tmp_path / "top").mkdir()
+        (tmp_path / "top" / "1.yaml").write_text((CONFIG_DIR / "lambdamart.yaml").read_text())
+        (tmp_path / "ensemble.yaml").write_text(text)
+        return compare(models=[str(tmp_path / "ensemble.yaml")], out=str(tmp_path / "out"), **kw)
+    return call
+
+
+def export_models(*n_features: int):
+    """``rankkit export`` of LambdaMART models of these feature counts into one scorer."""
+    def call(tmp_path):
+        from rankkit import LambdaMART
+        from rankkit.data import make_synthetic
+
+        paths = []
+        for i, n in enumerate(n_features):
+            paths.append(str(tmp_path / f"m{i}.safetensors"))
+            LambdaMART(n_estimators=2, depth=2, min_data_in_leaf=5).fit(make_synthetic(10, 8, n, seed=0)).save(paths[-1])
+        return cli("export", *paths, "-o", "TMP/mean.pt")(tmp_path)
+    return call
+
+
 def tune_call(space: str | None = None, **kw):
     """``rankkit.tune.tune("lambdarank", ...)`` (with a space file written from ``space``): every
     mistake is refused before the first trial trains."""
@@ -1063,6 +1090,22 @@ TUNE = [
          r"`split` has to be one of \['test', 'train', 'vali'\], got 'validation'"),
     Case("tune-cli-stray-argument", cli("tune", "--config", "lambdarank", "stray"), ValueError,
          r"rankkit tune: error: unrecognized arguments: stray"),
+    Case("tune-top-k-zero", tune_call(top_k=0), ValueError, r"`top_k` has to be an integer >= 1, got 0"),
+    Case("compare-ensemble-empty", ensemble_file("ensemble: []\n"), ValueError,
+         r"ensemble\.yaml: `ensemble` has to be a non-empty list of model config paths, got \[\]"),
+    Case("compare-ensemble-member-missing", ensemble_file("ensemble: [top/1.yaml, top/7.yaml]\n"), ValueError,
+         r"`ensemble`\[1\] 'top/7\.yaml' is not a YAML file beside it"),
+    Case("compare-ensemble-member-twice", ensemble_file("ensemble: [top/1.yaml, top/../top/1.yaml]\n"), ValueError,
+         r"`ensemble`\[1\] 'top/\.\./top/1\.yaml' is named twice"),
+    Case("compare-ensemble-nested", ensemble_file("ensemble: [ensemble.yaml]\n"), ValueError,
+         r"ensemble\.yaml: not a model config \(no `model:` section"),
+    Case("compare-ensemble-tuned", ensemble_file("ensemble: [top/1.yaml]\n", tune=2), ValueError,
+         r"`tune`: .*ensemble\.yaml is an ensemble of configs; nested tuning tunes one model config"),
+    Case("export-several-without-output", cli("export", "TMP/a.ckpt", "TMP/b.ckpt"), ValueError,
+         r"several models export one averaged scorer: name it with -o/--output"),
+    Case("export-several-feature-counts", export_models(5, 6), ValueError,
+         r"`model`: .*m1\.safetensors takes 6 features and .*m0\.safetensors 5; an ensemble averages scorers of one "
+         r"feature count"),
 ]
 
 # Learning from clicks, round 2 (LambdaMART's unbiased modes; rankkit.click_metric).

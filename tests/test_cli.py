@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rankkit.cli import main
+from rankkit.cli import EXPORT_SUFFIXES, main
 from rankkit.compare import best_round, parse_folds
 from rankkit.data import make_synthetic
 from rankkit.export import load_scorer
@@ -313,3 +313,44 @@ def test_the_baselines_protocol_does_not_depend_on_the_neural_models_beside_them
     mine = config("lambdamart")
     mine["trainer"]["max_epochs"] = 300
     assert baseline_protocol([config("ranknet"), mine]) == (300, 50)  # a LambdaMART config compared sets it
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "export", "onnx"])
+def test_export_of_several_models_is_one_scorer_of_their_mean(tmp_path, fmt, capsys):
+    from rankkit import LambdaMART
+
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    data = make_synthetic(12, 8, 5, seed=0)
+    paths, models = [], []
+    for seed in range(3):
+        model = LambdaMART(n_estimators=4, depth=2, min_data_in_leaf=5, subsample=0.7, seed=seed).fit(data)
+        models.append(model)
+        paths.append(str(tmp_path / f"m{seed}.safetensors"))
+        model.save(paths[-1])
+    out = tmp_path / f"mean{EXPORT_SUFFIXES[fmt]}"
+    assert main(["export", *paths, "--format", fmt, "-o", str(out)]) == 0
+    assert "the mean of 3 models" in capsys.readouterr().out
+    x = data.features[:50]
+    mean = sum(torch.as_tensor(m.predict(x), dtype=torch.float32) for m in models) / 3
+    served = load_scorer(str(out), trust_torchscript=True)(x)
+    torch.testing.assert_close(torch.as_tensor(served, dtype=torch.float32), mean, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(mean, torch.as_tensor(models[0].predict(x), dtype=torch.float32))  # seeds differ
+
+
+def test_export_of_several_models_refuses_what_it_cannot_average_in_one_line(tmp_path, capsys):
+    from rankkit import LambdaMART
+
+    paths = []
+    for n_features in (5, 5, 6):
+        path = str(tmp_path / f"m{len(paths)}.safetensors")
+        data = make_synthetic(10, 8, n_features, seed=0)
+        LambdaMART(n_estimators=2, depth=2, min_data_in_leaf=5).fit(data).save(path)
+        paths.append(path)
+    assert main(["export", paths[0], paths[1]]) == 2  # no -o: which file would it be?
+    err = capsys.readouterr().err.strip()
+    assert "several models export one averaged scorer: name it with -o/--output" in err and len(err.splitlines()) == 1
+    assert main(["export", *paths, "-o", str(tmp_path / "mean.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"`model`: {paths[2]} takes 6 features and {paths[0]} 5" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "mean.pt").exists()

@@ -56,7 +56,7 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
         elif command in ("test", "validate"):
             argv = [a if not a.startswith("--ckpt_path") else f"--ckpt_path={ckpt}" for a in argv] + quick
         elif command in ("predict", "export"):
-            argv = [str(ckpt) if a == "PATH/TO/best.ckpt" else a for a in argv]
+            argv = [str(ckpt) if a.startswith("PATH/TO/") and a.endswith(".ckpt") else a for a in argv]
         elif command == "tune":
             # the README's default data (MQ2008 fold 1) writes results/tune/NAME; this data would
             # write NAME-DATA-fold1, so the folder the README's next command reads is named here

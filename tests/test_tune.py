@@ -413,3 +413,34 @@ def test_a_study_maximises_what_the_config_keeps_its_model_by(tmp_path, monkeypa
     assert tuning.tune("lambdamart", out=tmp_path / "plain", n_trials=1, log=lambda line: None).metric == "val/ndcg@10"
     assert tuning.tune("lambdamart", out=tmp_path / "asked", n_trials=1, metric="val/map",
                        log=lambda line: None).metric == "val/map"
+
+
+def test_top_k_writes_the_k_best_trials_and_an_ensemble_compare_takes(tmp_path, monkeypatch, capsys):
+    calls = []
+    _quick_trials(monkeypatch, calls)  # a trial's value is its learning rate
+    out = tmp_path / "out"
+    lines = []
+    result = tuning.tune("lambdarank", out=out, n_trials=5, top_k=3, log=lines.append)
+    assert result.ensemble_config == out / "ensemble.yaml"
+    best_lrs = sorted((c["model.init_args.lr"] for c in calls), reverse=True)[:3]
+    names = tuning._yaml.safe_load(result.ensemble_config.read_text())["ensemble"]
+    assert names == ["top/1.yaml", "top/2.yaml", "top/3.yaml"]
+    written = [tuning._yaml.safe_load((out / n).read_text()) for n in names]
+    assert [w["model"]["init_args"]["lr"] for w in written] == best_lrs  # best first
+    assert written[0] == tuning._yaml.safe_load((out / "best.yaml").read_text())  # rank 1 is best.yaml
+    # compare reads it as one row of three LambdaRank configs
+    from rankkit.compare.protocol import _model_configs
+
+    (label, (path, cfg)), = _model_configs([str(result.ensemble_config)]).items()
+    assert label == "LambdaRank-top3" and [p.name for p, _ in cfg["ensemble"]] == ["1.yaml", "2.yaml", "3.yaml"]
+    # more than the study completed: fewer members, said in one line
+    more = tuning.tune("lambdarank", out=out, n_trials=5, top_k=9, log=lines.append)
+    assert len(tuning._yaml.safe_load(more.ensemble_config.read_text())["ensemble"]) == 5
+    assert any("top_k 9: the study has 5 completed trial(s)" in line for line in lines)
+    assert tuning.tune("lambdarank", out=tmp_path / "one", n_trials=1).ensemble_config is None  # top_k 1: none
+    assert not (tmp_path / "one" / "ensemble.yaml").exists()
+    assert main(["tune", "--config", "lambdarank", "--n_trials", "5", "--top_k", "2", "--out", str(out),
+                 "--quiet"]) == 0
+    assert f"rankkit compare --models {out / 'ensemble.yaml'}" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="`top_k`"):
+        tuning.tune("lambdarank", out=out, n_trials=5, top_k=0)

@@ -25,8 +25,8 @@ def build_compare_parser():
     p.add_argument("--folds", type=str, default="1", help="folds of MQ2008 or of the root: '1-5', '1,3' or '2'")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per fold")
     p.add_argument("--models", type=str | list[str], default=list(MODELS),
-                   help="model names (ranknet, lambdarank, lambdamart: configs/<name>.yaml) or config "
-                        "paths, comma-separated")
+                   help="model names (ranknet, lambdarank, lambdamart: configs/<name>.yaml), config "
+                        "paths, or ensemble files (`rankkit tune --top_k K` writes OUT/ensemble.yaml), comma-separated")
     p.add_argument("--baselines", action="store_true", help="add LightGBM/XGBoost/CatBoost rows where installed")
     p.add_argument("--out", type=str | None, default=None, help="output folder (default results/compare-<time>)")
     p.add_argument("--max_epochs", "--max-epochs", type=int | None, default=None,

@@ -15,6 +15,11 @@ same vali NDCG@10 code.
 
 Writes ``OUT/metrics.json``, ``OUT/table.md``, ``OUT/val_ndcg10.png``, ``OUT/test_ndcg.png``
 and ``OUT/scorers/<model>-fold<f>-seed<s>.pt``.
+
+A model may be an ensemble of configs (a YAML file ``ensemble: [a.yaml, b.yaml, ...]``, paths
+beside it; ``rankkit tune --top_k K`` writes one of its K best trials): each fold and seed trains
+every member and tests the mean of their best scorers (:class:`rankkit.neural.MeanEnsemble`), one
+row ``<model>-top<K>``, exported and verified as one scorer.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -227,6 +233,20 @@ def ensemble_model(members: list, runs: list[dict], *, scorer_path: Path, test_e
             "export_max_abs_diff": diff, **test_eval.metrics(eager)}
 
 
+def train_ensemble(members: list[tuple[Path, dict]], *, workdir: str, scorer_path: Path, test_eval: Evaluator,
+                   keep: list | None = None, **fit) -> dict:
+    """An ensemble of configs on one fold and seed: each member trained as :func:`train_model`
+    does (its export checked into ``workdir``), their best scorers averaged
+    (:class:`rankkit.neural.MeanEnsemble`), tested, exported to ``scorer_path`` and verified.
+    ``keep``: a list to append the averaged scorer to (for a seed ensemble)."""
+    scorers: list = []
+    rows = [train_model(path, workdir=os.path.join(workdir, str(i)), test_eval=test_eval, keep=scorers,
+                        scorer_path=Path(workdir) / f"member{i}.pt", **fit) for i, (path, _) in enumerate(members)]
+    if keep is not None:
+        keep.append(MeanEnsemble(scorers).eval())
+    return ensemble_model(scorers, rows, scorer_path=scorer_path, test_eval=test_eval)
+
+
 # -- reporting ------------------------------------------------------------------------------------
 def _mean_std(values: list[float], fmt: str = "{:.4f}") -> str:
     if len(values) == 1:
@@ -309,7 +329,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         folds: ``"1-5"``, ``"1,3"`` or ``2``: MQ2008's folds, or a LETOR root's ``Fold<n>``
             folders (a plain folder is one fold).
         seeds: seeds 0..seeds-1 per fold.
-        models: model names (``ranknet``, ``lambdarank``, ``lambdamart``) or config paths.
+        models: model names (``ranknet``, ``lambdarank``, ``lambdamart``), config paths, or
+            ensemble files (``ensemble:`` a list of configs, as ``rankkit tune --top_k`` writes).
         baselines: also train LightGBM, XGBoost and CatBoost (YetiRank and LambdaMart) where
             installed.
         out: the output folder (default ``results/compare-<time>``).
@@ -335,7 +356,11 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     fold_list = _check_run(data=data, folds=folds, seeds=seeds, models=models, baselines=baselines,
                            ensemble=ensemble, max_epochs=max_epochs, tune=tune, tune_seeds=tune_seeds)
     configs = _model_configs(models)
-    rounds, patience = baseline_protocol([cfg for _, cfg in configs.values()])
+    for path, cfg in configs.values() if tune else ():
+        if "ensemble" in cfg:
+            raise ValueError(f"`tune`: {path} is an ensemble of configs; nested tuning tunes one model config "
+                             f"(tune each with rankkit tune, or leave out --tune)")
+    rounds, patience = baseline_protocol(model_configs_of(configs))
     if max_epochs is not None:
         rounds = min(rounds, max_epochs)
     chosen = []
@@ -348,7 +373,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
                 chosen.append(name)
     out_dir = Path(out or f"results/compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     _check_outputs(out_dir, list(configs), fold_list, seeds, ensemble,
-                   inputs={"--data": _data_files(data), "--models": [str(p) for p, _ in configs.values()]})
+                   inputs={"--data": _data_files(data), "--models": _config_files(configs)})
     created = [p for p in (out_dir, out_dir / "scorers") if not p.exists()]
     (out_dir / "scorers").mkdir(parents=True, exist_ok=True)
     try:
@@ -383,27 +408,77 @@ def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, t
 
 def _model_configs(models: list[str]) -> dict[str, tuple[Path, dict]]:
     """{row label: (config path, config)} of ``models`` (names or paths); a second config of the
-    same model gets its own row, named by its file."""
-    configs = {}
+    same model gets its own row, named by its file. An ensemble file (``ensemble:`` a list of
+    model configs, as ``rankkit tune --top_k`` writes) is one row, ``<model>-top<K>``, its config
+    ``{"ensemble": [(member path, member config), ...]}``."""
+    configs: dict[str, tuple[Path, dict]] = {}
     for m in models:
         path = resolve_config(m)
-        try:
-            cfg = _yaml.safe_load(_yaml.read_text(path), str(path)) or {}
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
-        if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
-            raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
-        label = model_label(cfg)
+        cfg = _read_config(path, ensemble_ok=True)
+        if "ensemble" in cfg:
+            cfg = {"ensemble": [(p, _read_config(p)) for p in ensemble_members(path, cfg)]}
+        label = row_label(cfg)
         for other_path, other_cfg in configs.values():
             if os.path.realpath(other_path) == os.path.realpath(path):
                 raise ValueError(f"`models` names the config {path} twice ({m!r})")
-            if model_label(other_cfg) == label and path.stem == other_path.stem:
+            if row_label(other_cfg) == label and path.stem == other_path.stem:
                 raise ValueError(f"`models`: {other_path} and {path} both train {label} from a config named "
                                  f"{path.stem!r}; rename one (the table names a second config of a model by its file)")
         if label in configs:  # a second config of the same model: its own row, named by its file
             label = f"{label}-{path.stem}"
         configs[label] = (path, cfg)
     return configs
+
+
+def _read_config(path: Path, *, ensemble_ok: bool = False) -> dict:
+    """The model config at ``path`` (or, where ``ensemble_ok``, an ensemble file), read and checked."""
+    try:
+        cfg = _yaml.safe_load(_yaml.read_text(path), str(path)) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not a readable YAML model config ({' '.join(str(e).split())})") from None
+    if ensemble_ok and isinstance(cfg, dict) and "ensemble" in cfg and "model" not in cfg:
+        return cfg
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+        raise ValueError(f"{path}: not a model config (no `model:` section with a class_path)")
+    return cfg
+
+
+def ensemble_members(path: Path, cfg: dict) -> list[Path]:
+    """The member configs an ensemble file ``path`` names (``ensemble:``, paths relative to its
+    folder): a non-empty list of distinct existing YAML files; ValueError naming the first bad one."""
+    names = cfg.get("ensemble")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path}: `ensemble` has to be a non-empty list of model config paths, got {names!r}")
+    members = []
+    for i, name in enumerate(names):
+        member = path.parent / name
+        if not member.is_file() or member.suffix not in (".yaml", ".yml"):
+            raise ValueError(f"{path}: `ensemble`[{i}] {name!r} is not a YAML file beside it ({member})")
+        if any(os.path.realpath(member) == os.path.realpath(other) for other in members):
+            raise ValueError(f"{path}: `ensemble`[{i}] {name!r} is named twice")
+        members.append(member)
+    return members
+
+
+def row_label(cfg: dict) -> str:
+    """The table's row for a config: its model's label, or for an ensemble its members' label(s)
+    and their count (``LambdaMART-top3``)."""
+    if "ensemble" not in cfg:
+        return model_label(cfg)
+    labels = dict.fromkeys(model_label(c) for _, c in cfg["ensemble"])
+    return f"{'+'.join(labels)}-top{len(cfg['ensemble'])}"
+
+
+def row_kind(cfg: dict) -> str:
+    """``model_kind`` of a config, or of an ensemble's members (``"mixed"`` when they differ)."""
+    kinds = {model_kind(c) for _, c in cfg["ensemble"]} if "ensemble" in cfg else {model_kind(cfg)}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def model_configs_of(configs: dict[str, tuple[Path, dict]]) -> list[dict]:
+    """Every model config the rows train (an ensemble's members each)."""
+    return [c for _, cfg in configs.values() for c in ([m for _, m in cfg["ensemble"]] if "ensemble" in cfg
+                                                         else [cfg])]
 
 
 def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
@@ -437,12 +512,11 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
     for seed in range(seeds):
         for label, (_, cfg) in configs.items():
             path, tune_seconds = fold_configs[label]
-            r = train_model(path, data=data, fold=fold, seed=seed, workdir=os.path.join(work, label),
-                            val_fraction=val_fraction,
-                            scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
-                            test_eval=test_eval, max_epochs=max_epochs,
-                            keep=members[label] if ensemble else None)
-            runs.append({"model": label, "kind": model_kind(cfg), "config": str(path),
+            fit_row = partial(train_ensemble, cfg["ensemble"]) if "ensemble" in cfg else partial(train_model, path)
+            r = fit_row(data=data, fold=fold, seed=seed, workdir=os.path.join(work, label), val_fraction=val_fraction,
+                        scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
+                        test_eval=test_eval, max_epochs=max_epochs, keep=members[label] if ensemble else None)
+            runs.append({"model": label, "kind": row_kind(cfg), "config": str(path),
                          "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune else {})})
             log(_progress_line(runs[-1]))
         for name in chosen:
@@ -455,7 +529,7 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
         mine = [r for r in runs if r["model"] == label and r["fold"] == fold]
         r = ensemble_model(members[label], mine, test_eval=test_eval,
                            scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-ensemble.pt")
-        runs.append({"model": f"{label} ×{seeds}", "kind": model_kind(cfg), "config": str(path),
+        runs.append({"model": f"{label} ×{seeds}", "kind": row_kind(cfg), "config": str(path),
                      "fold": fold, "seed": "ensemble", **r})
         log(_progress_line(runs[-1]))
 
@@ -497,6 +571,11 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
     result["plots"] = [str(p) for p in plots]
     result["out"] = str(out_dir)
     return result
+
+
+def _config_files(configs: dict[str, tuple[Path, dict]]) -> list[str]:
+    """The config files compare reads (an ensemble file and its members)."""
+    return [str(p) for path, cfg in configs.values() for p in [path, *(m for m, _ in cfg.get("ensemble", ()))]]
 
 
 def _data_files(data: str) -> list[str]:
