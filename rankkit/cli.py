@@ -178,6 +178,9 @@ def _exported_model(paths: list[str]):
                              f"(a .ckpt checkpoint or a LambdaMART model file)")
     if len(paths) == 1:
         return load_model(paths[0])
+    for i, path in enumerate(paths):
+        if any(os.path.realpath(path) == os.path.realpath(other) for other in paths[:i]):
+            raise ValueError(f"`model` names {path} twice: an ensemble averages different models")
     scorers = [serving_module(load_model(p)) for p in paths]
     for path, scorer in zip(paths[1:], scorers[1:]):
         if scorer.n_features != scorers[0].n_features:
@@ -381,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "scorer (needs -o)")
     export.add_argument("--format", default="torchscript", choices=EXPORT_FORMATS,
                         help="torchscript (torch.jit.load), export (torch.export, .pt2) or onnx")
-    export.add_argument("-o", "--output", default=None, help="output file (default: MODEL with .pt/.pt2/.onnx)")
+    export.add_argument("-o", "--output", default=None,
+                        help="output file (default: MODEL with .pt/.pt2/.onnx; required for several models)")
     export.set_defaults(func=cmd_export)
     compare = sub.add_parser("compare", add_help=False,
                              help="train every model on every fold and seed; table, plots, exports")

@@ -324,7 +324,8 @@ class TransformerScorer(nn.Module):
 class MeanEnsemble(nn.Module):
     """The mean score of several scorers of the same feature count: ``members`` trained with
     different seeds, say (``rankkit compare --ensemble``). List-aware when any member is; a
-    pointwise member then scores the same padded batch document by document.
+    pointwise member then scores the same padded batch's rows [Q·L, F] document by document,
+    and the padding scores 0.
 
     >>> ensemble = MeanEnsemble([MLPScorer(3, (4,)), MLPScorer(3, (4,))])
     >>> ensemble(torch.zeros(5, 3)).shape
@@ -352,8 +353,11 @@ class MeanEnsemble(nn.Module):
         total = torch.zeros(features.shape[:-1], dtype=features.dtype, device=features.device)
         for member in self.list_members:
             total = total + member(features, mask)
+        flat = features.reshape(-1, features.shape[-1])  # a pointwise member scores rows [N, F]
         for member in self.point_members:
-            total = total + member(features)
+            total = total + member(flat).reshape(features.shape[:-1])
+        if self.list_aware:  # padding scores 0, as a list-aware member's
+            total = total.masked_fill(~mask, 0.0)
         return total / self.n_members
 
 

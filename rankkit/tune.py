@@ -407,7 +407,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
               f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
               + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
     _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
-    ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log) if top_k > 1 else None
+    ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log)
     return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble)
 
 
@@ -444,16 +444,24 @@ def _top_files(top_k: int) -> list[str]:
 
 
 def _write_ensemble(study, out: Path, base: dict, params: dict, top_k: int, storage: str, metric: str,
-                    log: Callable[[str], None]) -> Path:
-    """``OUT/top/<r>.yaml``: the configs of the ``top_k`` best completed trials (best first, ties
-    by trial number; fewer, said in one line, when the study has fewer), and ``OUT/ensemble.yaml``
-    naming them (``rankkit compare --models OUT/ensemble.yaml`` averages their scorers)."""
+                    log: Callable[[str], None]) -> Path | None:
+    """With ``top_k`` > 1: ``OUT/top/<r>.yaml``, the configs of the ``top_k`` best completed trials
+    (the study's best trial first, as ``best.yaml``, then by value, ties by trial number; fewer,
+    said in one line, when the study has fewer), and ``OUT/ensemble.yaml`` naming them (``rankkit
+    compare --models OUT/ensemble.yaml`` averages their scorers). Files an earlier run wrote for
+    more trials, or for an ensemble this run does not ask for, are removed: what is in OUT
+    always matches the study."""
     import optuna
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    ranked = sorted(done, key=lambda t: (-t.value, t.number))[:top_k]
-    if len(ranked) < top_k:
+    best = study.best_trial
+    ranked = [best] + sorted((t for t in done if t.number != best.number), key=lambda t: (-t.value, t.number))
+    ranked = ranked[:top_k] if top_k > 1 else []
+    if top_k > 1 and len(ranked) < top_k:
         log(f"top_k {top_k}: the study has {len(ranked)} completed trial(s), so the ensemble has {len(ranked)}")
+    _remove_stale(out, len(ranked))
+    if not ranked:
+        return None
     (out / "top").mkdir(exist_ok=True)
     names = []
     for rank, t in enumerate(ranked, 1):
@@ -470,6 +478,20 @@ def _write_ensemble(study, out: Path, base: dict, params: dict, top_k: int, stor
             + _yaml_dump({"ensemble": names}))
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
     return path
+
+
+def _remove_stale(out: Path, kept: int) -> None:
+    """Remove ``OUT/top/<r>.yaml`` for r > ``kept`` (and ``OUT/ensemble.yaml``, and an emptied
+    ``OUT/top``, when ``kept`` is 0): what an earlier run with a larger ``top_k`` wrote."""
+    top = out / "top"
+    if top.is_dir():
+        for path in top.glob("*.yaml"):
+            if path.stem.isdigit() and int(path.stem) > kept:
+                path.unlink()
+        if kept == 0 and not any(top.iterdir()):
+            top.rmdir()
+    if kept == 0 and (out / "ensemble.yaml").is_file():
+        (out / "ensemble.yaml").unlink()
 
 
 def _data_settings(base: dict, folds: list[int] | None = None) -> tuple[dict, str]:

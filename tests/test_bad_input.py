@@ -1113,6 +1113,14 @@ CLICKS = [
     Case("clicks-unbiased-unknown", fit(params={"unbiased": "yes"}), ValueError,
          r"`unbiased` has to be one of \(False, True, 'position', 'ips', 'auto'\), got 'yes'"),
     Case("clicks-unbiased-number", fit(params={"unbiased": 1.0}), ValueError, r"`unbiased` has to be one of"),
+    # round 6: neural_ndcg, and a listwise loss given as `weighting`, passed the check and failed mid-fit with a
+    # TypeError (the rule listed the listwise objectives by hand; it now asks the objective's spec)
+    Case("clicks-unbiased-listwise-neural-ndcg", fit(params={"unbiased": True, "objective": "neural_ndcg"},
+                                                     position=[0, 1, 2, 3, 4, 5] * 2), ValueError,
+         r"`unbiased=True` debiases pairs: it needs a pairwise objective, got 'neural_ndcg'"),
+    Case("clicks-unbiased-listwise-weighting", fit(params={"unbiased": "ips", "weighting": "softmax"},
+                                                   position=[0, 1, 2, 3, 4, 5] * 2), ValueError,
+         r"`unbiased='ips'` debiases pairs: it needs a pairwise objective, got 'softmax'"),
     Case("clicks-position-without-positions", fit(params={"unbiased": "position"}), ValueError,
          r"`unbiased='position'` needs the documents' displayed positions \(`position=`\)"),
     Case("clicks-position-regularization-negative", fit(params={"position_bias_regularization": -1.0}), ValueError,

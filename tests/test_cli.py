@@ -354,3 +354,6 @@ def test_export_of_several_models_refuses_what_it_cannot_average_in_one_line(tmp
     err = capsys.readouterr().err.strip()
     assert f"`model`: {paths[2]} takes 6 features and {paths[0]} 5" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "mean.pt").exists()
+    assert main(["export", paths[0], paths[1], paths[0], "-o", str(tmp_path / "mean.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"`model` names {paths[0]} twice" in err and len(err.splitlines()) == 1

@@ -3,6 +3,7 @@ data where they train) and its Python examples (with fewer rounds/epochs)."""
 from __future__ import annotations
 
 import re
+import shutil
 import shlex
 from pathlib import Path
 
@@ -56,7 +57,12 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
         elif command in ("test", "validate"):
             argv = [a if not a.startswith("--ckpt_path") else f"--ckpt_path={ckpt}" for a in argv] + quick
         elif command in ("predict", "export"):
-            argv = [str(ckpt) if a.startswith("PATH/TO/") and a.endswith(".ckpt") else a for a in argv]
+            models = [a for a in argv if a.startswith("PATH/TO/") and a.endswith(".ckpt")]
+            for i, name in enumerate(models):  # several models: copies of the one checkpoint, as other files
+                path = ckpt if i == 0 else tmp_path / f"copy{i}.ckpt"
+                if i:
+                    shutil.copyfile(ckpt, path)
+                argv = [str(path) if a == name else a for a in argv]
         elif command == "tune":
             # the README's default data (MQ2008 fold 1) writes results/tune/NAME; this data would
             # write NAME-DATA-fold1, so the folder the README's next command reads is named here

@@ -210,15 +210,21 @@ def test_a_list_aware_scorer_sees_whole_queries_when_predict_streams(tmp_path, m
 
 
 def test_a_seed_ensemble_is_the_mean_and_exports(tmp_path):
-    members = [transformer(seed=s) for s in range(2)] + [MLPScorer(F, (4,)).eval()]
+    from rankkit import LambdaMART
+
+    trees = LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=2).fit(make_synthetic(12, 6, F, seed=1))
+    members = [transformer(seed=s) for s in range(2)] + [MLPScorer(F, (4,)).eval(), trees.serving_scorer()]
     ensemble = MeanEnsemble(members).eval()
     x, mask = batch()
     with torch.no_grad():
-        expected = (members[0](x, mask) + members[1](x, mask) + members[2](x)) / 3
+        # the pointwise members score the rows one by one; the trees take only [N, F]
+        rows = torch.stack([trees.serving_scorer()(q) for q in x])
+        expected = (members[0](x, mask) + members[1](x, mask) + members[2](x) + rows) / 4
+        expected = expected.masked_fill(~mask, 0.0)  # the padding scores 0
         torch.testing.assert_close(ensemble(x, mask), expected)
         export_torchscript(ensemble, tmp_path / "e.pt")
         served = load_scorer(tmp_path / "e.pt", trust_torchscript=True)
-        torch.testing.assert_close(served(x, mask), expected.masked_fill(~mask, 0.0))
+        torch.testing.assert_close(served(x, mask), expected)
     with pytest.raises(ValueError, match="different feature counts"):
         MeanEnsemble([MLPScorer(3), MLPScorer(4)])
 

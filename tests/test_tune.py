@@ -442,5 +442,8 @@ def test_top_k_writes_the_k_best_trials_and_an_ensemble_compare_takes(tmp_path, 
     assert main(["tune", "--config", "lambdarank", "--n_trials", "5", "--top_k", "2", "--out", str(out),
                  "--quiet"]) == 0
     assert f"rankkit compare --models {out / 'ensemble.yaml'}" in capsys.readouterr().out
+    assert sorted(p.name for p in (out / "top").iterdir()) == ["1.yaml", "2.yaml"]  # the earlier 3..5 removed
+    tuning.tune("lambdarank", out=out, n_trials=5, log=lines.append)  # no top_k: no stale ensemble left behind
+    assert not (out / "ensemble.yaml").exists() and not (out / "top").exists() and (out / "best.yaml").exists()
     with pytest.raises(ValueError, match="`top_k`"):
         tuning.tune("lambdarank", out=out, n_trials=5, top_k=0)

@@ -25,8 +25,6 @@ from rankkit.objective import objective_spec as _spec
 # LightGBM's additive position bias, inverse propensities by regression-EM, or the choice among
 # them on a validation click log.
 UNBIASED = (False, True, "position", "ips", "auto")
-# The objectives ``unbiased`` cannot reweigh (they have no pairs).
-_LISTWISE_OR_POINTWISE = ("pointwise", "softmax", "xendcg", "listmle", "approx_ndcg")
 
 _int = _checks.check_int
 _number = _checks.check_number
@@ -228,9 +226,9 @@ class BoosterConfig:
         if self.exact_newton and self.objective == "pointwise":
             raise ValueError("`exact_newton` applies to the pairwise objectives; the pointwise "
                              "objective's Newton steps are exact already")
-        if self.unbiased in (True, "ips", "auto") and self.objective in _LISTWISE_OR_POINTWISE:
+        if self.unbiased in (True, "ips", "auto") and not custom and not self.objective_spec.pairwise:
             raise ValueError(f"`unbiased={self.unbiased!r}` debiases pairs: it needs a pairwise objective, "
-                             f"got {self.objective!r}")
+                             f"got {self.objective_spec.name!r}")
         if not custom:  # a custom objective is imported and checked when training starts, not here
             self.objective_spec  # noqa: B018 -- the spec's own check of the names
 

@@ -426,6 +426,9 @@ def _model_configs(models: list[str]) -> dict[str, tuple[Path, dict]]:
                                  f"{path.stem!r}; rename one (the table names a second config of a model by its file)")
         if label in configs:  # a second config of the same model: its own row, named by its file
             label = f"{label}-{path.stem}"
+        if label in configs:  # that name is another row's (an ensemble's `<model>-top<K>`, say)
+            raise ValueError(f"`models`: {path} would be the row {label!r}, which {configs[label][0]} already is; "
+                             f"rename one")
         configs[label] = (path, cfg)
     return configs
 
@@ -610,7 +613,7 @@ def _write_text(path: Path, text: str) -> None:
 def _progress_line(r: dict) -> str:
     export = (f", exported {r['export_bytes'] / 1024:.1f} KiB (verified, max diff {r['export_max_abs_diff']:.1g})"
               if r["export_bytes"] is not None else "")
-    unit = "epochs" if r["kind"] == "neural" else "trees"
+    unit = {"neural": "epochs", "trees": "trees"}.get(r["kind"], "epochs / trees")
     return (f"{r['model']:<20} fold {r['fold']} seed {r['seed']}: {r['epochs']} {unit} (best index {r['best_epoch']}), "
             f"{r['train_seconds']:.1f} s, test NDCG@10 {r['ndcg@10']:.4f}{export}")
 

@@ -40,7 +40,6 @@ from torch import nn
 from rankkit.infra import checks as _checks
 from rankkit.click_metric import explained_clicks
 from rankkit.data.dataset import PaddedBatch
-from rankkit.losses import LISTWISE
 from rankkit.objective import ObjectiveSpec
 from rankkit.scorers import score_lists
 from rankkit.unbiased import PositionIds, PropensityEstimator
@@ -299,7 +298,7 @@ class ClickDebiasing:
         if unbiased is True:
             _checks.check_number(bias_p, "bias_p", low=0)
             _checks.check_int(n_positions, "n_positions")
-            if spec.name in LISTWISE:
+            if not spec.pairwise:
                 raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {spec.name!r}")
             self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=spec.sigma, k=spec.k,
                                                   weighting=spec.click_weighting)

@@ -11,6 +11,7 @@ only the debiasing (pair weights, position models) around it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import warnings
 from typing import Any
@@ -180,9 +181,10 @@ def neural_objective(o, *, choices: tuple[str, ...], default_weighting: str, nam
     ``loss`` already one value), checked; ``choices`` and ``default_weighting`` are the class's,
     ``name`` the spelling the user gave (:func:`spelling`)."""
     custom = check_objective_settings(o, choices=choices, default_weighting=default_weighting, name=name)
-    options = {} if custom else check_loss_options(o.loss_options, o.loss if o.loss is not None else o.weighting)
     spec = objective_spec(o.loss, weighting=o.weighting, sigma=o.sigma, k=o.k, normalize=o.normalize,
-                          reduction=o.reduction, options=options)
+                          reduction=o.reduction)
+    if not custom:  # the options of what the kernel computes: `objective`, else `weighting`
+        spec = dataclasses.replace(spec, options=tuple(sorted(check_loss_options(o.loss_options, spec.name).items())))
     # A loss read from a checkpoint (RecordedName) is kept as such: training refuses to import it.
     kept = custom and (not isinstance(o.loss, str) or isinstance(o.loss, RecordedName))
     return NeuralObjective(spec, o.loss if kept else None)
