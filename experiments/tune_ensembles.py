@@ -60,6 +60,8 @@ def main(argv=None) -> None:
                     help="data without a vali file: this fraction of the training queries (seed 0) is vali")
     ap.add_argument("--write", action="store_true", help="replace this config's section of docs/benchmarks.md")
     args = ap.parse_args(argv)
+    if args.top_k < 2:
+        ap.error("--top_k has to be at least 2 (an ensemble of the best trials)")
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
