@@ -145,10 +145,11 @@ def export_model(model_path: str | list[str], output: str, fmt: str = "torchscri
     EXPORTERS[fmt](model, output)
     try:  # the artefact is kept only once it reloads and scores as the eager model does
         eager = serving_module(model)
-        x = torch.randn(64, eager.n_features, generator=torch.Generator().manual_seed(0)).abs() * 3
+        inputs = _check_inputs(eager)
         try:
             with torch.no_grad():
-                diff = float((load_scorer(output, trust_torchscript=True)(x) - eager(x)).abs().max())  # just written
+                served = torch.as_tensor(load_scorer(output, trust_torchscript=True)(*inputs))  # just written
+                diff = float((served - eager(*inputs)).abs().max())
         except Exception as e:  # noqa: BLE001 -- any failure to reload or score is the check failing
             raise ValueError(f"the exported scorer failed its reload check ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''}); {output} removed") from None
@@ -160,6 +161,21 @@ def export_model(model_path: str | list[str], output: str, fmt: str = "torchscri
         raise
     return {"path": output, "bytes": os.path.getsize(output), "max_abs_diff": diff,
             "n_features": eager.n_features, "model": type(model).__name__}
+
+
+def _check_inputs(eager) -> tuple:
+    """What the reload check scores: 64 documents [64, F] for a pointwise scorer; for a
+    list-aware one (its exported program takes a padded batch), 4 queries of up to 16
+    documents [4, 16, F] with their mask, some padded."""
+    import torch
+
+    from rankkit.export import is_list_aware
+
+    g = torch.Generator().manual_seed(0)
+    if not is_list_aware(eager):
+        return (torch.randn(64, eager.n_features, generator=g).abs() * 3,)
+    x = torch.randn(4, 16, eager.n_features, generator=g).abs() * 3
+    return x, torch.arange(16) < torch.tensor([16, 9, 1, 12])[:, None]
 
 
 def _exported_model(paths: list[str]):

@@ -357,3 +357,36 @@ def test_export_of_several_models_refuses_what_it_cannot_average_in_one_line(tmp
     assert main(["export", paths[0], paths[1], paths[0], "-o", str(tmp_path / "mean.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"`model` names {paths[0]} twice" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "export", "onnx"])
+def test_a_list_aware_model_alone_or_beside_trees_exports_in_every_format(tmp_path, fmt):
+    # Round 6: the reload check fed flat [64, F] features, which a list-aware torch.export program
+    # refuses, so `rankkit export --format export` of the transformer failed its own check.
+    import pytorch_lightning as pl
+
+    from rankkit import LambdaMART
+    from rankkit.cli import export_model
+    from rankkit.export import serving_module
+    from rankkit.neural import LambdaRank
+    from rankkit.serving import load_model
+
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    trainer = pl.Trainer(max_epochs=0, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.strategy.connect(LambdaRank(5, architecture="transformer", hidden=[16], heads=2, layers=1))
+    trainer.save_checkpoint(tmp_path / "t.ckpt")
+    LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=2).fit(make_synthetic(12, 6, 5, seed=1)).save(
+        tmp_path / "m.safetensors")
+    x = torch.rand(3, 7, 5) * 3
+    mask = torch.arange(7) < torch.tensor([7, 4, 1])[:, None]
+    for models, name in (([tmp_path / "t.ckpt"], "one"), ([tmp_path / "t.ckpt", tmp_path / "m.safetensors"], "two")):
+        out = tmp_path / f"{name}{EXPORT_SUFFIXES[fmt]}"
+        r = export_model([str(m) for m in models] if len(models) > 1 else str(models[0]), str(out), fmt)
+        assert r["max_abs_diff"] <= 1e-4
+        eagers = [serving_module(load_model(str(m))) for m in models]
+        with torch.no_grad():
+            scores = [eagers[0](x, mask)] + [e(x.reshape(-1, 5)).reshape(3, 7) for e in eagers[1:]]  # trees: rows
+            want = sum(scores) / len(models)
+            got = torch.as_tensor(load_scorer(str(out), trust_torchscript=True)(x, mask))
+        torch.testing.assert_close(got[mask], want[mask], rtol=1e-5, atol=1e-5)
