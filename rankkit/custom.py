@@ -763,11 +763,10 @@ class PairwiseLoss(TorchLoss):
             out = self.fn(diff, y_i, y_j, weight=weight)
         else:
             out = self.fn(diff, y_i, y_j)
-        name = qualified_name(self.fn)
         if not isinstance(out, torch.Tensor) or out.shape != diff.shape:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else _checks.describe(out)
-            raise ValueError(f"the pairwise loss {name} has to return one loss per pair, shape {tuple(diff.shape)}, "
-                             f"got {got}")
+            raise ValueError(f"the pairwise loss {qualified_name(self.fn)} has to return one loss per pair, shape "
+                             f"{tuple(diff.shape)}, got {got}")
         return out if factor is None or self.takes_weight else out * factor.to(out.dtype)
 
     def per_query(self, scores, labels, mask) -> torch.Tensor:
