@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from rankkit.infra.checkpoint import CLASS_KEY, TRAINABLE, read_checkpoint
-from rankkit.infra.io import check_outputs
+from rankkit.infra.io import check_outputs, first_repeat
 from rankkit.infra.quiet import verbose as env_verbose
 from rankkit.training.run_config import PARSER_SETTINGS, _config_flag, config_names
 from rankkit.tune import parse_overrides, tune
@@ -194,9 +194,9 @@ def _exported_model(paths: list[str]):
                              f"(a .ckpt checkpoint or a LambdaMART model file)")
     if len(paths) == 1:
         return load_model(paths[0])
-    for i, path in enumerate(paths):
-        if any(os.path.realpath(path) == os.path.realpath(other) for other in paths[:i]):
-            raise ValueError(f"`model` names {path} twice: an ensemble averages different models")
+    twice = first_repeat(paths)
+    if twice is not None:
+        raise ValueError(f"`model` names {paths[twice]} twice: an ensemble averages different models")
     scorers = [serving_module(load_model(p)) for p in paths]
     for path, scorer in zip(paths[1:], scorers[1:]):
         if scorer.n_features != scorers[0].n_features:

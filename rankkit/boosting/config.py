@@ -236,7 +236,7 @@ class BoosterConfig:
     def objective_spec(self) -> ObjectiveSpec:
         """The objective and its options as one frozen value (what the engine builds its gradients from)."""
         return _spec(self.objective, weighting=self.weighting, sigma=self.sigma, k=self.k,
-                              normalize=self.normalize, gain=self.gain, hessian=self.hessian)
+                     normalize=self.normalize, gain=self.gain, hessian=self.hessian)
 
     @property
     def tree(self) -> TreeParams:

@@ -196,12 +196,6 @@ class SquaredError:
         return w * (scores.double() - y), w
 
 
-def objective_names() -> tuple[str, ...]:
-    """Every objective the booster takes: ``"lambdarank"`` (with ``weighting``), ``"pointwise"``
-    and every name of :data:`rankkit.losses.OBJECTIVES`."""
-    return NAMES
-
-
 class CustomObjective:
     """A user's objective (:mod:`rankkit.custom`) on the booster's flat scores: a torch loss
     differentiated by autograd (grad and the diagonal Hessian of ``hessian``) on the padded
@@ -303,4 +297,5 @@ def flat_ndcg_inputs(layout: QueryLayout, k: int | None, gain: str = "exp") -> d
     return dict(labels=labels, gains=gains, offsets=layout.offsets, cutoff=cutoff, max_len=n_docs, order=order)
 
 
-OBJECTIVES = objective_names()
+#: Every objective the booster takes (:data:`rankkit.objective.NAMES`).
+OBJECTIVES = NAMES

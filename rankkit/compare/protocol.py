@@ -48,7 +48,7 @@ from rankkit.compare.plots import plot
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.export import export_torchscript, load_scorer, unwrap
 from rankkit.infra import yaml as _yaml
-from rankkit.infra.io import atomic_write, check_outputs
+from rankkit.infra.io import atomic_write, check_outputs, first_repeat
 from rankkit.infra.quiet import verbose, verbose_scope
 from rankkit.metrics import average_precision, err, ndcg
 from rankkit.neural import MeanEnsemble
@@ -452,14 +452,12 @@ def ensemble_members(path: Path, cfg: dict) -> list[Path]:
     names = cfg.get("ensemble")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{path}: `ensemble` has to be a non-empty list of model config paths, got {names!r}")
-    members = []
-    for i, name in enumerate(names):
-        member = path.parent / name
+    members = [path.parent / name for name in names]
+    for i, (name, member) in enumerate(zip(names, members)):
         if not member.is_file() or member.suffix not in (".yaml", ".yml"):
             raise ValueError(f"{path}: `ensemble`[{i}] {name!r} is not a YAML file beside it ({member})")
-        if any(os.path.realpath(member) == os.path.realpath(other) for other in members):
+        if first_repeat(members[:i + 1]) == i:
             raise ValueError(f"{path}: `ensemble`[{i}] {name!r} is named twice")
-        members.append(member)
     return members
 
 

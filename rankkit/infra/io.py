@@ -236,6 +236,17 @@ def _same(a: str, b: str) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+def first_repeat(paths: Iterable[str | os.PathLike]) -> int | None:
+    """The index of the first of ``paths`` that names a file an earlier one names (:func:`_same`:
+    the same path once links are resolved, or the same inode), or None."""
+    seen: list[str] = []
+    for i, path in enumerate(paths):
+        if any(_same(os.fspath(path), other) for other in seen):
+            return i
+        seen.append(os.fspath(path))
+    return None
+
+
 def check_outputs(outputs: Mapping[str, str | os.PathLike | Iterable | None],
                   inputs: Mapping[str, str | os.PathLike | Iterable | None], *,
                   with_sidecars: bool = True) -> None:

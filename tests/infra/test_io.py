@@ -148,3 +148,17 @@ def test_every_reader_of_a_file_is_bounded():
     sites = _read_sites()
     assert sites - set(READERS) == set(), f"readers without a named bound: {sorted(sites - set(READERS))}"
     assert set(READERS) <= sites  # no stale entry
+
+
+def test_first_repeat_finds_a_file_named_again_by_any_spelling_or_link(tmp_path):
+    from rankkit.infra.io import first_repeat
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("a")
+    b.write_text("b")
+    (tmp_path / "link.yaml").symlink_to(a)
+    os.link(b, tmp_path / "hard.yaml")
+    assert first_repeat([a, b]) is None and first_repeat([]) is None
+    assert first_repeat([a, b, tmp_path / "sub" / ".." / "a.yaml"]) == 2  # the same path spelt otherwise
+    assert first_repeat([b, tmp_path / "link.yaml", a]) == 2  # a symbolic link, then its target
+    assert first_repeat([tmp_path / "hard.yaml", a, b]) == 2  # a hard link: the same inode
