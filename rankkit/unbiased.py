@@ -331,12 +331,16 @@ class PropensityEstimator:
         t_plus: [P] float64 click biases, t_plus[0] == 1 (the learned propensity ratios).
         t_minus: [P] float64 unclick biases, t_minus[0] == 1.
         costs: [P, P] float64 pair costs accumulated since the last step.
+        learns: True: :meth:`step` updates the biases from the accumulated costs (False for
+            :class:`FixedPropensities`).
 
     >>> est = PropensityEstimator(2, p=0, weighting="ranknet")
     >>> _ = est.update(torch.zeros(2, 2), torch.tensor([[1., 0.], [0., 1.]]), torch.tensor([[0, 1], [0, 1]]))
     >>> est.t_plus.tolist(), est.t_minus.tolist()
     ([1.0, 1.0], [1.0, 1.0])
     """
+
+    learns = True
 
     def __init__(self, n_positions: int = 10, *, p: float = 1.0, sigma: float = 1.0,
                  weighting: str = "ndcg", k: int | None = None, clip: float | None = None):
@@ -430,6 +434,8 @@ class FixedPropensities(PropensityEstimator):
     >>> est.pair_factors(torch.tensor([[0, 1, 2]]))[0].tolist()
     [[1.0, 2.0, 10.0]]
     """
+
+    learns = False
 
     def __init__(self, propensities, *, clip: float | None = None):
         theta = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()

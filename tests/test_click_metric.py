@@ -24,6 +24,7 @@ from rankkit.click_metric import (
     ClickLikelihood,
     SessionClickMetric,
     cascade_relevance,
+    distinct_rows,
     multiple_click_ratio,
     session_log,
 )
@@ -88,6 +89,24 @@ def test_missing_values_are_one_document():
     x = torch.tensor([[1.0, math.nan], [1.0, math.nan], [2.0, 0.0]])
     log = session_log(x, torch.zeros(3), [3], torch.arange(3))
     assert log.doc.tolist()[0] == log.doc.tolist()[1] != log.doc.tolist()[2]
+
+
+def test_distinct_rows_equal_torch_unique_even_when_hashes_collide():
+    """The hashed grouping gives torch.unique(dim=0)'s rows and inverse exactly: repeated rows,
+    −0 beside +0, a constant column; and with every hash equal (a collision) the full sort."""
+    g = torch.Generator().manual_seed(1)
+    half = torch.randn(150, 7, generator=g, dtype=torch.float64).round(decimals=1)
+    half[:, 3] = 0.0
+    half[:, 5] = 0.0
+    twin = half.clone()
+    twin[:, 5] = -0.0  # equal to its +0 row
+    base = torch.cat([half, twin])
+    rows = base[torch.randint(0, 300, (5000,), generator=g)]
+    want = torch.unique(rows, dim=0, return_inverse=True)
+    for multipliers in (None, torch.zeros(7, dtype=torch.long), torch.tensor([1, 0, 0, 0, 0, 0, 0])):
+        got = distinct_rows(rows, multipliers)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert len(want[0]) == 150  # −0 and +0 rows are one
 
 
 def test_cascade_relevance_counts_examined_rows_when_nothing_was_dropped():

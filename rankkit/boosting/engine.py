@@ -51,6 +51,7 @@ from rankkit.boosting.tree import (
 from rankkit.click_metric import aggregate, session_log
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
+from rankkit.infra.checks import check_tensors
 from rankkit.kernels.backends import Backend, choose
 from rankkit.unbiased import EM_SETTINGS, FixedPropensities, PropensityEstimator, RegressionEM
 
@@ -208,6 +209,8 @@ class BoostingEngine:
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
             return FixedPropensities(ips_propensities(features, labels, self.sizes, positions, c),
                                      clip=c.propensity_clip), None
+        # the labels are clicks: checked here, once (the compiled cost pass reads them unchecked)
+        check_tensors(("y", labels, (labels != 0) & (labels != 1), "0 or 1 (clicks)"))
         return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
                                    weighting=c.objective_spec.click_weighting), None
 

@@ -144,13 +144,37 @@ class RankingObjective:
             estimator.update(padded, layout.labels, pos, layout.mask)
         return estimator.pair_factors(pos, layout.mask)
 
-    def flat_pair_factors(self, scores: torch.Tensor, layout: QueryLayout):
+    def flat_pair_factors(self, scores: torch.Tensor, layout: QueryLayout, *, costs: torch.Tensor | None = None):
         """The compiled pass's ``pair_factors`` (flat float64 [N] each) of this round, or None
-        without a click-log debiasing: the torch path's factors, from the same padded scores."""
+        without a click-log debiasing: the torch path's factors, the biases first updated at the
+        same padded scores, or by ``costs`` (the round's [P, P] pair costs of
+        :meth:`flat_cost_inputs`, computed by the caller) where given."""
         if self.propensity is None:
             return None
-        padded = layout.pad(scores.to(torch.float64 if self.quantized_grad else torch.float32))
-        return tuple(layout.flat(t).double().contiguous() for t in self._pair_weights(padded, layout))
+        if costs is None:
+            padded = layout.pad(scores.to(torch.float64 if self.quantized_grad else torch.float32))
+            return tuple(layout.flat(t).double().contiguous() for t in self._pair_weights(padded, layout))
+        estimator, positions = self.propensity
+        estimator.costs += costs
+        estimator.step()
+        upper, lower = estimator.pair_factors(positions[None])
+        return upper[0].double().contiguous(), lower[0].double().contiguous()
+
+    def flat_cost_inputs(self, layout: QueryLayout) -> dict | None:
+        """The arguments of the compiled pair-cost pass (:func:`rankkit.kernels.cpu.position_costs`)
+        that updates Unbiased LambdaMART's biases each round, built once per data set; None where
+        the round's biases do not come from pair costs (no click log, or fixed propensities)."""
+        if self.propensity is None or not self.propensity[0].learns:
+            return None
+        estimator, positions = self.propensity
+        n_docs = layout.shape[1]
+        cutoff = n_docs if estimator.k is None else min(estimator.k, n_docs)
+        inputs = flat_ndcg_inputs(layout, self.options["k"], self.options["gain"])
+        bucket = layout.plan.cached(("compiled_buckets", estimator.n_positions),
+                                    lambda: positions.clamp(0, estimator.n_positions - 1).long().contiguous())
+        return dict(clicks=inputs["labels"], bucket=bucket, offsets=layout.offsets, n_positions=estimator.n_positions,
+                    cutoff=cutoff, max_len=n_docs, sigma=estimator.sigma, ndcg=estimator.weighting == "ndcg",
+                    float32_scores=not self.quantized_grad, order=inputs["order"])
 
     def flat_lambda_inputs(self, layout: QueryLayout, *, pair_factors: bool = False) -> dict | None:
         """The arguments of the compiled lambda pass (:func:`rankkit.kernels.cpu.lambdas`) on

@@ -272,3 +272,74 @@ int rankkit_eval_ndcg(const uint8_t *codes, int64_t n_cols, const int64_t *feats
     return rankkit_ndcg_mean(scores, labels, gains, disc, offsets, n_queries, max_len, cutoff, empty, order,
                              per_query, out, n_threads);
 }
+
+/* Unbiased LambdaMART's position-bucketed pair costs (rankkit.unbiased.position_pair_costs on
+   the flat layout; Hu, Wang, Peng, Li, "Unbiased LambdaMART", WWW 2019): for every clicked i and
+   unclicked j of a query (clicks [N] 0/1),
+
+       total[bucket_i * n_positions + bucket_j] += softplus(-σ (s_i - s_j)) |d_i - d_j| / IDCG
+
+   (weighting 1; weighting 0, RankNet: the softplus alone), d the discount of each document's rank
+   among its query's scores (the lambda pass's order, clicks as labels; disc: 0 from the cutoff on)
+   and IDCG the query's ideal DCG of its clicks at the cutoff (pairs of a query without one count
+   0). Pairs are visited in document order, i then j, one query after another, on one thread:
+   the torch path's order of additions, so the sums do not depend on the threads. order: as in
+   rankkit_lambdas (updated; the same ranking the lambda pass then starts from). round_scores:
+   rank and pair the float32 values of the scores. Returns 0, or 1 when out of memory. */
+int rankkit_position_costs(const double *scores, const double *clicks, const int64_t *bucket,
+                           const double *disc, const int64_t *offsets, int64_t n_queries, int64_t max_len,
+                           int64_t n_positions, double sigma, int weighting, int round_scores,
+                           int64_t *order, double *total) {
+    if (max_len < 1) return 0;
+    ranked_doc *docs = (ranked_doc *) malloc((size_t) max_len * sizeof(ranked_doc));
+    double *d = (double *) malloc((size_t) max_len * sizeof(double));
+    if (docs == NULL || d == NULL) {
+        free(docs);
+        free(d);
+        return 1;
+    }
+    for (int64_t q = 0; q < n_queries; ++q) {
+        const int64_t start = offsets[q], n = offsets[q + 1] - offsets[q];
+        int64_t n_clicked = 0;
+        for (int64_t j = 0; j < n; ++j) n_clicked += clicks[start + j] != 0.0;
+        if (n_clicked == 0 || n_clicked == n) continue;  /* no clicked/unclicked pair */
+        double inv = 1.0;
+        if (weighting) {
+            for (int64_t j = 0; j < n; ++j) {
+                const int64_t i = order[start + j];
+                docs[j].s = round_scores ? (double) (float) scores[i] : scores[i];
+                docs[j].y = clicks[i];
+                docs[j].i = i;
+            }
+            rank_docs(docs, n);
+            for (int64_t r = 0; r < n; ++r) {
+                order[start + r] = docs[r].i;
+                d[docs[r].i - start] = disc[r];
+            }
+            double idcg = 0.0;
+            for (int64_t r = 0; r < n_clicked; ++r) idcg += disc[r];
+            if (!(idcg > 0.0)) continue;
+            inv = 1.0 / idcg;
+        }
+        for (int64_t a = 0; a < n; ++a) {
+            if (clicks[start + a] == 0.0) continue;
+            const double sa = round_scores ? (double) (float) scores[start + a] : scores[start + a];
+            double *row = total + bucket[start + a] * n_positions;
+            for (int64_t b = 0; b < n; ++b) {
+                if (clicks[start + b] != 0.0) continue;
+                double dz = 1.0;
+                if (weighting) {
+                    dz = fabs(d[a] - d[b]);
+                    if (dz == 0.0) continue;  /* adds +0: both below the cutoff */
+                }
+                const double sb = round_scores ? (double) (float) scores[start + b] : scores[start + b];
+                const double x = -sigma * (sa - sb);
+                const double cost = x > 20.0 ? x : log1p(exp(x));  /* torch's softplus */
+                row[bucket[start + b]] += weighting ? cost * (dz * inv) : cost;
+            }
+        }
+    }
+    free(docs);
+    free(d);
+    return 0;
+}

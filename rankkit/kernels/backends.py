@@ -227,8 +227,10 @@ class CpuBackend(Backend):
             inputs = objective.flat_lambda_inputs(layout, pair_factors=True)
         if inputs is None:
             return objective.torch_gradients(scores, layout, triton=False)
-        return cpu.lambdas(scores.detach().double().contiguous(), **inputs,
-                           pair_factors=objective.flat_pair_factors(scores, layout))
+        flat = scores.detach().double().contiguous()
+        cost_inputs = objective.flat_cost_inputs(layout)  # Unbiased LambdaMART: its biases' update, in C too
+        costs = None if cost_inputs is None else cpu.position_costs(flat, **cost_inputs)
+        return cpu.lambdas(flat, **inputs, pair_factors=objective.flat_pair_factors(scores, layout, costs=costs))
 
     def codes_layout(self, codes):
         return codes.contiguous()  # row-major: a document's codes are one row

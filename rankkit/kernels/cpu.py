@@ -85,6 +85,8 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_tree_grow.restype = cint
     dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
     dll.rankkit_add_tree.restype = None
+    dll.rankkit_position_costs.argtypes = [p, p, p, p, p, i64, i64, i64, dbl, cint, cint, p, p]
+    dll.rankkit_position_costs.restype = cint
     dll.rankkit_ndcg_mean.argtypes = [p, p, p, p, p, i64, i64, i64, dbl, p, p, p, cint]
     dll.rankkit_ndcg_mean.restype = cint
     dll.rankkit_eval_ndcg.argtypes = [p, i64, p, p, i64, p, p, p, p, p, p, i64, i64, i64, dbl, p, p, p, cint]
@@ -552,6 +554,49 @@ def lambdas(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor, *
     if failed:
         raise MemoryError("rankkit_lambdas: could not allocate its per-thread buffers")
     return grad, hess
+
+
+def position_costs(scores: torch.Tensor, clicks: torch.Tensor, bucket: torch.Tensor, offsets: torch.Tensor, *,
+                   n_positions: int, cutoff: int, max_len: int, sigma: float = 1.0, ndcg: bool = True,
+                   float32_scores: bool = True, order: torch.Tensor | None = None) -> torch.Tensor:
+    """Unbiased LambdaMART's pair costs of flat click sessions, summed by (position bucket of the
+    clicked document, of the unclicked one): :func:`rankkit.unbiased.position_pair_costs` in one
+    C call, O(clicked × unclicked) per session, the additions in its order.
+
+    Args:
+        scores, clicks: [N] float64 (contiguous; clicks 0 or 1).
+        bucket: [N] int64, each document's position bucket in [0, n_positions).
+        offsets: [Q + 1] int64 session bounds; max_len: the longest session's length.
+        cutoff: the NDCG cutoff k (the longest session's length for none).
+        sigma: the pair cost's σ; ndcg: weigh each pair by |ΔNDCG@cutoff| of the clicks (else by 1,
+            RankNet).
+        float32_scores: rank and pair the scores' float32 values (as the booster's torch path).
+        order: as :func:`lambdas`' (updated to the ranking: the lambda pass that follows then
+            starts sorted), or None.
+    Returns:
+        [n_positions, n_positions] float64.
+    """
+    n = scores.shape[0]
+    for t in (scores, clicks):
+        if t.dtype != torch.float64 or not t.is_contiguous() or t.shape != (n,):
+            raise ValueError("position_costs: scores and clicks have to be contiguous float64 [N]")
+    if bucket.dtype != torch.int64 or not bucket.is_contiguous() or bucket.shape != (n,) or \
+            (n and (int(bucket.min()) < 0 or int(bucket.max()) >= n_positions)):
+        raise ValueError(f"position_costs: `bucket` has to be a contiguous int64 [N] in [0, {n_positions})")
+    _check_offsets(offsets, n, max_len)
+    if order is None:
+        order = torch.arange(n, dtype=torch.int64)
+    elif order.dtype != torch.int64 or not order.is_contiguous() or order.shape != (n,):
+        raise ValueError("position_costs: `order` has to be a contiguous int64 [N]")
+    total = torch.zeros(n_positions, n_positions, dtype=torch.float64)
+    disc = _discounts(max_len, cutoff)  # held: the call reads its memory
+    failed = _dll().rankkit_position_costs(
+        scores.data_ptr(), clicks.data_ptr(), bucket.data_ptr(), disc.data_ptr(),
+        offsets.data_ptr(), offsets.shape[0] - 1, max_len, n_positions, float(sigma), int(ndcg),
+        int(float32_scores), order.data_ptr(), total.data_ptr())
+    if failed:
+        raise MemoryError("rankkit_position_costs: could not allocate its buffers")
+    return total
 
 
 def ndcg_mean(scores: torch.Tensor, labels: torch.Tensor, gains: torch.Tensor, offsets: torch.Tensor, *,

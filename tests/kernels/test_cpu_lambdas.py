@@ -19,7 +19,7 @@ from rankkit.objective import objective_spec
 from rankkit.data import make_synthetic
 from rankkit.kernels import backends, cpu
 from rankkit.lambdas import lambda_gradients
-from rankkit.unbiased import FixedPropensities, PropensityEstimator
+from rankkit.unbiased import FixedPropensities, PropensityEstimator, position_pair_costs
 
 needs_cpu = pytest.mark.skipif(not cpu.available(), reason="the compiled CPU kernels are not built")
 pytestmark = needs_cpu
@@ -182,7 +182,9 @@ def test_the_booster_objective_takes_the_compiled_kernel(monkeypatch, weighting,
 @pytest.mark.parametrize("estimator", ["fixed", "unbiased"])
 def test_click_log_pair_weights_take_the_compiled_kernel(estimator):
     """Unbiased LambdaMART's and inverse propensities' pair weights in the compiled pass give the
-    torch path's gradients, and the estimator's per-round update sees the same scores."""
+    torch path's gradients, and the estimator's per-round update sees the same scores (its pair
+    costs summed in C, in the torch path's order: the biases agree to rounding, an ulp apart
+    where the two softplus implementations differ)."""
     sizes = [1, 10, 7, 10, 3, 10]
     scores, labels = _data(8, sizes, ties=False)
     clicks = (labels > 1).float()
@@ -203,15 +205,88 @@ def test_click_log_pair_weights_take_the_compiled_kernel(estimator):
                 grad, hess = obj.gradients(scores, layout, backend=backends.choose("cpu", name))
             runs.append((grad, hess, est.t_plus.clone()))
         (fast_g, fast_h, fast_t), (slow_g, slow_h, slow_t) = runs
-        assert torch.equal(fast_t, slow_t)
+        torch.testing.assert_close(fast_t, slow_t, rtol=1e-13, atol=0)
         assert estimator == "fixed" or not torch.allclose(fast_t, torch.ones_like(fast_t))
-        if quantized:  # float64 on both sides, rounded to float32 values: the same bits
+        if quantized:  # float64 on both sides, rounded to float32 values (the float32 factors too): the same bits
             assert torch.equal(fast_g, slow_g) and torch.equal(fast_h, slow_h)
         else:
             torch.testing.assert_close(fast_g, slow_g, rtol=0, atol=2e-6 * float(slow_g.abs().max()))
             torch.testing.assert_close(fast_h, slow_h, rtol=0, atol=2e-6 * float(slow_h.abs().max()))
         plain = make_objective(objective_spec("lambdarank", weighting="ndcg", k=5), quantized_grad=quantized)
         assert not torch.allclose(plain.gradients(scores, layout, backend=backends.choose("cpu", "cpu"))[0], fast_g)
+
+
+def _loop_position_costs(scores, clicks, sizes, bucket, *, n_positions, k, sigma, ndcg):
+    """float64 [P, P] pair costs of Unbiased LambdaMART by a plain loop over each session's
+    (clicked, unclicked) pairs: |ΔNDCG@k| of the clicks by swapping the two and recomputing."""
+    total = [[0.0] * n_positions for _ in range(n_positions)]
+    start = 0
+    for n in sizes:
+        idx = list(range(start, start + n))
+        start += n
+        ranked = sorted(idx, key=lambda i: (-scores[i], clicks[i], i))
+        cut = n if k is None else k
+
+        def dcg(order, cut=cut):
+            return sum(clicks[i] / math.log2(p + 2.0) for p, i in enumerate(order) if p < cut)
+
+        ideal = dcg(sorted(idx, key=lambda i: -clicks[i]))
+        for i in idx:
+            for j in idx:
+                if clicks[i] != 1.0 or clicks[j] != 0.0:
+                    continue
+                weight = 1.0
+                if ndcg:
+                    swapped = list(ranked)
+                    a, b = ranked.index(i), ranked.index(j)
+                    swapped[a], swapped[b] = j, i
+                    weight = abs(dcg(swapped) - dcg(ranked)) / ideal if ideal > 0 else 0.0
+                total[bucket[i]][bucket[j]] += weight * math.log1p(math.exp(-sigma * (scores[i] - scores[j])))
+    return torch.tensor(total, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("ndcg", [True, False])
+@pytest.mark.parametrize("k", [None, 1, 3])
+def test_compiled_position_costs_match_the_double_loop_and_the_torch_path(ndcg, k):
+    """Unbiased LambdaMART's per-round pair costs (kernels.cpu.position_costs) against a float64
+    double loop and rankkit.unbiased.position_pair_costs (the torch path), with tied scores,
+    sessions without clicks or with only clicks, positions beyond the last bucket, and both sorts."""
+    sizes = [1, 5, 8, 3, 12, 2, 7, 1, 4, 70]
+    scores, labels = _data(4, sizes)
+    clicks = (labels > 1).double()
+    clicks[5:13] = 0.0  # a session without a click
+    clicks[13:16] = 1.0  # one with clicks only
+    positions = torch.cat([torch.arange(n) for n in sizes])
+    bucket = positions.clamp(max=5)
+    layout = QueryLayout(clicks.float(), torch.tensor(sizes))
+    cutoff = layout.shape[1] if k is None else k
+    got = cpu.position_costs(scores, clicks, bucket, layout.offsets, n_positions=6, cutoff=cutoff,
+                             max_len=layout.shape[1], sigma=1.5, ndcg=ndcg, float32_scores=False)
+    want = _loop_position_costs(scores.tolist(), clicks.tolist(), sizes, bucket.tolist(), n_positions=6, k=k,
+                                sigma=1.5, ndcg=ndcg)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-13)
+    assert want.sum() > 0 and (want > 0).sum() > 5  # a test that can fail
+    torch_path = position_pair_costs(layout.pad(scores), layout.pad(clicks), layout.pad(positions), mask=layout.mask,
+                                     n_positions=6, sigma=1.5, weighting="ndcg" if ndcg else "ranknet", k=k)
+    torch.testing.assert_close(got, torch_path, rtol=1e-13, atol=0)
+
+
+def test_compiled_position_costs_rank_float32_scores_and_leave_the_ranking():
+    sizes = [6, 70, 3]
+    scores, labels = _data(5, sizes, ties=False)
+    clicks = (labels > 1).double()
+    layout = QueryLayout(clicks.float(), torch.tensor(sizes))
+    bucket = torch.cat([torch.arange(n) for n in sizes]).clamp(max=9)
+    args = dict(n_positions=10, cutoff=10, max_len=layout.shape[1])
+    rounded = cpu.position_costs(scores.float().double(), clicks, bucket, layout.offsets, float32_scores=False, **args)
+    order = torch.arange(len(scores))
+    got = cpu.position_costs(scores, clicks, bucket, layout.offsets, order=order, **args)
+    assert torch.equal(got, rounded)
+    lambdas_order = torch.arange(len(scores))  # the lambda pass's ranking of the same scores and labels
+    cpu.lambdas(scores, clicks, layout.offsets, gains=None, cutoff=10, max_len=layout.shape[1], order=lambdas_order)
+    assert torch.equal(order, lambdas_order)
+    with pytest.raises(ValueError, match="bucket"):
+        cpu.position_costs(scores, clicks, bucket + 1, layout.offsets, **args)
 
 
 def test_the_truncated_pass_is_exact():
