@@ -352,7 +352,7 @@ class LambdaMART(BaseEstimator):
                 self.unbiased_scores_[name] = {"score": metric(engine.to_ensemble(trees)), "stage": stage,
                                                "trees": trees}
             ranked = sorted(alive, key=lambda name: -self.unbiased_scores_[name]["score"])
-            if self.verbose:  # the race takes about 2.3 fits: say each stage as it ends
+            if self.verbose:  # the race takes 2-2.5 naive fits: say each stage as it ends
                 scores = ", ".join(f"{name} {self.unbiased_scores_[name]['score']:.5f} "
                                    f"({self.unbiased_scores_[name]['trees']} trees)" for name in ranked)
                 outcome = f"{', '.join(ranked[:keep])} go on" if keep > 1 else f"{ranked[0]} wins"
