@@ -105,6 +105,7 @@ def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: i
     module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
                         k=10, reduction="sum", unbiased=unbiased, bias_p=p, n_positions=K_SHOWN)
     module.fit_preprocessor(train.features)
+    module.read_click_log(train)  # the position ids; "ips": its propensities
     opt = module.configure_optimizers()
     generator = torch.Generator().manual_seed(args.seed)
     best, best_state = -math.inf, None
@@ -133,6 +134,7 @@ def train_lambdarank_auto(train, vali, args, *, epochs: int):
     module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
                         k=10, reduction="sum", unbiased="auto", n_positions=K_SHOWN)
     module.fit_preprocessor(train.features)
+    module.read_click_log(train)
     opt = module.configure_optimizers()
     generator = torch.Generator().manual_seed(args.seed)
     for epoch in range(epochs):
@@ -321,7 +323,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
             chosen["neural"] = best
             test_rows["LambdaRank oracle"] = oracle_neural[label]
             # the module's own choices: the joint position bias, DLA, and the race
-            for mode in ("position", "dla"):
+            for mode in ("position", "dla", "ips"):
                 t_fit = time.perf_counter()
                 f, _, module = train_lambdarank(log.sessions, metric, args, unbiased=mode, p=1.0,
                                                 epochs=args.log_epochs)
@@ -358,7 +360,7 @@ def rows_of(p_grid, neural_p_grid) -> list[str]:
             + ["LambdaMART position", "LambdaMART ips", "LambdaMART auto", "LambdaMART debiased (selected)",
                "LambdaMART oracle"]
             + ["LambdaRank naive"] + [f"LambdaRank p={p:g}" for p in neural_p_grid]
-            + ["regression-EM", "LambdaRank position", "LambdaRank dla", "LambdaRank auto",
+            + ["regression-EM", "LambdaRank position", "LambdaRank dla", "LambdaRank ips", "LambdaRank auto",
                "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
 
 
@@ -553,9 +555,10 @@ validation click log (`eval_set`, `eval_group`, `eval_position`): it races naive
 keeps the candidate whose scores best explain the validation clicks once each position has its own offset
 (`rankkit.click_metric.ClickLikelihood`, which assumes no click model). **LambdaRank auto** is
 `LambdaRank(unbiased="auto")` in the same loop as the other LambdaRank rows: naive, unbiased p = 0,
-`"position"` and `"dla"` (the Dual Learning Algorithm) trained side by side, the race decided after epochs 1 and 2
-by the same criterion (`validate_race`); "LambdaRank position" and "LambdaRank dla" keep their best epoch by the
-counterfactual NDCG as the other LambdaRank rows. "LambdaMART debiased (selected)" and "neural debiased
+`"position"`, `"dla"` (the Dual Learning Algorithm) and `"ips"` (regression-EM propensities on the training log,
+1/θ̂ clipped at 10; added 2026-11-28) trained side by side, the race decided after epochs 1 and 2
+by the same criterion (`validate_race`); "LambdaRank position", "LambdaRank dla" and "LambdaRank ips" keep their
+best epoch by the counterfactual NDCG as the other LambdaRank rows. "LambdaMART debiased (selected)" and "neural debiased
 (selected)" are the previous round's procedure (the counterfactual NDCG above, among naive, the p grid and
 regression-EM), kept for comparison. Fit times are wall-clock seconds of the auto fit over the naive fit of the
 same family in the same run (2 shared cores; the neural naive fit includes its per-epoch click metric).

@@ -57,7 +57,7 @@ from rankkit.infra.checks import (
 from rankkit.unbiased import EM_SETTINGS, ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
-           "explained_clicks", "multiple_click_ratio", "session_log"]
+           "distinct_rows", "explained_clicks", "ips_propensities", "multiple_click_ratio", "session_log"]
 
 CLICK_MODELS = ("auto", "pbm", "cascade")
 
@@ -137,6 +137,22 @@ def distinct_rows(rows: torch.Tensor, multipliers: torch.Tensor | None = None) -
         return torch.unique(rows, dim=0, return_inverse=True)
     distinct, of_group = torch.unique(rows[first], dim=0, return_inverse=True)
     return distinct, of_group[group]
+
+
+def ips_propensities(features, clicks, sizes, position, *, n_positions: int, seed: int = 0,
+                     names: tuple[str, str, str] = ("X", "y", "position")) -> torch.Tensor:
+    """[n_positions] examination probabilities θ̂ of a training click log (flat rows: features
+    [N, F], clicks [N] 0/1, sizes [S] rows per session, position [N] dense 0-based) by
+    regression-EM (Wang, Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for
+    Unbiased Learning to Rank in Personal Search", WSDM 2018; :class:`RegressionEM` with
+    :data:`rankkit.unbiased.EM_SETTINGS`), fitted on the impressions aggregated per (document,
+    position): a document shown in many sessions is one row (:func:`session_log`). The
+    propensities of ``unbiased="ips"``, for the booster and the neural rankers alike."""
+    log = session_log(features, clicks, sizes, position, names=names)
+    doc, bucket, shown, clicked = aggregate(log, n_positions)
+    em = RegressionEM(n_positions, **EM_SETTINGS, seed=seed)
+    em.fit(log.features[doc].nan_to_num(0.0), clicked, bucket, impressions=shown)
+    return em.propensities_
 
 
 def _components(doc: torch.Tensor, session: torch.Tensor, n_docs: int) -> torch.Tensor:

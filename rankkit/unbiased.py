@@ -351,9 +351,10 @@ class PropensityEstimator:
         self.sigma = check_number(sigma, "sigma", low=0.0, low_open=True)
         self.weighting = check_choice(weighting, PAIR_WEIGHTINGS, "weighting")
         self.k = check_k(k)
-        self.t_plus = torch.ones(self.n_positions, dtype=torch.float64)
-        self.t_minus = torch.ones(self.n_positions, dtype=torch.float64)
-        self.costs = torch.zeros(self.n_positions, self.n_positions, dtype=torch.float64)
+        # host tensors, whatever the default device (a checkpoint loads its module on "meta")
+        self.t_plus = torch.ones(self.n_positions, dtype=torch.float64, device="cpu")
+        self.t_minus = torch.ones(self.n_positions, dtype=torch.float64, device="cpu")
+        self.costs = torch.zeros(self.n_positions, self.n_positions, dtype=torch.float64, device="cpu")
 
     def __repr__(self) -> str:
         return (f"PropensityEstimator(n_positions={self.n_positions}, p={self.p:g}, "

@@ -48,12 +48,12 @@ from rankkit.boosting.tree import (
     leaf_sums,
     newton_leaf_values,
 )
-from rankkit.click_metric import aggregate, session_log
+from rankkit.click_metric import ips_propensities
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
 from rankkit.infra.checks import check_tensors
 from rankkit.kernels.backends import Backend, choose
-from rankkit.unbiased import EM_SETTINGS, FixedPropensities, PropensityEstimator, RegressionEM
+from rankkit.unbiased import FixedPropensities, PropensityEstimator
 
 
 # Offsets the seed of the device generator from the host generator's.
@@ -207,8 +207,10 @@ class BoostingEngine:
             return None, torch.zeros(c.n_positions, dtype=torch.float64, device=self.device)
 
         if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
-            return FixedPropensities(ips_propensities(features, labels, self.sizes, positions, c),
-                                     clip=c.propensity_clip), None
+            matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+            theta = ips_propensities(matrix.dense(), labels.cpu(), self.sizes, positions.cpu(),
+                                     n_positions=c.n_positions, seed=c.seed)
+            return FixedPropensities(theta, clip=c.propensity_clip), None
         # the labels are clicks: checked here, once (the compiled cost pass reads them unchecked)
         check_tensors(("y", labels, (labels != 0) & (labels != 1), "0 or 1 (clicks)"))
         return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
@@ -381,19 +383,6 @@ class BoostingEngine:
             np.add.at(gain, f_raw[used].numpy(), tree.gains.cpu()[used].numpy())
             np.add.at(split, f_raw[used].numpy(), 1)
         return gain, split
-
-
-def ips_propensities(features, labels, sizes, positions, config: BoosterConfig) -> torch.Tensor:
-    """[P] examination probabilities of a training click log by regression-EM (Wang et al.,
-    WSDM 2018), fitted on its impressions aggregated per (document, position): documents are
-    identified by their feature rows (:func:`rankkit.click_metric.session_log`), so that a
-    document shown in many sessions is one row with its impressions and clicks."""
-    matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-    log = session_log(matrix.dense(), labels.cpu(), sizes, positions.cpu(), names=("X", "y", "position"))
-    doc, bucket, shown, clicked = aggregate(log, config.n_positions)
-    em = RegressionEM(config.n_positions, **EM_SETTINGS, seed=config.seed)
-    em.fit(log.features[doc].nan_to_num(0.0), clicked, bucket, impressions=shown)
-    return em.propensities_
 
 
 def fit_binner(matrix: FeatureMatrix, max_bins: int, seed: int) -> QuantileBinner:

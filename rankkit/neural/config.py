@@ -121,14 +121,21 @@ class NeuralConfig:
         (:class:`rankkit.neural.debias.PositionBias`, LightGBM's ``position=``; left out of
         evaluation and export). ``"dla"``: the Dual Learning Algorithm (Ai, Bi, Luo, Guo,
         Croft, "Unbiased Learning to Rank with Unbiased Propensity Estimation", SIGIR 2018;
-        :class:`rankkit.neural.debias.DualLearning`). ``"auto"``: naive, True at p = 0,
-        ``"position"`` and ``"dla"`` trained side by side inside one fit, the one whose scores
+        :class:`rankkit.neural.debias.DualLearning`). ``"ips"``: inverse propensity weighting
+        as ``LambdaMART(unbiased="ips")``: examination probabilities θ̂ by regression-EM on the
+        whole training log at the fit's start (:func:`rankkit.click_metric.ips_propensities`),
+        then fixed; the pair (clicked i, unclicked j) weighs min(1/θ̂(pos_i),
+        ``propensity_clip``); needs a pairwise objective. ``"auto"``: naive, True at p = 0,
+        ``"position"``, ``"dla"`` and ``"ips"`` trained side by side inside one fit, the one whose scores
         best explain the **validation click log** kept by successive halving over the epochs
         (:class:`rankkit.neural.debias.DebiasingRace`); ``unbiased_choice_`` names it. Needs
         ``max_epochs``.""")
     bias_p: float = hyperparameter(1.0, "p ≥ 0, the biases' regularisation norm (the update's exponent is "
                                         "1/(p + 1)).")
     n_positions: int = hyperparameter(10, "positions with their own bias; deeper positions share the last.")
+    propensity_clip: Optional[float] = hyperparameter(10.0, "the bound on 1/θ̂ of ``unbiased=\"ips\"`` (None: none).",
+                                                      check=lambda value, name: None if value is None else
+                                                      _checks.check_number(value, name, low=1))
     architecture: str = hyperparameter("mlp", """
         the default scorer: ``"mlp"`` (:class:`~rankkit.scorers.MLPScorer` from ``hidden``,
         ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``

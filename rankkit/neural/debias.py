@@ -22,12 +22,16 @@ documents' displayed ``position``. Besides Unbiased LambdaRank's pair weights
   sessions and divided by the total weight, as the authors' code). The propensity estimate of
   position k is exp(φ_k − φ_0).
 
+``unbiased="ips"`` weighs the pairs by fixed inverse propensities, estimated by regression-EM on
+the whole training log when the fit starts (:func:`rankkit.click_metric.ips_propensities`, as
+``LambdaMART(unbiased="ips")``).
+
 ``unbiased="auto"`` (:class:`DebiasingRace`) trains naive, Unbiased LambdaRank at p = 0,
-``"position"`` and ``"dla"`` side by side on the same batches inside one fit, each a copy of the
+``"position"``, ``"dla"`` and ``"ips"`` side by side on the same batches inside one fit, each a copy of the
 scorer with its own position model, and keeps the one whose scores best explain the validation
 click log (:func:`rankkit.click_metric.explained_clicks`, no true label read), by successive
 halving over the epochs: all train the first third of the epochs, the best two the second, the
-best one the rest ((C + 3) / 3 = 2.33 times the batches of one fit for C = 4 candidates).
+best one the rest ((C + 3) / 3 = 2.67 times the batches of one fit for C = 5 candidates).
 """
 from __future__ import annotations
 
@@ -38,11 +42,11 @@ import torch
 from torch import nn
 
 from rankkit.infra import checks as _checks
-from rankkit.click_metric import explained_clicks
+from rankkit.click_metric import explained_clicks, ips_propensities
 from rankkit.data.dataset import PaddedBatch
 from rankkit.objective import ObjectiveSpec
 from rankkit.scorers import score_lists
-from rankkit.unbiased import PositionIds, PropensityEstimator
+from rankkit.unbiased import FixedPropensities, PositionIds, PropensityEstimator
 
 __all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "ClickDebiasing", "DebiasingRace", "DualLearning", "PositionBias"]
 
@@ -52,10 +56,10 @@ __all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "ClickDebiasing", "DebiasingRace", 
 BIAS_COST_DECAY = 0.9
 
 #: The ``unbiased`` settings of the neural rankers.
-NEURAL_UNBIASED = (False, True, "position", "dla", "auto")
+NEURAL_UNBIASED = (False, True, "position", "dla", "ips", "auto")
 #: The candidates ``unbiased="auto"`` races: (unbiased, bias_p) of each.
 NEURAL_AUTO = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
-               "dla": ("dla", 1.0)}
+               "dla": ("dla", 1.0), "ips": ("ips", 1.0)}
 
 
 def _bucket(position: torch.Tensor, n_positions: int) -> torch.Tensor:
@@ -236,7 +240,7 @@ class DebiasingRace(nn.Module):
         same = {name: h[name] for name in (
             "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
             "normalize", "reduction", "optimizer", "lr", "weight_decay", "scheduler", "loss", "n_positions",
-            "loss_options")}
+            "propensity_clip", "loss_options")}
         return cls({name: type(module)(module.n_features, scorer=copy.deepcopy(scorer), unbiased=mode, bias_p=p,
                                        **same)
                     for name, (mode, p) in NEURAL_AUTO.items()}, n_positions)
@@ -291,15 +295,19 @@ class ClickDebiasing:
     """
 
     def __init__(self, unbiased, spec: ObjectiveSpec, *, bias_p: float, n_positions: int, ema_decay: float = 0.0,
-                 name: str = "objective"):
+                 propensity_clip: float | None = 10.0, name: str = "objective"):
         self.unbiased, self.n_positions = unbiased, n_positions
         self.propensity: PropensityEstimator | None = None
+        self.estimated = False  # "ips": its propensities come from the training log (read_positions)
+        self.clip = propensity_clip
         _check_choice(unbiased, spec, ema_decay, name)
-        if unbiased is True:
+        if unbiased in (True, "ips"):
             _checks.check_number(bias_p, "bias_p", low=0)
             _checks.check_int(n_positions, "n_positions")
             if not spec.pairwise:
-                raise ValueError(f"`unbiased` debiases pairs: it needs a pairwise objective, got {spec.name!r}")
+                raise ValueError(f"`unbiased={unbiased!r}` debiases pairs: it needs a pairwise objective, got "
+                                 f"{spec.name!r}")
+        if unbiased is True:
             self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=spec.sigma, k=spec.k,
                                                   weighting=spec.click_weighting)
         self.costs = None if self.propensity is None else self.propensity.costs.clone()
@@ -317,6 +325,10 @@ class ClickDebiasing:
             return self.dla.loss(scores, batch.labels, self.positions(batch), batch.mask)
         if self.position_bias is not None:
             scores = self.position_bias(scores, self.positions(batch))
+        if self.unbiased == "ips" and not self.estimated:
+            raise ValueError("`unbiased='ips'` estimates its propensities on the whole training log before the "
+                             "first batch: train with a datamodule that has a `train_set` (RankingDataModule), or "
+                             "call `module.read_click_log(train_set)` first in a plain loop")
         weights = None if self.propensity is None else self.pair_weights(scores, batch)
         return objective(scores, batch, pair_weights=weights)
 
@@ -349,11 +361,22 @@ class ClickDebiasing:
 
     def read_positions(self, train_set) -> None:
         """At a fit's start: the position ids of the training data (more distinct ids than
-        ``n_positions`` are refused), which every batch's positions go through (:meth:`map`)."""
+        ``n_positions`` are refused), which every batch's positions go through (:meth:`map`);
+        with ``"ips"``, the propensities by regression-EM on the whole training log (seeded by
+        torch's initial seed, which ``seed_everything`` sets)."""
         self.position_ids = None
         if self.unbiased and getattr(train_set, "position", None) is not None:
             self.position_ids = PositionIds.of(train_set.position, "the training data's position",
                                                n_positions=self.n_positions)
+        if self.unbiased == "ips" and self.position_ids is not None:
+            dense = self.position_ids.index(train_set.position, "the training data's position")
+            theta = ips_propensities(train_set.features, train_set.labels, train_set.sizes, dense,
+                                     n_positions=self.n_positions, seed=torch.initial_seed() % 2**31,
+                                     names=("the training data's features", "the training data's clicks",
+                                            "the training data's position"))
+            self.propensity = FixedPropensities(theta, clip=self.clip)
+            self.costs = self.propensity.costs.clone()
+            self.estimated = True
 
     def map(self, batch):
         """``batch`` with its positions read through the training data's ids."""
@@ -376,17 +399,22 @@ class ClickDebiasing:
         return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone()}
 
     def state(self) -> dict | None:
-        """The estimator's biases and decayed costs, for a checkpoint (None without it)."""
+        """The estimator's biases and decayed costs, for a checkpoint (None without it: ``"ips"``
+        has it once it has read its training log)."""
         if self.propensity is None:
             return None
         return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone(),
                 "costs": self.costs.clone()}
 
     def load_state(self, state: dict) -> None:
+        if self.unbiased == "ips":  # the propensities the training log gave (t⁺ = θ̂ / θ̂₀, t⁻ = 1)
+            with torch.device("cpu"):  # host tensors, also where a checkpoint's check builds on "meta"
+                self.propensity = FixedPropensities(state["clicked"].cpu(), clip=self.clip)
         if self.propensity is not None:
             self.propensity.t_plus = state["clicked"].clone()
             self.propensity.t_minus = state["unclicked"].clone()
             self.costs = state["costs"].clone()
+            self.estimated = True
 
 
 def _check_choice(unbiased, spec: ObjectiveSpec, ema_decay: float, name: str) -> None:
@@ -411,7 +439,7 @@ def checkpoint_entries(debiasing: ClickDebiasing, race: DebiasingRace | None) ->
     """What a checkpoint's ``rankkit`` dict keeps of a module's debiasing: the estimator's biases
     and costs (``"propensities"``) and the race's standing (``"race"``), where there are such."""
     entries = {}
-    if debiasing.propensity is not None:
+    if debiasing.state() is not None:
         entries["propensities"] = debiasing.state()
     if race is not None:
         entries["race"] = race.state()

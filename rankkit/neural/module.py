@@ -59,7 +59,8 @@ class NeuralRanker(pl.LightningModule):
                  reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
                  scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
                  objective: Objective = None, loss: Objective = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 bias_p: float = 1.0, n_positions: int = 10, propensity_clip: float | None = 10.0,
+                 architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())
@@ -76,7 +77,8 @@ class NeuralRanker(pl.LightningModule):
         self.training_objective = neural_objective(o, **settings)  # and its options
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
         self.debiasing = ClickDebiasing(unbiased, self.training_objective.spec, bias_p=o.bias_p,
-                                        n_positions=o.n_positions, ema_decay=o.ema_decay, name=name)
+                                        n_positions=o.n_positions, ema_decay=o.ema_decay,
+                                        propensity_clip=o.propensity_clip, name=name)
         self.position_bias, self.dla = self.debiasing.position_bias, self.debiasing.dla  # registered here
         scorer = neural_scorer(o)
         self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s
@@ -207,9 +209,17 @@ class NeuralRanker(pl.LightningModule):
         return self(batch.features, batch.mask)[batch.mask]
 
     def on_fit_start(self) -> None:
-        """With ``unbiased``: the training data's position ids, which every batch's positions go
-        through (:class:`rankkit.neural.debias.ClickDebiasing`)."""
-        self.debiasing.read_positions(getattr(getattr(self._trainer, "datamodule", None), "train_set", None))
+        """With ``unbiased``: :meth:`read_click_log` of the datamodule's ``train_set``."""
+        self.read_click_log(getattr(getattr(self._trainer, "datamodule", None), "train_set", None))
+
+    def read_click_log(self, train_set) -> None:
+        """What a fit on a click log reads from the whole training log (a :class:`RankingDataset`
+        with ``position``) before its first batch: the position ids every batch's positions go
+        through, and with ``unbiased="ips"`` (or an ``"auto"`` race) the propensities. ``Trainer.fit``
+        calls it with the datamodule's ``train_set``; a plain PyTorch loop calls it once."""
+        self.debiasing.read_positions(train_set)
+        for candidate in () if self.race is None else self.race.candidates.values():
+            candidate.debiasing.read_positions(train_set)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         return self.debiasing.map(batch)
@@ -257,7 +267,8 @@ class LambdaRank(NeuralRanker):
                  reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
                  scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
                  objective: Objective = None, loss: Objective = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 bias_p: float = 1.0, n_positions: int = 10, propensity_clip: float | None = 10.0,
+                 architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())

@@ -3,6 +3,7 @@ and the ``"auto"`` race, each against a slow path written here (the lambda kerne
 scores, a float64 loop of the Dual Learning losses, the click criterion recomputed)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -10,7 +11,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from rankkit.click_metric import ClickLikelihood
+from rankkit.boosting import LambdaMART
+from rankkit.click_metric import ClickLikelihood, ips_propensities
 from rankkit.data import make_synthetic
 from rankkit.data.clicks import PositionBasedModel, simulate_clicks
 from rankkit.data.dataset import PaddedBatch
@@ -60,6 +62,57 @@ def test_position_bias_trains_on_shifted_scores(logs):
     torch.testing.assert_close(module(batch.features), module.scorer(batch.features))
 
 
+def _ips_weights_loop(theta, clip, batch):
+    """Each pair's weight of inverse propensity weighting, by a loop: 1 / θ of the clicked
+    document's position (at most ``clip``), for the kernel's (upper, lower) factors."""
+    upper = torch.zeros(batch.mask.shape, dtype=torch.float64)
+    for q in range(batch.mask.shape[0]):
+        for i in range(batch.mask.shape[1]):
+            if batch.mask[q, i]:
+                upper[q, i] = min(float(theta[0]) / float(theta[min(int(batch.position[q, i]), P - 1)]), clip)
+    return upper, batch.mask.double()
+
+
+def test_ips_weighs_pairs_by_the_training_logs_regression_em(logs, tmp_path):
+    """``unbiased="ips"``: regression-EM on the whole training log when Trainer.fit starts (the
+    same θ̂ as LambdaMART(unbiased="ips") with the same seed), then every batch's pairs weighed by
+    min(1/θ̂, clip) (the lambda kernel with those weights, built by a loop); the θ̂ survive a
+    checkpoint; a plain loop must read the log first."""
+    data, train, vali = logs
+    pl.seed_everything(3, verbose=False)
+    module = LambdaRank(n_features=5, hidden=[8], dropout=0.0, k=4, reduction="sum", unbiased="ips", n_positions=P,
+                        propensity_clip=4.0)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512))
+    s = train.sessions
+    theta = ips_propensities(s.features, s.labels, s.sizes, s.position, n_positions=P, seed=3)
+    torch.testing.assert_close(module.propensities["clicked"], theta / theta[0], rtol=0, atol=0)
+    booster = LambdaMART(n_estimators=1, unbiased="ips", n_positions=P, seed=3).fit(
+        s.features, s.labels, group=s.sizes, position=s.position)
+    np_theta = torch.as_tensor(booster.propensities_["clicked"])
+    torch.testing.assert_close(np_theta, theta / theta[0])
+    assert float((1 / theta).max()) > 4.0  # the clip binds somewhere
+    batch = s.padded(torch.arange(30))
+    scores = module.scorer(batch.features).detach().double().requires_grad_(True)
+    (grad,) = torch.autograd.grad(module.objective(scores, batch), scores)
+    expected, _ = lambda_gradients(scores.detach(), batch.labels.double(), mask=batch.mask, weighting="ndcg", k=4,
+                                   pair_weights=_ips_weights_loop(theta, 4.0, batch))
+    torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-7)
+    path = tmp_path / "ips.ckpt"
+    trainer.save_checkpoint(path)
+    restored = LambdaRank.load_from_checkpoint(path)
+    torch.testing.assert_close(restored.propensities["clicked"], module.propensities["clicked"], rtol=0, atol=0)
+    fresh = LambdaRank(n_features=5, hidden=[8], unbiased="ips", n_positions=P)
+    with pytest.raises(ValueError, match=r"call `module.read_click_log\(train_set\)`"):
+        fresh.objective(fresh.scorer(batch.features), batch)
+    torch.manual_seed(3)  # 1-based ids, read through the training log's ids: the same propensities
+    fresh.read_click_log(dataclasses.replace(s, position=s.position + 1))
+    torch.testing.assert_close(fresh.propensities["clicked"], module.propensities["clicked"], rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"`unbiased='ips'` debiases pairs"):
+        LambdaRank(n_features=5, unbiased="ips", objective="softmax")
+
+
 def test_dla_losses_against_a_float64_loop():
     g = torch.Generator().manual_seed(2)
     scores = torch.randn(3, 5, generator=g, dtype=torch.float64)
@@ -96,6 +149,7 @@ def test_race_halves_and_keeps_the_leader(logs):
     torch.manual_seed(0)
     module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
     module.fit_preprocessor(data.features)
+    module.read_click_log(train.sessions)  # a plain loop: the ips candidate's propensities
     opt = module.configure_optimizers()
     alive = []
     for epoch in range(3):
@@ -138,7 +192,7 @@ def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
 def test_click_modes_refuse_what_they_cannot_do(logs):
     data, _, _ = logs
     with pytest.raises(ValueError, match=r"`unbiased` has to be one of"):
-        LambdaRank(n_features=5, unbiased="ips")
+        LambdaRank(n_features=5, unbiased="propensity")
     with pytest.raises(ValueError, match=r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"):
         LambdaRank(n_features=5, unbiased="auto", ema_decay=0.9)
     with pytest.raises(ValueError, match=r"`unbiased='dla'` trains by its own softmax cross-entropies"):

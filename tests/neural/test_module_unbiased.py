@@ -120,7 +120,7 @@ def test_unbiased_needs_positions_and_pairs(click_log):
     batch = data.padded(torch.arange(3))
     with pytest.raises(ValueError, match="`unbiased=True` needs the documents' displayed positions"):
         module.objective(module.scorer(batch.features), batch)
-    with pytest.raises(ValueError, match="`unbiased` debiases pairs"):
+    with pytest.raises(ValueError, match="`unbiased=True` debiases pairs"):
         LambdaRank(n_features=5, loss="softmax", unbiased=True)
     with pytest.raises(ValueError, match="`bias_p`"):
         RankNet(n_features=5, unbiased=True, bias_p=-1.0)
