@@ -57,7 +57,8 @@ from rankkit.infra.checks import (
 from rankkit.unbiased import EM_SETTINGS, ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
-           "distinct_rows", "explained_clicks", "ips_propensities", "multiple_click_ratio", "session_log"]
+           "SuccessiveHalving", "distinct_rows", "explained_clicks", "ips_propensities", "multiple_click_ratio",
+           "session_log"]
 
 CLICK_MODELS = ("auto", "pbm", "cascade")
 
@@ -339,6 +340,74 @@ class ClickLikelihood:
         features [D, F] -> scores [D], or an object with such a ``predict``."""
         scores = ranker_scores(ranker, self.features)
         return explained_clicks(scores[self.doc], self.clicks, self.session, self.bucket, self.n_positions)
+
+
+class SuccessiveHalving:
+    """The race of ``unbiased="auto"``, one for the trees and the neural rankers: named candidates
+    are scored on a validation click log (:class:`ClickLikelihood`, :func:`explained_clicks`), and
+    at the end of each stage only the best ``keep[stage]`` go on (by default the best two after
+    the first stage, the best one after the second); the winner is the best of the last stage.
+    Equal scores keep the candidates' order.
+
+    The family decides what a stage is and what it costs: ``LambdaMART`` grows every live
+    candidate to the stage's rounds (:func:`rankkit.boosting.booster.race_rounds`), the neural
+    rankers train them side by side for a third of the epochs
+    (:class:`rankkit.neural.debias.DebiasingRace`).
+
+    Args:
+        names: the candidates, in the order that breaks ties.
+        keep: how many go on after each stage (non-increasing, the last 1).
+
+    Attributes:
+        alive: the candidates still racing, best first after :meth:`rank`.
+        scores_: ``{name: {"score": float, "stage": int, ...}}``, each candidate's last score, the
+            1-based stage it was scored in and what :meth:`record` was told beside it.
+        stage: the stages ended so far.
+        choice_: the leader after the last :meth:`rank` (the winner once every stage ended).
+
+    >>> race = SuccessiveHalving(["a", "b", "c"])
+    >>> for name, value in (("a", 0.1), ("b", 0.3), ("c", 0.2)):
+    ...     race.record(name, value)
+    >>> race.rank(stage_over=True), race.alive
+    ('b', ['b', 'c'])
+    """
+
+    def __init__(self, names, keep: tuple[int, ...] = (2, 1)):
+        self.alive = list(names)
+        self.keep = tuple(keep)
+        self.scores_: dict[str, dict] = {}
+        self.stage = 0
+        self.choice_: str | None = None
+
+    @property
+    def over(self) -> bool:
+        """True once every stage ended (one candidate is left)."""
+        return self.stage >= len(self.keep)
+
+    def record(self, name: str, score: float, **info) -> None:
+        """Candidate ``name``'s ``score`` (higher is better) in the current stage, with ``info``."""
+        self.scores_[name] = {"score": float(score), "stage": min(self.stage, len(self.keep) - 1) + 1, **info}
+
+    def rank(self, *, stage_over: bool) -> str:
+        """Order the live candidates by their last scores and, when ``stage_over``, keep the
+        stage's best; returns the leader (``choice_``)."""
+        self.alive = sorted(self.alive, key=lambda name: -self.scores_[name]["score"])
+        if stage_over and not self.over:
+            self.alive = self.alive[:self.keep[self.stage]]
+            self.stage += 1
+        self.choice_ = self.alive[0]
+        return self.choice_
+
+    def state(self) -> dict:
+        return {"alive": list(self.alive), "scores": {k: dict(v) for k, v in self.scores_.items()},
+                "stage": self.stage, "choice": self.choice_}
+
+    def load_state(self, state: dict) -> None:
+        self.alive = list(state["alive"])
+        self.scores_ = {k: dict(v) if isinstance(v, dict) else {"score": float(v), "stage": 0}
+                        for k, v in state["scores"].items()}  # before 2026-11-28: plain scores
+        self.stage = int(state.get("stage", sum(len(self.alive) <= k for k in self.keep)))
+        self.choice_ = state["choice"]
 
 
 def explained_clicks(scores, clicks, session, bucket, n_positions: int) -> float:

@@ -23,6 +23,7 @@ from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.click_metric import (
     ClickLikelihood,
     SessionClickMetric,
+    SuccessiveHalving,
     cascade_relevance,
     distinct_rows,
     multiple_click_ratio,
@@ -402,3 +403,25 @@ def test_more_position_ids_than_n_positions_are_refused_or_pooled_on_request(pbm
     assert not hasattr(naive.fit(x, y, group=group, position=position), "position_ids_")  # read by no one
     with pytest.raises(ValueError, match=r"`position` has to hold integer position ids .* got 0.5 at index 2"):
         LambdaMART(**kw).fit(x, y, group=group, position=torch.tensor([0, 1, 0.5] + [0] * (len(y) - 3)))
+
+
+def test_successive_halving_keeps_the_best_of_each_stage_and_reads_old_states():
+    """The one race of both families: best two after stage 1, best one after stage 2, ties in
+    the candidates' order, a leader between stages; a state written before the shared race
+    (plain scores) loads with its stage read from the candidates left."""
+    race = SuccessiveHalving(["naive", "a", "b", "c"])
+    for name, value in zip(race.alive, (-0.5, -0.3, -0.3, -0.9)):
+        race.record(name, value, trees=3)
+    assert race.rank(stage_over=False) == "a" and race.alive == ["a", "b", "naive", "c"] and race.stage == 0
+    assert race.rank(stage_over=True) == "a" and race.alive == ["a", "b"] and not race.over
+    race.record("a", -0.4)
+    race.record("b", -0.2)
+    assert race.rank(stage_over=True) == "b" and race.alive == ["b"] and race.over
+    assert race.scores_["c"] == {"score": -0.9, "stage": 1, "trees": 3} and race.scores_["b"]["stage"] == 2
+    assert race.rank(stage_over=True) == "b" and race.stage == 2  # nothing after the last stage
+    old = SuccessiveHalving(["naive", "a", "b", "c"])
+    old.load_state({"alive": ["a", "b"], "scores": {"a": -0.3, "b": -0.4}, "choice": "a"})
+    assert old.stage == 1 and old.scores_["a"]["score"] == -0.3 and old.choice_ == "a"
+    again = SuccessiveHalving(["naive", "a", "b", "c"])
+    again.load_state(race.state())
+    assert again.state() == race.state()

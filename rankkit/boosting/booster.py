@@ -28,7 +28,7 @@ from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
-from rankkit.click_metric import ClickLikelihood
+from rankkit.click_metric import ClickLikelihood, SuccessiveHalving
 from rankkit.custom import RecordedName, is_custom, qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
@@ -338,29 +338,30 @@ class LambdaMART(BaseEstimator):
         features, clicks, sizes = evals[0]
         position = ids.index(_positions(eval_position[0], features.n_rows, "eval_position[0]"), "eval_position[0]")
         metric = ClickLikelihood(features.dense(), clicks, sizes, position, n_positions=config.n_positions)
-        alive, first = {}, None
+        engines, first = {}, None
         for name, options in AUTO_CANDIDATES.items():  # binned once: the candidates share the codes
-            alive[name] = engine_for(replace(config, **options), bins_of=first)
-            first = first or alive[name]
-        self.unbiased_scores_ = {}
-        for stage, (rounds, keep) in enumerate(zip(race_rounds(self.n_estimators, config.early_stopping_rounds),
-                                                   (2, 1)), start=1):
-            for name, engine in alive.items():
+            engines[name] = engine_for(replace(config, **options), bins_of=first)
+            first = first or engines[name]
+        race = SuccessiveHalving(AUTO_CANDIDATES)
+        for rounds in race_rounds(self.n_estimators, config.early_stopping_rounds):
+            for name in race.alive:
+                engine = engines[name]
                 while len(engine.trees) < rounds and not engine.should_stop:
                     engine.update()
                 trees = self._kept_trees(engine, config)
-                self.unbiased_scores_[name] = {"score": metric(engine.to_ensemble(trees)), "stage": stage,
-                                               "trees": trees}
-            ranked = sorted(alive, key=lambda name: -self.unbiased_scores_[name]["score"])
+                race.record(name, metric(engine.to_ensemble(trees)), trees=trees)
+            ranked = list(race.alive)
+            race.rank(stage_over=True)
             if self.verbose:  # the race takes 2-2.5 naive fits: say each stage as it ends
-                scores = ", ".join(f"{name} {self.unbiased_scores_[name]['score']:.5f} "
-                                   f"({self.unbiased_scores_[name]['trees']} trees)" for name in ranked)
-                outcome = f"{', '.join(ranked[:keep])} go on" if keep > 1 else f"{ranked[0]} wins"
-                print(f"LambdaMART unbiased='auto' stage {stage}: up to {rounds} trees each, validation "
+                ranked.sort(key=lambda name: -race.scores_[name]["score"])
+                scores = ", ".join(f"{name} {race.scores_[name]['score']:.5f} ({race.scores_[name]['trees']} trees)"
+                                   for name in ranked)
+                outcome = f"{race.choice_} wins" if race.over else f"{', '.join(race.alive)} go on"
+                print(f"LambdaMART unbiased='auto' stage {race.stage}: up to {rounds} trees each, validation "
                       f"click log-likelihood {scores}; {outcome}", file=sys.stderr)
-            alive = {name: alive[name] for name in ranked[:keep]}
-        self.unbiased_choice_ = next(iter(alive))
-        return alive[self.unbiased_choice_]
+        self.unbiased_scores_ = race.scores_
+        self.unbiased_choice_ = race.choice_
+        return engines[race.choice_]
 
     def _finish(self, engine: BoostingEngine, config: BoosterConfig, matrix: FeatureMatrix) -> None:
         """The fitted attributes of a trained ``engine``."""

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from rankkit.infra import checks as _checks
-from rankkit.click_metric import explained_clicks, ips_propensities
+from rankkit.click_metric import SuccessiveHalving, explained_clicks, ips_propensities
 from rankkit.data.dataset import PaddedBatch
 from rankkit.objective import ObjectiveSpec
 from rankkit.scorers import score_lists
@@ -149,21 +149,32 @@ class DebiasingRace(nn.Module):
         n_positions: the position offsets of the validation criterion.
 
     Attributes:
-        alive: the candidates still training; scores_: ``{name: explained clicks}`` at the last
-            epoch each was validated; choice_: the leader after the last validation (the winner
-            once the race is over); leader_batches_: its (scores, labels, mask) of each batch
-            of that validation.
+        schedule: the race's successive halving (:class:`rankkit.click_metric.SuccessiveHalving`,
+            the trees' too); alive: the candidates still training; scores_: ``{name: explained
+            clicks}`` at the last epoch each was validated; choice_: the leader after the last
+            validation (the winner once the race is over); leader_batches_: its (scores, labels,
+            mask) of each batch of that validation.
     """
 
     def __init__(self, candidates: dict, n_positions: int):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
         self.n_positions = n_positions
-        self.alive = list(candidates)
-        self.scores_: dict[str, float] = {}
-        self.choice_: str | None = None
+        self.schedule = SuccessiveHalving(candidates)
         self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.discard()
+
+    @property
+    def alive(self) -> list[str]:
+        return self.schedule.alive
+
+    @property
+    def scores_(self) -> dict[str, float]:
+        return {name: entry["score"] for name, entry in self.schedule.scores_.items()}
+
+    @property
+    def choice_(self) -> str | None:
+        return self.schedule.choice_
 
     def discard(self) -> None:
         """Forget the validation batches collected so far (e.g. Lightning's sanity check)."""
@@ -208,28 +219,25 @@ class DebiasingRace(nn.Module):
         session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
         for name in self.alive:
             rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._scores[name], masks)])
-            self.scores_[name] = explained_clicks(rows, clicks, session, bucket.long().clamp(0, self.n_positions - 1),
-                                                  self.n_positions)
-        ranked = sorted(self.alive, key=lambda name: -self.scores_[name])
-        done = epoch + 1
-        if done >= math.ceil(2 * epochs / 3):
-            ranked = ranked[:1]
-        elif done >= math.ceil(epochs / 3):
-            ranked = ranked[:2]
-        self.choice_ = ranked[0]
+            self.schedule.record(name, explained_clicks(rows, clicks, session,
+                                                        bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
+                                 epoch=epoch)
+        # the stages end after a third and two thirds of the epochs (both may end at once)
+        ends = (math.ceil(epochs / 3), math.ceil(2 * epochs / 3))
+        self.schedule.rank(stage_over=False)
+        while not self.schedule.over and epoch + 1 >= ends[self.schedule.stage]:
+            self.schedule.rank(stage_over=True)
+        choice = self.schedule.choice_
         self.leader_batches_ = [(scores, labels, mask) for scores, (labels, mask, _)
-                                in zip(self._scores[self.choice_], self._batches)]
-        self.alive = ranked
+                                in zip(self._scores[choice], self._batches)]
         self.discard()
-        return self.choice_
+        return choice
 
     def state(self) -> dict:
-        return {"alive": list(self.alive), "scores": dict(self.scores_), "choice": self.choice_}
+        return self.schedule.state()
 
     def load_state(self, state: dict) -> None:
-        self.alive = list(state["alive"])
-        self.scores_ = dict(state["scores"])
-        self.choice_ = state["choice"]
+        self.schedule.load_state(state)
         self.discard()
 
     @classmethod
