@@ -1,0 +1,172 @@
+"""Which study generalises: one fold, several folds, or several folds x seeds? (issue 50)
+
+Nested, so that no test query is ever tuned on. For each outer split, the queries it may train
+on are cut into K inner folds (each part the vali split once, the others its training split):
+
+* MQ2008: the outer split is a LETOR fold k (train, vali, test); the four partitions that are
+  not its test split are the inner parts (LETOR's folds rotate five partitions; fold j's test
+  file is one of them), so K = 4.
+* a folder of ``train``/``test`` files (the Yahoo! LTR sample with ``.query`` files): the
+  training file's queries are cut into K = 5 parts at random (seed 0); the outer split is the
+  folder itself, its vali split ``--val_fraction`` of the training queries (seed 0), as
+  ``rankkit compare`` makes it.
+
+Three studies of ``--trials`` trials of the config and its packaged search space (seed 0) then
+run on the inner folds: **one fold** (inner fold 1, the usual single-fold study), **folds**
+(``--folds 1-K``: a trial scored by the mean of the K best vali values, as ``lgb.cv``), and
+**folds x seeds** (the same with ``--trial_seeds 2``). ``rankkit compare`` trains the shipped
+config and each study's ``best.yaml`` on the outer split's train/vali and scores its test split.
+Test NDCG@10: exp gain 2^rel - 1, discount 1/log2(1 + rank), a query with nothing relevant
+scores 1.
+
+    python experiments/tune_generalisation.py --data mq2008 --trials 15 --write
+    python experiments/tune_generalisation.py --data ../shared/data/lightgbm-lambdarank --trials 15 --write
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _report import command_line, write_section  # noqa: E402
+
+from rankkit.compare.protocol import compare  # noqa: E402
+from rankkit.data.bundled import mq2008_partition_path  # noqa: E402
+from rankkit.tune import tune  # noqa: E402
+
+MODES = {"one fold": dict(folds=None, trial_seeds=1), "folds": dict(folds="all", trial_seeds=1),
+         "folds x seeds": dict(folds="all", trial_seeds=2)}
+
+
+def _queries(path: Path) -> list[list[str]]:
+    """The lines of a LETOR file (gzipped or not) grouped by query: by ``qid:`` or by its
+    ``.query`` sidecar."""
+    lines = (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()).read().splitlines()
+    sidecar = Path(str(path) + ".query")
+    if sidecar.exists():
+        groups, at = [], 0
+        for n in (int(v) for v in sidecar.read_text().split()):
+            groups.append(lines[at:at + n])
+            at += n
+        return groups
+    groups, last = [], None
+    for line in lines:
+        qid = line.split()[1]
+        if qid != last:
+            groups.append([])
+            last = qid
+        groups[-1].append(line)
+    return groups
+
+
+def _write(folder: Path, name: str, groups: list[list[str]]) -> None:
+    """A LETOR file of ``groups``; its ``.query`` sidecar where the lines carry no ``qid:``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("".join(line + "\n" for group in groups for line in group))
+    if groups and "qid:" not in groups[0][0]:
+        (folder / (name + ".query")).write_text("".join(f"{len(group)}\n" for group in groups))
+
+
+def inner_folds(parts: list[list[list[str]]], root: Path) -> Path:
+    """``root/Fold1..K``: fold i validates on part i and trains on the others (its test file is
+    a copy of its vali file: a study never reads it)."""
+    for i, part in enumerate(parts, start=1):
+        train = [g for j, other in enumerate(parts, start=1) if j != i for g in other]
+        for name, groups in (("train.txt", train), ("vali.txt", part), ("test.txt", part)):
+            _write(root / f"Fold{i}", name, groups)
+    return root
+
+
+def outer_splits(data: str, workdir: Path) -> list[tuple[str, dict, Path]]:
+    """(label, compare's settings for the outer split, the inner folds' root) of each outer split."""
+    if data == "mq2008":  # fold k tests on partition S(k + 3) % 5 + 1 (rankkit.data.bundled)
+        parts = {p: _queries(Path(mq2008_partition_path(p))) for p in range(1, 6)}
+        return [(f"fold {k}", dict(data="mq2008", folds=str(k)),
+                 inner_folds([parts[p] for p in range(1, 6) if p != (k + 3) % 5 + 1], workdir / f"inner-{k}"))
+                for k in range(1, 6)]
+    train = _queries(Path(data) / "rank.train")
+    order = list(range(len(train)))
+    random.Random(0).shuffle(order)
+    parts = [[train[q] for q in sorted(order[i::5])] for i in range(5)]
+    return [("test file", dict(data=data, folds="1"), inner_folds(parts, workdir / "inner"))]
+
+
+def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: int, val_fraction: float,
+              workdir: Path) -> dict:
+    row = {"split": label}
+    best = {}
+    k = len(list(inner.glob("Fold*")))
+    for mode, options in MODES.items():
+        t0 = time.perf_counter()
+        folds = None if options["folds"] is None else f"1-{k}"
+        study = tune(config, n_trials=trials, seed=0, out=workdir / f"tune-{label}-{mode}".replace(" ", "_"),
+                     overrides={"data.data": str(inner), "data.fold": 1}, folds=folds,
+                     trial_seeds=options["trial_seeds"], log=lambda line: None)
+        row[f"{mode} s"] = time.perf_counter() - t0
+        row[f"{mode} vali"] = study.best_value
+        named = Path(study.best_config).with_name(mode.replace(" ", "_") + ".yaml")  # compare names rows by file
+        shutil.copyfile(study.best_config, named)
+        best[mode] = str(named)
+    result = compare(**settings, seeds=1, out=str(workdir / f"compare-{label}".replace(" ", "_")),
+                     val_fraction=val_fraction if settings["data"] != "mq2008" else 0.0, log=lambda line: None,
+                     models=[config, *best.values()])
+    scores: dict[str, list[float]] = {}
+    for r in result["runs"]:
+        scores.setdefault(r["model"], []).append(r["ndcg@10"])
+    for name, values in zip(["shipped", *best], scores.values()):
+        row[name] = statistics.mean(values)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    names = ["shipped", *MODES]
+    lines = ["| outer split | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for r in rows:
+        lines.append(f"| {r['split']} | " + " | ".join(f"{r[n]:.4f}" for n in names) + " |")
+    if len(rows) > 1:
+        lines.append("| **mean** | " + " | ".join(f"**{statistics.mean(r[n] for r in rows):.4f}**" for n in names)
+                     + " |")
+    lines.append("")
+    lines.append("Study time (s, mean per outer split): " + ", ".join(
+        f"{m} {statistics.mean(r[f'{m} s'] for r in rows):.0f}" for m in MODES) + "; the best trial's vali "
+        "NDCG@10: " + ", ".join(f"{m} {statistics.mean(r[f'{m} vali'] for r in rows):.4f}" for m in MODES) + ".")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="lambdamart")
+    ap.add_argument("--trials", type=int, default=15)
+    ap.add_argument("--data", default="mq2008", help="mq2008, or a folder of rank.train/rank.test (.query files)")
+    ap.add_argument("--val_fraction", type=float, default=0.2, help="the outer vali split of a folder without one")
+    ap.add_argument("--write", action="store_true", help="replace this data set's section of docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, settings, inner in outer_splits(args.data, Path(tmp)):
+            rows.append(one_split(args.config, label, settings, inner, trials=args.trials,
+                                  val_fraction=args.val_fraction, workdir=Path(tmp)))
+            print(rows[-1], flush=True)
+    body = (f"Measured {datetime.date.today()}, 1 torch thread, {args.trials} trials a study, command: "
+            f"`{command_line(__file__, argv)}`. Test NDCG@10 of the shipped `{args.config}` config and of each "
+            f"study's best trial, trained on the outer split as `rankkit compare` trains:\n\n{table(rows)}")
+    print(body)
+    if args.write:
+        name = "mq2008" if args.data == "mq2008" else Path(args.data).name.replace("-", "_")
+        write_section(f"tune_generalisation_{args.config}_{name}", body)
+
+
+if __name__ == "__main__":
+    main()
