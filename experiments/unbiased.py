@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import json
 import math
 import os
@@ -64,7 +65,6 @@ from rankkit.neural import LambdaRank
 from rankkit.unbiased import ClickLogMetric, RegressionEM
 
 K_SHOWN = 10
-DATE = "2026-11-26"
 LAMBDAMART = ("LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle")
 NEURAL = ("LambdaRank naive", "neural debiased (selected)", "LambdaRank oracle")
 RIVALS = ("LightGBM naive", "LightGBM position", "XGBoost naive", "XGBoost unbiased", "production")
@@ -344,7 +344,8 @@ def run(name: str, fold: int, seed: int, args, done: set):
                     train_xgboost(log, args, unbiased=debias).predict(xgb.DMatrix(x_test)), test)
         if isinstance(model, PositionBasedModel):
             biases["true"] = (model.examination(K_SHOWN) / model.examination(K_SHOWN)[0]).tolist()
-        record = {"data": name, "fold": fold, "seed": seed, "click": label, "sessions": log.n_sessions,
+        record = {"data": name, "fold": fold, "seed": seed, "click": label, "date": datetime.date.today().isoformat(),
+                  "sessions": log.n_sessions,
                   "test": test_rows, "vali": vali_rows, "chosen": chosen, "biases": biases,
                   "fit_seconds": {k: round(v, 2) for k, v in fit_seconds.items()},
                   "seconds": round(time.perf_counter() - t0, 1)}
@@ -526,14 +527,15 @@ def write(records: list[dict], args, command: str) -> None:
     summary, biases = summarise(records), mean_biases(records)
     tmp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
     os.makedirs(tmp, exist_ok=True)
-    png = os.path.join(tmp, "unbiased.png")
+    png = os.path.join(tmp, f"{args.section}.png")
     plot(summary, biases, png)
-    image = publish_image(png, "unbiased.png")
+    image = publish_image(png, f"{args.section}.png")
     seconds = sum(r["seconds"] for r in records)
     grid = sorted({(r["data"], r["fold"], r["seed"]) for r in records})
-    body = f"""## Learning from clicks
+    title = "Learning from clicks" + ("" if args.section == "unbiased" else f" ({args.section})")
+    body = f"""## {title}
 
-{DATE}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
+{args.date or max((r["date"] for r in records if "date" in r), default=datetime.date.today().isoformat())}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
 (results in `{"`, `".join(args.paths)}`, one JSON line per run; `--report-only --write` rebuilds this section from them).
 
 Protocol (experiments/unbiased.py's docstring): production LambdaMART on 1 % of the training queries; its top 10
@@ -562,10 +564,9 @@ best epoch by the counterfactual NDCG as the other LambdaRank rows. "LambdaMART 
 (selected)" are the previous round's procedure (the counterfactual NDCG above, among naive, the p grid and
 regression-EM), kept for comparison. Fit times are wall-clock seconds of the auto fit over the naive fit of the
 same family in the same run (2 shared cores; the neural naive fit includes its per-epoch click metric).
-The trees and the neural rankers ran as two processes of this script on the same logs (the same seeds draw them),
-`python experiments/unbiased.py --data synthetic,mq2008 --folds 1-5 --seeds 0,1,2 --no-neural --out
-results/unbiased_s4.jsonl` and the same with `--no-trees --out results/unbiased_s4_neural.jsonl`, their JSON
-lines merged per (data, fold, seed, click model).
+The results files' JSON lines are merged per (data, fold, seed, click model): the trees and the neural rankers
+may come from separate processes of this script (`--no-neural`, `--no-trees`) on the same logs, which the same
+seeds draw.
 Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold.
 Runs present: {len(grid)} (data, fold, seed) triples: {", ".join(f"{d}/f{f}/s{s}" for d, f, s in grid)}.
 
@@ -583,7 +584,7 @@ Learned propensities against the truth (mean over runs; LambdaMART/LambdaRank: t
 
 {bias_table(biases)}
 """
-    write_section("unbiased", body)
+    write_section(args.section, body)
 
 
 def main(argv=None) -> int:
@@ -611,7 +612,11 @@ def main(argv=None) -> int:
                    help="JSON lines of the runs; new runs are appended to the first of a comma-separated list, "
                         "and the report merges them all")
     p.add_argument("--report-only", action="store_true", help="tabulate --out without running")
-    p.add_argument("--write", action="store_true", help="write docs/benchmarks.md and docs/img/unbiased.png")
+    p.add_argument("--write", action="store_true", help="write docs/benchmarks.md and docs/img/SECTION.png")
+    p.add_argument("--date", default=None,
+                   help="the date the runs were made (default: the newest a record holds, else today)")
+    p.add_argument("--section", default="unbiased",
+                   help="the docs/benchmarks.md section (and docs/img/SECTION.png) --write replaces")
     args = p.parse_args(argv)
     command = command_line(__file__, argv)
     args.etas = [float(v) for v in args.etas.split(",")]

@@ -347,7 +347,7 @@ class SuccessiveHalving:
     are scored on a validation click log (:class:`ClickLikelihood`, :func:`explained_clicks`), and
     at the end of each stage only the best ``keep[stage]`` go on (by default the best two after
     the first stage, the best one after the second); the winner is the best of the last stage.
-    Equal scores keep the candidates' order.
+    Equal scores keep the order the candidates had (the order given, then the last ranking).
 
     The family decides what a stage is and what it costs: ``LambdaMART`` grows every live
     candidate to the stage's rounds (:func:`rankkit.boosting.booster.race_rounds`), the neural
@@ -361,7 +361,8 @@ class SuccessiveHalving:
     Attributes:
         alive: the candidates still racing, best first after :meth:`rank`.
         scores_: ``{name: {"score": float, "stage": int, ...}}``, each candidate's last score, the
-            1-based stage it was scored in and what :meth:`record` was told beside it.
+            1-based stage it was scored in (0 where a state saved before 2026-11-28 did not say)
+            and what :meth:`record` was told beside it.
         stage: the stages ended so far.
         choice_: the leader after the last :meth:`rank` (the winner once every stage ended).
 

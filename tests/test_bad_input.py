@@ -1122,6 +1122,10 @@ CLICKS = [
     Case("clicks-unbiased-listwise-neural-ndcg", fit(params={"unbiased": True, "objective": "neural_ndcg"},
                                                      position=[0, 1, 2, 3, 4, 5] * 2), ValueError,
          r"`unbiased=True` debiases pairs: it needs a pairwise objective, got 'neural_ndcg'"),
+    # 2026-11-28: the compiled pair-cost pass reads the clicks unchecked; the engine checks them once, first
+    Case("clicks-unbiased-labels-not-clicks", fit(y=lambda y: (y > 0).float().index_fill_(0, torch.tensor([3]), 2.0),
+                                                  params={"unbiased": True}, position=[0, 1, 2, 3, 4, 5] * 2),
+         ValueError, r"`y` has to be 0 or 1 \(clicks\), got 2.0 at \[3\]"),
     Case("clicks-unbiased-listwise-weighting", fit(params={"unbiased": "ips", "weighting": "softmax"},
                                                    position=[0, 1, 2, 3, 4, 5] * 2), ValueError,
          r"`unbiased='ips'` debiases pairs: it needs a pairwise objective, got 'softmax'"),

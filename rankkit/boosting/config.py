@@ -153,7 +153,7 @@ class BoosterConfig:
           Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for Unbiased Learning
           to Rank in Personal Search", WSDM 2018; its impressions aggregated per document and
           position, documents told apart by their features), then each pair (clicked i,
-          unclicked j) weighs min(1/θ̂(pos_i), ``propensity_clip``);
+          unclicked j) weighs min(θ̂₀/θ̂(pos_i), ``propensity_clip``);
         * ``"auto"``: the choice among naive, Unbiased LambdaMART at p = 1, ``"position"`` and
           ``"ips"`` (``AUTO_CANDIDATES``), inside this one ``fit``, by how well each explains a
           **validation click log** (the first ``eval_set``, its sessions from ``eval_qid`` /

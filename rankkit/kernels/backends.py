@@ -214,7 +214,8 @@ class CpuBackend(Backend):
 
     A round is three calls into C: the lambda pass (RankNet and NDCG weightings, with a click
     log's pair weights too; the others take the torch pass), the tree (every level and the
-    leaves, no Python per level), and the eval sets' score update. A data-parallel run (a
+    leaves, no Python per level), and the eval sets' score update; a fourth before the lambda
+    pass with Unbiased LambdaMART (its biases' pair costs, :func:`cpu.position_costs`). A data-parallel run (a
     reduction point other than the identity) takes the unfused kernels, one histogram call per
     level through the reduction point.
     """

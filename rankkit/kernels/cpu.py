@@ -571,8 +571,10 @@ def position_costs(scores: torch.Tensor, clicks: torch.Tensor, bucket: torch.Ten
         sigma: the pair cost's σ; ndcg: weigh each pair by |ΔNDCG@cutoff| of the clicks (else by 1,
             RankNet).
         float32_scores: rank and pair the scores' float32 values (as the booster's torch path).
-        order: as :func:`lambdas`' (updated to the ranking: the lambda pass that follows then
-            starts sorted), or None.
+        order: as :func:`lambdas`' (each session's flat positions, a permutation within each
+            session: not checked), updated to the ranking of the sessions with a clicked and an
+            unclicked document under the NDCG weighting (the lambda pass that follows then starts
+            sorted there), or None.
     Returns:
         [n_positions, n_positions] float64.
     """

@@ -124,7 +124,7 @@ class NeuralConfig:
         :class:`rankkit.neural.debias.DualLearning`). ``"ips"``: inverse propensity weighting
         as ``LambdaMART(unbiased="ips")``: examination probabilities θ̂ by regression-EM on the
         whole training log at the fit's start (:func:`rankkit.click_metric.ips_propensities`),
-        then fixed; the pair (clicked i, unclicked j) weighs min(1/θ̂(pos_i),
+        then fixed; the pair (clicked i, unclicked j) weighs min(θ̂₀/θ̂(pos_i),
         ``propensity_clip``); needs a pairwise objective. ``"auto"``: naive, True at p = 0,
         ``"position"``, ``"dla"`` and ``"ips"`` trained side by side inside one fit, the one whose scores
         best explain the **validation click log** kept by successive halving over the epochs

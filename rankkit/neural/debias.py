@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import torch
 from torch import nn
@@ -183,7 +184,16 @@ class DebiasingRace(nn.Module):
 
     def loss(self, batch: PaddedBatch) -> torch.Tensor:
         """The sum of the live candidates' training losses on ``batch`` (their parameters are
-        disjoint, so each gets its own gradient)."""
+        disjoint, so each gets its own gradient). Without the training log read
+        (:meth:`rankkit.neural.module.NeuralRanker.read_click_log`), the ``"ips"`` candidate,
+        which needs it, leaves the race with one warning."""
+        ips = self.candidates["ips"].debiasing if "ips" in self.candidates else None
+        if ips is not None and not ips.estimated and "ips" in self.alive:
+            warnings.warn("`unbiased='auto'` races without its 'ips' candidate: it estimates propensities on the "
+                          "whole training log, which was not read (train with a datamodule that has a `train_set`, "
+                          "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
+            self.schedule.alive.remove("ips")
+            self._scores.pop("ips", None)
         return sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
                                                                batch.mask), batch) for name in self.alive)
 
@@ -234,11 +244,27 @@ class DebiasingRace(nn.Module):
         return choice
 
     def state(self) -> dict:
-        return self.schedule.state()
+        """The schedule's standing and each live candidate's click-bias state (its estimator's
+        biases, or the propensities ``"ips"`` read from the training log)."""
+        debiasing = {name: self.candidates[name].debiasing.state() for name in self.alive}
+        return {**self.schedule.state(), "debiasing": {k: v for k, v in debiasing.items() if v is not None}}
 
     def load_state(self, state: dict) -> None:
         self.schedule.load_state(state)
+        for name, entry in state.get("debiasing", {}).items():
+            if name in self.candidates:
+                self.candidates[name].debiasing.load_state(entry)
         self.discard()
+
+    def keep_saved(self, state_dict: dict) -> None:
+        """Drop the candidates a checkpoint's ``state_dict`` has no weights of: a race saved before
+        a candidate joined :data:`NEURAL_AUTO` (``"ips"``, 2026-11-28) loads as the race it was."""
+        missing = [name for name in self.candidates
+                   if not any(key.startswith(f"race.candidates.{name}.") for key in state_dict)]
+        if missing and len(missing) < len(self.candidates):
+            for name in missing:
+                del self.candidates[name]
+            self.schedule.alive = [name for name in self.schedule.alive if name not in missing]
 
     @classmethod
     def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":
@@ -294,11 +320,12 @@ class ClickDebiasing:
     the same model).
 
     Args:
-        unbiased: the checked setting (False, True, "position", "dla" or "auto").
+        unbiased: the checked setting (False, True, "position", "dla", "ips" or "auto").
         spec: the module's objective (:class:`rankkit.objective.ObjectiveSpec`): debiasing pairs
             needs a pairwise one; "dla" and "auto" need the built-in lambda loss of ``weighting``.
         bias_p, n_positions: the estimator's and position models' (``n_positions`` ≥ 1).
         ema_decay: the module's weight average ("auto" races copies of the scorer: none).
+        propensity_clip: ``"ips"``'s bound on each pair weight θ̂₀/θ̂ (None: none).
         name: how the user spelt the objective (``"objective"``, or the old ``"loss"``).
     """
 
@@ -371,12 +398,18 @@ class ClickDebiasing:
         """At a fit's start: the position ids of the training data (more distinct ids than
         ``n_positions`` are refused), which every batch's positions go through (:meth:`map`);
         with ``"ips"``, the propensities by regression-EM on the whole training log (seeded by
-        torch's initial seed, which ``seed_everything`` sets)."""
+        torch's initial seed, which ``seed_everything`` sets). ``train_set`` None (a fit
+        without a datamodule) keeps what an earlier call read."""
+        if train_set is None:  # a fit without a datamodule: the last reading stands (read_click_log)
+            return
         self.position_ids = None
         if self.unbiased and getattr(train_set, "position", None) is not None:
             self.position_ids = PositionIds.of(train_set.position, "the training data's position",
                                                n_positions=self.n_positions)
-        if self.unbiased == "ips" and self.position_ids is not None:
+        if self.unbiased == "ips" and self.position_ids is None:
+            raise ValueError("`unbiased='ips'` estimates its propensities from the training log's displayed "
+                             "positions: the training set has no `position` (train on a click log's sessions)")
+        if self.unbiased == "ips":
             dense = self.position_ids.index(train_set.position, "the training data's position")
             theta = ips_propensities(train_set.features, train_set.labels, train_set.sizes, dense,
                                      n_positions=self.n_positions, seed=torch.initial_seed() % 2**31,
@@ -397,7 +430,8 @@ class ClickDebiasing:
 
     def propensities(self) -> dict[str, torch.Tensor] | None:
         """With ``unbiased=True``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
-        (float64, position 0 = 1), the learned position biases; with ``"dla"``, the propensity
+        (float64, position 0 = 1), the learned position biases; with ``"ips"``, θ̂_k/θ̂₀ as
+        ``"clicked"`` (and ones) once the training log is read; with ``"dla"``, the propensity
         model's exp(φ_k − φ_0) as ``"clicked"`` (and ones); None otherwise."""
         dla = self.dla
         if dla is not None:
@@ -454,9 +488,23 @@ def checkpoint_entries(debiasing: ClickDebiasing, race: DebiasingRace | None) ->
     return entries
 
 
-def restore_entries(debiasing: ClickDebiasing, race: DebiasingRace | None, state: dict) -> None:
-    """Load what :func:`checkpoint_entries` kept in a checkpoint's ``rankkit`` dict ``state``."""
+def restore_entries(debiasing: ClickDebiasing, race: DebiasingRace | None, state: dict,
+                    state_dict: dict | None = None) -> None:
+    """Load what :func:`checkpoint_entries` kept in a checkpoint's ``rankkit`` dict ``state``; a
+    race keeps only the candidates whose weights the checkpoint's ``state_dict`` holds."""
     if "propensities" in state:
         debiasing.load_state(state["propensities"])
+    if race is not None and state_dict is not None:
+        race.keep_saved(state_dict)
     if "race" in state and race is not None:
         race.load_state(state["race"])
+
+
+def read_click_log(debiasing: ClickDebiasing, race: DebiasingRace | None, train_set) -> None:
+    """What a fit on a click log reads from its whole training set (a :class:`RankingDataset`
+    with ``position``) before the first batch: the position ids every batch's positions go
+    through, and with ``unbiased="ips"`` (or the ``"auto"`` race's ips candidate) the
+    propensities by regression-EM (:meth:`ClickDebiasing.read_positions`)."""
+    debiasing.read_positions(train_set)
+    for candidate in () if race is None else race.candidates.values():
+        candidate.debiasing.read_positions(train_set)

@@ -22,7 +22,7 @@ from rankkit.infra.checkpoint import (class_path, guard_trainer_restore, guarded
                                       restore_rng, rng_state)
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.config import NeuralConfig, Objective
-from rankkit.neural.debias import (NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, checkpoint_entries,
+from rankkit.neural.debias import (NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, checkpoint_entries, read_click_log,
                                    restore_entries)
 from rankkit.neural.objective import (check_objective_settings, neural_objective, objective_alias, record_objective,
                                       spelling)
@@ -55,12 +55,11 @@ class NeuralRanker(pl.LightningModule):
                  hidden: list[int] = [128, 64],  # noqa: B006 -- never mutated; hparams hold a copy
                  activation: str = "relu", dropout: float = 0.1, norm: str = "none", log1p: bool = True,
                  standardize: bool = True, weighting: str = "ranknet", k: int | None = None, sigma: float = 1.0,
-                 normalize: bool = False,
-                 reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
-                 scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
-                 objective: Objective = None, loss: Objective = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, propensity_clip: float | None = 10.0,
-                 architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 normalize: bool = False, reduction: str = "query", optimizer: str = "adam", lr: float = 0.001,
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
+                 scorer: nn.Module | None = None, objective: Objective = None, loss: Objective = None,
+                 unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
+                 propensity_clip: float | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())
@@ -93,7 +92,8 @@ class NeuralRanker(pl.LightningModule):
 
     @property
     def propensity(self):
-        """With ``unbiased=True``: the click-bias estimator (:class:`rankkit.unbiased.PropensityEstimator`)."""
+        """``unbiased=True``: the click-bias estimator (:class:`rankkit.unbiased.PropensityEstimator`); "ips": its
+        :class:`~rankkit.unbiased.FixedPropensities` once the training log is read; else None."""
         return self.debiasing.propensity
 
     @property
@@ -143,7 +143,7 @@ class NeuralRanker(pl.LightningModule):
         restore_rng(state)
         if isinstance(state.get("n_features"), int):
             self.n_features = state["n_features"]
-        restore_entries(self.debiasing, self.race, state)
+        restore_entries(self.debiasing, self.race, state, checkpoint.get("state_dict"))
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -164,10 +164,8 @@ class NeuralRanker(pl.LightningModule):
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
         if self.n_features is None:
             self.n_features = int(batch.features.shape[-1])
-        if self.race is not None:
-            loss = self.race.loss(batch)
-        else:
-            loss = self.objective(score_lists(self.scorer, batch.features, batch.mask), batch)
+        loss = (self.race.loss(batch) if self.race is not None
+                else self.objective(score_lists(self.scorer, batch.features, batch.mask), batch))
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch.labels),
                  sync_dist=True)
         return loss
@@ -189,9 +187,8 @@ class NeuralRanker(pl.LightningModule):
             self.race.end_validation(self)
 
     def validate_race(self, batches, epoch: int, epochs: int) -> str:
-        """With ``unbiased="auto"`` in a plain PyTorch loop: score the candidates on validation
-        click-log ``batches`` (PaddedBatch with ``position``) after 0-based ``epoch`` of ``epochs``,
-        drop the stage's losers, copy the leader into ``scorer`` and return its name."""
+        """``unbiased="auto"`` in a plain loop: score the candidates on validation click-log ``batches``
+        after 0-based ``epoch`` of ``epochs``, drop the stage's losers; returns the leader, now in ``scorer``."""
         if self.race is None:
             raise ValueError("validate_race applies to unbiased='auto'")
         return self.race.validate(self, batches, epoch, epochs)
@@ -209,17 +206,11 @@ class NeuralRanker(pl.LightningModule):
         return self(batch.features, batch.mask)[batch.mask]
 
     def on_fit_start(self) -> None:
-        """With ``unbiased``: :meth:`read_click_log` of the datamodule's ``train_set``."""
         self.read_click_log(getattr(getattr(self._trainer, "datamodule", None), "train_set", None))
 
     def read_click_log(self, train_set) -> None:
-        """What a fit on a click log reads from the whole training log (a :class:`RankingDataset`
-        with ``position``) before its first batch: the position ids every batch's positions go
-        through, and with ``unbiased="ips"`` (or an ``"auto"`` race) the propensities. ``Trainer.fit``
-        calls it with the datamodule's ``train_set``; a plain PyTorch loop calls it once."""
-        self.debiasing.read_positions(train_set)
-        for candidate in () if self.race is None else self.race.candidates.values():
-            candidate.debiasing.read_positions(train_set)
+        """:func:`rankkit.neural.debias.read_click_log` (``Trainer.fit`` does it; a plain loop calls it once)."""
+        read_click_log(self.debiasing, self.race, train_set)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         return self.debiasing.map(batch)
@@ -263,12 +254,11 @@ class LambdaRank(NeuralRanker):
                  hidden: list[int] = [128, 64],  # noqa: B006 -- never mutated; hparams hold a copy
                  activation: str = "relu", dropout: float = 0.1, norm: str = "none", log1p: bool = True,
                  standardize: bool = True, weighting: str = "ndcg", k: int | None = None, sigma: float = 1.0,
-                 normalize: bool = False,
-                 reduction: str = "query", optimizer: str = "adam", lr: float = 0.001, weight_decay: float = 0.0,
-                 scheduler: str = "none", ema_decay: float = 0.0, scorer: nn.Module | None = None,
-                 objective: Objective = None, loss: Objective = None, unbiased: bool | str = False,
-                 bias_p: float = 1.0, n_positions: int = 10, propensity_clip: float | None = 10.0,
-                 architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 normalize: bool = False, reduction: str = "query", optimizer: str = "adam", lr: float = 0.001,
+                 weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
+                 scorer: nn.Module | None = None, objective: Objective = None, loss: Objective = None,
+                 unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
+                 propensity_clip: float | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())

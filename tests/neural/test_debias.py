@@ -189,6 +189,53 @@ def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
     torch.testing.assert_close(restored(x), module(x))
 
 
+def test_a_race_saved_before_the_ips_candidate_loads_as_it_was(logs, tmp_path, monkeypatch):
+    """A checkpoint of the four-candidate race (before 2026-11-28) loads: the race keeps the
+    candidates whose weights the file holds, and its standing (plain scores) reads as before."""
+    from rankkit.neural import debias
+
+    data, train, vali = logs
+    pl.seed_everything(0, verbose=False)
+    monkeypatch.setattr(debias, "NEURAL_AUTO", {k: v for k, v in NEURAL_AUTO.items() if k != "ips"})
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512))
+    path = tmp_path / "old.ckpt"
+    trainer.save_checkpoint(path)
+    monkeypatch.undo()
+    restored = LambdaRank.load_from_checkpoint(path)
+    assert list(restored.race.candidates) == [k for k in NEURAL_AUTO if k != "ips"]
+    assert restored.unbiased_choice_ == module.unbiased_choice_
+    torch.testing.assert_close(restored.eval()(data.features[:20]), module.eval()(data.features[:20]))
+
+
+def test_the_race_without_the_training_log_leaves_ips_out_and_keeps_each_candidates_biases(logs):
+    """A plain loop that never read the training log races without the ips candidate (one
+    warning); the race's state carries each live candidate's biases; a later read of no log
+    (Trainer.fit without a datamodule) keeps the earlier reading."""
+    data, train, vali = logs
+    module = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P)
+    batch = train.sessions.padded(torch.arange(20))
+    with pytest.warns(UserWarning, match=r"races without its 'ips' candidate"):
+        module.race.loss(batch).backward()
+    assert "ips" not in module.race.alive and len(module.race.alive) == len(NEURAL_AUTO) - 1
+    read = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P)
+    shifted = dataclasses.replace(train.sessions, position=train.sessions.position + 1)
+    read.read_click_log(shifted)
+    read.read_click_log(None)
+    ips = read.race.candidates["ips"].debiasing
+    assert ips.estimated and read.debiasing.position_ids is not None
+    read.race.loss(batch)  # no warning: every candidate races
+    state = read.race.state()
+    assert set(state["debiasing"]) == {"pairwise p=0", "ips"}
+    fresh = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P)
+    fresh.race.load_state(state)
+    torch.testing.assert_close(fresh.race.candidates["ips"].propensities["clicked"], ips.propensities()["clicked"])
+    with pytest.raises(ValueError, match=r"the training set has no `position`"):
+        LambdaRank(n_features=5, unbiased="ips").read_click_log(data)
+
+
 def test_click_modes_refuse_what_they_cannot_do(logs):
     data, _, _ = logs
     with pytest.raises(ValueError, match=r"`unbiased` has to be one of"):
