@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def command_line(script: str, argv=None, *, prefix: str = "python") -> str:
     """The command that ran ``script`` (an experiment's ``__file__``) with ``argv`` (None: this
     process's arguments), as the sections quote it: ``python experiments/NAME.py ARGS``."""
     args = argv if argv is not None else sys.argv[1:]
-    return f"{prefix} experiments/{os.path.basename(script)} " + " ".join(args)
+    return f"{prefix} experiments/{os.path.basename(script)} " + shlex.join(args)  # quoted where a shell needs it
 
 
 def publish_image(src: str, name: str) -> str:

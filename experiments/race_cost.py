@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     np.random.seed(0)
     rows = [run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
-    body = (f"## Learning from clicks: what the race costs (issue 49)\n\n`{command_line(__file__, argv)}` "
+    body = (f"## Learning from clicks: what the race costs (issue 49)\n\nCommand: `{command_line(__file__, argv)}` "
             f"({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), each time the median of {args.repeats} fits "
             f"in one process, one after the other). MQ2008 folds, position-based clicks on the top 10 "
             f"of a 1 % production ranker, 40 sessions per query; both fits stop early on the validation click "

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gzip
+import json
 import os
 import random
 import shutil
@@ -124,8 +125,9 @@ def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: i
     scores: dict[str, list[float]] = {}
     for r in result["runs"]:
         scores.setdefault(r["model"], []).append(r["ndcg@10"])
-    for name, values in zip(["shipped", *best], scores.values()):
+    for name, values in zip(["shipped", *best], scores.values()):  # compare's rows come in the models' order
         row[name] = statistics.mean(values)
+    row["labels"] = list(scores)
     return row
 
 
@@ -150,15 +152,27 @@ def main(argv=None) -> None:
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--data", default="mq2008", help="mq2008, or a folder of rank.train/rank.test (.query files)")
     ap.add_argument("--val_fraction", type=float, default=0.2, help="the outer vali split of a folder without one")
+    ap.add_argument("--rows", default=None, help="append each outer split's row to this JSON-lines file")
+    ap.add_argument("--report-only", action="store_true", help="tabulate --rows (several runs' rows) without running")
+    ap.add_argument("--outer", default=None, help="MQ2008: the outer folds to run, e.g. 1,2 (default: all five)")
     ap.add_argument("--write", action="store_true", help="replace this data set's section of docs/benchmarks.md")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
+    if args.report_only:
+        rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
+        rows.sort(key=lambda r: r["split"])
     with tempfile.TemporaryDirectory() as tmp:
-        for label, settings, inner in outer_splits(args.data, Path(tmp)):
+        wanted = None if args.outer is None else {f"fold {k}" for k in args.outer.split(",")}
+        for label, settings, inner in [] if args.report_only else outer_splits(args.data, Path(tmp)):
+            if wanted is not None and label not in wanted:
+                continue
             rows.append(one_split(args.config, label, settings, inner, trials=args.trials,
                                   val_fraction=args.val_fraction, workdir=Path(tmp)))
             print(rows[-1], flush=True)
+            if args.rows:
+                with open(args.rows, "a") as f:
+                    f.write(json.dumps(rows[-1]) + "\n")
     body = (f"Measured {datetime.date.today()}, 1 torch thread, {args.trials} trials a study, command: "
             f"`{command_line(__file__, argv)}`. Test NDCG@10 of the shipped `{args.config}` config and of each "
             f"study's best trial, trained on the outer split as `rankkit compare` trains:\n\n{table(rows)}")

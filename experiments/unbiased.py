@@ -532,8 +532,7 @@ def write(records: list[dict], args, command: str) -> None:
     image = publish_image(png, f"{args.section}.png")
     seconds = sum(r["seconds"] for r in records)
     grid = sorted({(r["data"], r["fold"], r["seed"]) for r in records})
-    title = "Learning from clicks" + ("" if args.section == "unbiased" else f" ({args.section})")
-    body = f"""## {title}
+    body = f"""## {args.title}
 
 {args.date or max((r["date"] for r in records if "date" in r), default=datetime.date.today().isoformat())}, 2 shared CPU cores (x86_64, {args.threads} thread), {seconds / 60:.0f} min of runs. Command: `{command}`
 (results in `{"`, `".join(args.paths)}`, one JSON line per run; `--report-only --write` rebuilds this section from them).
@@ -615,6 +614,7 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md and docs/img/SECTION.png")
     p.add_argument("--date", default=None,
                    help="the date the runs were made (default: the newest a record holds, else today)")
+    p.add_argument("--title", default="Learning from clicks", help="the section's title")
     p.add_argument("--section", default="unbiased",
                    help="the docs/benchmarks.md section (and docs/img/SECTION.png) --write replaces")
     args = p.parse_args(argv)
