@@ -175,7 +175,9 @@ def main(argv=None) -> None:
                     f.write(json.dumps(rows[-1]) + "\n")
     body = (f"Measured {datetime.date.today()}, 1 torch thread, {args.trials} trials a study, command: "
             f"`{command_line(__file__, argv)}`. Test NDCG@10 of the shipped `{args.config}` config and of each "
-            f"study's best trial, trained on the outer split as `rankkit compare` trains:\n\n{table(rows)}")
+            f"study's best trial, trained on the outer split as `rankkit compare` trains"
+            + (f" (rows in `{args.rows}`, appended by runs of this script with `--rows`; `--report-only` "
+               f"tabulates them)" if args.rows else "") + f":\n\n{table(rows)}")
     print(body)
     if args.write:
         name = "mq2008" if args.data == "mq2008" else Path(args.data).name.replace("-", "_")
