@@ -363,8 +363,12 @@ class PropensityEstimator:
     def accumulate(self, scores, clicks, positions, mask=None) -> PropensityEstimator:
         """Add a batch's position-bucketed pair costs (scores [Q, L], clicks, positions, mask)."""
         clicked, positions, mask = _check_clicks(scores, clicks, positions, mask)
-        costs = _position_pair_costs(scores, clicked, positions, mask, self.n_positions, self.sigma,
-                                     self.weighting, self.k)
+        return self.add_costs(_position_pair_costs(scores, clicked, positions, mask, self.n_positions, self.sigma,
+                                                   self.weighting, self.k))
+
+    def add_costs(self, costs: torch.Tensor) -> PropensityEstimator:
+        """Add [P, P] position-bucketed pair costs computed elsewhere (the compiled pass,
+        :func:`rankkit.kernels.cpu.position_costs`)."""
         self.costs += costs.cpu()
         return self
 

@@ -350,10 +350,9 @@ class LambdaMART(BaseEstimator):
                     engine.update()
                 trees = self._kept_trees(engine, config)
                 race.record(name, metric(engine.to_ensemble(trees)), trees=trees)
-            ranked = list(race.alive)
+            ranked = sorted(race.alive, key=lambda name: -race.scores_[name]["score"])  # before the cut
             race.rank(stage_over=True)
             if self.verbose:  # the race takes 2-2.5 naive fits: say each stage as it ends
-                ranked.sort(key=lambda name: -race.scores_[name]["score"])
                 scores = ", ".join(f"{name} {race.scores_[name]['score']:.5f} ({race.scores_[name]['trees']} trees)"
                                    for name in ranked)
                 outcome = f"{race.choice_} wins" if race.over else f"{', '.join(race.alive)} go on"

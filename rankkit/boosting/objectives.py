@@ -155,9 +155,7 @@ class RankingObjective:
             padded = layout.pad(scores.to(torch.float64 if self.quantized_grad else torch.float32))
             return tuple(layout.flat(t).double().contiguous() for t in self._pair_weights(padded, layout))
         estimator, positions = self.propensity
-        estimator.costs += costs
-        estimator.step()
-        upper, lower = estimator.pair_factors(positions[None])
+        upper, lower = estimator.add_costs(costs).step().pair_factors(positions[None])
         return upper[0].double().contiguous(), lower[0].double().contiguous()
 
     def flat_cost_inputs(self, layout: QueryLayout) -> dict | None:

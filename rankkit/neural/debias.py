@@ -333,7 +333,6 @@ class ClickDebiasing:
                  propensity_clip: float | None = 10.0, name: str = "objective"):
         self.unbiased, self.n_positions = unbiased, n_positions
         self.propensity: PropensityEstimator | None = None
-        self.estimated = False  # "ips": its propensities come from the training log (read_positions)
         self.clip = propensity_clip
         _check_choice(unbiased, spec, ema_decay, name)
         if unbiased in (True, "ips"):
@@ -350,6 +349,11 @@ class ClickDebiasing:
         self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
         self.dla = DualLearning(n_positions) if unbiased == "dla" else None
 
+    @property
+    def estimated(self) -> bool:
+        """False only for ``"ips"`` before its training log was read (its propensities come from it)."""
+        return self.unbiased != "ips" or self.propensity is not None
+
     def loss(self, objective, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
         """The training loss of a batch by ``objective``
         (:class:`rankkit.neural.objective.NeuralObjective`): its pairs weighed by the click biases
@@ -360,7 +364,7 @@ class ClickDebiasing:
             return self.dla.loss(scores, batch.labels, self.positions(batch), batch.mask)
         if self.position_bias is not None:
             scores = self.position_bias(scores, self.positions(batch))
-        if self.unbiased == "ips" and not self.estimated:
+        if not self.estimated:
             raise ValueError("`unbiased='ips'` estimates its propensities on the whole training log before the "
                              "first batch: train with a datamodule that has a `train_set` (RankingDataModule), or "
                              "call `module.read_click_log(train_set)` first in a plain loop")
@@ -402,22 +406,20 @@ class ClickDebiasing:
         without a datamodule) keeps what an earlier call read."""
         if train_set is None:  # a fit without a datamodule: the last reading stands (read_click_log)
             return
-        self.position_ids = None
+        self.position_ids = dense = None
         if self.unbiased and getattr(train_set, "position", None) is not None:
-            self.position_ids = PositionIds.of(train_set.position, "the training data's position",
-                                               n_positions=self.n_positions)
-        if self.unbiased == "ips" and self.position_ids is None:
+            self.position_ids, dense = PositionIds.dense(train_set.position, "the training data's position",
+                                                         n_positions=self.n_positions)
+        if self.unbiased == "ips" and dense is None:
             raise ValueError("`unbiased='ips'` estimates its propensities from the training log's displayed "
                              "positions: the training set has no `position` (train on a click log's sessions)")
         if self.unbiased == "ips":
-            dense = self.position_ids.index(train_set.position, "the training data's position")
             theta = ips_propensities(train_set.features, train_set.labels, train_set.sizes, dense,
                                      n_positions=self.n_positions, seed=torch.initial_seed() % 2**31,
                                      names=("the training data's features", "the training data's clicks",
                                             "the training data's position"))
             self.propensity = FixedPropensities(theta, clip=self.clip)
             self.costs = self.propensity.costs.clone()
-            self.estimated = True
 
     def map(self, batch):
         """``batch`` with its positions read through the training data's ids."""
@@ -456,7 +458,6 @@ class ClickDebiasing:
             self.propensity.t_plus = state["clicked"].clone()
             self.propensity.t_minus = state["unclicked"].clone()
             self.costs = state["costs"].clone()
-            self.estimated = True
 
 
 def _check_choice(unbiased, spec: ObjectiveSpec, ema_decay: float, name: str) -> None:
@@ -481,8 +482,9 @@ def checkpoint_entries(debiasing: ClickDebiasing, race: DebiasingRace | None) ->
     """What a checkpoint's ``rankkit`` dict keeps of a module's debiasing: the estimator's biases
     and costs (``"propensities"``) and the race's standing (``"race"``), where there are such."""
     entries = {}
-    if debiasing.state() is not None:
-        entries["propensities"] = debiasing.state()
+    state = debiasing.state()
+    if state is not None:
+        entries["propensities"] = state
     if race is not None:
         entries["race"] = race.state()
     return entries
