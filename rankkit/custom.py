@@ -17,16 +17,19 @@ The Hessian (``hessian=``, for the trees):
 
 * ``"exact"`` (default): the diagonal of ∂²(Σ loss)/∂s², one Hessian-vector product H e_j per
   position j of a query, each e_j one-hot at position j of every query at once, batched as
-  reverse-over-reverse products (``torch.autograd.grad(..., is_grads_batched=True)``; on
-  MQ2008 2-3x faster than ``torch.func``'s forward-over-reverse ``jvp(grad)``, same numbers).
-  Queries are grouped by length (each group padded to its longest query, rounded up to a power
-  of two) so that short queries do not pay for long ones, and a batched product holds about
-  ``workspace`` entries of the loss's largest intermediate tensor (measured once per width: a
-  pairwise loss's [q, L, L] block is the built-in listwise losses' budget). A loss that cannot
-  be batched (``vmap``: in-place updates of its input, ``.item()``, data-dependent Python
-  control flow) falls back to one product per position (slower, same numbers). The cost is L
-  backward passes of the loss per query: about the loss's own cost for a listwise O(L) loss,
-  L times it for a pairwise O(L²) loss (docs/benchmarks.md, "custom_objectives").
+  reverse-over-reverse products: ``torch.func.vmap`` over ``torch.autograd.grad`` of the
+  gradient's graph (on MQ2008 2-3x faster than ``torch.func``'s forward-over-reverse
+  ``jvp(grad)``, and 15-25 % faster than autograd's own ``is_grads_batched``, whose older vmap
+  has no batching rule for ``masked_fill`` or the softmax's backward and runs them one tangent
+  at a time; the same numbers). Queries are grouped by length, each group padded to its longest
+  query; the groups are chosen once per fit to spend the least (a chunk's and a product's fixed
+  cost, :data:`CHUNK_COST`, against the work the padding adds). A chunk holds as many of a
+  group's queries as keep the loss's largest intermediate tensor (measured once per width)
+  within ``workspace`` entries, and a batched product as many tangents as keep it there too.
+  A loss that cannot be batched (``vmap``: ``.item()`` or numpy in a custom backward) falls
+  back to one product per position (slower, same numbers). The cost is L backward passes of the
+  loss per query: about the loss's own cost for a listwise O(L) loss, L times it for a pairwise
+  O(L²) loss (docs/benchmarks.md, "custom_speed"; declare a pairwise loss with :func:`pairwise`).
 * ``"gauss-newton"``: for a loss given as Bernoulli or categorical log-likelihoods
   (:class:`ProbabilityLoss`): the generalised Gauss–Newton diagonal Σ_k w_k p_k (1 − p_k)
   (∂z_k/∂s_i)² of logits z (Schraudolph, "Fast Curvature Matrix-Vector Products for
@@ -54,10 +57,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import re
 import sys
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -68,11 +72,22 @@ __all__ = ["TorchLoss", "ProbabilityLoss", "PairwiseLoss", "pairwise", "Gradient
            "as_objective", "qualified_name", "HESSIANS", "is_custom"]
 
 HESSIANS = ("exact", "gauss-newton", "constant")
-#: Entries of the loss's largest intermediate tensor per batched evaluation (all queries and
-#: tangents of it): bounds the memory of the exact Hessian's products. 2^18 is 1/16 of the
-#: built-in listwise losses' ``workspace`` (2^22), chosen because the products' temporaries then
-#: stay in cache (MQ2008 Fold1, one thread: a pairwise loss's gradients 0.7 s vs 1.1 s at 2^22).
+#: Entries of the loss's largest intermediate tensor per batched evaluation (the queries of a
+#: chunk, times its tangents in a product): bounds the memory of the exact Hessian's products.
+#: 2^18 is 1/16 of the built-in listwise losses' ``workspace`` (2^22), chosen because the
+#: products' temporaries then stay in cache (MQ2008 Fold1, one thread: a pairwise loss's
+#: gradients 0.7 s vs 1.1 s at 2^22).
 WORKSPACE = 2**18
+#: Entries a batched product aims at, within ``workspace``: a listwise loss's [tangents, q, W]
+#: products of 2^17 float64 entries (1 MiB) run from cache (MQ2008 Fold1, one thread,
+#: 2026-11-28: rounds of a listwise softmax 1.84x the built-in's at 2^17 against 2.0-2.1x at
+#: 2^16 and 2^18). A product holds at least one tangent of a chunk's queries, so a pairwise
+#: loss's [q, W, W] products stay as large as ``workspace`` allows (faster for it).
+PRODUCT_ENTRIES = 2**17
+#: A chunk's (and a batched product's) fixed cost in the length groups' plan, in units of their
+#: work (queries x tangents x the loss's largest intermediate per query): on MQ2008 Fold1 at one
+#: thread a product of a listwise loss costs about 0.6 ms plus 22 ns a unit, so about 2^15 units.
+CHUNK_COST = 2**15
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
@@ -276,10 +291,10 @@ class TorchLoss:
     def _reset(self) -> None:
         """Forget what a fit learns about the loss and its data: the first-call check, whether it
         can be batched, its length groups and measured footprints."""
-        for key in ("_groups", "_footprints", "_lanes"):
+        for key in ("_chunk_plan", "_prefix", "_footprints", "_lanes"):
             self.__dict__.pop(key, None)
         self.checked = False
-        self._mode = "batched"  # "loop" once fn could not be batched (vmap)
+        self._mode = "func"  # "batched", then "loop", once fn could not be batched (vmap)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({qualified_name(self.fn)}, hessian={self.hessian!r})"
@@ -402,7 +417,10 @@ class TorchLoss:
         if scores.shape[1] == 0 or len(scores) == 0:
             empty = torch.zeros(scores.shape, dtype=torch.float64, device=scores.device)
             return empty, empty.clone(), torch.zeros(len(scores), dtype=torch.float64, device=scores.device)
-        order = _prefix_order(mask)
+        cached = self.__dict__.get("_prefix")
+        if cached is None or cached[0] is not mask:  # the booster passes the same mask every round
+            cached = self._prefix = (mask, _prefix_order(mask))
+        order = cached[1]
         if order is not None:  # real documents not first in their rows: moved there, moved back after
             gathered = self.gradients(scores.gather(1, order), labels.gather(1, order), mask.gather(1, order),
                                       weights=None if weights is None else weights.gather(1, order),
@@ -410,24 +428,68 @@ class TorchLoss:
             back = torch.argsort(order, dim=1)
             return gathered[0].gather(1, back), gathered[1].gather(1, back), gathered[2]
         s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
-        y = labels.detach().to(torch.float64).masked_fill(~mask, 0.0)
-        self.check(s, y, mask)
-        grad = torch.zeros_like(s)
-        hess = torch.zeros_like(s)
+        if not self.checked:
+            self.check(s, labels.detach().to(torch.float64).masked_fill(~mask, 0.0), mask)
+        flat = s.reshape(-1)
+        grad = torch.zeros_like(flat)
+        hess = torch.zeros_like(flat)
         loss = torch.zeros(len(s), dtype=torch.float64, device=s.device)
-        cached = self.__dict__.get("_groups")
-        if cached is None or cached[0] is not mask:  # the booster passes the same mask every round
-            cached = self._groups = (mask, _length_groups(mask))
-        for rows, width in cached[1]:
-            height, self._lanes = self._chunk_shape(s[rows, :width], y[rows, :width], mask[rows, :width], hessian)
-            for i in range(0, len(rows), height):
-                chunk = rows[i:i + height]
-                cs, cy, cm = s[chunk, :width], y[chunk, :width], mask[chunk, :width]
-                g, h, c = self._chunk(cs, cy, cm, hessian, with_loss)
-                grad[chunk, :width], hess[chunk, :width], loss[chunk] = g, h, c
+        for chunk in self._chunks_for(s, labels, mask, hessian):
+            self._lanes = chunk.lanes
+            cs = flat.index_select(0, chunk.index).view(len(chunk.rows), chunk.width)
+            g, h, c = self._chunk(cs, chunk.labels, chunk.mask, hessian, with_loss)
+            grad.index_copy_(0, chunk.index, g.reshape(-1))
+            hess.index_copy_(0, chunk.index, h.reshape(-1))
+            loss.index_copy_(0, chunk.rows, c)
+        grad, hess = grad.view(s.shape), hess.view(s.shape)
         _check_grad(grad, mask, qualified_name(self.fn))
         hess = positive_surrogate(hess, grad, mask)
         return _weighted(grad, hess, loss, mask, weights)
+
+    def _chunks_for(self, s, labels, mask, hessian) -> list["_Chunk"]:
+        """The chunks of one call: kept while ``mask`` and ``labels`` (the booster's, the same
+        objects every round) are the ones they were planned for."""
+        key = (mask, labels, labels._version, hessian)
+        cached = self.__dict__.get("_chunk_plan")
+        if cached is not None and all(a is b if isinstance(a, torch.Tensor) else a == b
+                                      for a, b in zip(cached[0], key)):
+            return cached[1]
+        y = labels.detach().to(torch.float64).masked_fill(~mask, 0.0)
+        chunks = []
+        width_all = s.shape[1]
+        for rows, width in self._groups_for(s, y, mask, hessian):
+            per_query = self._footprint(s[rows, :width], y[rows, :width], mask[rows, :width])
+            _, height, lanes = self._chunk_shape(len(rows), width, per_query, hessian)
+            for i in range(0, len(rows), height):
+                r = rows[i:i + height]
+                index = (r[:, None] * width_all + torch.arange(width, device=r.device)).reshape(-1)
+                chunks.append(_Chunk(r, width, index, y[r, :width], mask[r, :width], lanes))
+        self._chunk_plan = (key, chunks)
+        return chunks
+
+    def _groups_for(self, s, y, mask, hessian) -> list[tuple[torch.Tensor, int]]:
+        """Queries grouped by length, (row indices, padded width), the widths chosen to spend the
+        least: a chunk's fixed cost (:data:`CHUNK_COST`) against the work its padding adds, with
+        the loss's footprint per query measured at the full width and at half of it."""
+        lengths = mask.sum(1).cpu()
+        full = s.shape[1]
+        longest = torch.argsort(lengths, descending=True, stable=True)[:4].to(mask.device)
+        probe = s[longest], y[longest], mask[longest]
+        top = self._footprint(*probe)
+        half = max(1, full // 2)
+        growth = 1.0
+        if half < full:
+            low = self._footprint(*(t[:, :half] for t in probe))
+            growth = min(3.0, max(1.0, math.log(max(top, 1) / max(low, 1)) / math.log(full / half)))
+        tangents = hessian != "constant"
+
+        def cost(queries: int, width: int) -> float:
+            per_query = max(width, int(top * (width / full) ** growth))
+            chunks, height, lanes = self._chunk_shape(queries, width, per_query, hessian)
+            products = chunks * -(-width // lanes) if tangents else 0
+            return (chunks + products) * CHUNK_COST + queries * per_query * (width if tangents else 1)
+
+        return _planned_groups(lengths, cost, full, mask.device)
 
     def _chunk(self, s, y, m, hessian, with_loss=True):
         """(grad, hess, loss) of one chunk [q, W] of equally padded queries."""
@@ -453,14 +515,31 @@ class TorchLoss:
     def _exact_diagonal(self, grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
         """diag ∂²(Σ loss)/∂s² of one chunk [q, W] from its gradient's graph: W Hessian-vector
         products H e_j, e_j one-hot at position j of every query at once (queries do not
-        interact), ``lanes`` of them per batched backward (reverse-over-reverse,
-        ``is_grads_batched``); one backward per position where the loss cannot be batched."""
+        interact), ``lanes`` of them per batched backward (reverse-over-reverse). The products
+        are batched by ``torch.func.vmap`` over ``torch.autograd.grad``, whose batching rules
+        cover what ranking losses use (``masked_fill``, the softmax's backward), where
+        ``is_grads_batched`` (autograd's older vmap) runs them one tangent at a time; a loss that
+        torch.func cannot batch falls back to ``is_grads_batched``, and one that neither can to
+        one backward per position (slower; the same numbers)."""
         q, width = leaf.shape
         eye = torch.eye(width, dtype=leaf.dtype, device=leaf.device)
         diag = torch.zeros_like(leaf)
+
+        def product(tangent):
+            (column,) = torch.autograd.grad(grad, leaf, tangent, retain_graph=True, allow_unused=True)
+            return torch.zeros_like(tangent) if column is None else column
+
         for j0 in range(0, width, self._lanes):
             j1 = min(width, j0 + self._lanes)
             tangents = eye[j0:j1, None, :].expand(j1 - j0, q, width)
+            products = None
+            if self._mode == "func":
+                try:
+                    products = torch.func.vmap(product)(tangents)
+                except Exception as e:  # noqa: BLE001 -- torch.func cannot batch this loss: autograd's vmap
+                    if not _is_transform_error(e):
+                        raise
+                    self._mode = "batched"
             if self._mode == "batched":
                 try:
                     (products,) = torch.autograd.grad(grad, leaf, tangents, is_grads_batched=True,
@@ -470,13 +549,12 @@ class TorchLoss:
                         raise
                     self._mode = "loop"
                 else:
-                    if products is not None:
-                        diag[:, j0:j1] = products.diagonal(offset=j0, dim1=0, dim2=2)
-                    continue
+                    products = torch.zeros_like(tangents) if products is None else products
+            if self._mode != "loop":
+                diag[:, j0:j1] = products.diagonal(offset=j0, dim1=0, dim2=2)
+                continue
             for j in range(j0, j1):
-                (column,) = torch.autograd.grad(grad, leaf, tangents[j - j0], retain_graph=True, allow_unused=True)
-                if column is not None:
-                    diag[:, j] = column[:, j]
+                diag[:, j] = product(tangents[j - j0])[:, j]
         return diag.detach()
 
     def _finish(self, s, y, m, grad, hess, out, with_loss=True):
@@ -489,19 +567,24 @@ class TorchLoss:
         f64 = torch.float64  # a loss may compute (and return) float32: the booster's sums are float64
         return grad.to(f64).masked_fill(~m, 0.0), hess.to(f64).masked_fill(~m, 0.0), loss.to(f64)
 
-    def _chunk_shape(self, s, y, m, hessian) -> tuple[int, int]:
-        """(queries per chunk, tangents per batched product) of a group of width W: the loss's
-        largest intermediate tensor per query (measured once per width) times the queries and
-        tangents of one batched evaluation stays within ``workspace`` entries, the built-in
-        listwise losses' budget (a pairwise loss's [q, W, W] block)."""
-        width = s.shape[1]
+    def _chunk_shape(self, queries: int, width: int, per_query: int, hessian: str) -> tuple[int, int, int]:
+        """(chunks, queries per chunk, tangents per batched product) of a group of ``queries``
+        queries of width W whose loss keeps ``per_query`` entries per query in its largest
+        intermediate tensor. Where a query's W tangents fit in :data:`PRODUCT_ENTRIES` (a
+        listwise loss): as many queries per chunk as hold that tensor within ``workspace``
+        entries (as evenly as that allows), then as many tangents as keep each product within
+        :data:`PRODUCT_ENTRIES`. Where they do not (a pairwise loss's [W, W] per query): one
+        query per chunk and as many tangents as ``workspace`` holds, which measured faster there
+        (MQ2008 Fold1: 0.98 s against 1.12 s exact, 0.96 s against 1.65 s Gauss–Newton)."""
+        per_query = max(1, per_query)
+        if hessian != "constant" and width * per_query > min(self.workspace, PRODUCT_ENTRIES):
+            return queries, 1, max(1, min(width, self.workspace // per_query))
+        chunks = -(-queries // max(1, min(queries, self.workspace // per_query)))
+        height = -(-queries // chunks)
         if hessian == "constant":  # one plain evaluation per chunk
-            return max(1, self.workspace // max(1, self._footprint(s, y, m))), 1
-        per_query = self._footprint(s, y, m)
-        height = self.workspace // max(1, width * per_query)
-        if height >= 1:
-            return height, width
-        return 1, max(1, self.workspace // max(1, per_query))
+            return chunks, height, 1
+        budget = min(self.workspace, PRODUCT_ENTRIES)
+        return chunks, height, max(1, min(width, budget // (height * per_query)))
 
     def _footprint(self, s, y, m) -> int:
         """Entries per query of the largest tensor the loss keeps for its backward at width W
@@ -1041,6 +1124,60 @@ def _length_groups(mask: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
     return groups
 
 
+class _Chunk(NamedTuple):
+    """Equally padded queries evaluated together: their rows, padded width, flat positions
+    [q·W] in the [Q, L] batch, float64 labels and mask [q, W], and tangents per batched product."""
+    rows: torch.Tensor
+    width: int
+    index: torch.Tensor
+    labels: torch.Tensor
+    mask: torch.Tensor
+    lanes: int
+
+
+#: Length cells the plan of :func:`_planned_groups` chooses between, at most: distinct lengths
+#: beyond are pooled geometrically (a cell's lengths within 1/32 of each other).
+PLAN_CELLS = 160
+
+
+def _planned_groups(lengths: torch.Tensor, cost: Callable[[int, int], float], full: int,
+                    device) -> list[tuple[torch.Tensor, int]]:
+    """Queries grouped by length, (row indices, padded width), each group padded to its longest
+    query: of every split of the sorted lengths into consecutive groups, the one of least total
+    ``cost(queries, width)`` (dynamic programming over the distinct lengths, pooled into at most
+    :data:`PLAN_CELLS` cells)."""
+    widths = lengths.clamp(min=1, max=full)
+    values, counts = torch.unique(widths, return_counts=True)
+    values, counts = values.tolist(), counts.tolist()
+    if len(values) > PLAN_CELLS:  # pool: each cell keeps its longest length
+        cell = torch.ceil(torch.log2(torch.tensor(values, dtype=torch.float64)) * 32).long().tolist()
+        pooled: dict[int, list[int]] = {}
+        for c, v, n in zip(cell, values, counts):
+            entry = pooled.setdefault(c, [v, 0])
+            entry[0], entry[1] = max(entry[0], v), entry[1] + n
+        values, counts = [e[0] for e in pooled.values()], [e[1] for e in pooled.values()]
+    m = len(values)
+    prefix = [0]
+    for n in counts:
+        prefix.append(prefix[-1] + n)
+    best, cut = [0.0] + [math.inf] * m, [0] * (m + 1)
+    for j in range(1, m + 1):
+        for i in range(j):
+            total = best[i] + cost(prefix[j] - prefix[i], values[j - 1])
+            if total < best[j]:
+                best[j], cut[j] = total, i
+    bounds, j = [], m
+    while j > 0:
+        bounds.append((cut[j], j))
+        j = cut[j]
+    groups = []
+    for i, j in reversed(bounds):
+        low = values[i - 1] if i > 0 else 0
+        rows = ((widths > low) & (widths <= values[j - 1])).nonzero().flatten().to(device)
+        groups.append((rows, int(values[j - 1])))
+    return groups
+
+
 def fresh(objective):
     """A copy of a :class:`TorchLoss` (or :class:`ProbabilityLoss`) without the state a fit keeps
     on it (the first-call check, the length groups, the measured footprints), so that fitting
@@ -1066,6 +1203,8 @@ def _prefix_order(mask: torch.Tensor) -> torch.Tensor | None:
 
 
 def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:
+    if bool(torch.isfinite(grad).all()):  # padding is 0: one pass in the usual case
+        return
     bad = ~torch.isfinite(grad) & mask
     if bool(bad.any()):
         q, j = (int(v) for v in bad.nonzero()[0])
@@ -1076,6 +1215,8 @@ def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:
 def positive_surrogate(hess: torch.Tensor, grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The diagonal made positive: |h| where finite; where not, the largest finite |h| of the
     query, or |grad| if the query has none."""
+    if hess.device.type == "cpu" and bool(torch.isfinite(hess).all()):  # the usual case, without a sync
+        return hess.abs().masked_fill(~mask, 0.0)                      # on a GPU: fewer passes
     finite = torch.isfinite(hess) & mask
     h = torch.where(finite, hess.abs(), 0.0)
     top = h.amax(1, keepdim=True) if h.numel() else h

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import rankkit.custom
 from rankkit import LambdaMART
 from rankkit.boosting import LambdaMARTModule
-from rankkit.custom import (NumpyObjective, PairwiseLoss, ProbabilityLoss, TorchLoss, as_objective, fresh, pairwise,
-                            positive_surrogate, qualified_name)
+from rankkit.custom import (PRODUCT_ENTRIES, NumpyObjective, PairwiseLoss, ProbabilityLoss, TorchLoss, as_objective,
+                            fresh, pairwise, positive_surrogate, qualified_name)
 from rankkit.data import make_synthetic
 from rankkit.training.datamodule import RankingDataModule
 from rankkit.examples.losses import (declared_ranknet, declared_squared_hinge, ranknet, smoothed_softmax,
@@ -143,42 +143,138 @@ def test_the_exact_diagonal_equals_a_dense_hessian_and_finite_differences(seed, 
         torch.testing.assert_close(h, positive_surrogate(fd, torch.zeros_like(s), m), atol=2e-5, rtol=1e-5)
 
 
+def _under_vmap(args) -> bool:
+    return any(isinstance(a, torch.Tensor) and torch._C._functorch.is_batchedtensor(a) for a in args)
+
+
 def test_a_loss_that_cannot_be_batched_falls_back_to_one_product_per_position(monkeypatch):
     real = torch.autograd.grad
+    s, y, m = batch(seed=2)
+    expected = objective_gradients("ranknet", s, y, mask=m)[1]
+    calls = []
+
+    def refuse_func(*args, is_grads_batched=False, **kwargs):  # torch.func cannot batch it; autograd's vmap can
+        if _under_vmap(args):
+            raise RuntimeError("vmap: It looks like you're calling .item() on a Tensor")
+        calls.append(is_grads_batched)
+        return real(*args, is_grads_batched=is_grads_batched, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", refuse_func)
+    loss = TorchLoss(ranknet)
+    _, h, _ = loss.gradients(s, y, m)
+    assert loss._mode == "batched" and True in calls
+    torch.testing.assert_close(h, expected, atol=1e-9, rtol=0)
 
     def refuse_batching(*args, is_grads_batched=False, **kwargs):  # as vmap refuses .item() or in-place ops
-        if is_grads_batched:
+        if is_grads_batched or _under_vmap(args):
             raise RuntimeError("vmap: It looks like you're calling .item() on a Tensor")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch.autograd, "grad", refuse_batching)
-    s, y, m = batch(seed=2)
     loss = TorchLoss(ranknet)
     _, h, _ = loss.gradients(s, y, m)
     assert loss._mode == "loop"
-    torch.testing.assert_close(h, objective_gradients("ranknet", s, y, mask=m)[1], atol=1e-9, rtol=0)
+    torch.testing.assert_close(h, expected, atol=1e-9, rtol=0)
 
-    def broken(*args, is_grads_batched=False, **kwargs):  # any other error is the loss's own: raised
-        if is_grads_batched:
-            raise RuntimeError("the user's own bug")
-        return real(*args, **kwargs)
+    for where in ("func", "batched"):
+        def broken(*args, is_grads_batched=False, where=where, **kwargs):  # the loss's own error: raised
+            if (is_grads_batched and where == "batched") or (_under_vmap(args) and where == "func"):
+                raise RuntimeError("the user's own bug")
+            return real(*args, is_grads_batched=is_grads_batched, **kwargs)
 
-    monkeypatch.setattr(torch.autograd, "grad", broken)
-    with pytest.raises(RuntimeError, match="own bug"):
-        TorchLoss(ranknet).gradients(s, y, m)
+        monkeypatch.setattr(torch.autograd, "grad", broken)
+        loss = TorchLoss(ranknet)
+        if where == "batched":
+            loss._mode = "batched"
+        with pytest.raises(RuntimeError, match="own bug"):
+            loss.gradients(s, y, m)
+
+
+def test_the_batched_products_of_torch_func_and_autograd_agree_bit_for_bit():
+    """torch.func's vmap over autograd.grad (the default) and autograd's is_grads_batched give the
+    same diagonal, to the bit, for the example losses (so the mode never changes a tree)."""
+    from rankkit.examples import losses as examples
+
+    s, y, m = batch(q=7, length=13, seed=5)
+    for fn in (plain_softmax, examples.smoothed_softmax, examples.softmax_plus_pointwise, ranknet):
+        results = []
+        for mode in ("func", "batched", "loop"):
+            loss = TorchLoss(fn, workspace=50)  # several chunks and tangent blocks
+            loss._mode = mode
+            results.append(loss.gradients(s, y, m))
+            assert loss._mode == mode
+        for other in results[1:]:
+            assert torch.equal(results[0][0], other[0]) and torch.equal(results[0][1], other[1])
 
 
 def test_the_chunks_keep_the_largest_intermediate_within_the_workspace():
     s, y, m = batch(q=3, length=1000, seed=1)
     m[:] = True
     loss = TorchLoss(ranknet, workspace=2**20)
-    height, lanes = loss._chunk_shape(s, y, m, "exact")
-    assert loss._footprint(s, y, m) >= 1000 * 1000  # the [L, L] pair block per query
-    assert height * lanes * loss._footprint(s, y, m) <= 2**20 and height == 1 and lanes == 1
+    per_query = loss._footprint(s, y, m)
+    assert per_query >= 1000 * 1000  # the [L, L] pair block per query
+    assert loss._chunk_shape(3, 1000, per_query, "exact") == (3, 1, 1)
     softmax = TorchLoss(plain_softmax, workspace=2**22)
-    height, lanes = softmax._chunk_shape(s, y, m, "exact")
-    assert 1000 <= softmax._footprint(s, y, m) <= 4000  # O(L) per query
-    assert lanes == 1000 and 1 <= height and height * lanes * softmax._footprint(s, y, m) <= 2**22
+    per_query = softmax._footprint(s, y, m)
+    assert 1000 <= per_query <= 4000  # O(L) per query
+    # W tangents of one query exceed a product: one query per chunk, as many tangents as fit
+    chunks, height, lanes = softmax._chunk_shape(3, 1000, per_query, "exact")
+    assert (chunks, height) == (3, 1) and lanes == min(1000, 2**22 // per_query)
+    # a listwise group at a short width: its queries together, the tangents within a product
+    chunks, height, lanes = softmax._chunk_shape(300, 100, 100, "exact")
+    assert (chunks, height) == (1, 300) and lanes == PRODUCT_ENTRIES // (300 * 100)
+    # a group too large for one chunk is cut as evenly as the workspace allows
+    chunks, height, lanes = TorchLoss(plain_softmax, workspace=2**14)._chunk_shape(2500, 100, 100, "exact")
+    assert chunks == 16 and height == 157 and height * 100 <= 2**14 and lanes == 1
+    assert softmax._chunk_shape(2500, 100, 100, "constant") == (1, 2500, 1)
+
+
+def test_the_planned_groups_are_the_cheapest_split_of_the_sorted_lengths():
+    from itertools import combinations
+
+    from rankkit.custom import _planned_groups
+
+    lengths = torch.tensor([1, 3, 3, 4, 7, 8, 8, 9, 15, 16, 30, 31, 0, 2])
+    full = 31
+
+    def cost(queries, width):
+        return 40 + queries * width ** 2
+
+    groups = _planned_groups(lengths, cost, full, "cpu")
+    # every query once, each group padded to its longest query
+    rows = torch.cat([r for r, _ in groups])
+    assert sorted(rows.tolist()) == list(range(len(lengths)))
+    for r, w in groups:
+        assert int(lengths[r].clamp(min=1).max()) == w
+    # against every split of the distinct lengths into consecutive groups (brute force)
+    values = sorted(set(lengths.clamp(min=1).tolist()))
+    counts = [int((lengths.clamp(min=1) == v).sum()) for v in values]
+    best = min(
+        sum(cost(sum(counts[i:j]), values[j - 1]) for i, j in zip((0,) + cuts, cuts + (len(values),)))
+        for k in range(len(values)) for cuts in combinations(range(1, len(values)), k))
+    assert sum(cost(len(r), w) for r, w in groups) == best
+    # pooled: more distinct lengths than cells still covers every query once, in length order
+    many = torch.arange(1, 2001)
+    pooled = _planned_groups(many, lambda q, w: 1e4 + q * w, 2000, "cpu")
+    assert sorted(torch.cat([r for r, _ in pooled]).tolist()) == list(range(2000))
+    assert all(int(many[r].max()) == w for r, w in pooled)
+
+
+def test_a_plan_is_kept_while_the_mask_and_labels_are_the_same_objects():
+    s, y, m = batch(q=6, length=9, seed=4)
+    loss = TorchLoss(plain_softmax)
+    first = loss.gradients(s, y, m)
+    plan = loss._chunk_plan[1]
+    again = loss.gradients(s * 0.5, y, m)
+    assert loss._chunk_plan[1] is plan
+    y2 = y.clone()
+    y2[0, 0] = 3.0 - y2[0, 0]
+    changed = loss.gradients(s * 0.5, y2, m)
+    assert loss._chunk_plan[1] is not plan  # other labels: planned again
+    torch.testing.assert_close(changed[0], TorchLoss(plain_softmax).gradients(s * 0.5, y2, m)[0])
+    y2[0, 1] += 1.0  # changed in place: the plan's labels are stale, so it is planned again
+    torch.testing.assert_close(loss.gradients(s, y2, m)[0], TorchLoss(plain_softmax).gradients(s, y2, m)[0])
+    assert not torch.equal(first[0], again[0])
 
 
 def test_surrogate_of_negative_and_non_finite_diagonals():
