@@ -22,8 +22,10 @@ where it only proves the code runs: interpreter times mean nothing):
   privatisation that Triton can express without shared-memory atomics, on hot and uniform codes,
   beside one global atomic per entry (a candidate for S3; its sums checked against ``index_add_``).
 
-The shared-memory privatised histogram (design S3, CUDA C through NVRTC) is not built yet; its
-row says so instead of a number.
+* **shared-memory histogram** (design S3, ``rankkit.kernels.shared_histogram``: CUDA C through
+  NVRTC): its first-contact check against the Triton twin, then the level histogram at K = 1 and
+  at K = 16 gathered through the partition, beside ``_histogram_kernel`` on the same inputs
+  (cells checked equal), in G entries/s; ptxas' registers, spills and shared memory.
 """
 from __future__ import annotations
 
@@ -161,6 +163,50 @@ def histogram_rates(device, queries: int, features: int) -> list[dict]:
     return rows
 
 
+def smem_histograms(device, queries: int, features: int) -> list[dict]:
+    """The shared-memory histogram (S3) against the Triton histogram on the bench's codes: K = 1
+    (the root, every document) and K = 16 (a level's smaller children through the partition)."""
+    from bench_gpu import mslr_like
+
+    from rankkit.boosting.binning import QuantileBinner
+    from rankkit.kernels.backends import fixed_point
+    from rankkit.kernels.shared_histogram import KERNELS, compile_cubin, shared_histogram_for
+    from rankkit.kernels.triton.histogram import level_histogram_triton, quantize, smaller_first
+
+    kernel = shared_histogram_for(device)  # compiled and checked against the twin, or None with a warning
+    if kernel is None:
+        raise RuntimeError("the first-contact check refused the shared-memory histogram (see the warning)")
+    data = mslr_like(queries, features, 0)
+    codes = QuantileBinner(255, seed=0).fit(data.features).transform(data.features).t().contiguous().to(device)
+    n = codes.shape[1]
+    g = torch.Generator().manual_seed(1)
+    grad, hess = torch.randn(n, generator=g, dtype=torch.float64), torch.rand(n, generator=g, dtype=torch.float64)
+    fixed = fixed_point(grad.to(device), hess.to(device))[:2]  # the default round's 64-bit fixed point
+    quantized = (quantize(grad, 10)[0].to(device), quantize(hess, 10)[0].to(device))  # n · 2^9 < 2^31
+    report = compile_cubin("sm_{}{}".format(*torch.cuda.get_device_capability(device)))[1]
+
+    def one(kind, gq, hq, cells, k) -> dict:
+        slot = (torch.randint(0, 2 * k, (n,), generator=g) % (k + 1)).to(torch.int16).to(device) if k > 1 \
+            else torch.zeros(n, dtype=torch.int64, device=device)
+        order = smaller_first(slot) if k > 1 else None
+        n_rows = int((slot < k).sum()) if k > 1 else None
+        a = torch.zeros(3, features, k, 256, dtype=cells, device=device)
+        b = torch.zeros_like(a)
+        ms_smem = bench(lambda: kernel(codes, slot, gq, hq, k, a.zero_(), order=order, n_rows=n_rows), device)
+        ms_triton = bench(lambda: level_histogram_triton(codes, slot, gq, hq, k, dtype=cells, out=b, order=order,
+                                                         n_rows=n_rows), device)
+        entries = (n if n_rows is None else n_rows) * features
+        return {"gradients": kind, "nodes": k, "entries": entries, "ms": ms_smem,
+                "G_entries_per_s": entries / ms_smem / 1e6, "triton_ms": ms_triton,
+                "triton_G_entries_per_s": entries / ms_triton / 1e6, "cells_equal": bool(torch.equal(a, b)),
+                "ptxas": report.get(KERNELS[(slot.dtype, gq.dtype, cells)])}
+
+    return [one(kind, gq, hq, cells, k)
+            for kind, (gq, hq), cells in (("64-bit fixed point", fixed, torch.int64),
+                                          ("int32 quantized", quantized, torch.int32))
+            for k in (1, 16)]
+
+
 def dot_histograms(device, n: int) -> list[dict]:
     """The int8 tensor-core tile histogram of one feature, on hot and uniform codes, against the
     same counts by one global atomic per entry (``_reduce_kernel`` into 256 cells)."""
@@ -219,6 +265,7 @@ def run(device: torch.device, small: bool) -> dict:
         "empty_grid": lambda: empty_grid(device, sizes["programs"]),
         "tl_histogram": lambda: block_histograms(device, sizes["entries"]),
         "dot_histogram": lambda: dot_histograms(device, sizes["entries"]),
+        "smem_histogram": lambda: smem_histograms(device, sizes["queries"], sizes["features"]),
     }
     record = {"device": str(device), "small": small}
     for name, fn in steps.items():
@@ -228,7 +275,6 @@ def run(device: torch.device, small: bool) -> dict:
             record[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    record["smem_histogram"] = {"error": "not built: the shared-memory histogram (S3) is not written yet"}
     return record
 
 
@@ -257,7 +303,11 @@ def table(record: dict) -> str:
     rows("dot_histogram", lambda r: f"int8 tensor-core tile histogram, {r['codes']}: {r['G_entries_per_s']:.2f} G "
                                     f"entries/s (one global atomic per entry: {r['atomic_G_entries_per_s']:.2f}; "
                                     f"sums {'right' if r['sums_right'] else 'WRONG'})")
-    rows("smem_histogram", lambda r: "")
+    rows("smem_histogram", lambda r: f"shared-memory histogram (S3), {r['gradients']}, K={r['nodes']}: "
+                                     f"{r['G_entries_per_s']:.2f} G "
+                                     f"entries/s ({r['ms']:.3f} ms) against _histogram_kernel "
+                                     f"{r['triton_G_entries_per_s']:.2f} ({r['triton_ms']:.3f} ms); cells "
+                                     f"{'equal' if r['cells_equal'] else 'DIFFERENT'}; ptxas {r['ptxas']}")
     return "\n".join(lines)
 
 

@@ -27,8 +27,10 @@ order, as the torch reference's ``index_add_``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
+import weakref
 
 import torch
 
@@ -484,17 +486,35 @@ def grow_levels_unfused(codes: torch.Tensor, g, h, scale, valid, rows, features,
 
 
 
+@functools.lru_cache(maxsize=16)
 def _discounts(max_len: int, cutoff: int) -> torch.Tensor:
-    """[max(max_len, 1)] float64: 1 / log2(2 + r) for ranks r < cutoff, 0 beyond."""
+    """[max(max_len, 1)] float64: 1 / log2(2 + r) for ranks r < cutoff, 0 beyond. Made once per
+    (max_len, cutoff) and shared: the C calls only read it."""
     disc = torch.zeros(max(max_len, 1), dtype=torch.float64)
     top = min(cutoff, max_len)
     disc[:top] = 1.0 / torch.log2(torch.arange(top, dtype=torch.float64) + 2.0)
     return disc
 
 
+#: The offsets checked last: (a weak reference, the tensor's version, n, max_len). The booster
+#: passes the same training and eval-set offsets every round: checked once, while unchanged.
+_CHECKED: list[tuple[weakref.ref, int, int, int]] = []
+
+
 def _check_offsets(offsets: torch.Tensor, n: int, max_len: int) -> None:
     """The query bounds the C lambda pass reads, checked before the call: int64, contiguous,
-    from 0 to n, non-decreasing, no query longer than ``max_len`` (its per-thread buffers)."""
+    from 0 to n, non-decreasing, no query longer than ``max_len`` (its per-thread buffers).
+    Skipped for a tensor checked before with the same n and max_len and not changed since
+    (its version counter)."""
+    for ref, version, n0, len0 in _CHECKED:
+        if ref() is offsets and offsets._version == version and (n0, len0) == (n, max_len):
+            return
+    _check_offsets_now(offsets, n, max_len)
+    _CHECKED.insert(0, (weakref.ref(offsets), offsets._version, n, max_len))
+    del _CHECKED[4:]
+
+
+def _check_offsets_now(offsets: torch.Tensor, n: int, max_len: int) -> None:
     if offsets.dtype != torch.int64 or not offsets.is_contiguous() or offsets.dim() != 1 or not len(offsets):
         raise ValueError("`offsets` has to be a contiguous 1-D int64 tensor [Q + 1]")
     sizes = offsets.diff()

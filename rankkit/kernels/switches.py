@@ -41,6 +41,7 @@ class Switches:
     cpu_kernel: str = "auto"
     cpu_lambdas: str = "auto"
     triton: str = "auto"
+    cuda_histogram: str = "auto"
 
 
 def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
@@ -48,13 +49,14 @@ def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
     ``os.environ``) by one rule.
 
     >>> read_switches({"RANKKIT_TRITON": "Force", "RANKKIT_CPU_LAMBDAS": "0"})
-    Switches(backend='auto', cpu_kernel='auto', cpu_lambdas='off', triton='force')
+    Switches(backend='auto', cpu_kernel='auto', cpu_lambdas='off', triton='force', cuda_histogram='auto')
     """
     env = os.environ if environ is None else environ
     return Switches(backend=_switch(env, "RANKKIT_BACKEND", BACKENDS),
                     cpu_kernel=_switch(env, "RANKKIT_CPU_KERNEL"),
                     cpu_lambdas=_switch(env, "RANKKIT_CPU_LAMBDAS"),
-                    triton=_switch(env, "RANKKIT_TRITON", ("force",)))
+                    triton=_switch(env, "RANKKIT_TRITON", ("force",)),
+                    cuda_histogram=_switch(env, "RANKKIT_CUDA_HISTOGRAM"))
 
 
 def library_override(environ: Mapping[str, str] | None = None) -> str | None:
@@ -80,3 +82,13 @@ def triton_takes(device: torch.device | str, switches: Switches | None = None) -
         raise ValueError(f"RANKKIT_TRITON=force on {device.type} tensors needs Triton's interpreter: set "
                          f"TRITON_INTERPRET=1 (before triton is imported), or train on a CUDA device")
     return s.triton == "force" or cuda
+
+
+def cuda_histogram_takes(device: torch.device | str, switches: Switches | None = None) -> bool:
+    """Whether the level histograms of integer gradients on ``device`` try the shared-memory CUDA
+    kernel (:mod:`rankkit.kernels.shared_histogram`): only when ``RANKKIT_CUDA_HISTOGRAM=1`` (it has
+    not run on a GPU yet: "auto" means off until it has been measured there), on a CUDA device of
+    a CUDA build of torch."""
+    s = read_switches() if switches is None else switches
+    device = torch.device(device)
+    return s.cuda_histogram == "on" and device.type == "cuda" and torch.version.cuda is not None

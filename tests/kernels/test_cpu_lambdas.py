@@ -382,3 +382,22 @@ def test_the_start_order_changes_nothing_and_becomes_the_ranking():
     again = obj.gradients(scores, layout)
     fresh = obj.gradients(scores, QueryLayout(labels.float(), torch.tensor(sizes)))
     assert torch.equal(first[0], again[0]) and torch.equal(again[0], fresh[0]) and torch.equal(again[1], fresh[1])
+
+
+def test_offsets_are_checked_once_while_unchanged_and_again_once_changed():
+    """The booster passes the same offsets every round: the C calls check them on the first
+    call and again whenever the tensor changes in place (its version) or is another tensor."""
+    scores = torch.randn(7, dtype=torch.float64)
+    labels = torch.tensor([2.0, 0.0, 1.0, 1.0, 0.0, 2.0, 0.0], dtype=torch.float64)
+    offsets = torch.tensor([0, 3, 7])
+    args = dict(gains=None, cutoff=4, max_len=4)
+    first = cpu.lambdas(scores, labels, offsets, **args)
+    again = cpu.lambdas(scores, labels, offsets, **args)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    offsets[1] = -2  # changed in place: checked again, and refused
+    with pytest.raises(ValueError, match="offsets"):
+        cpu.lambdas(scores, labels, offsets, **args)
+    with pytest.raises(ValueError, match="offsets"):
+        cpu.ndcg_mean(scores, labels, torch.ones(7, dtype=torch.float64), offsets, cutoff=4, max_len=4)
+    with pytest.raises(ValueError, match="offsets"):  # a checked tensor with a longer query than allowed
+        cpu.lambdas(scores, labels, torch.tensor([0, 3, 7]), gains=None, cutoff=3, max_len=3)

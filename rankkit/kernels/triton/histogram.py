@@ -34,6 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
+from rankkit.kernels import shared_histogram
+from rankkit.kernels.switches import cuda_histogram_takes
+
 N_CODES = 256
 _CELL_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
 
@@ -180,6 +183,13 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
     elide = hot is not None
     if elide and (dtype.is_floating_point or totals is None or tuple(totals.shape) != (3, n_nodes)):
         raise ValueError(f"`hot`: hot-bin elision needs integer cells and `totals` [3, {n_nodes}]")
+    kernel = _shared_kernel(codes_t, node, grad, hess, dtype)
+    if kernel is not None:  # S3: shared-memory cells, one global atomic per non-empty cell and block
+        kernel(codes_t, node, grad, hess, n_nodes, out, order=order, n_rows=n_rows, hot=hot)
+        if elide:
+            _finish_kernel[(n_feat * n_nodes,)](out, out, hot.contiguous(), totals.to(torch.int64).contiguous(),
+                                                n_feat, n_nodes, PACK=False, ELIDE=True)
+        return out
     # int32 cells of integer gradients (the caller bounds every sum below 2^31): g and h packed.
     pack = dtype == torch.int32 and not grad.dtype.is_floating_point
     packed = torch.zeros(n_feat * n_nodes * N_CODES, dtype=torch.int64, device=out.device) if pack else out
@@ -192,6 +202,20 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
                                             totals.to(torch.int64).contiguous() if elide else packed,
                                             n_feat, n_nodes, PACK=pack, ELIDE=elide)
     return out
+
+
+def _shared_kernel(codes_t, node, grad, hess, dtype):
+    """The shared-memory histogram (:mod:`rankkit.kernels.shared_histogram`) where it takes this
+    call (``RANKKIT_CUDA_HISTOGRAM=1``, a CUDA device, int16 or int64 nodes, and int32 quantized
+    gradients into int32 or int64 cells or 64-bit fixed-point ones into int64 cells) and passed its
+    first-contact check on the device; else None."""
+    if not cuda_histogram_takes(codes_t.device) or grad.dtype != hess.dtype:
+        return None
+    if node.dtype not in (torch.int16, torch.int64):
+        return None
+    if (grad.dtype, dtype) not in ((torch.int32, torch.int32), (torch.int32, torch.int64), (torch.int64, torch.int64)):
+        return None
+    return shared_histogram.shared_histogram_for(codes_t.device)
 
 
 def smaller_first(slot: torch.Tensor) -> torch.Tensor:
