@@ -7,7 +7,9 @@
 # PROFILE_ARGS adds arguments to the profile (a CPU smoke run: "--device cpu --queries 20 --features 4").
 # Deadline-aware (../shared/design/gpu-round.md §4): every step gets min(its cap, the time
 # left of BUDGET seconds, default 450), and a failing step is logged and skipped, never fatal.
-#   1. device, clocks, driver, torch and triton versions; the package installed (no index needed);
+#   1. device, clocks, driver, torch and triton versions; the wheels in .whl/ installed, if carried
+#      (experiments/device_wheels.sh: the CLI's and tune's packages the image lacks), and the
+#      package installed (no index needed);
 #   2. microbenchmarks (experiments/gpu_microbench.py): copy bandwidth, scattered and
 #      same-address relaxed atomics, rankkit's histogram kernel on hot and uniform codes, an
 #      empty grid shaped like the padded lambda kernel's, tl.histogram;
@@ -54,6 +56,11 @@ try:
 except ImportError:
     print("triton not installed")
 EOF
+if compgen -G ".whl/*.whl" > /dev/null; then  # carried wheels (experiments/device_wheels.sh): no index there
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        > "$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} \
+        || say "installing the carried wheels failed (see wheels.log)"
+fi
 timeout "$(cap 60)" "$PY" -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/install.log" 2>&1 \
     || say "pip install -e . failed (see install.log; the C kernels may be missing)"
 

@@ -432,8 +432,8 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "serialisation the rate above folds in, so the model likely overstates what is left) "
         "are built and proven on the CPU. The next step the model says matters is privatising "
         "the rest (S3, ../shared/design/gpu-round.md): shared-memory integer histograms in CUDA C "
-        "through NVRTC, or the int8 tensor-core tile histogram the GPU check now measures beside "
-        "the global atomics; not built, since no GPU could time either.",
+        "through NVRTC, built on 2026-11-28 and not yet run on a GPU (below), or the int8 "
+        "tensor-core tile histogram the GPU check measures beside the global atomics.",
         "",
         "## Deterministic histograms (the backend-seam issue)",
         "",
@@ -470,8 +470,29 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "round with phases, per-kernel and per-level tables and memory per round "
         "(`experiments/gpu_profile.py`), then the suite in tiers with every failure's id written as "
         "it happens; `python experiments/gpu_profile.py --render` regenerates docs/gpu_check.md.",
-        "* Not done: S3 (shared-memory privatised integer histograms, CUDA C through NVRTC, with the "
-        "Triton twin as reference), the rest of S4 (split search parallel over (feature, node) "
+        '* **S3 built, not yet run on a GPU** (2026-11-28; `rankkit/kernels/shared_histogram.py`, '
+        "tests/kernels/test_shared_histogram.py): a level's integer histograms privatised in shared "
+        'memory. One block of 256 threads takes 4,096 positions of the partition by slot and 4 '
+        "features (2 with 64-bit cells), adds each document's (g, h, 1) into int32 (or 64-bit) shared "
+        "cells for the tile's first two slots (later slots of a tile over many small ones go straight "
+        'to the global cells), and flushes each non-empty cell with one global atomic. Six kernels '
+        "cover the round's dtypes: int16 slots or int64 root nodes; int32 quantized gradients into "
+        "int32 or int64 cells, or the default round's 64-bit fixed point into int64 cells. "
+        '**Compiled** for sm_90 through NVRTC on a machine without a GPU (`cuda.core`, now in the '
+        '`gpu` extra): 36–40 registers, no spills, 24 KiB of shared memory per block (modelled '
+        'occupancy: 6–7 resident blocks of 256 threads per SM, the register file being the limit: 64 '
+        'K registers / (36–40 × 256)). **Its Triton twin** (the same privatised algorithm, a [tile, '
+        '256] comparison per slot, one atomic per non-empty cell) equals the torch reference under '
+        'the interpreter for every dtype, gathered, elided, plain and with tiles over many slots. '
+        "**Opt-in**: `RANKKIT_CUDA_HISTOGRAM=1` routes `level_histogram_triton`'s integer calls to "
+        'it, after a first-contact check on the device against the twin and the torch reference '
+        '(three dtype pairs, gathered, elided and plain); a mismatch or any error gives one warning '
+        "and the Triton histogram. The `gpu` extra's cuda-bindings and NVRTC are CUDA 13's (a CUDA "
+        '12 driver needs their 12.x builds). Not '
+        "measured: its speed. The GPU check's microbenchmarks time it beside `_histogram_kernel` at K "
+        '= 1 and 16 with the cells compared (`smem_histogram` in experiments/gpu_microbench.py); make '
+        'it the default when that run shows it faster and equal.',
+        "* Not done: the rest of S4 (split search parallel over (feature, node) "
         "with the siblings fused), S5 (buffers allocated once, <= 30 "
         f"launches, a CUDA graph): the round is {still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "

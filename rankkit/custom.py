@@ -417,16 +417,24 @@ class TorchLoss:
         if scores.shape[1] == 0 or len(scores) == 0:
             empty = torch.zeros(scores.shape, dtype=torch.float64, device=scores.device)
             return empty, empty.clone(), torch.zeros(len(scores), dtype=torch.float64, device=scores.device)
+        # Real documents not first in their rows: moved there (kept, as the booster passes the same
+        # mask and labels every round), and the results moved back.
+        key = (mask, mask._version, labels, labels._version)
         cached = self.__dict__.get("_prefix")
-        if cached is None or cached[0] is not mask:  # the booster passes the same mask every round
-            cached = self._prefix = (mask, _prefix_order(mask))
-        order = cached[1]
-        if order is not None:  # real documents not first in their rows: moved there, moved back after
-            gathered = self.gradients(scores.gather(1, order), labels.gather(1, order), mask.gather(1, order),
-                                      weights=None if weights is None else weights.gather(1, order),
-                                      hessian=hessian, with_loss=with_loss)
-            back = torch.argsort(order, dim=1)
+        if cached is None or not _same_key(cached[0], key):
+            order = _prefix_order(mask)
+            moved = None if order is None else (order, torch.argsort(order, dim=1), mask.gather(1, order),
+                                                labels.gather(1, order))
+            cached = self._prefix = (key, moved)
+        if cached[1] is not None:
+            order, back, moved_mask, moved_labels = cached[1]
+            gathered = self._gradients(scores.gather(1, order), moved_labels, moved_mask,
+                                       None if weights is None else weights.gather(1, order), hessian, with_loss)
             return gathered[0].gather(1, back), gathered[1].gather(1, back), gathered[2]
+        return self._gradients(scores, labels, mask, weights, hessian, with_loss)
+
+    def _gradients(self, scores, labels, mask, weights, hessian, with_loss):
+        """:meth:`gradients` of queries whose real documents come first in their rows."""
         s = scores.detach().to(torch.float64).masked_fill(~mask, 0.0)
         if not self.checked:
             self.check(s, labels.detach().to(torch.float64).masked_fill(~mask, 0.0), mask)
@@ -448,11 +456,12 @@ class TorchLoss:
 
     def _chunks_for(self, s, labels, mask, hessian) -> list["_Chunk"]:
         """The chunks of one call: kept while ``mask`` and ``labels`` (the booster's, the same
-        objects every round) are the ones they were planned for."""
-        key = (mask, labels, labels._version, hessian)
+        objects every round) are the ones they were planned for, unchanged (their version
+        counters: a write through numpy or ``.data`` is not seen, so such a change needs a
+        :func:`fresh` copy of the loss)."""
+        key = (mask, mask._version, labels, labels._version, hessian, self.workspace)
         cached = self.__dict__.get("_chunk_plan")
-        if cached is not None and all(a is b if isinstance(a, torch.Tensor) else a == b
-                                      for a, b in zip(cached[0], key)):
+        if cached is not None and _same_key(cached[0], key):
             return cached[1]
         y = labels.detach().to(torch.float64).masked_fill(~mask, 0.0)
         chunks = []
@@ -1124,6 +1133,11 @@ def _length_groups(mask: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
     return groups
 
 
+def _same_key(a: tuple, b: tuple) -> bool:
+    """Plan keys equal: tensors by identity, everything else by value."""
+    return len(a) == len(b) and all(x is y if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
+
+
 class _Chunk(NamedTuple):
     """Equally padded queries evaluated together: their rows, padded width, flat positions
     [q·W] in the [Q, L] batch, float64 labels and mask [q, W], and tangents per batched product."""
@@ -1136,7 +1150,8 @@ class _Chunk(NamedTuple):
 
 
 #: Length cells the plan of :func:`_planned_groups` chooses between, at most: distinct lengths
-#: beyond are pooled geometrically (a cell's lengths within 1/32 of each other).
+#: beyond are pooled geometrically (a cell's lengths within 1/32 of each other, or 1/16, ...,
+#: until they fit).
 PLAN_CELLS = 160
 
 
@@ -1149,13 +1164,15 @@ def _planned_groups(lengths: torch.Tensor, cost: Callable[[int, int], float], fu
     widths = lengths.clamp(min=1, max=full)
     values, counts = torch.unique(widths, return_counts=True)
     values, counts = values.tolist(), counts.tolist()
-    if len(values) > PLAN_CELLS:  # pool: each cell keeps its longest length
-        cell = torch.ceil(torch.log2(torch.tensor(values, dtype=torch.float64)) * 32).long().tolist()
+    steps = 32  # cells per doubling of the length, halved until the cells fit in PLAN_CELLS
+    while len(values) > PLAN_CELLS and steps >= 1:  # pool: each cell keeps its longest length
+        cell = torch.ceil(torch.log2(torch.tensor(values, dtype=torch.float64)) * steps).long().tolist()
         pooled: dict[int, list[int]] = {}
         for c, v, n in zip(cell, values, counts):
             entry = pooled.setdefault(c, [v, 0])
             entry[0], entry[1] = max(entry[0], v), entry[1] + n
         values, counts = [e[0] for e in pooled.values()], [e[1] for e in pooled.values()]
+        steps //= 2
     m = len(values)
     prefix = [0]
     for n in counts:
@@ -1215,8 +1232,8 @@ def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:
 def positive_surrogate(hess: torch.Tensor, grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The diagonal made positive: |h| where finite; where not, the largest finite |h| of the
     query, or |grad| if the query has none."""
-    if hess.device.type == "cpu" and bool(torch.isfinite(hess).all()):  # the usual case, without a sync
-        return hess.abs().masked_fill(~mask, 0.0)                      # on a GPU: fewer passes
+    if hess.device.type == "cpu" and bool(torch.isfinite(hess).all()):  # the usual case, in two passes
+        return hess.abs().masked_fill(~mask, 0.0)                      # (on a GPU: no sync, the passes below)
     finite = torch.isfinite(hess) & mask
     h = torch.where(finite, hess.abs(), 0.0)
     top = h.amax(1, keepdim=True) if h.numel() else h

@@ -275,6 +275,19 @@ def test_a_plan_is_kept_while_the_mask_and_labels_are_the_same_objects():
     y2[0, 1] += 1.0  # changed in place: the plan's labels are stale, so it is planned again
     torch.testing.assert_close(loss.gradients(s, y2, m)[0], TorchLoss(plain_softmax).gradients(s, y2, m)[0])
     assert not torch.equal(first[0], again[0])
+    # the mask changed in place: planned again (a query longer than before)
+    m2 = m.clone()
+    loss.gradients(s, y, m2)
+    m2[:, :8] = True
+    torch.testing.assert_close(loss.gradients(s, y, m2)[0], TorchLoss(plain_softmax).gradients(s, y, m2)[0])
+    # real documents not first in their rows: moved there once, kept while the mask is the same
+    flipped = m.flip(1)
+    y_flipped = y.flip(1)
+    moved = loss.gradients(s.flip(1), y_flipped, flipped)
+    kept = loss._prefix
+    torch.testing.assert_close(moved[0], first[0].flip(1))
+    loss.gradients(s.flip(1), y_flipped, flipped)
+    assert loss._prefix is kept
 
 
 def test_surrogate_of_negative_and_non_finite_diagonals():

@@ -31,6 +31,8 @@ import warnings
 
 import torch
 
+from rankkit.kernels.torch_ref import build_histograms
+
 #: Positions of the partition per block, features per block, slots privatised per tile, threads.
 TILE = 4096
 FEATURES = 4
@@ -261,20 +263,31 @@ class PrivateHistogram:
         if key not in self.kernels or h.dtype != g.dtype:
             raise ValueError(f"the shared-memory histogram takes the dtypes {sorted(KERNELS.values())}, got "
                              f"{key} (h {h.dtype})")
-        tensors = [codes_t.contiguous(), node.contiguous(), g.contiguous(), h.contiguous()]
-        tensors += [order.contiguous() if order is not None else tensors[1], hot.contiguous() if hot is not None
-                    else tensors[1]]
-        codes, nodes, gg, hh, ords, hots = tensors  # held until the launch is queued
-        stream = self.device.create_stream(_StreamHandle(torch.cuda.current_stream(out.device)))
         per_block = FEATURES_64 if g.dtype == torch.int64 else FEATURES
         grid = ((rows + TILE - 1) // TILE, (n_feat + per_block - 1) // per_block)
-        ptr = ctypes.c_void_p
-        launch(stream, LaunchConfig(grid=grid, block=THREADS), self.kernels[key],
-               ptr(codes.data_ptr()), ptr(ords.data_ptr()), ptr(nodes.data_ptr()), ptr(gg.data_ptr()),
-               ptr(hh.data_ptr()), ptr(hots.data_ptr()), ctypes.c_longlong(n), ctypes.c_longlong(rows),
-               ctypes.c_int(n_feat), ctypes.c_int(n_nodes), ctypes.c_int(int(order is not None)),
-               ctypes.c_int(int(hot is not None)), ptr(out.data_ptr()))
+        held, args = launch_args(codes_t, node, g, h, n_nodes, out, order=order, rows=rows, hot=hot)
+        stream = self.device.create_stream(_StreamHandle(torch.cuda.current_stream(out.device)))
+        launch(stream, LaunchConfig(grid=grid, block=THREADS), self.kernels[key], *args)
+        del held  # queued: torch's caching allocator keeps the memory for the stream
         return out
+
+
+def launch_args(codes_t, node, g, h, n_nodes, out, *, order, rows, hot) -> tuple[list, list]:
+    """(the tensors to hold until the launch is queued, the kernel's arguments): pointers as plain
+    ints, which cuda.core passes as ``void*`` (it refuses ``ctypes.c_void_p``), the sizes as
+    ctypes integers of the kernel's widths; ``order`` and ``hot`` as int64 and the codes as uint8,
+    as the kernel reads them."""
+    if codes_t.dtype != torch.uint8:
+        raise ValueError(f"`codes_t` must be uint8 codes, got {codes_t.dtype}")
+    n_feat, n = codes_t.shape
+    codes, nodes, gg, hh = codes_t.contiguous(), node.contiguous(), g.contiguous(), h.contiguous()
+    ords = order.to(torch.int64).contiguous() if order is not None else nodes
+    hots = hot.to(torch.int64).contiguous() if hot is not None else nodes
+    held = [codes, nodes, gg, hh, ords, hots, out]
+    args = [codes.data_ptr(), ords.data_ptr(), nodes.data_ptr(), gg.data_ptr(), hh.data_ptr(), hots.data_ptr(),
+            ctypes.c_longlong(n), ctypes.c_longlong(rows), ctypes.c_int(n_feat), ctypes.c_int(n_nodes),
+            ctypes.c_int(int(order is not None)), ctypes.c_int(int(hot is not None)), out.data_ptr()]
+    return held, args
 
 
 class _StreamHandle:
@@ -330,10 +343,21 @@ def first_contact_sample(device, seed: int = 0) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in sample.items()}
 
 
+def _reference(codes_t, node, g, h, n_nodes, out, *, order=None, n_rows=None, hot=None) -> torch.Tensor:
+    """The torch reference (:func:`rankkit.kernels.torch_ref.build_histograms`) of the same call:
+    only the documents ``order[:n_rows]`` count, and hot cells are left at 0."""
+    keep = torch.zeros(len(node), dtype=torch.bool, device=node.device)
+    keep[order[:n_rows] if order is not None else torch.arange(len(node), device=node.device)] = True
+    ref = build_histograms(codes_t, torch.where(keep, node.long(), n_nodes), g.long(), h.long(), n_nodes)
+    if hot is not None:
+        ref.scatter_(3, hot.long().view(1, -1, 1, 1).expand(3, -1, n_nodes, 1), 0)
+    return out.copy_(ref.to(out.dtype))
+
+
 def first_contact_mismatch(kernel, device) -> str | None:
-    """None when ``kernel`` gives the twin's cells on the sample (gathered, elided and plain; int32
-    quantized gradients into int32 and int64 cells, 64-bit fixed-point ones into int64 cells),
-    else what differed."""
+    """None when ``kernel`` gives the twin's cells, and the torch reference's, on the sample
+    (gathered, elided and plain; int32 quantized gradients into int32 and int64 cells, 64-bit
+    fixed-point ones into int64 cells), else what differed."""
     s = first_contact_sample(device)
     wide = (s["g"].to(torch.int64) << 28, s["h"].to(torch.int64) << 28)  # fixed point: far above 2^32
     for cells, (g, h) in ((torch.int32, (s["g"], s["h"])), (torch.int64, (s["g"], s["h"])), (torch.int64, wide)):
@@ -342,9 +366,10 @@ def first_contact_mismatch(kernel, device) -> str | None:
                             ("gathered, hot cells elided", dict(order=s["order"], n_rows=s["n_rows"], hot=s["hot"])),
                             ("plain", {})):
             args = (s["codes_t"], s["node"] if extra else s["node"].to(torch.int64), g, h, s["n_nodes"])
-            want = private_histogram_twin(*args, torch.zeros(shape, dtype=cells, device=device), **extra)
             got = kernel(*args, torch.zeros(shape, dtype=cells, device=device), **extra)
-            if not torch.equal(got, want):
-                return (f"{name}, {g.dtype} gradients into {cells} cells: {int((got != want).sum())} of "
-                        f"{got.numel()} cells differ from the Triton twin")
+            for what, make in (("the Triton twin", private_histogram_twin), ("the torch reference", _reference)):
+                want = make(*args, torch.zeros(shape, dtype=cells, device=device), **extra)
+                if not torch.equal(got, want):
+                    return (f"{name}, {g.dtype} gradients into {cells} cells: {int((got != want).sum())} of "
+                            f"{got.numel()} cells differ from {what}")
     return None

@@ -6,6 +6,7 @@ a kernel that agrees with the twin and falls back with one warning otherwise; th
 unless asked for."""
 from __future__ import annotations
 
+import ctypes
 import json
 import warnings
 
@@ -15,7 +16,6 @@ from kernels.triton import interpreted_json
 
 from rankkit.kernels import shared_histogram as sh
 from rankkit.kernels.switches import cuda_histogram_takes, read_switches
-from rankkit.kernels.torch_ref import build_histograms
 
 TWIN_SCRIPT = r"""
 import json, sys, torch
@@ -47,6 +47,18 @@ for cells, (gg, hh) in (("int32", (g, h)), ("int64", (g, h)), ("int64 fixed poin
         n = node if extra else node.long()
         got = private_histogram_twin(codes, n, gg, hh, k, torch.zeros(ref.shape, dtype=dtype), tile=tile, **extra)
         out[f"{cells} {name}"] = bool(torch.equal(got.long(), want.to(dtype).long()))
+# level_histogram_triton's branch to the shared-memory kernel (the twin standing in for it), with
+# the hot cells filled in afterwards from the node totals: the reference's full cells
+from rankkit.kernels import shared_histogram
+from rankkit.kernels.triton import histogram
+histogram.cuda_histogram_takes = lambda device: True
+shared_histogram.shared_histogram_for = lambda device: private_histogram_twin
+kept = node < k
+totals = torch.stack([torch.zeros(k, dtype=torch.int64).index_add_(0, node[kept].long(), v[kept].long())
+                      for v in (g, h, torch.ones_like(g))])
+full = histogram.level_histogram_triton(codes, node, g, h, k, dtype=torch.int64, order=s["order"],
+                                        n_rows=s["n_rows"], hot=s["hot"], totals=totals)
+out["level_histogram_triton through the shared kernel"] = bool(torch.equal(full, reference(g, h, node)))
 root = torch.zeros(len(node), dtype=torch.int64)
 got = private_histogram_twin(codes, root, g, h, 1, torch.zeros(3, codes.shape[0], 1, 256, dtype=torch.int64))
 out["root"] = bool(torch.equal(got, build_histograms(codes, root, g.long(), h.long(), 1)))
@@ -86,17 +98,6 @@ def test_ptxas_report_reads_each_kernel():
                                      "b": dict(spill_stores=0, spill_loads=0, registers=9, smem=0)}
 
 
-def _reference_twin(codes_t, node, g, h, n_nodes, out, *, order=None, n_rows=None, hot=None, **_):
-    """The torch reference in the twin's place (no Triton needed): the documents ``order`` reads."""
-    keep = torch.zeros(len(node), dtype=torch.bool)
-    keep[order[:n_rows] if order is not None else torch.arange(len(node))] = True
-    ref = build_histograms(codes_t, torch.where(keep, node.long(), n_nodes), g.long(), h.long(), n_nodes)
-    if hot is not None:
-        for f, c in enumerate(hot.tolist()):
-            ref[:, f, :, c] = 0
-    return out.copy_(ref.to(out.dtype))
-
-
 @pytest.mark.parametrize("kind", ["right", "wrong", "broken"])
 def test_first_contact_keeps_an_agreeing_kernel_and_falls_back_with_one_warning(monkeypatch, kind):
     class Fake:
@@ -105,13 +106,13 @@ def test_first_contact_keeps_an_agreeing_kernel_and_falls_back_with_one_warning(
                 raise RuntimeError("NVRTC_ERROR_COMPILATION")
 
         def __call__(self, *args, **kwargs):
-            out = _reference_twin(*args, **kwargs)
+            out = sh._reference(*args, **kwargs)
             if kind == "wrong":
                 out[0, 0, 0, 3] += 1
             return out
 
     monkeypatch.setattr(sh, "PrivateHistogram", Fake)
-    monkeypatch.setattr(sh, "private_histogram_twin", _reference_twin)
+    monkeypatch.setattr(sh, "private_histogram_twin", sh._reference)
     monkeypatch.setattr(sh, "_CHOSEN", {})
     device = torch.device("cpu")
     with warnings.catch_warnings(record=True) as seen:
@@ -149,3 +150,24 @@ def test_the_switch_is_off_unless_asked_for_and_only_integer_cuda_calls_take_it(
     assert histogram._shared_kernel(codes, i16, f64, f64, torch.float64) is None  # float atomics: Triton
     assert histogram._shared_kernel(codes, i32, i32, i32, torch.int64) is None  # int32 nodes: no kernel
     assert json.dumps(sorted(sh.KERNELS.values()))  # six kernels, named by their dtypes
+
+
+def test_the_launch_arguments_are_what_cuda_core_passes():
+    """Pointers as plain ints (cuda.core refuses ctypes.c_void_p), sizes as ctypes integers, and the
+    index tensors converted to the widths the kernel reads; checked with cuda.core's own argument
+    packer, which needs no GPU."""
+    pytest.importorskip("cuda.core")
+    from cuda.core._kernel_arg_handler import ParamHolder
+
+    codes = torch.zeros(3, 10, dtype=torch.uint8)
+    node, g = torch.zeros(10, dtype=torch.int16), torch.zeros(10, dtype=torch.int32)
+    out = torch.zeros(3, 3, 1, 256, dtype=torch.int64)
+    held, args = sh.launch_args(codes, node, g, g, 1, out, order=torch.arange(10, dtype=torch.int32), rows=10,
+                                hot=torch.zeros(3, dtype=torch.int32))
+    ParamHolder(args)  # raises TypeError on an argument type cuda.core does not pass
+    assert len(args) == 13 and args[0] == codes.data_ptr() and args[-1] == out.data_ptr()
+    assert held[4].dtype == torch.int64 and held[5].dtype == torch.int64  # order and hot, as read
+    with pytest.raises(TypeError):
+        ParamHolder([ctypes.c_void_p(args[0])])  # what the first version passed
+    with pytest.raises(ValueError, match="uint8"):
+        sh.launch_args(codes.long(), node, g, g, 1, out, order=None, rows=10, hot=None)
