@@ -86,7 +86,8 @@ WORKSPACE = 2**18
 PRODUCT_ENTRIES = 2**17
 #: A chunk's (and a batched product's) fixed cost in the length groups' plan, in units of their
 #: work (queries x tangents x the loss's largest intermediate per query): on MQ2008 Fold1 at one
-#: thread a product of a listwise loss costs about 0.6 ms plus 22 ns a unit, so about 2^15 units.
+#: thread a product of a listwise loss cost about 0.6 ms plus 22 ns a unit with autograd's own
+#: batching (2026-11-28), so about 2^15 units; 2^11 to 2^17 gave the same times within noise.
 CHUNK_COST = 2**15
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")

@@ -7,9 +7,10 @@ Triton has no shared-memory atomics, so the Triton level histogram
 (document, feature). Here one block of threads takes a tile of ``TILE`` positions of the
 documents' partition by slot (:func:`~rankkit.kernels.triton.histogram.smaller_first`: a level's
 smaller children first, each slot's documents together) and ``FEATURES`` features, adds each
-document's quantized (g, h, 1) into int32 cells in shared memory for the tile's first ``SLOTS``
-slots (a slot past those, in a tile spanning many small slots, goes straight to the global
-cells), and flushes every non-zero cell once with a 64-bit global atomic. As every fast GPU
+document's (g, h, 1) into shared cells for the tile's first ``SLOTS`` slots (int32 cells for
+int32 quantized gradients, 64-bit ones for the default round's 64-bit fixed point; a slot past
+those, in a tile spanning many small slots, goes straight to the global cells), and flushes every
+non-zero cell once with one global atomic (int32 or int64 cells, as the caller's). As every fast GPU
 booster does (XGBoost's ``gpu_hist``, LightGBM's CUDA trees, CatBoost): most adds land in shared
 memory, and hot bins no longer serialise on one global address. Integer sums are exact, so the
 result is the torch reference's bits whatever order the atomics land in: trees stay identical run
@@ -19,8 +20,9 @@ Status (2026-11-28): compiled for sm_90 on a machine without a GPU (NVRTC; regis
 shared memory read from ptxas' report, tests/kernels/test_shared_histogram.py); the twin equals
 the torch reference under Triton's interpreter. **It has not run on a GPU.** It is therefore
 opt-in (``RANKKIT_CUDA_HISTOGRAM=1``), and on first contact with a device it is checked against
-the twin on a small sample: a mismatch or an error falls back to the Triton histogram with one
-warning. experiments/gpu_microbench.py times it beside the global atomics when a GPU is lent.
+the twin and the torch reference on a small sample: a mismatch or an error falls back to the
+Triton histogram with one warning. experiments/gpu_microbench.py times it beside the global
+atomics when a GPU is lent.
 """
 from __future__ import annotations
 
