@@ -325,12 +325,12 @@ def shared_histogram_for(device: torch.device):
     return _CHOSEN[key]
 
 
-def first_contact_sample(device, seed: int = 0) -> dict:
-    """A small level on ``device``: 9,000 documents (two tiles and a bit), 6 features, 5 nodes and the
+def first_contact_sample(device, seed: int = 0, n: int = 9000) -> dict:
+    """A small level on ``device``: ``n`` documents (9,000: two tiles and a bit), 6 features, 5 nodes and the
     left-out node, skewed codes (hot bins), quantized gradients of both signs, a partition by
     slot with tiny slots (so that tiles span more than two slots) and each feature's hot code."""
     gen = torch.Generator().manual_seed(seed)
-    n, n_feat, n_nodes = 9000, 6, 5
+    n_feat, n_nodes = 6, 5
     codes_t = torch.where(torch.rand(n_feat, n, generator=gen) < 0.6, 7,
                           torch.randint(0, 256, (n_feat, n), generator=gen)).to(torch.uint8)
     node = torch.multinomial(torch.tensor([0.01, 0.3, 0.003, 0.3, 0.08, 0.3]), n, replacement=True,

@@ -22,7 +22,7 @@ import json, sys, torch
 from rankkit.kernels.shared_histogram import SLOTS, first_contact_sample, private_histogram_twin
 from rankkit.kernels.torch_ref import build_histograms
 
-s = first_contact_sample("cpu", seed=3)
+s = first_contact_sample("cpu", seed=3, n=1500)  # the interpreter's time grows with the programs
 codes, node, g, h, k = s["codes_t"], s["node"], s["g"], s["h"], s["n_nodes"]
 out = {}
 def reference(g, h, node, hot=None):
