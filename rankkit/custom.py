@@ -292,7 +292,7 @@ class TorchLoss:
     def _reset(self) -> None:
         """Forget what a fit learns about the loss and its data: the first-call check, whether it
         can be batched, its length groups and measured footprints."""
-        for key in ("_chunk_plan", "_prefix", "_footprints", "_lanes"):
+        for key in ("_chunk_plan", "_prefix", "_footprints"):
             self.__dict__.pop(key, None)
         self.checked = False
         self._mode = "func"  # "batched", then "loop", once fn could not be batched (vmap)
@@ -444,9 +444,8 @@ class TorchLoss:
         hess = torch.zeros_like(flat)
         loss = torch.zeros(len(s), dtype=torch.float64, device=s.device)
         for chunk in self._chunks_for(s, labels, mask, hessian):
-            self._lanes = chunk.lanes
             cs = flat.index_select(0, chunk.index).view(len(chunk.rows), chunk.width)
-            g, h, c = self._chunk(cs, chunk.labels, chunk.mask, hessian, with_loss)
+            g, h, c = self._chunk(cs, chunk.labels, chunk.mask, hessian, with_loss, chunk.lanes)
             grad.index_copy_(0, chunk.index, g.reshape(-1))
             hess.index_copy_(0, chunk.index, h.reshape(-1))
             loss.index_copy_(0, chunk.rows, c)
@@ -501,8 +500,9 @@ class TorchLoss:
 
         return _planned_groups(lengths, cost, full, mask.device)
 
-    def _chunk(self, s, y, m, hessian, with_loss=True):
-        """(grad, hess, loss) of one chunk [q, W] of equally padded queries."""
+    def _chunk(self, s, y, m, hessian, with_loss=True, lanes=1):
+        """(grad, hess, loss) of one chunk [q, W] of equally padded queries, ``lanes`` tangents per
+        batched product."""
         leaf = s.clone().requires_grad_(True)
         with torch.enable_grad():
             out = self.per_query(leaf, y, m)
@@ -513,16 +513,16 @@ class TorchLoss:
         if hessian == "constant":
             hess = m.to(s.dtype)
         elif hessian == "gauss-newton":
-            hess = self._gauss_newton(s, y, m)
+            hess = self._gauss_newton(s, y, m, lanes)
         elif not grad.requires_grad:
             raise ValueError(f"the loss {qualified_name(self.fn)}: its gradient has no autograd graph (a linear loss, "
                              f"or a custom autograd.Function without a differentiable backward), so it has no "
                              f"exact Hessian; use hessian='constant' (or 'gauss-newton' with a ProbabilityLoss)")
         else:
-            hess = self._exact_diagonal(grad, leaf)
+            hess = self._exact_diagonal(grad, leaf, lanes)
         return self._finish(s, y, m, grad.detach(), hess, out.detach(), with_loss)
 
-    def _exact_diagonal(self, grad: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    def _exact_diagonal(self, grad: torch.Tensor, leaf: torch.Tensor, lanes: int) -> torch.Tensor:
         """diag ∂²(Σ loss)/∂s² of one chunk [q, W] from its gradient's graph: W Hessian-vector
         products H e_j, e_j one-hot at position j of every query at once (queries do not
         interact), ``lanes`` of them per batched backward (reverse-over-reverse). The products
@@ -539,8 +539,8 @@ class TorchLoss:
             (column,) = torch.autograd.grad(grad, leaf, tangent, retain_graph=True, allow_unused=True)
             return torch.zeros_like(tangent) if column is None else column
 
-        for j0 in range(0, width, self._lanes):
-            j1 = min(width, j0 + self._lanes)
+        for j0 in range(0, width, lanes):
+            j1 = min(width, j0 + lanes)
             tangents = eye[j0:j1, None, :].expand(j1 - j0, q, width)
             products = None
             if self._mode == "func":
@@ -697,14 +697,13 @@ class ProbabilityLoss(TorchLoss):
         logp = torch.log_softmax(logits, dim=1)
         return -torch.where(t != 0, t * logp, 0.0).sum(1)
 
-    def _gauss_newton(self, s, y, m) -> torch.Tensor:
+    def _gauss_newton(self, s, y, m, lanes: int) -> torch.Tensor:
         """The generalised Gauss–Newton diagonal from W forward-mode products ∂z/∂s · e_j."""
         from torch.func import jvp, vmap
 
         q, width = s.shape
         with torch.no_grad():
             logits, t, w = self._events(s, y, m)
-        lanes = self._lanes
 
         def column(tangent):
             return jvp(lambda x: self._events(x, y, m)[0], (s,), (tangent,))[1]

@@ -5,7 +5,7 @@ with a Triton twin of the same algorithm as its reference.
 Triton has no shared-memory atomics, so the Triton level histogram
 (:func:`rankkit.kernels.triton.histogram.level_histogram_triton`) sends three global atomics per
 (document, feature). Here one block of threads takes a tile of ``TILE`` positions of the
-documents' partition by slot (:func:`~rankkit.kernels.triton.histogram.smaller_first`: a level's
+documents' partition by slot (:func:`~rankkit.kernels.torch_ref.smaller_first`: a level's
 smaller children first, each slot's documents together) and ``FEATURES`` features, adds each
 document's (g, h, 1) into shared cells for the tile's first ``SLOTS`` slots (int32 cells for
 int32 quantized gradients, 64-bit ones for the default round's 64-bit fixed point; a slot past
@@ -33,7 +33,7 @@ import warnings
 
 import torch
 
-from rankkit.kernels.torch_ref import build_histograms
+from rankkit.kernels.torch_ref import build_histograms, hot_codes, smaller_first
 
 #: Positions of the partition per block, features per block, slots privatised per tile, threads.
 TILE = 4096
@@ -337,11 +337,8 @@ def first_contact_sample(device, seed: int = 0, n: int = 9000) -> dict:
                              generator=gen).to(torch.int16)
     g = torch.randint(-(2 ** 15) + 1, 2 ** 15, (n,), generator=gen, dtype=torch.int32)
     h = torch.randint(0, 2 ** 15, (n,), generator=gen, dtype=torch.int32)
-    # the partition by slot (rankkit.kernels.triton.histogram.smaller_first) and each feature's most
-    # frequent code (its hot_codes), written out: this module sits below the Triton histogram
-    hot = torch.stack([torch.bincount(row.long(), minlength=N_CODES).argmax() for row in codes_t])
-    sample = dict(codes_t=codes_t, node=node, g=g, h=h, n_nodes=n_nodes, order=torch.sort(node, stable=True).indices,
-                  n_rows=int((node < n_nodes).sum()), hot=hot)
+    sample = dict(codes_t=codes_t, node=node, g=g, h=h, n_nodes=n_nodes, order=smaller_first(node),
+                  n_rows=int((node < n_nodes).sum()), hot=hot_codes(codes_t))
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in sample.items()}
 
 

@@ -246,3 +246,32 @@ def grow_levels(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor, scale: 
         small = build_histograms(codes_t, slot, g, h, n_nodes, reduce=reduce)
         hist = siblings(hist, small, small_is_right)
     return node, feats, cuts, gains
+
+
+# -- shared by the GPU histograms (Triton and shared-memory CUDA): pure torch, no sync ---------------------
+def hot_codes(codes_t: torch.Tensor) -> torch.Tensor:
+    """[F] int64: each feature's most frequent code in ``codes_t`` [F, N] (the first on ties),
+    on its device, in three ops and no sync. Made once per fit: the codes do not change."""
+    n_feat = codes_t.shape[0]
+    if codes_t.shape[1] == 0:
+        return torch.zeros(n_feat, dtype=torch.int64, device=codes_t.device)
+    base = torch.arange(n_feat, device=codes_t.device)[:, None] * N_CODES
+    counts = torch.zeros(n_feat * N_CODES, dtype=torch.int64, device=codes_t.device)
+    counts.index_add_(0, (codes_t.long() + base).reshape(-1), torch.ones(codes_t.numel(), dtype=torch.int64,
+                                                                          device=codes_t.device))
+    return counts.view(n_feat, N_CODES).argmax(1)
+
+
+def smaller_first(slot: torch.Tensor) -> torch.Tensor:
+    """[N] long: the documents partitioned by their slot (stable), so that the documents of the
+    level's smaller children (slots 0..K−1, each its parent) come first, grouped by parent in
+    document order, and the left-out documents (slot K) last. One stable sort of narrow keys
+    (a single radix pass on a GPU for ``int16`` slots); no host sync, no data-dependent shape.
+
+    The smaller child of a parent holds at most half its documents, so the first ⌊N / 2⌋
+    entries hold all of them: a level's histogram reads at most half the documents.
+
+    >>> smaller_first(torch.tensor([2, 0, 2, 1, 0], dtype=torch.int16)).tolist()
+    [1, 4, 3, 0, 2]
+    """
+    return torch.sort(slot, stable=True).indices

@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from rankkit.kernels import shared_histogram
+from rankkit.kernels.torch_ref import hot_codes, smaller_first  # noqa: F401 -- the partition and hot codes, here too
 from rankkit.kernels.switches import cuda_histogram_takes
 
 N_CODES = 256
@@ -75,19 +76,6 @@ def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, hot
             tl.atomic_add(out_ptr + slot, g, mask=add, sem="relaxed")
             tl.atomic_add(out_ptr + plane + slot, h, mask=add, sem="relaxed")
         tl.atomic_add(out_ptr + 2 * plane + slot, one, mask=add, sem="relaxed")
-
-
-def hot_codes(codes_t: torch.Tensor) -> torch.Tensor:
-    """[F] int64: each feature's most frequent code in ``codes_t`` [F, N] (the first on ties),
-    on its device, in three ops and no sync. Made once per fit: the codes do not change."""
-    n_feat = codes_t.shape[0]
-    if codes_t.shape[1] == 0:
-        return torch.zeros(n_feat, dtype=torch.int64, device=codes_t.device)
-    base = torch.arange(n_feat, device=codes_t.device)[:, None] * N_CODES
-    counts = torch.zeros(n_feat * N_CODES, dtype=torch.int64, device=codes_t.device)
-    counts.index_add_(0, (codes_t.long() + base).reshape(-1), torch.ones(codes_t.numel(), dtype=torch.int64,
-                                                                          device=codes_t.device))
-    return counts.view(n_feat, N_CODES).argmax(1)
 
 
 @triton.jit
@@ -216,18 +204,3 @@ def _shared_kernel(codes_t, node, grad, hess, dtype):
     if (grad.dtype, dtype) not in ((torch.int32, torch.int32), (torch.int32, torch.int64), (torch.int64, torch.int64)):
         return None
     return shared_histogram.shared_histogram_for(codes_t.device)
-
-
-def smaller_first(slot: torch.Tensor) -> torch.Tensor:
-    """[N] long: the documents partitioned by their slot (stable), so that the documents of the
-    level's smaller children (slots 0..K−1, each its parent) come first, grouped by parent in
-    document order, and the left-out documents (slot K) last. One stable sort of narrow keys
-    (a single radix pass on a GPU for ``int16`` slots); no host sync, no data-dependent shape.
-
-    The smaller child of a parent holds at most half its documents, so the first ⌊N / 2⌋
-    entries hold all of them: a level's histogram reads at most half the documents.
-
-    >>> smaller_first(torch.tensor([2, 0, 2, 1, 0], dtype=torch.int16)).tolist()
-    [1, 4, 3, 0, 2]
-    """
-    return torch.sort(slot, stable=True).indices
