@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
 
 from rankkit.boosting import LambdaMART  # noqa: E402
-from rankkit.boosting.booster import AUTO_CANDIDATES  # noqa: E402
+from rankkit.clicks.race import TREE_CANDIDATES  # noqa: E402
 from rankkit.boosting.engine import BoostingEngine  # noqa: E402
 from rankkit.data import load_mq2008, pad  # noqa: E402
 from rankkit.data.clicks import PositionBasedModel, simulate_clicks  # noqa: E402
@@ -87,7 +87,7 @@ def run(fold: int, eta: float, args) -> dict:
     naive_s, naive, naive_rounds = timed(lambda: LambdaMART(**kw).fit(x, clicks, group=sizes, **fit), args.repeats)
     auto_s, auto, auto_rounds = timed(lambda: LambdaMART(unbiased="auto", **kw).fit(
         x, clicks, group=sizes, position=log.position, eval_position=[vlog.position], **fit), args.repeats)
-    options = AUTO_CANDIDATES[auto.unbiased_choice_]
+    options = TREE_CANDIDATES[auto.unbiased_choice_]
     alone_s, _, _ = timed(lambda: LambdaMART(**{**kw, **options}).fit(x, clicks, group=sizes, position=log.position,
                                                                        **fit), args.repeats)
     row = dict(fold=fold, eta=eta, naive_s=naive_s, auto_s=auto_s, alone_s=alone_s, naive_trees=naive.best_iteration_ + 1,

@@ -16,7 +16,7 @@ al., SIGIR 2018; Hu et al., WWW 2019):
    labels are all 0 counts 1 as in LightGBM).
 
 Model selection without true labels (the click-log validation split,
-:class:`rankkit.unbiased.ClickLogMetric`): regression-EM (Wang et al., WSDM 2018) fitted on the
+:class:`rankkit.clicks.metrics.ClickLogMetric`): regression-EM (Wang et al., WSDM 2018) fitted on the
 validation log alone gives the propensities θ̂, the validation clicks become inverse-propensity
 relevance estimates (1/θ̂ clipped at ``--clip``), and a candidate's score is its counterfactual
 NDCG@10 (linear gain) on the validation documents. It chooses:
@@ -62,7 +62,8 @@ from rankkit.data.clicks import (
 )
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank
-from rankkit.unbiased import ClickLogMetric, RegressionEM
+from rankkit.clicks.metrics import ClickLogMetric
+from rankkit.clicks.propensity import RegressionEM
 
 K_SHOWN = 10
 LAMBDAMART = ("LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle")
@@ -554,7 +555,7 @@ validation click log (`eval_set`, `eval_group`, `eval_position`): it races naive
 `unbiased="position"` (an additive position bias learned with the trees, as LightGBM's `position=`) and
 `unbiased="ips"` (regression-EM propensities on the training log, 1/θ̂ clipped at 10) by successive halving, and
 keeps the candidate whose scores best explain the validation clicks once each position has its own offset
-(`rankkit.click_metric.ClickLikelihood`, which assumes no click model). **LambdaRank auto** is
+(`rankkit.clicks.metrics.ClickLikelihood`, which assumes no click model). **LambdaRank auto** is
 `LambdaRank(unbiased="auto")` in the same loop as the other LambdaRank rows: naive, unbiased p = 0,
 `"position"`, `"dla"` (the Dual Learning Algorithm) and `"ips"` (regression-EM propensities on the training log,
 1/θ̂ clipped at 10; added 2026-11-28) trained side by side, the race decided after epochs 1 and 2

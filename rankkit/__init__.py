@@ -51,7 +51,7 @@ _EXPORTS = {
     # serving files, clicks
     "load_model": "rankkit.serving",
     "predict_file": "rankkit.serving",
-    "PropensityEstimator": "rankkit.unbiased",
+    "PropensityEstimator": "rankkit.clicks.propensity",
     "simulate_clicks": "rankkit.data.clicks",
 }
 
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE read: _EXPORTS's names (test
     from rankkit.boosting.binning import QuantileBinner
     from rankkit.export import export_onnx, export_program, export_torchscript, load_scorer
     from rankkit.serving import load_model, predict_file
-    from rankkit.unbiased import PropensityEstimator
+    from rankkit.clicks.propensity import PropensityEstimator
     from rankkit.data.clicks import simulate_clicks
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

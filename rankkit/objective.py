@@ -69,7 +69,7 @@ class ObjectiveSpec:
 
     @property
     def click_weighting(self) -> str:
-        """The pair weighting a click-bias estimator (:class:`rankkit.unbiased.PropensityEstimator`)
+        """The pair weighting a click-bias estimator (:class:`rankkit.clicks.propensity.PropensityEstimator`)
         uses for this objective: RankNet's |ΔZ| = 1 for ``"ranknet"``, |ΔNDCG| for the others."""
         return "ranknet" if self.name == "ranknet" else "ndcg"
 

@@ -131,8 +131,7 @@ LAYERS = (
     ("data", "custom", "scorers"),               # files and batches; user objectives; the scorer nn.Modules
     ("metrics", "losses", "export"),             # the maths on padded batches; serving artefacts
     ("objective",),                              # the objective both model families hold
-    ("unbiased",),                               # position-bias estimation
-    ("click_metric",),                           # click-log model selection
+    ("clicks",),                                 # learning from clicks: propensities, debiasing, race, metrics
     ("neural", "boosting"),                      # the two model families
     ("serving", "training", "compat"),           # scoring files; the Lightning front end; drop-in rankers
     ("tune",),

@@ -904,7 +904,7 @@ def streamed(n_features):
 
 def regression_em_fit(*args):
     def call(tmp_path):
-        from rankkit.unbiased import RegressionEM
+        from rankkit.clicks.propensity import RegressionEM
 
         return RegressionEM(3).fit(*args)
     return call
@@ -921,7 +921,7 @@ WAVE3 = [
          ValueError, r"`loss_options`: 'tau' is not an option of the objective 'neural_ndcg'"),
     Case("regression-em-negative-position", regression_em_fit(torch.zeros(4, 2), torch.zeros(4), torch.tensor([0, 1, 2, -1])),
          ValueError, r"`position` has to be non-negative, got -1 at \[3\]"),
-    Case("propensity-clip-below-one", new_entry("rankkit.unbiased.PropensityEstimator", clip=-1), ValueError,
+    Case("propensity-clip-below-one", new_entry("rankkit.clicks.propensity.PropensityEstimator", clip=-1), ValueError,
          r"`clip` has to be a finite number in \[1, inf\]"),
     Case("iter-svmlight-n-features-zero", streamed(0), ValueError, r"`n_features` has to be an integer >= 1"),
     Case("score-queries-sizes-mismatch", new_entry("rankkit.serving.score_queries", lambda x: x.sum(-1),
@@ -1112,7 +1112,7 @@ TUNE = [
          r"feature count"),
 ]
 
-# Learning from clicks, round 2 (LambdaMART's unbiased modes; rankkit.click_metric).
+# Learning from clicks, round 2 (LambdaMART's unbiased modes; rankkit.clicks.metrics).
 CLICKS = [
     Case("clicks-unbiased-unknown", fit(params={"unbiased": "yes"}), ValueError,
          r"`unbiased` has to be one of \(False, True, 'position', 'ips', 'auto'\), got 'yes'"),
@@ -1160,19 +1160,19 @@ CLICKS = [
          r"`unbiased='auto'` chooses on a validation click log: pass .*eval_position"),
     Case("clicks-auto-pointwise", fit(params={"unbiased": "auto", "objective": "pointwise"}), ValueError,
          r"`unbiased='auto'` debiases pairs: it needs a pairwise objective, got 'pointwise'"),
-    Case("clicks-eval-position-negative", new_entry("rankkit.click_metric.SessionClickMetric", torch.ones(4, 2),
+    Case("clicks-eval-position-negative", new_entry("rankkit.clicks.metrics.SessionClickMetric", torch.ones(4, 2),
                                                     torch.zeros(4), [2, 2], torch.tensor([0, 1, 0, -1])),
          ValueError, r"`eval_position` has to be whole numbers >= 0, got -1 at \[3\]"),
     # Found by tests/infra/test_checks.py's route discovery: the session sizes reached
     # repeat_interleave unchecked (a RuntimeError, or a wrapping sum).
-    Case("clicks-session-sizes-wrap", new_entry("rankkit.click_metric.ClickLikelihood", torch.ones(4, 2),
+    Case("clicks-session-sizes-wrap", new_entry("rankkit.clicks.metrics.ClickLikelihood", torch.ones(4, 2),
                                                 torch.zeros(4), torch.tensor([2**62, -(2**62) + 4]),
                                                 torch.tensor([0, 1, 0, 1])),
          ValueError, r"`sizes` has to be a size in 0\.\.4 \(the documents\), got 4611686018427387904 at \[0\]"),
-    Case("clicks-session-sizes-sum", new_entry("rankkit.click_metric.SessionClickMetric", torch.ones(4, 2),
+    Case("clicks-session-sizes-sum", new_entry("rankkit.clicks.metrics.SessionClickMetric", torch.ones(4, 2),
                                                torch.zeros(4), [2, 1], torch.tensor([0, 1, 0, 1])),
          ValueError, r"`sizes` has to sum to 4 \(the documents\), got 3"),
-    Case("clicks-eval-clicks-not-binary", new_entry("rankkit.click_metric.ClickLikelihood", torch.ones(4, 2),
+    Case("clicks-eval-clicks-not-binary", new_entry("rankkit.clicks.metrics.ClickLikelihood", torch.ones(4, 2),
                                                     torch.tensor([0., 2., 0., 1.]), [2, 2], torch.tensor([0, 1, 0, 1])),
          ValueError, r"`eval_set clicks` has to be 0 or 1 \(clicks\), got 2.0 at \[1\]"),
     Case("clicks-neural-unbiased-unknown", module("LambdaRank", n_features=3, unbiased="ipw"), ValueError,
@@ -1191,7 +1191,7 @@ CLICKS = [
                      r"got 'modle'"),
     Case("clicks-split-unknown-model", new_entry("rankkit.training.clicks.click_split", dataset(), None, model="dbn"),
          ValueError, r"`clicks.model` has to be one of \('pbm', 'cascade'\), got 'dbn'"),
-    Case("clicks-fixed-propensity-zero", new_entry("rankkit.unbiased.FixedPropensities", torch.tensor([1.0, 0.0])),
+    Case("clicks-fixed-propensity-zero", new_entry("rankkit.clicks.propensity.FixedPropensities", torch.tensor([1.0, 0.0])),
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
 ]
 

@@ -28,7 +28,9 @@ from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
-from rankkit.click_metric import ClickLikelihood, SuccessiveHalving
+from rankkit.clicks.metrics import ClickLikelihood
+from rankkit.clicks.propensity import PositionIds
+from rankkit.clicks.race import TREE_CANDIDATES, SuccessiveHalving, race_rounds
 from rankkit.custom import RecordedName, is_custom, qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
@@ -36,16 +38,8 @@ from rankkit.infra.io import atomic_write
 from rankkit.infra.params import check_all, declared, hyperparameter, with_args
 from rankkit.infra.threads import resolve_n_jobs, threads
 from rankkit.metrics import ndcg
-from rankkit.unbiased import PositionIds
 
 _FORMAT = "rankkit.LambdaMART/1"
-
-# The debiasings ``unbiased="auto"`` races, as changes to the config.
-# Unbiased LambdaMART at p = 0 (unregularised) is left out: its biases diverge on strong position
-# bias (docs/benchmarks.md, "Learning from clicks": 0.68 against naive's 0.70 at η = 2).
-AUTO_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": True, "bias_p": 1.0},
-                   "position": {"unbiased": "position"}, "ips": {"unbiased": "ips"}}
-
 
 # scikit-learn's estimator checks that LambdaMART cannot pass, and why (pass it as
 # ``check_estimator(LambdaMART(), expected_failed_checks=SKLEARN_EXPECTED_FAILED_CHECKS)``). Each
@@ -154,7 +148,7 @@ class LambdaMART(BaseEstimator):
             (numpy) of the scores at each position.
         position_ids_: with ``unbiased`` set, the distinct position ids of ``fit``'s
             ``position`` in increasing order (numpy int64); the i-th has the i-th propensity or
-            bias (:class:`rankkit.unbiased.PositionIds`).
+            bias (:class:`rankkit.clicks.propensity.PositionIds`).
         unbiased_choice_: with ``unbiased="auto"``, the debiasing chosen (``"naive"``,
             ``"pairwise p=1"``, ``"position"`` or ``"ips"``);
             ``unbiased_scores_``: ``{candidate: {"score": the validation log's click
@@ -339,25 +333,29 @@ class LambdaMART(BaseEstimator):
         position = ids.index(_positions(eval_position[0], features.n_rows, "eval_position[0]"), "eval_position[0]")
         metric = ClickLikelihood(features.dense(), clicks, sizes, position, n_positions=config.n_positions)
         engines, first = {}, None
-        for name, options in AUTO_CANDIDATES.items():  # binned once: the candidates share the codes
+        for name, options in TREE_CANDIDATES.items():  # binned once: the candidates share the codes
             engines[name] = engine_for(replace(config, **options), bins_of=first)
             first = first or engines[name]
-        race = SuccessiveHalving(AUTO_CANDIDATES)
-        for rounds in race_rounds(self.n_estimators, config.early_stopping_rounds):
-            for name in race.alive:
-                engine = engines[name]
-                while len(engine.trees) < rounds and not engine.should_stop:
-                    engine.update()
-                trees = self._kept_trees(engine, config)
-                race.record(name, metric(engine.to_ensemble(trees)), trees=trees)
-            ranked = sorted(race.alive, key=lambda name: -race.scores_[name]["score"])  # before the cut
-            race.rank(stage_over=True)
+        race = SuccessiveHalving(TREE_CANDIDATES)
+
+        def advance(name: str, rounds: int) -> None:
+            engine = engines[name]
+            while len(engine.trees) < rounds and not engine.should_stop:
+                engine.update()
+
+        def score(name: str) -> tuple[float, dict]:
+            trees = self._kept_trees(engines[name], config)
+            return metric(engines[name].to_ensemble(trees)), {"trees": trees}
+
+        def report(stage: int, rounds: int, ranked: list[str]) -> None:
             if self.verbose:  # the race takes 2-2.5 naive fits: say each stage as it ends
                 scores = ", ".join(f"{name} {race.scores_[name]['score']:.5f} ({race.scores_[name]['trees']} trees)"
                                    for name in ranked)
                 outcome = f"{race.choice_} wins" if race.over else f"{', '.join(race.alive)} go on"
-                print(f"LambdaMART unbiased='auto' stage {race.stage}: up to {rounds} trees each, validation "
+                print(f"LambdaMART unbiased='auto' stage {stage}: up to {rounds} trees each, validation "
                       f"click log-likelihood {scores}; {outcome}", file=sys.stderr)
+
+        race.run(race_rounds(self.n_estimators, config.early_stopping_rounds), advance, score, report)
         self.unbiased_scores_ = race.scores_
         self.unbiased_choice_ = race.choice_
         return engines[race.choice_]
@@ -561,7 +559,7 @@ def _as_ranking_data(X, y, qid, group, name: str) -> tuple[FeatureMatrix, torch.
 
 
 def _positions(position, n: int, name: str) -> torch.Tensor:
-    """[n] long position ids (any integers: :class:`rankkit.unbiased.PositionIds` maps them), checked."""
+    """[n] long position ids (any integers: :class:`rankkit.clicks.propensity.PositionIds` maps them), checked."""
     positions = vector(position, n, name, kind="double")
     fractional = positions != positions.round()
     if bool(fractional.any()):
@@ -569,16 +567,6 @@ def _positions(position, n: int, name: str) -> torch.Tensor:
         raise ValueError(f"`{name}` has to hold integer position ids (displayed ranks), got "
                          f"{float(positions[i])!r} at index {i}")
     return positions.long()
-
-
-def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[int, int]:
-    """The rounds at which ``unbiased="auto"``'s two stages end: a third and two thirds of
-    ``n_estimators``, or ``early_stopping_rounds`` and twice it when fewer (a race of early-stopped
-    fits costs about what they do, not what ``n_estimators`` would)."""
-    first, second = n_estimators // 3, 2 * n_estimators // 3
-    if early_stopping_rounds is not None:
-        first, second = min(first, early_stopping_rounds), min(second, 2 * early_stopping_rounds)
-    return max(first, 1), max(second, 1)
 
 
 def _position_ids(position, n: int, config: BoosterConfig) -> tuple[torch.Tensor | None, PositionIds | None]:

@@ -145,7 +145,7 @@ class BoosterConfig:
           Pairwise Learning-to-Rank Algorithm", WWW 2019): position biases of clicked (t⁺) and
           unclicked (t⁻) positions estimated jointly with the trees (every round, at the current
           scores), each pair (clicked i, unclicked j) weighing 1 / (t⁺(pos_i) t⁻(pos_j)) (see
-          :mod:`rankkit.unbiased`);
+          :mod:`rankkit.clicks.propensity`);
         * ``"position"``: an additive position bias b learned jointly with the trees, as
           LightGBM's ``Dataset(position=...)``: the lambdas are taken at s + b[pos], and b takes
           a Newton step per round; ``predict`` leaves it out;
@@ -155,16 +155,16 @@ class BoosterConfig:
           position, documents told apart by their features), then each pair (clicked i,
           unclicked j) weighs min(θ̂₀/θ̂(pos_i), ``propensity_clip``);
         * ``"auto"``: the choice among naive, Unbiased LambdaMART at p = 1, ``"position"`` and
-          ``"ips"`` (``AUTO_CANDIDATES``), inside this one ``fit``, by how well each explains a
+          ``"ips"`` (``TREE_CANDIDATES``), inside this one ``fit``, by how well each explains a
           **validation click log** (the first ``eval_set``, its sessions from ``eval_qid`` /
           ``eval_group``, and ``eval_position``) once every position has its own click offset
-          (:class:`rankkit.click_metric.ClickLikelihood`, which assumes no click model). No true
+          (:class:`rankkit.clicks.metrics.ClickLikelihood`, which assumes no click model). No true
           label is read. The candidates race by successive halving: all grow a third of
           ``n_estimators``, the best two two thirds, the best one the rest (the rounds of
           (C + 3) / 3 fits for C candidates: 2.33). Each candidate stops early as a plain fit
           does and is scored at the trees it keeps; with ``early_stopping_rounds`` = E the
           stages end at E and 2E rounds when that is fewer
-          (:func:`rankkit.boosting.booster.race_rounds`). ``unbiased_choice_`` says which won,
+          (:func:`rankkit.clicks.race.race_rounds`). ``unbiased_choice_`` says which won,
           ``unbiased_scores_`` what each scored at its last stage (and which stage that was).
 
         The pairwise choices (True, ``"ips"``, ``"auto"``) need a pairwise objective.
@@ -177,9 +177,9 @@ class BoosterConfig:
         takes the 1/(p + 1)-th power; 0 is unregularised).""", check=_non_negative)
     n_positions: int = hyperparameter(10, """
         distinct displayed positions with their own propensity or bias. ``position`` holds ids as
-        LightGBM reads them (0- or 1-based, sparse: :class:`rankkit.unbiased.PositionIds`); more
+        LightGBM reads them (0- or 1-based, sparse: :class:`rankkit.clicks.propensity.PositionIds`); more
         distinct ids than this are refused unless ``pool_positions``.""",
-        check=partial(_int, low=1, high=4096))  # rankkit.unbiased.MAX_POSITIONS
+        check=partial(_int, low=1, high=4096))  # rankkit.clicks.propensity.MAX_POSITIONS
     pool_positions: bool = hyperparameter(False, """
         let the position ids from the ``n_positions``-th on (in increasing order) share the last
         propensity or bias, instead of refusing a log with more distinct ids.""",

@@ -48,12 +48,12 @@ from rankkit.boosting.tree import (
     leaf_sums,
     newton_leaf_values,
 )
-from rankkit.click_metric import ips_propensities
+from rankkit.clicks.propensity import ips_propensities
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
 from rankkit.infra.checks import check_tensors
 from rankkit.kernels.backends import Backend, choose
-from rankkit.unbiased import FixedPropensities, PropensityEstimator
+from rankkit.clicks.propensity import FixedPropensities, PropensityEstimator
 
 
 # Offsets the seed of the device generator from the host generator's.

@@ -32,11 +32,11 @@ from rankkit.infra.checkpoint import guard_trainer_restore, guarded_load_from_ch
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
 from rankkit.boosting.ensemble import ObliviousEnsemble
-from rankkit.click_metric import ClickLikelihood
+from rankkit.clicks.metrics import ClickLikelihood
 from rankkit.custom import qualified_name
 from rankkit.data.dataset import PaddedBatch, RankingDataset
 from rankkit.metrics import ranking_metrics
-from rankkit.unbiased import PositionIds
+from rankkit.clicks.propensity import PositionIds
 
 class RoundCounter(torch.optim.Optimizer):
     """The optimizer of a module whose parameters are set by something else (the boosting
@@ -226,7 +226,7 @@ class LambdaMARTModule(pl.LightningModule):
 
     def _positions(self, train: RankingDataset) -> torch.Tensor | None:
         """With ``unbiased``: the training click log's positions as dense indices (their ids
-        mapped as LightGBM reads them, :class:`rankkit.unbiased.PositionIds`)."""
+        mapped as LightGBM reads them, :class:`rankkit.clicks.propensity.PositionIds`)."""
         if not self.config.unbiased:
             return None
         if train.position is None:
@@ -261,7 +261,7 @@ class LambdaMARTModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         """Trained on a click log (``unbiased``) with a validation click log (its ``.position``
         sidecar): log ``val/click_likelihood``, how well the trees explain the validation clicks
-        with a free offset per displayed position (:class:`rankkit.click_metric.ClickLikelihood`,
+        with a free offset per displayed position (:class:`rankkit.clicks.metrics.ClickLikelihood`,
         ``LambdaMART(unbiased="auto")``'s criterion; higher is better). The validation clicks'
         own ``val/ndcg@10`` carries their position bias; this does not. About 0.3 s per
         validation on 60,000 shown rows: ``trainer.check_val_every_n_epoch`` thins it."""

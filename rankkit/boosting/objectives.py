@@ -85,7 +85,7 @@ class RankingObjective:
             document's gradients do not depend on which other queries share the kernel call (the
             kernel's float32 sums follow its block plan): what makes data-parallel trees equal
             to one process's (the booster's ``quantized_grad``).
-        propensity: an :class:`rankkit.unbiased.PropensityEstimator` and the documents'
+        propensity: an :class:`rankkit.clicks.propensity.PropensityEstimator` and the documents'
             displayed positions [N] (long), for Unbiased LambdaMART: every round first updates
             the propensities at the current scores, then weighs each pair (clicked i,
             unclicked j) by 1 / (t⁺(pos_i) t⁻(pos_j)) through the kernel's ``pair_weights``.

@@ -31,7 +31,7 @@ The output is a :class:`ClickLog`: a :class:`RankingDataset` whose "queries" are
 row's displayed rank, so that its padded batches carry it to the unbiased rankers), plus the
 session → query map and the shown document's index in the source dataset.
 A session is a query for every rankkit model, for LightGBM (``group`` = session
-sizes, ``position`` = the positions) and for :class:`rankkit.unbiased.PropensityEstimator`.
+sizes, ``position`` = the positions) and for :class:`rankkit.clicks.propensity.PropensityEstimator`.
 :meth:`ClickLog.aggregate` gives the compact alternative: counts per (document, position).
 """
 from __future__ import annotations

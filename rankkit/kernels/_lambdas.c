@@ -273,7 +273,7 @@ int rankkit_eval_ndcg(const uint8_t *codes, int64_t n_cols, const int64_t *feats
                              per_query, out, n_threads);
 }
 
-/* Unbiased LambdaMART's position-bucketed pair costs (rankkit.unbiased.position_pair_costs on
+/* Unbiased LambdaMART's position-bucketed pair costs (rankkit.clicks.propensity.position_pair_costs on
    the flat layout; Hu, Wang, Peng, Li, "Unbiased LambdaMART", WWW 2019): for every clicked i and
    unclicked j of a query (clicks [N] 0/1),
 

@@ -580,7 +580,7 @@ def position_costs(scores: torch.Tensor, clicks: torch.Tensor, bucket: torch.Ten
                    n_positions: int, cutoff: int, max_len: int, sigma: float = 1.0, ndcg: bool = True,
                    float32_scores: bool = True, order: torch.Tensor | None = None) -> torch.Tensor:
     """Unbiased LambdaMART's pair costs of flat click sessions, summed by (position bucket of the
-    clicked document, of the unclicked one): :func:`rankkit.unbiased.position_pair_costs` in one
+    clicked document, of the unclicked one): :func:`rankkit.clicks.propensity.position_pair_costs` in one
     C call, O(clicked × unclicked) per session, the additions in its order.
 
     Args:

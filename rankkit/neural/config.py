@@ -113,22 +113,22 @@ class NeuralConfig:
         ``ClickLog.sessions``). True: Unbiased LambdaRank / RankNet (the pairwise debiasing of
         Hu, Wang, Peng, Li, "Unbiased LambdaMART", WWW 2019, as ``LambdaMART(unbiased=True)``):
         each training batch first updates the click/unclick biases t⁺, t⁻
-        (:class:`rankkit.unbiased.PropensityEstimator`) from its detached scores (one
+        (:class:`rankkit.clicks.propensity.PropensityEstimator`) from its detached scores (one
         closed-form step on the decayed sum of the recent batches' pair costs), then weighs each
         pair (clicked i, unclicked j) by 1 / (t⁺(pos_i) t⁻(pos_j)); needs a pairwise objective;
         the biases are :attr:`propensities` and are checkpointed. ``"position"``: an additive
         per-position bias of the training scores learned with the scorer
-        (:class:`rankkit.neural.debias.PositionBias`, LightGBM's ``position=``; left out of
+        (:class:`rankkit.clicks.debiasing.PositionBias`, LightGBM's ``position=``; left out of
         evaluation and export). ``"dla"``: the Dual Learning Algorithm (Ai, Bi, Luo, Guo,
         Croft, "Unbiased Learning to Rank with Unbiased Propensity Estimation", SIGIR 2018;
-        :class:`rankkit.neural.debias.DualLearning`). ``"ips"``: inverse propensity weighting
+        :class:`rankkit.clicks.debiasing.DualLearning`). ``"ips"``: inverse propensity weighting
         as ``LambdaMART(unbiased="ips")``: examination probabilities θ̂ by regression-EM on the
-        whole training log at the fit's start (:func:`rankkit.click_metric.ips_propensities`),
+        whole training log at the fit's start (:func:`rankkit.clicks.propensity.ips_propensities`),
         then fixed; the pair (clicked i, unclicked j) weighs min(θ̂₀/θ̂(pos_i),
         ``propensity_clip``); needs a pairwise objective. ``"auto"``: naive, True at p = 0,
         ``"position"``, ``"dla"`` and ``"ips"`` trained side by side inside one fit, the one whose scores
         best explain the **validation click log** kept by successive halving over the epochs
-        (:class:`rankkit.neural.debias.DebiasingRace`); ``unbiased_choice_`` names it. Needs
+        (:class:`rankkit.clicks.race.DebiasingRace`); ``unbiased_choice_`` names it. Needs
         ``max_epochs``.""")
     bias_p: float = hyperparameter(1.0, "p ≥ 0, the biases' regularisation norm (the update's exponent is "
                                         "1/(p + 1)).")

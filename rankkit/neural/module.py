@@ -22,8 +22,9 @@ from rankkit.infra.checkpoint import (class_path, guard_trainer_restore, guarded
                                       restore_rng, rng_state)
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.config import NeuralConfig, Objective
-from rankkit.neural.debias import (NEURAL_UNBIASED, ClickDebiasing, DebiasingRace, checkpoint_entries, read_click_log,
-                                   restore_entries)
+from rankkit.clicks.debiasing import (NEURAL_UNBIASED, ClickDebiasing, checkpoint_entries, read_click_log,
+                                      restore_entries)
+from rankkit.clicks.race import DebiasingRace
 from rankkit.neural.objective import (check_objective_settings, neural_objective, objective_alias, record_objective,
                                       spelling)
 from rankkit.neural.optim import optimizers, restart_average, weight_average
@@ -92,13 +93,14 @@ class NeuralRanker(pl.LightningModule):
 
     @property
     def propensity(self):
-        """``unbiased=True``: the click-bias estimator (:class:`rankkit.unbiased.PropensityEstimator`); "ips": its
-        :class:`~rankkit.unbiased.FixedPropensities` once the training log is read; else None."""
+        """``unbiased=True``: the click-bias estimator
+        (:class:`rankkit.clicks.propensity.PropensityEstimator`); "ips": its
+        :class:`~rankkit.clicks.propensity.FixedPropensities` once the training log is read; else None."""
         return self.debiasing.propensity
 
     @property
     def propensities(self) -> dict[str, torch.Tensor] | None:
-        """The learned position biases (:meth:`rankkit.neural.debias.ClickDebiasing.propensities`)."""
+        """The learned position biases (:meth:`rankkit.clicks.debiasing.ClickDebiasing.propensities`)."""
         return self.debiasing.propensities()
 
     def serving_scorer(self) -> nn.Module:
@@ -158,7 +160,7 @@ class NeuralRanker(pl.LightningModule):
         return score_lists(scorer, features, mask)
 
     def objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
-        """The training loss of a batch (:meth:`rankkit.neural.debias.ClickDebiasing.loss`)."""
+        """The training loss of a batch (:meth:`rankkit.clicks.debiasing.ClickDebiasing.loss`)."""
         return self.debiasing.loss(self.training_objective, scores, batch)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
@@ -209,7 +211,7 @@ class NeuralRanker(pl.LightningModule):
         self.read_click_log(getattr(getattr(self._trainer, "datamodule", None), "train_set", None))
 
     def read_click_log(self, train_set) -> None:
-        """:func:`rankkit.neural.debias.read_click_log` (``Trainer.fit`` does it; a plain loop calls it once)."""
+        """:func:`rankkit.clicks.debiasing.read_click_log` (``Trainer.fit`` does it; a plain loop calls it once)."""
         read_click_log(self.debiasing, self.race, train_set)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
@@ -223,7 +225,7 @@ class NeuralRanker(pl.LightningModule):
         _quiet.release(self)
 
     def parameter_groups(self) -> list[dict]:
-        """The optimiser's parameter groups (:meth:`rankkit.neural.debias.ClickDebiasing.parameter_groups`)."""
+        """The optimiser's parameter groups (:meth:`rankkit.clicks.debiasing.ClickDebiasing.parameter_groups`)."""
         return self.debiasing.parameter_groups(self.scorer)
 
     def configure_optimizers(self):

@@ -272,7 +272,7 @@ class RankingDataModule(pl.LightningDataModule):
             labels are clicks (0/1), each query is a session, and each file has a ``.position``
             sidecar beside it (``train.txt.position``: one displayed position per document and
             line, as LightGBM's ``.position`` file; ids of any numbering, see
-            :class:`rankkit.unbiased.PositionIds`), which becomes the datasets' ``position``
+            :class:`rankkit.clicks.propensity.PositionIds`), which becomes the datasets' ``position``
             (the unbiased rankers read it). The test file keeps true relevance labels.
 
     Batches: each rank gets its part of the same per-epoch plan (:class:`QueryBatchSampler`):

@@ -109,7 +109,7 @@ def test_a_click_trained_module_logs_how_well_it_explains_its_validation_clicks(
     import pytorch_lightning as pl
 
     from rankkit.boosting import LambdaMARTModule
-    from rankkit.click_metric import ClickLikelihood
+    from rankkit.clicks.metrics import ClickLikelihood
     from rankkit.data.svmlight import read_svmlight
     from rankkit.training.datamodule import RankingDataModule
     from tests.training.test_datamodule import _click_log

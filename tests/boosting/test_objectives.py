@@ -50,7 +50,7 @@ def test_unbiased_lambdamart_weighs_pairs_by_the_estimated_propensities():
     # Round 1 by hand: the propensities updated at F_0 = 0 from the click log, then the kernel's
     # pair weights 1/(t+(pos_i) t-(pos_j)), then Newton leaves. The booster must do the same.
     from rankkit.losses import objective_gradients
-    from rankkit.unbiased import PropensityEstimator
+    from rankkit.clicks.propensity import PropensityEstimator
 
     g = torch.Generator().manual_seed(0)
     sizes = torch.full((40,), 8)

@@ -1,4 +1,4 @@
-"""Click simulation (rankkit.data.clicks) and Unbiased LambdaMART's biases (rankkit.unbiased).
+"""Click simulation (rankkit.data.clicks) and Unbiased LambdaMART's biases (rankkit.clicks.propensity).
 
 Click rates are checked against each model's closed form within 4.5 binomial standard errors
 of the summed clicks; the position-bucketed pair costs, the bias update, the pair factors and
@@ -19,7 +19,7 @@ from rankkit.data.clicks import (
     shown_lists,
     simulate_clicks,
 )
-from rankkit.unbiased import PropensityEstimator, debiased_pair_loss  # bad input: one gate for both
+from rankkit.clicks.propensity import PropensityEstimator, debiased_pair_loss
 
 Z = 4.5  # standard errors allowed between an empirical click count and its expectation
 

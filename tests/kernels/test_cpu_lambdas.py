@@ -19,7 +19,7 @@ from rankkit.objective import objective_spec
 from rankkit.data import make_synthetic
 from rankkit.kernels import backends, cpu
 from rankkit.lambdas import lambda_gradients
-from rankkit.unbiased import FixedPropensities, PropensityEstimator, position_pair_costs
+from rankkit.clicks.propensity import FixedPropensities, PropensityEstimator, position_pair_costs
 
 needs_cpu = pytest.mark.skipif(not cpu.available(), reason="the compiled CPU kernels are not built")
 pytestmark = needs_cpu
@@ -249,7 +249,7 @@ def _loop_position_costs(scores, clicks, sizes, bucket, *, n_positions, k, sigma
 @pytest.mark.parametrize("k", [None, 1, 3])
 def test_compiled_position_costs_match_the_double_loop_and_the_torch_path(ndcg, k):
     """Unbiased LambdaMART's per-round pair costs (kernels.cpu.position_costs) against a float64
-    double loop and rankkit.unbiased.position_pair_costs (the torch path), with tied scores,
+    double loop and rankkit.clicks.propensity.position_pair_costs (the torch path), with tied scores,
     sessions without clicks or with only clicks, positions beyond the last bucket, and both sorts."""
     sizes = [1, 5, 8, 3, 12, 2, 7, 1, 4, 70]
     scores, labels = _data(4, sizes)

@@ -18,15 +18,8 @@ from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank, RankNet
-from rankkit.unbiased import (
-    ClickLogMetric,
-    PropensityEstimator,
-    RegressionEM,
-    click_log_likelihood,
-    counterfactual_ndcg,
-    em_step,
-    ips_relevance,
-)
+from rankkit.clicks.metrics import ClickLogMetric, counterfactual_ndcg, ips_relevance
+from rankkit.clicks.propensity import PropensityEstimator, RegressionEM, click_log_likelihood, em_step
 
 N_POSITIONS = 6
 

@@ -1,4 +1,4 @@
-"""rankkit.unbiased: the propensity estimators of unbiased learning to rank, checked against a
+"""rankkit.clicks.propensity: the propensity estimators of unbiased learning to rank, checked against a
 simulated log with known examination (recovery), explicit loops over pairs and the kernel's own
 pair weights. (Moved from tests/data/test_clicks.py, which keeps the click simulator's tests.)"""
 from __future__ import annotations
@@ -12,13 +12,8 @@ import torch
 
 from rankkit.data import make_synthetic, pad
 from rankkit.data.clicks import PositionBasedModel, simulate_clicks
-from rankkit.unbiased import (
-    PropensityEstimator,
-    debiased_pair_loss,
-    pair_costs,
-    position_pair_costs,
-    propensity_step,
-)
+from rankkit.clicks.propensity import (PropensityEstimator, debiased_pair_loss, pair_costs, position_pair_costs,
+                                      propensity_step)
 
 
 # -- propensity estimation -----------------------------------------------------------------------

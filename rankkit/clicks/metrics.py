@@ -1,8 +1,9 @@
-r"""Choosing a debiasing without true labels: a validation click log of sessions, scored.
+r"""Click-log metrics: scoring a ranker on a validation click log, without true labels.
 
-Two criteria: :class:`ClickLikelihood`, how well a ranker's scores explain the clicks once each
+Three criteria: :class:`ClickLikelihood`, how well a ranker's scores explain the clicks once each
 position has its own offset (no click model assumed; what ``LambdaMART(unbiased="auto")``
-maximises), and :class:`SessionClickMetric`, a counterfactual NDCG, described next.
+maximises), :class:`SessionClickMetric`, a counterfactual NDCG described next, and
+:class:`ClickLogMetric`, the same NDCG on a log already aggregated per (document, position).
 
 A click log reaches a ranker the way it reaches LightGBM's ``position=``: one row per shown
 document and session, the session as the query (``group`` or ``qid``), the row's click as its
@@ -18,7 +19,7 @@ are fitted to it and the data decide between them:
   examined with θ_k whatever was clicked above it. The propensities θ̂ come from regression-EM
   (Wang, Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for Unbiased Learning
   to Rank in Personal Search", WSDM 2018) on the log, and each document's relevance is its
-  inverse-propensity click rate (:func:`rankkit.unbiased.ips_relevance`, 1/θ̂ clipped).
+  inverse-propensity click rate (:func:`ips_relevance`, 1/θ̂ clipped).
 * **cascade** (Craswell, Zoeter, Taylor, Ramsey, "An Experimental Comparison of Click
   Position-Bias Models", WSDM 2008; with several clicks, the dependent click model of Guo, Liu,
   Wang, "Efficient Multiple-Click Models in Web Search", WSDM 2009): the user scans down and
@@ -45,142 +46,145 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rankkit.infra.checks import (
-    check_choice,
-    check_int,
-    check_k,
-    check_number,
-    check_sizes,
-    check_tensor,
-    check_tensors,
-)
-from rankkit.unbiased import EM_SETTINGS, ClickLogMetric, RegressionEM, counterfactual_ndcg, ranker_scores
+from rankkit.clicks.log import SessionLog, aggregate, session_log
+from rankkit.clicks.propensity import EM_SETTINGS, RegressionEM, check_counts
+from rankkit.data.dataset import pad
+from rankkit.infra.checks import check_choice, check_int, check_k, check_number, check_tensor, check_tensors
+from rankkit.metrics import ndcg
 
-__all__ = ["CLICK_MODELS", "ClickLikelihood", "SessionClickMetric", "SessionLog", "aggregate", "cascade_relevance",
-           "SuccessiveHalving", "distinct_rows", "explained_clicks", "ips_propensities", "multiple_click_ratio",
-           "session_log"]
+__all__ = ["CLICK_MODELS", "ClickLikelihood", "ClickLogMetric", "SessionClickMetric", "cascade_relevance",
+           "counterfactual_ndcg", "explained_clicks", "ips_relevance", "multiple_click_ratio", "ranker_scores"]
 
 CLICK_MODELS = ("auto", "pbm", "cascade")
 
 
+def ips_relevance(doc_index, clicks, impressions, position, propensities, *, clip: float | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse-propensity estimates of each document's relevance from a click log.
 
-@dataclass(eq=False)
-class SessionLog:
-    """A click log of sessions, one row per shown document. N rows, D distinct documents.
+    r̂_d = Σ_m c_m / θ_{k_m} / Σ_m n_m over the rows m of document d: unbiased for the document's
+    click probability at position 0 under the position-based model (Joachims, Swaminathan,
+    Schnabel, "Unbiased Learning-to-Rank with Biased Feedback", WSDM 2017). ``clip`` bounds the
+    inverse propensities 1/θ at ``clip`` (the clipped estimator of the same paper).
+
+    Args:
+        doc_index: [M] document ids of the rows; clicks, impressions, position: [M] counts and
+            0-based positions; propensities: [P] θ by position (positions ≥ P − 1 share the last).
+    Returns:
+        (docs, relevance): [D] sorted distinct document ids and [D] float64 estimates.
+
+    >>> ips_relevance(torch.tensor([7, 7, 3]), torch.tensor([1, 1, 0]), torch.tensor([2, 2, 1]),
+    ...               torch.tensor([0, 1, 0]), torch.tensor([1.0, 0.5]))
+    (tensor([3, 7]), tensor([0.0000, 0.7500], dtype=torch.float64))
+    """
+    propensities = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
+    check_tensors(("propensities", propensities, ~(propensities > 0) | ~torch.isfinite(propensities), "positive"))
+    clicks, impressions, bucket = check_counts(clicks, impressions, position, len(propensities))
+    doc_index = check_tensor(torch.as_tensor(doc_index), "doc_index", shape=clicks.shape, kind="int")
+    inverse = 1.0 / propensities
+    if clip is not None:
+        inverse = inverse.clamp(max=check_number(clip, "clip", low=1.0))
+    docs, rows = torch.unique(doc_index, return_inverse=True)
+    weighted = torch.zeros(len(docs), dtype=torch.float64).index_add_(0, rows, clicks * inverse[bucket])
+    shown = torch.zeros(len(docs), dtype=torch.float64).index_add_(0, rows, impressions)
+    return docs, weighted / shown
+
+
+def counterfactual_ndcg(scores, query_index, relevance, *, k: int | None = 10) -> float:
+    """Mean NDCG@k (linear gain) of ``scores`` against click-estimated relevance, per query.
+
+    The click-log validation metric: with ``relevance`` from :func:`ips_relevance` it estimates,
+    without true labels, the NDCG of a ranking of the logged documents. Queries whose
+    estimated relevance is all zero count 1 (as LightGBM's NDCG).
+
+    Args:
+        scores: [D] a model's scores of the documents; query_index: [D] their query ids;
+        relevance: [D] non-negative estimated relevance.
+    Returns:
+        The mean over queries (float).
+    """
+    scores = check_tensor(torch.as_tensor(scores), "scores", ndim=1, kind="float")
+    query_index = check_tensor(torch.as_tensor(query_index), "query_index", shape=scores.shape, kind="int")
+    relevance = check_tensor(torch.as_tensor(relevance), "relevance", shape=scores.shape, kind="float")
+    check_tensors(("relevance", relevance, ~(relevance >= 0) | ~torch.isfinite(relevance), "non-negative"),
+                  ("scores", scores, ~torch.isfinite(scores), "finite"))
+    order = torch.argsort(query_index, stable=True)
+    _, sizes = torch.unique_consecutive(query_index[order], return_counts=True)
+    s, mask = pad(scores[order].double(), sizes)
+    y, _ = pad(relevance[order].double(), sizes)
+    return float(ndcg(s, y, mask=mask, k=k, gain="linear").mean())
+
+
+class ClickLogMetric:
+    """A validation metric from a click log alone: counterfactual NDCG@k of any ranker.
+
+    For model selection where true labels are unavailable (the choice of Unbiased LambdaMART's
+    ``bias_p``, of naive against debiased training, of a neural epoch): the propensities θ̂ of
+    the validation log come from :class:`RegressionEM` fitted on that log (or are given), the
+    clicks become inverse-propensity relevance estimates (:func:`ips_relevance`, 1/θ̂ clipped at
+    ``clip``), and a ranker scores its counterfactual NDCG@k over the logged documents
+    (:func:`counterfactual_ndcg`). Use a log of queries the rankers were not trained on.
+
+    Args:
+        counts: the validation log aggregated per (document, position)
+            (:meth:`rankkit.data.clicks.ClickLog.aggregate`).
+        features: [N, F] features of the source dataset the counts' ``doc_index`` points into.
+        propensities: [P] θ by position, or None to estimate them by regression-EM.
+        n_positions, clip, k: position buckets, the clip of 1/θ̂ (None: no clip), NDCG cutoff.
+        em: keyword arguments of the :class:`RegressionEM` that estimates θ̂.
 
     Attributes:
-        features: [D, F] the distinct documents' features.
-        doc: [N] long, each row's document (a row of ``features``).
-        session: [N] long, each row's session 0..S-1.
-        query: [D] long, each document's query (sessions sharing a document are one query).
-        position: [N] long, 0-based displayed positions.
-        clicks: [N] float64 0/1.
+        propensities: [P] float64 θ̂ / θ̂_0 used; relevance: [D] the estimates of the D logged
+            documents; features: [D, F] their features; query: [D] their query ids.
+
+    >>> from rankkit.data import make_synthetic
+    >>> from rankkit.data.clicks import simulate_clicks
+    >>> data = make_synthetic(20, 8, 3, seed=0)
+    >>> log = simulate_clicks(data, torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0)),
+    ...                       sessions_per_query=20, k=5)
+    >>> metric = ClickLogMetric(log.aggregate(), data.features, propensities=1 / torch.arange(1., 6.))
+    >>> 0.0 <= metric(lambda x: x[:, 0]) <= 1.0
+    True
     """
 
-    features: torch.Tensor
-    doc: torch.Tensor
-    session: torch.Tensor
-    query: torch.Tensor
-    position: torch.Tensor
-    clicks: torch.Tensor
+    def __init__(self, counts, features, *, propensities=None, n_positions: int = 10, clip: float | None = None,
+                 k: int | None = 10, em: dict | None = None):
+        features = torch.as_tensor(features)
+        check_tensor(features, "features", ndim=2, kind="float")
+        doc_index = check_tensor(torch.as_tensor(counts.doc_index), "counts.doc_index", ndim=1, kind="int")
+        check_tensors(("counts.doc_index", doc_index, (doc_index < 0) | (doc_index >= features.shape[0]),
+                       f"in 0..{features.shape[0] - 1} (rows of `features`)"))
+        self.k = check_k(k)
+        if propensities is None:
+            model = RegressionEM(n_positions, **(em or {}))
+            model.fit(features[doc_index], counts.clicks, counts.position, impressions=counts.impressions)
+            propensities = model.propensities_
+        propensities = torch.as_tensor(propensities).double()
+        self.propensities = propensities / propensities[0]
+        docs, self.relevance = ips_relevance(doc_index, counts.clicks, counts.impressions, counts.position,
+                                             self.propensities, clip=clip)
+        first = torch.zeros(len(docs), dtype=torch.long)
+        first[torch.unique(doc_index, return_inverse=True)[1]] = torch.as_tensor(counts.query_index).long()
+        self.query = first
+        self.features = features[docs]
 
-    def examined(self) -> torch.Tensor:
-        """[N] bool: rows at or above their session's last click (every row of a session
-        without a click): what a cascade user surely examined."""
-        n_sessions = int(self.session.max()) + 1 if len(self.session) else 0
-        clicked_at = torch.where(self.clicks > 0, self.position, torch.full_like(self.position, -1))
-        last = torch.full((n_sessions,), -1, dtype=torch.long).scatter_reduce(0, self.session, clicked_at, "amax")
-        last = torch.where(last < 0, torch.full_like(last, torch.iinfo(torch.long).max), last)
-        return self.position <= last[self.session]
+    def __repr__(self) -> str:
+        return (f"ClickLogMetric({len(self.relevance)} documents, "
+                f"propensities={[round(v, 3) for v in self.propensities.tolist()]})")
 
-
-def session_log(features, clicks, sizes, position, *,
-                names: tuple[str, str, str] = ("eval_set X", "eval_set clicks", "eval_position")) -> SessionLog:
-    """A :class:`SessionLog` of flat rows: features [N, F], clicks [N] 0/1, sizes [S] rows per
-    session (contiguous), position [N] 0-based ranks; ``names``: the three arguments' names in
-    error messages."""
-    x_name, clicks_name, position_name = names
-    features = torch.as_tensor(features)
-    check_tensor(features, x_name, ndim=2, kind="float")
-    n = features.shape[0]
-    clicks = torch.as_tensor(clicks).double().reshape(-1)
-    position = torch.as_tensor(position).reshape(-1)
-    check_tensor(clicks, clicks_name, shape=(n,))
-    check_tensor(position, position_name, shape=(n,))
-    check_tensors((clicks_name, clicks, (clicks != 0) & (clicks != 1), "0 or 1 (clicks)"),
-                  (position_name, position, (position < 0) | (position != position.round()),
-                   "whole numbers >= 0"))
-    sizes = check_sizes(torch.as_tensor(sizes), n, "sizes").long()
-    session = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
-    # a NaN never equals itself: give missing values one code so that equal rows stay equal
-    keyed = torch.nan_to_num(features.double(), nan=-1.2345e300)
-    distinct, doc = distinct_rows(keyed)
-    first = torch.full((len(distinct),), n, dtype=torch.long).scatter_reduce(0, doc, torch.arange(n), "amin")
-    return SessionLog(features[first].float(), doc, session, _components(doc, session, len(distinct)),
-                      position.long(), clicks)
+    def __call__(self, ranker) -> float:
+        """Counterfactual NDCG@k of ``ranker``: a callable features [D, F] -> scores [D], or an
+        object with such a ``predict``."""
+        return counterfactual_ndcg(ranker_scores(ranker, self.features), self.query, self.relevance, k=self.k)
 
 
-def distinct_rows(rows: torch.Tensor, multipliers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.unique(rows, dim=0, return_inverse=True)`` of float rows [N, F] without NaN (the
-    distinct rows in lexicographic order, and each row's index among them), with the row sort
-    done on one representative per distinct row: a click log shows each document in many
-    sessions, and sorting all N rows took a tenth of a race. Rows are grouped by a hash of their
-    bits (``multipliers`` [F] int64, odd; fixed by default), every row is compared with its
-    group's first (a collision falls back to the full sort), then the representatives are sorted
-    (equal rows in two groups meet there)."""
-    if multipliers is None:
-        multipliers = torch.randint(1, 2**62, (rows.shape[1],), generator=torch.Generator().manual_seed(0)) * 2 + 1
-    bits = (rows.double() + 0.0).contiguous().view(torch.int64)  # + 0.0: −0 and +0 in one group
-    keys, group = torch.unique((bits * multipliers).sum(1), return_inverse=True)  # int64 products wrap
-    first = torch.full((len(keys),), rows.shape[0], dtype=torch.long).scatter_reduce(
-        0, group, torch.arange(rows.shape[0]), "amin")
-    if not bool((rows == rows[first][group]).all()):  # two distinct rows share a hash
-        return torch.unique(rows, dim=0, return_inverse=True)
-    distinct, of_group = torch.unique(rows[first], dim=0, return_inverse=True)
-    return distinct, of_group[group]
-
-
-def ips_propensities(features, clicks, sizes, position, *, n_positions: int, seed: int = 0,
-                     names: tuple[str, str, str] = ("X", "y", "position")) -> torch.Tensor:
-    """[n_positions] examination probabilities θ̂ of a training click log (flat rows: features
-    [N, F], clicks [N] 0/1, sizes [S] rows per session, position [N] dense 0-based) by
-    regression-EM (Wang, Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for
-    Unbiased Learning to Rank in Personal Search", WSDM 2018; :class:`RegressionEM` with
-    :data:`rankkit.unbiased.EM_SETTINGS`), fitted on the impressions aggregated per (document,
-    position): a document shown in many sessions is one row (:func:`session_log`). The
-    propensities of ``unbiased="ips"``, for the booster and the neural rankers alike."""
-    log = session_log(features, clicks, sizes, position, names=names)
-    doc, bucket, shown, clicked = aggregate(log, n_positions)
-    em = RegressionEM(n_positions, **EM_SETTINGS, seed=seed)
-    em.fit(log.features[doc].nan_to_num(0.0), clicked, bucket, impressions=shown)
-    return em.propensities_
-
-
-def _components(doc: torch.Tensor, session: torch.Tensor, n_docs: int) -> torch.Tensor:
-    """[D] the query of each document: connected components of the document–session graph,
-    numbered 0.. in order of their first session (label propagation of the smallest session)."""
-    n_sessions = int(session.max()) + 1 if len(session) else 0
-    label = torch.arange(n_sessions)
-    while True:
-        of_doc = torch.full((n_docs,), n_sessions, dtype=torch.long).scatter_reduce(0, doc, label[session], "amin")
-        new = label.clone().scatter_reduce(0, session, of_doc[doc], "amin")
-        new = new[new]  # jump: a label points at a session whose own label may be smaller
-        if torch.equal(new, label):
-            break
-        label = new
-    return torch.unique(of_doc, return_inverse=True)[1]
-
-
-def aggregate(log: SessionLog, n_positions: int, rows: torch.Tensor | None = None):
-    """(doc, bucket, impressions, clicks), each [M]: the log's rows (all, or the bool ``rows``)
-    summed per (document, position bucket), bucket = min(position, n_positions − 1)."""
-    rows = torch.ones(len(log.doc), dtype=torch.bool) if rows is None else rows
-    bucket = log.position[rows].clamp(max=n_positions - 1)
-    key = log.doc[rows] * n_positions + bucket
-    keys, inverse = torch.unique(key, return_inverse=True)
-    impressions = torch.zeros(len(keys), dtype=torch.float64).index_add_(0, inverse, torch.ones(len(key)).double())
-    clicks = torch.zeros(len(keys), dtype=torch.float64).index_add_(0, inverse, log.clicks[rows])
-    return keys // n_positions, keys % n_positions, impressions, clicks
+def ranker_scores(ranker, features: torch.Tensor) -> torch.Tensor:
+    """Scores [D] float64 of ``features`` [D, F] by ``ranker``: a callable, or an object with a
+    ``predict`` (numpy or torch output), without gradients."""
+    predict = getattr(ranker, "predict", ranker)
+    with torch.no_grad():
+        scores = predict(features)
+    return torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)
 
 
 def multiple_click_ratio(log: SessionLog, click_probability: torch.Tensor) -> float:
@@ -228,7 +232,7 @@ class SessionClickMetric:
         n_positions: position buckets of the propensities (deeper positions share the last).
         clip: the bound on 1/θ̂ of the position-based estimates.
         k: the NDCG cutoff; cascade_ratio: the threshold of ``"auto"``.
-        em: keyword arguments of the :class:`rankkit.unbiased.RegressionEM` that estimates θ̂;
+        em: keyword arguments of the :class:`rankkit.clicks.propensity.RegressionEM` that estimates θ̂;
         seed: its seed.
 
     Attributes:
@@ -340,75 +344,6 @@ class ClickLikelihood:
         features [D, F] -> scores [D], or an object with such a ``predict``."""
         scores = ranker_scores(ranker, self.features)
         return explained_clicks(scores[self.doc], self.clicks, self.session, self.bucket, self.n_positions)
-
-
-class SuccessiveHalving:
-    """The race of ``unbiased="auto"``, one for the trees and the neural rankers: named candidates
-    are scored on a validation click log (:class:`ClickLikelihood`, :func:`explained_clicks`), and
-    at the end of each stage only the best ``keep[stage]`` go on (by default the best two after
-    the first stage, the best one after the second); the winner is the best of the last stage.
-    Equal scores keep the order the candidates had (the order given, then the last ranking).
-
-    The family decides what a stage is and what it costs: ``LambdaMART`` grows every live
-    candidate to the stage's rounds (:func:`rankkit.boosting.booster.race_rounds`), the neural
-    rankers train them side by side for a third of the epochs
-    (:class:`rankkit.neural.debias.DebiasingRace`).
-
-    Args:
-        names: the candidates, in the order that breaks ties.
-        keep: how many go on after each stage (non-increasing, the last 1).
-
-    Attributes:
-        alive: the candidates still racing, best first after :meth:`rank`.
-        scores_: ``{name: {"score": float, "stage": int, ...}}``, each candidate's last score, the
-            1-based stage it was scored in (0 where a state saved before 2026-11-28 did not say)
-            and what :meth:`record` was told beside it.
-        stage: the stages ended so far.
-        choice_: the leader after the last :meth:`rank` (the winner once every stage ended).
-
-    >>> race = SuccessiveHalving(["a", "b", "c"])
-    >>> for name, value in (("a", 0.1), ("b", 0.3), ("c", 0.2)):
-    ...     race.record(name, value)
-    >>> race.rank(stage_over=True), race.alive
-    ('b', ['b', 'c'])
-    """
-
-    def __init__(self, names, keep: tuple[int, ...] = (2, 1)):
-        self.alive = list(names)
-        self.keep = tuple(keep)
-        self.scores_: dict[str, dict] = {}
-        self.stage = 0
-        self.choice_: str | None = None
-
-    @property
-    def over(self) -> bool:
-        """True once every stage ended (one candidate is left)."""
-        return self.stage >= len(self.keep)
-
-    def record(self, name: str, score: float, **info) -> None:
-        """Candidate ``name``'s ``score`` (higher is better) in the current stage, with ``info``."""
-        self.scores_[name] = {"score": float(score), "stage": min(self.stage, len(self.keep) - 1) + 1, **info}
-
-    def rank(self, *, stage_over: bool) -> str:
-        """Order the live candidates by their last scores and, when ``stage_over``, keep the
-        stage's best; returns the leader (``choice_``)."""
-        self.alive = sorted(self.alive, key=lambda name: -self.scores_[name]["score"])
-        if stage_over and not self.over:
-            self.alive = self.alive[:self.keep[self.stage]]
-            self.stage += 1
-        self.choice_ = self.alive[0]
-        return self.choice_
-
-    def state(self) -> dict:
-        return {"alive": list(self.alive), "scores": {k: dict(v) for k, v in self.scores_.items()},
-                "stage": self.stage, "choice": self.choice_}
-
-    def load_state(self, state: dict) -> None:
-        self.alive = list(state["alive"])
-        self.scores_ = {k: dict(v) if isinstance(v, dict) else {"score": float(v), "stage": 0}
-                        for k, v in state["scores"].items()}  # before 2026-11-28: plain scores
-        self.stage = int(state.get("stage", sum(len(self.alive) <= k for k in self.keep)))
-        self.choice_ = state["choice"]
 
 
 def explained_clicks(scores, clicks, session, bucket, n_positions: int) -> float:

@@ -1,6 +1,13 @@
-r"""Unbiased LambdaMART's position biases, estimated jointly with the ranker from clicks.
+r"""Position bias from clicks: what each displayed position does to the chance of a click.
 
-Hu, Wang, Peng, Li, "Unbiased LambdaMART: An Unbiased Pairwise Learning-to-Rank Algorithm",
+Two estimators. :class:`PropensityEstimator` learns Unbiased LambdaMART's click and unclick
+biases jointly with the ranker (``unbiased=True``, described next); :class:`RegressionEM`
+estimates examination probabilities from a log once, before training (``unbiased="ips"``, by
+:func:`ips_propensities`, and the click-log metrics); :class:`FixedPropensities` holds such
+fixed ones where the estimator's pair factors are asked for. :class:`PositionIds` reads displayed
+positions as LightGBM does (any integer ids, mapped to dense buckets).
+
+**Unbiased LambdaMART.** Hu, Wang, Peng, Li, "Unbiased LambdaMART: An Unbiased Pairwise Learning-to-Rank Algorithm",
 WWW 2019. A click log's pairs are (i, j) with i clicked and j not, in the same session. The
 click of i is discounted by the *click bias* t⁺ of its displayed position and the non-click of
 j by the *unclick bias* t⁻ of its position: the pair's cost is C_ij / (t⁺_{pos i} t⁻_{pos j}),
@@ -45,7 +52,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rankkit.data.dataset import pad
+from rankkit.clicks.log import aggregate, session_log
 from rankkit.infra.checks import (
     batch_mask,
     check_choice,
@@ -59,12 +66,11 @@ from rankkit.infra.checks import (
     weights_condition,
 )
 from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
-from rankkit.metrics import ndcg
 from rankkit.scorers import MLPScorer
 
-__all__ = ["PAIR_WEIGHTINGS", "ClickLogMetric", "FixedPropensities", "PositionIds", "PropensityEstimator",
-           "RegressionEM", "click_log_likelihood", "counterfactual_ndcg", "debiased_pair_loss", "em_posteriors",
-           "em_step", "ips_relevance", "pair_costs", "position_pair_costs", "propensity_step", "ranker_scores"]
+__all__ = ["EM_SETTINGS", "PAIR_WEIGHTINGS", "FixedPropensities", "PositionIds", "PropensityEstimator",
+           "RegressionEM", "click_log_likelihood", "debiased_pair_loss", "em_posteriors", "em_step",
+           "ips_propensities", "pair_costs", "position_pair_costs", "propensity_step"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
 
@@ -487,7 +493,7 @@ _PROB_EPS = 1e-6
 EM_SETTINGS = {"hidden": (16,), "iterations": 15, "lr": 1e-2}
 
 
-def _check_counts(clicks, impressions, position, n_positions=None):
+def check_counts(clicks, impressions, position, n_positions=None):
     """Flat [M] click counts, impressions (float64) and positions (long), checked."""
     clicks = torch.as_tensor(clicks)
     check_tensor(clicks, "clicks", ndim=1)
@@ -546,7 +552,7 @@ def em_step(clicks, impressions, position, theta, gamma) -> tuple[torch.Tensor, 
     ([1.0, 0.3333], [0.5, 0.3333])
     """
     theta = check_tensor(theta, "theta", ndim=1, kind="float").double()
-    clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(theta))
+    clicks, impressions, bucket = check_counts(clicks, impressions, position, len(theta))
     gamma = check_tensor(gamma, "gamma", shape=clicks.shape, kind="float")
     return _em_step(clicks, impressions, bucket, theta, gamma)
 
@@ -566,7 +572,7 @@ def click_log_likelihood(clicks, impressions, position, theta, gamma) -> torch.T
     Σ [c log(θ_k γ) + (n − c) log(1 − θ_k γ)] / Σ n, float64 (the quantity EM increases).
     """
     theta = check_tensor(theta, "theta", ndim=1, kind="float").double()
-    clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(theta))
+    clicks, impressions, bucket = check_counts(clicks, impressions, position, len(theta))
     return _log_likelihood(clicks, impressions, bucket, theta, gamma)
 
 
@@ -638,7 +644,7 @@ class RegressionEM:
         """
         X = torch.as_tensor(X)
         check_tensor(X, "X", ndim=2, kind="float")
-        clicks, impressions, bucket = _check_counts(clicks, impressions, position, self.n_positions)
+        clicks, impressions, bucket = check_counts(clicks, impressions, position, self.n_positions)
         if clicks.shape[0] != X.shape[0]:
             raise ValueError(f"`clicks` has to have one entry per row of `X` ({X.shape[0]}), got {clicks.shape[0]}")
         check_tensors(("X", X, ~torch.isfinite(X).all(1)[:, None].expand_as(X), "finite"))
@@ -691,131 +697,18 @@ class RegressionEM:
         return torch.sigmoid(self.predict(X).double())
 
 
-# -- a click-log validation metric -----------------------------------------------------------------
-def ips_relevance(doc_index, clicks, impressions, position, propensities, *, clip: float | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse-propensity estimates of each document's relevance from a click log.
+def ips_propensities(features, clicks, sizes, position, *, n_positions: int, seed: int = 0,
+                     names: tuple[str, str, str] = ("X", "y", "position")) -> torch.Tensor:
+    """[n_positions] examination probabilities θ̂ of a training click log (flat rows: features
+    [N, F], clicks [N] 0/1, sizes [S] rows per session, position [N] dense 0-based) by
+    regression-EM (Wang, Golbandi, Bendersky, Metzler, Najork, "Position Bias Estimation for
+    Unbiased Learning to Rank in Personal Search", WSDM 2018; :class:`RegressionEM` with
+    :data:`EM_SETTINGS`), fitted on the impressions aggregated per (document,
+    position): a document shown in many sessions is one row (:func:`rankkit.clicks.log.session_log`). The
+    propensities of ``unbiased="ips"``, for the booster and the neural rankers alike."""
+    log = session_log(features, clicks, sizes, position, names=names)
+    doc, bucket, shown, clicked = aggregate(log, n_positions)
+    em = RegressionEM(n_positions, **EM_SETTINGS, seed=seed)
+    em.fit(log.features[doc].nan_to_num(0.0), clicked, bucket, impressions=shown)
+    return em.propensities_
 
-    r̂_d = Σ_m c_m / θ_{k_m} / Σ_m n_m over the rows m of document d: unbiased for the document's
-    click probability at position 0 under the position-based model (Joachims, Swaminathan,
-    Schnabel, "Unbiased Learning-to-Rank with Biased Feedback", WSDM 2017). ``clip`` bounds the
-    inverse propensities 1/θ at ``clip`` (the clipped estimator of the same paper).
-
-    Args:
-        doc_index: [M] document ids of the rows; clicks, impressions, position: [M] counts and
-            0-based positions; propensities: [P] θ by position (positions ≥ P − 1 share the last).
-    Returns:
-        (docs, relevance): [D] sorted distinct document ids and [D] float64 estimates.
-
-    >>> ips_relevance(torch.tensor([7, 7, 3]), torch.tensor([1, 1, 0]), torch.tensor([2, 2, 1]),
-    ...               torch.tensor([0, 1, 0]), torch.tensor([1.0, 0.5]))
-    (tensor([3, 7]), tensor([0.0000, 0.7500], dtype=torch.float64))
-    """
-    propensities = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
-    check_tensors(("propensities", propensities, ~(propensities > 0) | ~torch.isfinite(propensities), "positive"))
-    clicks, impressions, bucket = _check_counts(clicks, impressions, position, len(propensities))
-    doc_index = check_tensor(torch.as_tensor(doc_index), "doc_index", shape=clicks.shape, kind="int")
-    inverse = 1.0 / propensities
-    if clip is not None:
-        inverse = inverse.clamp(max=check_number(clip, "clip", low=1.0))
-    docs, rows = torch.unique(doc_index, return_inverse=True)
-    weighted = torch.zeros(len(docs), dtype=torch.float64).index_add_(0, rows, clicks * inverse[bucket])
-    shown = torch.zeros(len(docs), dtype=torch.float64).index_add_(0, rows, impressions)
-    return docs, weighted / shown
-
-
-def counterfactual_ndcg(scores, query_index, relevance, *, k: int | None = 10) -> float:
-    """Mean NDCG@k (linear gain) of ``scores`` against click-estimated relevance, per query.
-
-    The click-log validation metric: with ``relevance`` from :func:`ips_relevance` it estimates,
-    without true labels, the NDCG of a ranking of the logged documents. Queries whose
-    estimated relevance is all zero count 1 (as LightGBM's NDCG).
-
-    Args:
-        scores: [D] a model's scores of the documents; query_index: [D] their query ids;
-        relevance: [D] non-negative estimated relevance.
-    Returns:
-        The mean over queries (float).
-    """
-    scores = check_tensor(torch.as_tensor(scores), "scores", ndim=1, kind="float")
-    query_index = check_tensor(torch.as_tensor(query_index), "query_index", shape=scores.shape, kind="int")
-    relevance = check_tensor(torch.as_tensor(relevance), "relevance", shape=scores.shape, kind="float")
-    check_tensors(("relevance", relevance, ~(relevance >= 0) | ~torch.isfinite(relevance), "non-negative"),
-                  ("scores", scores, ~torch.isfinite(scores), "finite"))
-    order = torch.argsort(query_index, stable=True)
-    _, sizes = torch.unique_consecutive(query_index[order], return_counts=True)
-    s, mask = pad(scores[order].double(), sizes)
-    y, _ = pad(relevance[order].double(), sizes)
-    return float(ndcg(s, y, mask=mask, k=k, gain="linear").mean())
-
-
-class ClickLogMetric:
-    """A validation metric from a click log alone: counterfactual NDCG@k of any ranker.
-
-    For model selection where true labels are unavailable (the choice of Unbiased LambdaMART's
-    ``bias_p``, of naive against debiased training, of a neural epoch): the propensities θ̂ of
-    the validation log come from :class:`RegressionEM` fitted on that log (or are given), the
-    clicks become inverse-propensity relevance estimates (:func:`ips_relevance`, 1/θ̂ clipped at
-    ``clip``), and a ranker scores its counterfactual NDCG@k over the logged documents
-    (:func:`counterfactual_ndcg`). Use a log of queries the rankers were not trained on.
-
-    Args:
-        counts: the validation log aggregated per (document, position)
-            (:meth:`rankkit.data.clicks.ClickLog.aggregate`).
-        features: [N, F] features of the source dataset the counts' ``doc_index`` points into.
-        propensities: [P] θ by position, or None to estimate them by regression-EM.
-        n_positions, clip, k: position buckets, the clip of 1/θ̂ (None: no clip), NDCG cutoff.
-        em: keyword arguments of the :class:`RegressionEM` that estimates θ̂.
-
-    Attributes:
-        propensities: [P] float64 θ̂ / θ̂_0 used; relevance: [D] the estimates of the D logged
-            documents; features: [D, F] their features; query: [D] their query ids.
-
-    >>> from rankkit.data import make_synthetic
-    >>> from rankkit.data.clicks import simulate_clicks
-    >>> data = make_synthetic(20, 8, 3, seed=0)
-    >>> log = simulate_clicks(data, torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0)),
-    ...                       sessions_per_query=20, k=5)
-    >>> metric = ClickLogMetric(log.aggregate(), data.features, propensities=1 / torch.arange(1., 6.))
-    >>> 0.0 <= metric(lambda x: x[:, 0]) <= 1.0
-    True
-    """
-
-    def __init__(self, counts, features, *, propensities=None, n_positions: int = 10, clip: float | None = None,
-                 k: int | None = 10, em: dict | None = None):
-        features = torch.as_tensor(features)
-        check_tensor(features, "features", ndim=2, kind="float")
-        doc_index = check_tensor(torch.as_tensor(counts.doc_index), "counts.doc_index", ndim=1, kind="int")
-        check_tensors(("counts.doc_index", doc_index, (doc_index < 0) | (doc_index >= features.shape[0]),
-                       f"in 0..{features.shape[0] - 1} (rows of `features`)"))
-        self.k = check_k(k)
-        if propensities is None:
-            model = RegressionEM(n_positions, **(em or {}))
-            model.fit(features[doc_index], counts.clicks, counts.position, impressions=counts.impressions)
-            propensities = model.propensities_
-        propensities = torch.as_tensor(propensities).double()
-        self.propensities = propensities / propensities[0]
-        docs, self.relevance = ips_relevance(doc_index, counts.clicks, counts.impressions, counts.position,
-                                             self.propensities, clip=clip)
-        first = torch.zeros(len(docs), dtype=torch.long)
-        first[torch.unique(doc_index, return_inverse=True)[1]] = torch.as_tensor(counts.query_index).long()
-        self.query = first
-        self.features = features[docs]
-
-    def __repr__(self) -> str:
-        return (f"ClickLogMetric({len(self.relevance)} documents, "
-                f"propensities={[round(v, 3) for v in self.propensities.tolist()]})")
-
-    def __call__(self, ranker) -> float:
-        """Counterfactual NDCG@k of ``ranker``: a callable features [D, F] -> scores [D], or an
-        object with such a ``predict``."""
-        return counterfactual_ndcg(ranker_scores(ranker, self.features), self.query, self.relevance, k=self.k)
-
-
-def ranker_scores(ranker, features: torch.Tensor) -> torch.Tensor:
-    """Scores [D] float64 of ``features`` [D, F] by ``ranker``: a callable, or an object with a
-    ``predict`` (numpy or torch output), without gradients."""
-    predict = getattr(ranker, "predict", ranker)
-    with torch.no_grad():
-        scores = predict(features)
-    return torch.as_tensor(scores.numpy() if hasattr(scores, "numpy") else scores).double().reshape(-1)

@@ -2,7 +2,7 @@ r"""How a neural ranker learns from clicks: the position models trained with it.
 
 A click log is a ranking dataset with one query per session, the clicks (0/1) as labels and the
 documents' displayed ``position``. Besides Unbiased LambdaRank's pair weights
-(:class:`rankkit.unbiased.PropensityEstimator`, ``unbiased=True``), a
+(:class:`rankkit.clicks.propensity.PropensityEstimator`, ``unbiased=True``), a
 :class:`~rankkit.neural.module.NeuralRanker` can learn the position's effect jointly:
 
 * :class:`PositionBias` (``unbiased="position"``): the scores of training take an additive
@@ -23,33 +23,29 @@ documents' displayed ``position``. Besides Unbiased LambdaRank's pair weights
   position k is exp(φ_k − φ_0).
 
 ``unbiased="ips"`` weighs the pairs by fixed inverse propensities, estimated by regression-EM on
-the whole training log when the fit starts (:func:`rankkit.click_metric.ips_propensities`, as
+the whole training log when the fit starts (:func:`rankkit.clicks.propensity.ips_propensities`, as
 ``LambdaMART(unbiased="ips")``).
 
 ``unbiased="auto"`` (:class:`DebiasingRace`) trains naive, Unbiased LambdaRank at p = 0,
 ``"position"``, ``"dla"`` and ``"ips"`` side by side on the same batches inside one fit, each a copy of the
 scorer with its own position model, and keeps the one whose scores best explain the validation
-click log (:func:`rankkit.click_metric.explained_clicks`, no true label read), by successive
+click log (:func:`rankkit.clicks.metrics.explained_clicks`, no true label read), by successive
 halving over the epochs: all train the first third of the epochs, the best two the second, the
 best one the rest ((C + 3) / 3 = 2.67 times the batches of one fit for C = 5 candidates).
 """
 from __future__ import annotations
 
-import copy
-import math
-import warnings
 
 import torch
 from torch import nn
 
-from rankkit.infra import checks as _checks
-from rankkit.click_metric import SuccessiveHalving, explained_clicks, ips_propensities
+from rankkit.clicks.propensity import FixedPropensities, PositionIds, PropensityEstimator, ips_propensities
+from rankkit.clicks.race import DebiasingRace
 from rankkit.data.dataset import PaddedBatch
+from rankkit.infra import checks as _checks
 from rankkit.objective import ObjectiveSpec
-from rankkit.scorers import score_lists
-from rankkit.unbiased import FixedPropensities, PositionIds, PropensityEstimator
 
-__all__ = ["NEURAL_AUTO", "NEURAL_UNBIASED", "ClickDebiasing", "DebiasingRace", "DualLearning", "PositionBias"]
+__all__ = ["NEURAL_UNBIASED", "ClickDebiasing", "DualLearning", "PositionBias"]
 
 # Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
 # pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
@@ -58,9 +54,6 @@ BIAS_COST_DECAY = 0.9
 
 #: The ``unbiased`` settings of the neural rankers.
 NEURAL_UNBIASED = (False, True, "position", "dla", "ips", "auto")
-#: The candidates ``unbiased="auto"`` races: (unbiased, bias_p) of each.
-NEURAL_AUTO = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
-               "dla": ("dla", 1.0), "ips": ("ips", 1.0)}
 
 
 def _bucket(position: torch.Tensor, n_positions: int) -> torch.Tensor:
@@ -141,182 +134,14 @@ def _weighted_softmax_ce(logits: torch.Tensor, weights: torch.Tensor, mask: torc
     return -(weights * log_p).sum() / total
 
 
-class DebiasingRace(nn.Module):
-    """The candidates of ``unbiased="auto"`` and their race (see the module).
-
-    Args:
-        candidates: ``{name: NeuralRanker}``, each with its own scorer and ``unbiased`` setting;
-            only their :meth:`objective`, ``scorer`` and parameter groups are used.
-        n_positions: the position offsets of the validation criterion.
-
-    Attributes:
-        schedule: the race's successive halving (:class:`rankkit.click_metric.SuccessiveHalving`,
-            the trees' too); alive: the candidates still training; scores_: ``{name: explained
-            clicks}`` at the last epoch each was validated; choice_: the leader after the last
-            validation (the winner once the race is over); leader_batches_: its (scores, labels,
-            mask) of each batch of that validation.
-    """
-
-    def __init__(self, candidates: dict, n_positions: int):
-        super().__init__()
-        self.candidates = nn.ModuleDict(candidates)
-        self.n_positions = n_positions
-        self.schedule = SuccessiveHalving(candidates)
-        self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        self.discard()
-
-    @property
-    def alive(self) -> list[str]:
-        return self.schedule.alive
-
-    @property
-    def scores_(self) -> dict[str, float]:
-        return {name: entry["score"] for name, entry in self.schedule.scores_.items()}
-
-    @property
-    def choice_(self) -> str | None:
-        return self.schedule.choice_
-
-    def discard(self) -> None:
-        """Forget the validation batches collected so far (e.g. Lightning's sanity check)."""
-        self._scores: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
-        self._batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-
-    def loss(self, batch: PaddedBatch) -> torch.Tensor:
-        """The sum of the live candidates' training losses on ``batch`` (their parameters are
-        disjoint, so each gets its own gradient). Without the training log read
-        (:meth:`rankkit.neural.module.NeuralRanker.read_click_log`), the ``"ips"`` candidate,
-        which needs it, leaves the race with one warning."""
-        ips = self.candidates["ips"].debiasing if "ips" in self.candidates else None
-        if ips is not None and not ips.estimated and "ips" in self.alive:
-            warnings.warn("`unbiased='auto'` races without its 'ips' candidate: it estimates propensities on the "
-                          "whole training log, which was not read (train with a datamodule that has a `train_set`, "
-                          "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
-            self.schedule.alive.remove("ips")
-            self._scores.pop("ips", None)
-        return sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
-                                                               batch.mask), batch) for name in self.alive)
-
-    def parameter_groups(self) -> list[dict]:
-        return [group for child in self.candidates.values() for group in child.parameter_groups()]
-
-    @torch.no_grad()
-    def collect(self, batch: PaddedBatch) -> None:
-        """Keep the live candidates' scores (in eval mode) of a validation batch of a click log,
-        on the batch's device (copied to the host once, by :meth:`end_epoch`)."""
-        if batch.position is None:
-            raise ValueError("`unbiased='auto'` chooses on a validation click log: the validation batch has no "
-                             "`position` (validate on a click log's sessions, e.g. ClickLog.sessions)")
-        for name in self.alive:
-            scorer = self.candidates[name].scorer
-            was = scorer.training
-            scorer.eval()  # scored as they will serve (no dropout), whoever calls
-            self._scores[name].append(score_lists(scorer, batch.features, batch.mask))
-            scorer.train(was)
-        self._batches.append((batch.labels, batch.mask, batch.position))
-
-    def end_epoch(self, epoch: int, epochs: int) -> str:
-        """Score the live candidates on the collected validation log, drop the losers of this
-        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader; its batches'
-        (scores, labels, mask) stay in ``leader_batches_`` for the usual validation metrics."""
-        if not self._batches:
-            raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
-                             "click log")
-        masks = [mask.cpu() for _, mask, _ in self._batches]
-        clicks = torch.cat([labels.cpu()[mask] for (labels, _, _), mask in zip(self._batches, masks)]).double()
-        bucket = torch.cat([position.cpu()[mask] for (_, _, position), mask in zip(self._batches, masks)])
-        per_session = torch.cat([mask.sum(1) for mask in masks])
-        session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
-        for name in self.alive:
-            rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._scores[name], masks)])
-            self.schedule.record(name, explained_clicks(rows, clicks, session,
-                                                        bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
-                                 epoch=epoch)
-        # the stages end after a third and two thirds of the epochs (both may end at once)
-        ends = (math.ceil(epochs / 3), math.ceil(2 * epochs / 3))
-        self.schedule.rank(stage_over=False)
-        while not self.schedule.over and epoch + 1 >= ends[self.schedule.stage]:
-            self.schedule.rank(stage_over=True)
-        choice = self.schedule.choice_
-        self.leader_batches_ = [(scores, labels, mask) for scores, (labels, mask, _)
-                                in zip(self._scores[choice], self._batches)]
-        self.discard()
-        return choice
-
-    def state(self) -> dict:
-        """The schedule's standing and each live candidate's click-bias state (its estimator's
-        biases, or the propensities ``"ips"`` read from the training log)."""
-        debiasing = {name: self.candidates[name].debiasing.state() for name in self.alive}
-        return {**self.schedule.state(), "debiasing": {k: v for k, v in debiasing.items() if v is not None}}
-
-    def load_state(self, state: dict) -> None:
-        self.schedule.load_state(state)
-        for name, entry in state.get("debiasing", {}).items():
-            if name in self.candidates:
-                self.candidates[name].debiasing.load_state(entry)
-        self.discard()
-
-    def keep_saved(self, state_dict: dict) -> None:
-        """Drop the candidates a checkpoint's ``state_dict`` has no weights of: a race saved before
-        a candidate joined :data:`NEURAL_AUTO` (``"ips"``, 2026-11-28) loads as the race it was."""
-        missing = [name for name in self.candidates
-                   if not any(key.startswith(f"race.candidates.{name}.") for key in state_dict)]
-        if missing and len(missing) < len(self.candidates):
-            for name in missing:
-                del self.candidates[name]
-            self.schedule.alive = [name for name in self.schedule.alive if name not in missing]
-
-    @classmethod
-    def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":
-        """``unbiased="auto"``'s candidates for ``module``: copies of it, one per debiasing of
-        :data:`NEURAL_AUTO`, with the same settings and a copy of ``scorer`` each."""
-        h = module.hparams
-        same = {name: h[name] for name in (
-            "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
-            "normalize", "reduction", "optimizer", "lr", "weight_decay", "scheduler", "loss", "n_positions",
-            "propensity_clip", "loss_options")}
-        return cls({name: type(module)(module.n_features, scorer=copy.deepcopy(scorer), unbiased=mode, bias_p=p,
-                                       **same)
-                    for name, (mode, p) in NEURAL_AUTO.items()}, n_positions)
-
-    def validate(self, module, batches, epoch: int, epochs: int) -> str:
-        """In a plain PyTorch loop: score the candidates on validation click-log ``batches`` after
-        0-based ``epoch`` of ``epochs``, drop the stage's losers, copy the leader into
-        ``module.scorer`` and return its name."""
-        for batch in batches:
-            self.collect(batch)
-        return self._lead(module, self.end_epoch(epoch, epochs))
-
-    def _lead(self, module, name: str) -> str:
-        """Copy candidate ``name``'s weights into ``module.scorer``; return the name."""
-        module.scorer.load_state_dict(self.candidates[name].scorer.state_dict())
-        return name
-
-    def end_validation(self, module) -> None:
-        """At a Lightning validation epoch's end: decide the stage, copy the leader into
-        ``module.scorer`` and log the leader's validation metrics and explained clicks."""
-        trainer = module.trainer
-        if trainer.sanity_checking:
-            self.discard()
-            return
-        if trainer.max_epochs is None or trainer.max_epochs < 1:
-            raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
-        leader = self._lead(module, self.end_epoch(module.current_epoch, trainer.max_epochs))
-        for scores, labels, mask in self.leader_batches_:
-            module.val_metrics.update(scores, labels, mask)
-        for name, metric in module.val_metrics.items():
-            module.log(name, metric.compute(), prog_bar=name.endswith("/ndcg@10"))
-        module.val_metrics.reset()
-        module.log("val/explained_clicks", self.scores_[leader], prog_bar=True)
-
 
 class ClickDebiasing:
     """What every ``unbiased`` setting adds to a neural ranker's objective: the click-bias
-    estimator of Unbiased LambdaRank (``True``: :class:`rankkit.unbiased.PropensityEstimator`,
+    estimator of Unbiased LambdaRank (``True``: :class:`rankkit.clicks.propensity.PropensityEstimator`,
     re-estimated after every batch from the decayed pair costs of the recent batches), the
     position models (``"position"``: :class:`PositionBias`; ``"dla"``: :class:`DualLearning`, which
     the module registers as its own sub-modules), and the training data's position ids
-    (:class:`rankkit.unbiased.PositionIds`, LightGBM's reading: 0- or 1-based or sparse ids train
+    (:class:`rankkit.clicks.propensity.PositionIds`, LightGBM's reading: 0- or 1-based or sparse ids train
     the same model).
 
     Args:

@@ -1,18 +1,23 @@
-"""The neural rankers' click modes (rankkit.neural.debias): ``unbiased="position"``, ``"dla"``
-and the ``"auto"`` race, each against a slow path written here (the lambda kernel at shifted
-scores, a float64 loop of the Dual Learning losses, the click criterion recomputed)."""
+"""What each ``unbiased`` setting does to training (rankkit.clicks.debiasing), for the neural rankers
+(``"position"``, ``"dla"``, ``"ips"`` and their ``"auto"`` race) and for LambdaMART (``"position"``,
+``"ips"``, position ids), each against a slow path written here: the lambda kernel at shifted
+scores, a float64 loop of the Dual Learning losses and of the position-bias step, the click
+criterion recomputed, regression-EM on the aggregated log."""
 from __future__ import annotations
 
 import dataclasses
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
 
 from rankkit.boosting import LambdaMART
-from rankkit.click_metric import ClickLikelihood, ips_propensities
+from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+from rankkit.clicks.metrics import ClickLikelihood
+from rankkit.clicks.propensity import FixedPropensities, RegressionEM, ips_propensities
 from rankkit.data import make_synthetic
 from rankkit.data.clicks import PositionBasedModel, simulate_clicks
 from rankkit.data.dataset import PaddedBatch
@@ -20,8 +25,8 @@ from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.neural import LambdaRank
 from rankkit.examples.losses import squared_pairwise_hinge
-from rankkit.neural.debias import (NEURAL_AUTO, ClickDebiasing, DualLearning, PositionBias, checkpoint_entries,
-                                   restore_entries)
+from rankkit.clicks.debiasing import ClickDebiasing, DualLearning, PositionBias, checkpoint_entries, restore_entries
+from rankkit.clicks.race import NEURAL_CANDIDATES
 from rankkit.objective import objective_spec
 
 P = 6
@@ -160,7 +165,7 @@ def test_race_halves_and_keeps_the_leader(logs):
         leader = module.validate_race(vali.sessions.iter_batches(256), epoch, 3)
         alive.append(list(module.race.alive))
     assert [len(a) for a in alive] == [2, 1, 1]
-    assert leader == module.unbiased_choice_ == alive[-1][0] and leader in NEURAL_AUTO
+    assert leader == module.unbiased_choice_ == alive[-1][0] and leader in NEURAL_CANDIDATES
     winner = module.race.candidates[leader]
     for a, b in zip(module.scorer.state_dict().values(), winner.scorer.state_dict().values()):
         assert torch.equal(a, b)
@@ -178,7 +183,7 @@ def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
     trainer = pl.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,
                          enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
     trainer.fit(module, datamodule=dm)
-    assert module.unbiased_choice_ in NEURAL_AUTO and module.race.alive == [module.unbiased_choice_]
+    assert module.unbiased_choice_ in NEURAL_CANDIDATES and module.race.alive == [module.unbiased_choice_]
     path = tmp_path / "auto.ckpt"
     trainer.save_checkpoint(path)
     restored = LambdaRank.load_from_checkpoint(path)
@@ -192,11 +197,11 @@ def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
 def test_a_race_saved_before_the_ips_candidate_loads_as_it_was(logs, tmp_path, monkeypatch):
     """A checkpoint of the four-candidate race (before 2026-11-28) loads: the race keeps the
     candidates whose weights the file holds, and its standing (plain scores) reads as before."""
-    from rankkit.neural import debias
+    from rankkit.clicks import race as race_module
 
     data, train, vali = logs
     pl.seed_everything(0, verbose=False)
-    monkeypatch.setattr(debias, "NEURAL_AUTO", {k: v for k, v in NEURAL_AUTO.items() if k != "ips"})
+    monkeypatch.setattr(race_module, "NEURAL_CANDIDATES", {k: v for k, v in NEURAL_CANDIDATES.items() if k != "ips"})
     module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
     trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
                          enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
@@ -205,7 +210,7 @@ def test_a_race_saved_before_the_ips_candidate_loads_as_it_was(logs, tmp_path, m
     trainer.save_checkpoint(path)
     monkeypatch.undo()
     restored = LambdaRank.load_from_checkpoint(path)
-    assert list(restored.race.candidates) == [k for k in NEURAL_AUTO if k != "ips"]
+    assert list(restored.race.candidates) == [k for k in NEURAL_CANDIDATES if k != "ips"]
     assert restored.unbiased_choice_ == module.unbiased_choice_
     torch.testing.assert_close(restored.eval()(data.features[:20]), module.eval()(data.features[:20]))
 
@@ -219,7 +224,7 @@ def test_the_race_without_the_training_log_leaves_ips_out_and_keeps_each_candida
     batch = train.sessions.padded(torch.arange(20))
     with pytest.warns(UserWarning, match=r"races without its 'ips' candidate"):
         module.race.loss(batch).backward()
-    assert "ips" not in module.race.alive and len(module.race.alive) == len(NEURAL_AUTO) - 1
+    assert "ips" not in module.race.alive and len(module.race.alive) == len(NEURAL_CANDIDATES) - 1
     read = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P)
     shifted = dataclasses.replace(train.sessions, position=train.sessions.position + 1)
     read.read_click_log(shifted)
@@ -266,7 +271,7 @@ def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
     assert main(["fit", "--config", config, *quick, "--trainer.max_epochs=2"]) == 0
     ckpt = sorted(tmp_path.rglob("*.ckpt"))[-1]
     restored = LambdaRank.load_from_checkpoint(ckpt)
-    assert restored.unbiased_choice_ in NEURAL_AUTO
+    assert restored.unbiased_choice_ in NEURAL_CANDIDATES
     assert main(["test", "--config", config, *quick, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
     assert "test/ndcg@10" in capsys.readouterr().out
 
@@ -322,3 +327,131 @@ def test_each_setting_gets_its_position_model_and_a_decay_free_parameter_group()
             assert len(groups) == 1
         else:
             assert groups[1]["weight_decay"] == 0.0 and groups[1]["params"] == list(models[0].parameters())
+
+
+# -- LambdaMART ------------------------------------------------------------------------------------
+def test_position_bias_step_matches_a_float64_loop(pbm_logs):
+    train, _ = pbm_logs
+    config = BoosterConfig(depth=2, min_data_in_leaf=5, unbiased="position", n_positions=6,
+                           position_bias_regularization=0.3, learning_rate=0.2)
+    engine = BoostingEngine(train.sessions.features, train.clicks.float(), train.sessions.sizes, config,
+                            positions=train.position)
+    engine.update()
+    engine.update()  # the second round's gradients are taken at s + b
+    b1 = engine.position_bias.clone()
+    adjusted = engine.scores + b1[engine.bucket]
+    grad, hess = engine.objective.gradients(adjusted, engine.layout, backend=engine.backend)
+    engine.update()
+    expected = b1.clone()
+    g = [0.0] * 6
+    h = [0.0] * 6
+    n = [0] * 6
+    for i in range(len(grad)):
+        p = min(int(train.position[i]), 5)
+        g[p] += float(grad[i])
+        h[p] += float(hess[i])
+        n[p] += 1
+    for p in range(6):
+        step = (-g[p] - 0.3 * n[p] * float(b1[p])) / (abs(h[p] + 0.3 * n[p]) + 1e-3)
+        expected[p] = float(b1[p]) + 0.2 * step
+    assert torch.allclose(engine.position_bias, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_position_model_explains_clicks_by_position():
+    """Clicks that depend on the position only, and a feature that leaks the position: the naive
+    model ranks by the leak alone; the position model puts much of it in the bias (not all: the
+    leak and the position are collinear, so either explains the clicks)."""
+    g = torch.Generator().manual_seed(0)
+    sessions, k = 300, 6
+    position = torch.arange(k).repeat(sessions)
+    x = torch.cat([position[:, None].float() + 0.1 * torch.randn(sessions * k, 1, generator=g),
+                   torch.randn(sessions * k, 2, generator=g)], 1)
+    clicks = (torch.rand(sessions * k, generator=g) < 0.6 / (1.0 + position)).float()
+    group = [k] * sessions
+    kw = dict(n_estimators=30, depth=2, min_data_in_leaf=10, learning_rate=0.2, n_positions=k)
+    naive = LambdaMART(**kw).fit(x, clicks, group=group)
+    model = LambdaMART(unbiased="position", **kw).fit(x, clicks, group=group, position=position)
+    def gap(m):  # mean score at position 0 minus at position 4
+        p = torch.from_numpy(m.predict(x))
+        return float(p[position == 0].mean() - p[position == 4].mean())
+
+    assert gap(naive) > 2.0
+    assert gap(model) < 0.6 * gap(naive)
+    assert np.all(np.diff(model.position_bias_) < 0)  # higher positions, more clicks
+    assert not hasattr(naive, "position_bias_")
+
+
+def test_ips_uses_regression_em_on_the_aggregated_training_log(pbm_logs):
+    train, _ = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    model = LambdaMART(unbiased="ips", n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=8,
+                       propensity_clip=5.0).fit(x, y, group=group, position=position)
+    # slow path: impressions and clicks per (feature row, position) by a dictionary
+    counts: dict = {}
+    for row, c, p in zip(x.tolist(), y.tolist(), position.tolist()):
+        key = (tuple(row), min(p, 7))
+        shown, clicked = counts.get(key, (0, 0))
+        counts[key] = (shown + 1, clicked + c)
+    keys = sorted(counts)
+    em = RegressionEM(8, hidden=(16,), iterations=15, lr=1e-2, seed=0).fit(
+        torch.tensor([k[0] for k in keys]), torch.tensor([counts[k][1] for k in keys], dtype=torch.float64),
+        torch.tensor([k[1] for k in keys]), impressions=torch.tensor([counts[k][0] for k in keys], dtype=torch.float64))
+    np.testing.assert_allclose(model.propensities_["clicked"], em.propensities_.numpy(), rtol=1e-4)
+    assert (model.propensities_["unclicked"] == 1).all()
+    est = FixedPropensities(em.propensities_, clip=5.0)
+    before = est.t_plus.clone()
+    est.update(torch.zeros(2, 3), torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.tensor([[0, 1, 2], [0, 1, 2]]))
+    assert torch.equal(est.t_plus, before)
+    upper, lower = est.pair_factors(torch.arange(8)[None])
+    assert upper.max().item() <= 5.0 + 1e-6 and (lower == 1).all()
+
+
+@pytest.mark.parametrize("unbiased", [True, "position", "ips"])
+def test_position_ids_of_any_numbering_train_the_same_model(pbm_logs, unbiased):
+    """LightGBM's rule: positions are ids. 0-based, 1-based and sparse (even negative) ids
+    give the same model; before, 1-based ids switched the debiasing off without a word."""
+    train, _ = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(unbiased=unbiased, n_estimators=4, depth=2, min_data_in_leaf=5, n_positions=8)
+    models = [LambdaMART(**kw).fit(x, y, group=group, position=p)
+              for p in (position, position + 1, 5 * position - 10)]
+    for model in models[1:]:
+        np.testing.assert_array_equal(model.predict(x), models[0].predict(x))
+    assert models[1].position_ids_.tolist() == list(range(1, 9))
+    assert models[2].position_ids_.tolist() == list(range(-10, 30, 5))
+    if unbiased is True:  # the biases are learned, not all 1 (what 1-based ids gave before)
+        assert not np.allclose(models[1].propensities_["clicked"], 1.0)
+
+
+def test_position_ids_map_the_validation_log_the_same_way(pbm_logs, tmp_path):
+    train, vali = pbm_logs
+    x, y, group = train.sessions.features, train.clicks, train.sessions.sizes
+    kw = dict(unbiased="auto", n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=8, seed=2)
+    fit = dict(eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes])
+    zero = LambdaMART(**kw).fit(x, y, group=group, position=train.position, eval_position=[vali.position], **fit)
+    one = LambdaMART(**kw).fit(x, y, group=group, position=train.position + 1, eval_position=[vali.position + 1],
+                               **fit)
+    assert one.unbiased_choice_ == zero.unbiased_choice_ and one.unbiased_scores_ == zero.unbiased_scores_
+    np.testing.assert_array_equal(one.predict(x), zero.predict(x))
+    one.save(tmp_path / "m.safetensors")
+    assert LambdaMART.load(tmp_path / "m.safetensors").position_ids_.tolist() == list(range(1, 9))
+    unseen = torch.where(vali.position == 3, 40, vali.position)
+    with pytest.raises(ValueError, match=r"`eval_position\[0\]` holds position id 40 at index \d+, which the "
+                                         r"training log never showed"):
+        LambdaMART(**kw).fit(x, y, group=group, position=train.position, eval_position=[unseen], **fit)
+
+
+def test_more_position_ids_than_n_positions_are_refused_or_pooled_on_request(pbm_logs):
+    train, _ = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(unbiased=True, n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=4)
+    with pytest.raises(ValueError, match=r"`position` holds 8 distinct position ids \(0..7\), more than "
+                                         r"n_positions=4: pass n_positions=8 .* or pool_positions=True"):
+        LambdaMART(**kw).fit(x, y, group=group, position=position)
+    pooled = LambdaMART(pool_positions=True, **kw).fit(x, y, group=group, position=position + 1)
+    clamped = LambdaMART(**kw).fit(x, y, group=group, position=position.clamp(max=3))
+    np.testing.assert_array_equal(pooled.predict(x), clamped.predict(x))
+    naive = LambdaMART(n_estimators=3, depth=2, min_data_in_leaf=5, n_positions=4)
+    assert not hasattr(naive.fit(x, y, group=group, position=position), "position_ids_")  # read by no one
+    with pytest.raises(ValueError, match=r"`position` has to hold integer position ids .* got 0.5 at index 2"):
+        LambdaMART(**kw).fit(x, y, group=group, position=torch.tensor([0, 1, 0.5] + [0] * (len(y) - 3)))

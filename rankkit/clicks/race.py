@@ -1,0 +1,316 @@
+r"""The race of ``unbiased="auto"``: one successive-halving schedule for the trees and the neural rankers.
+
+Debiasing a click log has several answers (naive training, Unbiased LambdaMART's learned biases,
+an additive position bias, inverse propensities, the Dual Learning Algorithm), and which one
+helps depends on the log. ``unbiased="auto"`` trains candidates side by side and keeps the one
+whose scores best explain a validation click log (:class:`rankkit.clicks.metrics.ClickLikelihood`,
+no true label read), by successive halving: every candidate trains the first stage, the best two
+the second, the best one the rest.
+
+* :class:`SuccessiveHalving` is the schedule both families share: it records scores, cuts
+  after each stage and names the leader. :meth:`SuccessiveHalving.run` drives a race whose
+  candidates advance on demand (the trees: :data:`TREE_CANDIDATES`, stages at
+  :func:`race_rounds`).
+* :class:`DebiasingRace` is the neural rankers' race (:data:`NEURAL_CANDIDATES`): Lightning
+  drives the epochs, so the candidates train side by side on the same batches and the race is
+  asked at each validation's end (stages at :func:`epoch_stage_ends`).
+
+The two candidate lists differ where measurement said so (docs/benchmarks.md, "Learning from
+clicks"): Unbiased LambdaMART at p = 1 for the trees and at p = 0 for the neural rankers, and DLA,
+whose propensity model is trained by gradient with the ranker, for the neural rankers only.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from rankkit.clicks.metrics import explained_clicks
+from rankkit.data.dataset import PaddedBatch
+from rankkit.scorers import score_lists
+
+__all__ = ["NEURAL_CANDIDATES", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving", "epoch_stage_ends",
+           "race_rounds"]
+
+#: ``LambdaMART(unbiased="auto")``'s candidates, as changes to the booster's config. Unbiased
+#: LambdaMART at p = 0 is left out: below naive training at strong position bias
+#: (docs/benchmarks.md, "Learning from clicks": 0.68 against naive's 0.70 at η = 2).
+TREE_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": True, "bias_p": 1.0},
+                   "position": {"unbiased": "position"}, "ips": {"unbiased": "ips"}}
+#: The neural rankers' candidates: (unbiased, bias_p) of each.
+NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
+                     "dla": ("dla", 1.0), "ips": ("ips", 1.0)}
+
+
+def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[int, int]:
+    """The rounds at which the trees' two stages end: a third and two thirds of
+    ``n_estimators``, or ``early_stopping_rounds`` and twice it when fewer (a race of early-stopped
+    fits costs about what they do, not what ``n_estimators`` would)."""
+    first, second = n_estimators // 3, 2 * n_estimators // 3
+    if early_stopping_rounds is not None:
+        first, second = min(first, early_stopping_rounds), min(second, 2 * early_stopping_rounds)
+    return max(first, 1), max(second, 1)
+
+
+def epoch_stage_ends(epochs: int) -> tuple[int, int]:
+    """The epochs (1-based counts) after which the neural rankers' two stages end: a third and
+    two thirds of ``epochs``, rounded up (both may end at once)."""
+    return math.ceil(epochs / 3), math.ceil(2 * epochs / 3)
+
+
+class SuccessiveHalving:
+    """The race of ``unbiased="auto"``, one for the trees and the neural rankers: named candidates
+    are scored on a validation click log (:class:`rankkit.clicks.metrics.ClickLikelihood`), and
+    at the end of each stage only the best ``keep[stage]`` go on (by default the best two after
+    the first stage, the best one after the second); the winner is the best of the last stage.
+    Equal scores keep the order the candidates had (the order given, then the last ranking).
+
+    The family decides what a stage is and what it costs: ``LambdaMART`` grows every live
+    candidate to the stage's rounds (:meth:`run`, :func:`race_rounds`), the neural rankers train
+    them side by side for a third of the epochs (:class:`DebiasingRace`).
+
+    Args:
+        names: the candidates, in the order that breaks ties.
+        keep: how many go on after each stage (non-increasing, the last 1).
+
+    Attributes:
+        alive: the candidates still racing, best first after :meth:`rank`.
+        scores_: ``{name: {"score": float, "stage": int, ...}}``, each candidate's last score, the
+            1-based stage it was scored in (0 where a state saved before 2026-11-28 did not say)
+            and what :meth:`record` was told beside it.
+        stage: the stages ended so far.
+        choice_: the leader after the last :meth:`rank` (the winner once every stage ended).
+
+    >>> race = SuccessiveHalving(["a", "b", "c"])
+    >>> for name, value in (("a", 0.1), ("b", 0.3), ("c", 0.2)):
+    ...     race.record(name, value)
+    >>> race.rank(stage_over=True), race.alive
+    ('b', ['b', 'c'])
+    """
+
+    def __init__(self, names, keep: tuple[int, ...] = (2, 1)):
+        self.alive = list(names)
+        self.keep = tuple(keep)
+        self.scores_: dict[str, dict] = {}
+        self.stage = 0
+        self.choice_: str | None = None
+
+    @property
+    def over(self) -> bool:
+        """True once every stage ended (one candidate is left)."""
+        return self.stage >= len(self.keep)
+
+    def record(self, name: str, score: float, **info) -> None:
+        """Candidate ``name``'s ``score`` (higher is better) in the current stage, with ``info``."""
+        self.scores_[name] = {"score": float(score), "stage": min(self.stage, len(self.keep) - 1) + 1, **info}
+
+    def rank(self, *, stage_over: bool) -> str:
+        """Order the live candidates by their last scores and, when ``stage_over``, keep the
+        stage's best; returns the leader (``choice_``)."""
+        self.alive = sorted(self.alive, key=lambda name: -self.scores_[name]["score"])
+        if stage_over and not self.over:
+            self.alive = self.alive[:self.keep[self.stage]]
+            self.stage += 1
+        self.choice_ = self.alive[0]
+        return self.choice_
+
+    def state(self) -> dict:
+        return {"alive": list(self.alive), "scores": {k: dict(v) for k, v in self.scores_.items()},
+                "stage": self.stage, "choice": self.choice_}
+
+    def load_state(self, state: dict) -> None:
+        self.alive = list(state["alive"])
+        self.scores_ = {k: dict(v) if isinstance(v, dict) else {"score": float(v), "stage": 0}
+                        for k, v in state["scores"].items()}  # before 2026-11-28: plain scores
+        self.stage = int(state.get("stage", sum(len(self.alive) <= k for k in self.keep)))
+        self.choice_ = state["choice"]
+
+    def run(self, stage_ends: Iterable[int], advance: Callable[[str, int], None],
+            score: Callable[[str], tuple[float, dict]],
+            report: Callable[[int, int, list[str]], None] | None = None) -> str:
+        """Drive every stage at once where the candidates advance on demand: at each end ``e`` of
+        ``stage_ends``, ``advance(name, e)`` each live candidate, record its ``score(name)``
+        (the score and what to keep beside it), and cut; ``report(stage, e, ranked)`` hears each
+        stage's outcome with the candidates best first (before the cut). Returns the winner."""
+        for end in stage_ends:
+            for name in self.alive:
+                advance(name, end)
+                value, info = score(name)
+                self.record(name, value, **info)
+            ranked = sorted(self.alive, key=lambda name: -self.scores_[name]["score"])
+            self.rank(stage_over=True)
+            if report is not None:
+                report(self.stage, end, ranked)
+        return self.rank(stage_over=False)
+
+
+class DebiasingRace(nn.Module):
+    """The candidates of ``unbiased="auto"`` and their race (see the module).
+
+    Args:
+        candidates: ``{name: NeuralRanker}``, each with its own scorer and ``unbiased`` setting;
+            only their :meth:`objective`, ``scorer`` and parameter groups are used.
+        n_positions: the position offsets of the validation criterion.
+
+    Attributes:
+        schedule: the race's successive halving (:class:`SuccessiveHalving`,
+            the trees' too); alive: the candidates still training; scores_: ``{name: explained
+            clicks}`` at the last epoch each was validated; choice_: the leader after the last
+            validation (the winner once the race is over); leader_batches_: its (scores, labels,
+            mask) of each batch of that validation.
+    """
+
+    def __init__(self, candidates: dict, n_positions: int):
+        super().__init__()
+        self.candidates = nn.ModuleDict(candidates)
+        self.n_positions = n_positions
+        self.schedule = SuccessiveHalving(candidates)
+        self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.discard()
+
+    @property
+    def alive(self) -> list[str]:
+        return self.schedule.alive
+
+    @property
+    def scores_(self) -> dict[str, float]:
+        return {name: entry["score"] for name, entry in self.schedule.scores_.items()}
+
+    @property
+    def choice_(self) -> str | None:
+        return self.schedule.choice_
+
+    def discard(self) -> None:
+        """Forget the validation batches collected so far (e.g. Lightning's sanity check)."""
+        self._scores: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
+        self._batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def loss(self, batch: PaddedBatch) -> torch.Tensor:
+        """The sum of the live candidates' training losses on ``batch`` (their parameters are
+        disjoint, so each gets its own gradient). Without the training log read
+        (:meth:`rankkit.neural.module.NeuralRanker.read_click_log`), the ``"ips"`` candidate,
+        which needs it, leaves the race with one warning."""
+        ips = self.candidates["ips"].debiasing if "ips" in self.candidates else None
+        if ips is not None and not ips.estimated and "ips" in self.alive:
+            warnings.warn("`unbiased='auto'` races without its 'ips' candidate: it estimates propensities on the "
+                          "whole training log, which was not read (train with a datamodule that has a `train_set`, "
+                          "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
+            self.schedule.alive.remove("ips")
+            self._scores.pop("ips", None)
+        return sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
+                                                               batch.mask), batch) for name in self.alive)
+
+    def parameter_groups(self) -> list[dict]:
+        return [group for child in self.candidates.values() for group in child.parameter_groups()]
+
+    @torch.no_grad()
+    def collect(self, batch: PaddedBatch) -> None:
+        """Keep the live candidates' scores (in eval mode) of a validation batch of a click log,
+        on the batch's device (copied to the host once, by :meth:`end_epoch`)."""
+        if batch.position is None:
+            raise ValueError("`unbiased='auto'` chooses on a validation click log: the validation batch has no "
+                             "`position` (validate on a click log's sessions, e.g. ClickLog.sessions)")
+        for name in self.alive:
+            scorer = self.candidates[name].scorer
+            was = scorer.training
+            scorer.eval()  # scored as they will serve (no dropout), whoever calls
+            self._scores[name].append(score_lists(scorer, batch.features, batch.mask))
+            scorer.train(was)
+        self._batches.append((batch.labels, batch.mask, batch.position))
+
+    def end_epoch(self, epoch: int, epochs: int) -> str:
+        """Score the live candidates on the collected validation log, drop the losers of this
+        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader; its batches'
+        (scores, labels, mask) stay in ``leader_batches_`` for the usual validation metrics."""
+        if not self._batches:
+            raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
+                             "click log")
+        masks = [mask.cpu() for _, mask, _ in self._batches]
+        clicks = torch.cat([labels.cpu()[mask] for (labels, _, _), mask in zip(self._batches, masks)]).double()
+        bucket = torch.cat([position.cpu()[mask] for (_, _, position), mask in zip(self._batches, masks)])
+        per_session = torch.cat([mask.sum(1) for mask in masks])
+        session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
+        for name in self.alive:
+            rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._scores[name], masks)])
+            self.schedule.record(name, explained_clicks(rows, clicks, session,
+                                                        bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
+                                 epoch=epoch)
+        ends = epoch_stage_ends(epochs)
+        self.schedule.rank(stage_over=False)
+        while not self.schedule.over and epoch + 1 >= ends[self.schedule.stage]:
+            self.schedule.rank(stage_over=True)
+        choice = self.schedule.choice_
+        self.leader_batches_ = [(scores, labels, mask) for scores, (labels, mask, _)
+                                in zip(self._scores[choice], self._batches)]
+        self.discard()
+        return choice
+
+    def state(self) -> dict:
+        """The schedule's standing and each live candidate's click-bias state (its estimator's
+        biases, or the propensities ``"ips"`` read from the training log)."""
+        debiasing = {name: self.candidates[name].debiasing.state() for name in self.alive}
+        return {**self.schedule.state(), "debiasing": {k: v for k, v in debiasing.items() if v is not None}}
+
+    def load_state(self, state: dict) -> None:
+        self.schedule.load_state(state)
+        for name, entry in state.get("debiasing", {}).items():
+            if name in self.candidates:
+                self.candidates[name].debiasing.load_state(entry)
+        self.discard()
+
+    def keep_saved(self, state_dict: dict) -> None:
+        """Drop the candidates a checkpoint's ``state_dict`` has no weights of: a race saved before
+        a candidate joined :data:`NEURAL_CANDIDATES` (``"ips"``, 2026-11-28) loads as the race it was."""
+        missing = [name for name in self.candidates
+                   if not any(key.startswith(f"race.candidates.{name}.") for key in state_dict)]
+        if missing and len(missing) < len(self.candidates):
+            for name in missing:
+                del self.candidates[name]
+            self.schedule.alive = [name for name in self.schedule.alive if name not in missing]
+
+    @classmethod
+    def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":
+        """``unbiased="auto"``'s candidates for ``module``: copies of it, one per debiasing of
+        :data:`NEURAL_CANDIDATES`, with the same settings and a copy of ``scorer`` each."""
+        h = module.hparams
+        same = {name: h[name] for name in (
+            "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
+            "normalize", "reduction", "optimizer", "lr", "weight_decay", "scheduler", "loss", "n_positions",
+            "propensity_clip", "loss_options")}
+        return cls({name: type(module)(module.n_features, scorer=copy.deepcopy(scorer), unbiased=mode, bias_p=p,
+                                       **same)
+                    for name, (mode, p) in NEURAL_CANDIDATES.items()}, n_positions)
+
+    def validate(self, module, batches, epoch: int, epochs: int) -> str:
+        """In a plain PyTorch loop: score the candidates on validation click-log ``batches`` after
+        0-based ``epoch`` of ``epochs``, drop the stage's losers, copy the leader into
+        ``module.scorer`` and return its name."""
+        for batch in batches:
+            self.collect(batch)
+        return self._lead(module, self.end_epoch(epoch, epochs))
+
+    def _lead(self, module, name: str) -> str:
+        """Copy candidate ``name``'s weights into ``module.scorer``; return the name."""
+        module.scorer.load_state_dict(self.candidates[name].scorer.state_dict())
+        return name
+
+    def end_validation(self, module) -> None:
+        """At a Lightning validation epoch's end: decide the stage, copy the leader into
+        ``module.scorer`` and log the leader's validation metrics and explained clicks."""
+        trainer = module.trainer
+        if trainer.sanity_checking:
+            self.discard()
+            return
+        if trainer.max_epochs is None or trainer.max_epochs < 1:
+            raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
+        leader = self._lead(module, self.end_epoch(module.current_epoch, trainer.max_epochs))
+        for scores, labels, mask in self.leader_batches_:
+            module.val_metrics.update(scores, labels, mask)
+        for name, metric in module.val_metrics.items():
+            module.log(name, metric.compute(), prog_bar=name.endswith("/ndcg@10"))
+        module.val_metrics.reset()
+        module.log("val/explained_clicks", self.scores_[leader], prog_bar=True)

@@ -1,0 +1,123 @@
+"""``unbiased="auto"``'s race (rankkit.clicks.race) as LambdaMART runs it: the winner against a plain fit
+of the same candidate, the stages, early stopping inside them, and the schedule itself."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+from rankkit.boosting import LambdaMART
+from rankkit.boosting import booster as booster_module, engine as engine_module
+from rankkit.boosting.engine import fit_binner, transform
+from rankkit.clicks.race import TREE_CANDIDATES, race_rounds
+from rankkit.boosting.engine import BoostingEngine
+from rankkit.clicks.race import SuccessiveHalving
+
+
+def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
+    model = LambdaMART(unbiased="auto", **kw).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    assert model.unbiased_choice_ in TREE_CANDIDATES
+    assert set(model.unbiased_scores_) == set(TREE_CANDIDATES)
+    stages = {c: v["stage"] for c, v in model.unbiased_scores_.items()}
+    finalists = [c for c, stage in stages.items() if stage == 2]
+    assert sorted(stages.values()) == [1, 1, 2, 2] and model.unbiased_choice_ in finalists
+    other = next(c for c in finalists if c != model.unbiased_choice_)
+    assert model.unbiased_scores_[model.unbiased_choice_]["score"] >= model.unbiased_scores_[other]["score"]
+    assert {v["trees"] for v in model.unbiased_scores_.values()} == {2, 4}
+    plain = LambdaMART(**TREE_CANDIDATES[model.unbiased_choice_], **{**kw, "seed": 3}).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes])
+    np.testing.assert_array_equal(model.predict(x), plain.predict(x))
+    assert model.best_iteration_ == 5
+    path = tmp_path / "auto.safetensors"
+    model.save(path)
+    loaded = LambdaMART.load(path)
+    assert loaded.unbiased_choice_ == model.unbiased_choice_ and loaded.unbiased == "auto"
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
+    # refitting with another mode leaves no stale choice behind
+    model.set_params(unbiased=False).fit(x, y, group=group)
+    assert not hasattr(model, "unbiased_choice_")
+
+
+def test_auto_says_each_stage_of_its_race_under_verbose(pbm_logs, capsys):
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    model = LambdaMART(unbiased="auto", n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, verbose=1).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    stages = [line for line in capsys.readouterr().err.splitlines() if "unbiased='auto'" in line]
+    assert len(stages) == 2 and stages[0].startswith("LambdaMART unbiased='auto' stage 1: up to 2 trees each")
+    assert stages[1].startswith("LambdaMART unbiased='auto' stage 2: up to 4 trees each")
+    assert stages[1].endswith(f"{model.unbiased_choice_} wins") and stages[0].count(",") >= 4
+    assert stages[0].endswith(" go on")
+
+
+@pytest.mark.parametrize("stages", [None, (12, 24)])
+def test_the_race_stops_each_candidate_early_and_scores_its_kept_trees(pbm_logs, monkeypatch, stages):
+    """With early stopping, no candidate grows past its own stopping point, the stages end at
+    E and 2E rounds, and each is scored at the trees a plain fit of it keeps. With longer
+    stages (12, 24), candidates stop inside them."""
+    assert race_rounds(300, 2) == (2, 4) and race_rounds(6, None) == (2, 4) and race_rounds(2, None) == (1, 1)
+    if stages is not None:
+        monkeypatch.setattr(booster_module, "race_rounds", lambda n, e: stages)
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    grown = []
+    update = BoostingEngine.update
+
+    def counting(engine):
+        grown.append(engine.config.unbiased)
+        return update(engine)
+
+    monkeypatch.setattr(BoostingEngine, "update", counting)
+    binned, transforms = [], []
+    monkeypatch.setattr(engine_module, "fit_binner", lambda *a, **k: binned.append(1) or fit_binner(*a, **k))
+    monkeypatch.setattr(engine_module, "transform", lambda *a, **k: transforms.append(1) or transform(*a, **k))
+    kw = dict(n_estimators=300, early_stopping_rounds=2, depth=2, min_data_in_leaf=5, n_positions=8,
+              learning_rate=0.5, seed=1)
+    fit = dict(eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes])
+    model = LambdaMART(unbiased="auto", **kw).fit(x, y, group=group, position=position, eval_position=[vali.position],
+                                                  **fit)
+    raced = list(grown)
+    assert binned == [1] and len(transforms) == 2  # the candidates share the bins: training set and eval set once
+    assert len(raced) < 300  # the 300-round race without stopping grows 700
+    stopped = 0
+    for name, options in TREE_CANDIDATES.items():
+        entry = model.unbiased_scores_[name]
+        # a plain fit of the candidate: to its own stop, and to the rounds of its last stage
+        plain = LambdaMART(**{**kw, **options}).fit(x, y, group=group, position=position, **fit)
+        end = (stages or (2, 4))[entry["stage"] - 1]
+        staged = LambdaMART(**{**kw, **options, "n_estimators": end}).fit(x, y, group=group, position=position, **fit)
+        stopped_at = len(plain.evals_result_["valid_0"]["ndcg@10"])
+        expected = stopped_at if name == model.unbiased_choice_ else min(end, stopped_at)
+        stopped += stopped_at < end
+        assert raced.count(options["unbiased"]) == expected
+        assert entry["trees"] == staged.best_iteration_ + 1
+    assert stopped >= (2 if stages else 0)  # the stretched stages see candidates stop inside them
+
+
+def test_successive_halving_keeps_the_best_of_each_stage_and_reads_old_states():
+    """The one race of both families: best two after stage 1, best one after stage 2, ties in
+    the candidates' order, a leader between stages; a state written before the shared race
+    (plain scores) loads with its stage read from the candidates left."""
+    race = SuccessiveHalving(["naive", "a", "b", "c"])
+    for name, value in zip(race.alive, (-0.5, -0.3, -0.3, -0.9)):
+        race.record(name, value, trees=3)
+    assert race.rank(stage_over=False) == "a" and race.alive == ["a", "b", "naive", "c"] and race.stage == 0
+    assert race.rank(stage_over=True) == "a" and race.alive == ["a", "b"] and not race.over
+    race.record("a", -0.4)
+    race.record("b", -0.2)
+    assert race.rank(stage_over=True) == "b" and race.alive == ["b"] and race.over
+    assert race.scores_["c"] == {"score": -0.9, "stage": 1, "trees": 3} and race.scores_["b"]["stage"] == 2
+    assert race.rank(stage_over=True) == "b" and race.stage == 2  # nothing after the last stage
+    old = SuccessiveHalving(["naive", "a", "b", "c"])
+    old.load_state({"alive": ["a", "b"], "scores": {"a": -0.3, "b": -0.4}, "choice": "a"})
+    assert old.stage == 1 and old.scores_["a"]["score"] == -0.3 and old.choice_ == "a"
+    again = SuccessiveHalving(["naive", "a", "b", "c"])
+    again.load_state(race.state())
+    assert again.state() == race.state()
