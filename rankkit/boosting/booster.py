@@ -379,11 +379,8 @@ class LambdaMART(BaseEstimator):
         self.evals_result_ = engine.history
         self.ensemble_ = ensemble
         self._set_importance(*engine.importances(n_trees))
-        if engine.propensity is not None:
-            self.propensities_ = {"clicked": engine.propensity.t_plus.numpy().copy(),
-                                  "unclicked": engine.propensity.t_minus.numpy().copy()}
-        if engine.position_bias is not None:
-            self.position_bias_ = engine.position_bias.cpu().numpy().copy()
+        for name, value in engine.debiasing.fitted().items():  # propensities_, position_bias_
+            setattr(self, name, value)
 
     def _config(self) -> BoosterConfig:
         params = self.get_params()

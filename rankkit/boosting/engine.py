@@ -48,12 +48,10 @@ from rankkit.boosting.tree import (
     leaf_sums,
     newton_leaf_values,
 )
-from rankkit.clicks.propensity import ips_propensities
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
-from rankkit.infra.checks import check_tensors
 from rankkit.kernels.backends import Backend, choose
-from rankkit.clicks.propensity import FixedPropensities, PropensityEstimator
+from rankkit.clicks.debiasing import make_debiasing
 
 
 # Offsets the seed of the device generator from the host generator's.
@@ -131,18 +129,19 @@ class BoostingEngine:
         if distributed or (distributed is None and reduce is None and dp.world()[1] > 1):
             self.parallel = self.reduce = _all_reduce(config, len(labels))
         self.sizes = sizes.cpu()
-        self.propensity, self.position_bias = self._debiasing(features, labels, positions)
+        # What the click setting (`unbiased`) does to every round: one object asked here and there.
+        self.debiasing = make_debiasing(config.unbiased, config.objective_spec, n_positions=config.n_positions,
+                                        bias_p=config.bias_p, propensity_clip=config.propensity_clip)
+        matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+        self.debiasing.start(matrix, labels, self.sizes, positions, device=self.device,
+                             data_parallel=self.parallel is not None, seed=config.seed)
         self.objective = make_objective(config.objective_spec, custom_loss=config.objective, seed=config.seed,
                                         quantized_grad=config.quantized_grad,
-                                        propensity=None if self.propensity is None else
-                                        (self.propensity, positions.to(self.device).long()))
-        self.bucket = None
-        if self.position_bias is not None:
-            self.bucket = positions.to(self.device).long().clamp(max=config.n_positions - 1)
+                                        propensity=self.debiasing.pair_propensity())
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
         # the other engine's eval-set codes (a list of tensors, not the engine: it may be dropped)
         self._shared_eval_codes = [] if bins_of is None else [(len(e.scores), e.codes) for e in bins_of.eval_sets]
-        self._bin(bins_of, features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features"))
+        self._bin(bins_of, matrix)
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
         self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)
@@ -190,44 +189,6 @@ class BoostingEngine:
         self.grower = ObliviousTreeGrower(self._codes, valid_codes(self.binner)[self.used], config.tree,
                                           backend=self.backend, reduce=self.reduce, shard=self.parallel)
 
-    def _debiasing(self, features, labels, positions):
-        """(pair propensities for the objective or None, the position bias [P] or None) of
-        ``config.unbiased``."""
-        c = self.config
-        if c.unbiased is False:
-            return None, None
-        if c.unbiased == "auto":
-            raise ValueError("`unbiased='auto'` is a choice among fits: LambdaMART.fit makes it, the engine "
-                             "trains one of False, True, 'position' or 'ips'")
-        if positions is None:
-            raise ValueError(f"`unbiased={c.unbiased!r}` needs the documents' displayed positions (`position=`)")
-        if c.unbiased == "position":
-            if self.parallel is not None:
-                raise ValueError("`unbiased='position'` is not data-parallel yet: train on one process")
-            return None, torch.zeros(c.n_positions, dtype=torch.float64, device=self.device)
-
-        if c.unbiased == "ips":  # examination by regression-EM on the training log, then fixed
-            matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-            theta = ips_propensities(matrix.dense(), labels.cpu(), self.sizes, positions.cpu(),
-                                     n_positions=c.n_positions, seed=c.seed)
-            return FixedPropensities(theta, clip=c.propensity_clip), None
-        # the labels are clicks: checked here, once (the compiled cost pass reads them unchecked)
-        check_tensors(("y", labels, (labels != 0) & (labels != 1), "0 or 1 (clicks)"))
-        return PropensityEstimator(c.n_positions, p=c.bias_p, sigma=c.sigma, k=c.k,
-                                   weighting=c.objective_spec.click_weighting), None
-
-    def _update_position_bias(self, grad: torch.Tensor, hess: torch.Tensor) -> None:
-        """One Newton step of the additive position bias b (LightGBM's ``position=``): with the
-        round's gradients g, h of the adjusted scores s + b[pos], and λ the regularisation,
-        b_p += η (−Σ_p g − λ n_p b_p) / (Σ_p h + λ n_p + 0.001), the sums over the documents
-        shown at position p."""
-        c, b = self.config, self.position_bias
-        g = torch.zeros_like(b).index_add_(0, self.bucket, grad.to(b.dtype))
-        h = torch.zeros_like(b).index_add_(0, self.bucket, hess.to(b.dtype))
-        n = torch.zeros_like(b).index_add_(0, self.bucket, torch.ones_like(grad, dtype=b.dtype))
-        reg = c.position_bias_regularization
-        b += c.learning_rate * (-g - reg * n * b) / (h + reg * n).abs().add(1e-3)
-
     # -- data ---------------------------------------------------------------------------------
     def add_eval_set(self, features: torch.Tensor, labels: torch.Tensor, sizes: torch.Tensor, *,
                      init_score: torch.Tensor | None = None, name: str | None = None) -> None:
@@ -257,13 +218,13 @@ class BoostingEngine:
         else:
             threads.tick()
         self._seed_round()
-        scores = self.scores if self.position_bias is None else self.scores + self.position_bias[self.bucket]
+        scores = self.debiasing.scores(self.scores)
         try:
             grad, hess = self.objective.gradients(scores, self.layout, backend=self.backend)
         except NonFiniteGradient as e:
             raise ValueError(f"round {self.n_rounds}: {e}") from None
-        if self.position_bias is not None:
-            self._update_position_bias(grad, hess)
+        self.debiasing.after_round(grad, hess, learning_rate=c.learning_rate,
+                                   regularization=c.position_bias_regularization)
         self._round_scores = scores
         rows, features = sample_round(self.generator, self.sizes, len(self.used), c.subsample,
                                       c.colsample, self.device)

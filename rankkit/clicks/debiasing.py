@@ -1,4 +1,8 @@
-r"""How a neural ranker learns from clicks: the position models trained with it.
+r"""What each ``unbiased`` setting does to training: one object per setting, for both model families.
+
+:func:`make_debiasing` builds the object of a setting (:class:`Debiasing` and its subclasses);
+the booster's engine and every neural ranker hold one and ask it (docs/design.md, "Click data in
+the round"). The neural rankers' position models, trained with the scorer, are described next.
 
 A click log is a ranking dataset with one query per session, the clicks (0/1) as labels and the
 documents' displayed ``position``. Besides Unbiased LambdaRank's pair weights
@@ -26,7 +30,7 @@ documents' displayed ``position``. Besides Unbiased LambdaRank's pair weights
 the whole training log when the fit starts (:func:`rankkit.clicks.propensity.ips_propensities`, as
 ``LambdaMART(unbiased="ips")``).
 
-``unbiased="auto"`` (:class:`DebiasingRace`) trains naive, Unbiased LambdaRank at p = 0,
+``unbiased="auto"`` (:class:`rankkit.clicks.race.DebiasingRace`) trains naive, Unbiased LambdaRank at p = 0,
 ``"position"``, ``"dla"`` and ``"ips"`` side by side on the same batches inside one fit, each a copy of the
 scorer with its own position model, and keeps the one whose scores best explain the validation
 click log (:func:`rankkit.clicks.metrics.explained_clicks`, no true label read), by successive
@@ -45,7 +49,8 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.objective import ObjectiveSpec
 
-__all__ = ["NEURAL_UNBIASED", "ClickDebiasing", "DualLearning", "PositionBias"]
+__all__ = ["NEURAL_UNBIASED", "Debiasing", "DualLearning", "DualLearningDebiasing", "InversePropensities",
+           "LearnedBiases", "PositionBias", "PositionScores", "RaceFront", "make_debiasing"]
 
 # Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
 # pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
@@ -135,66 +140,86 @@ def _weighted_softmax_ce(logits: torch.Tensor, weights: torch.Tensor, mask: torc
 
 
 
-class ClickDebiasing:
-    """What every ``unbiased`` setting adds to a neural ranker's objective: the click-bias
-    estimator of Unbiased LambdaRank (``True``: :class:`rankkit.clicks.propensity.PropensityEstimator`,
-    re-estimated after every batch from the decayed pair costs of the recent batches), the
-    position models (``"position"``: :class:`PositionBias`; ``"dla"``: :class:`DualLearning`, which
-    the module registers as its own sub-modules), and the training data's position ids
-    (:class:`rankkit.clicks.propensity.PositionIds`, LightGBM's reading: 0- or 1-based or sparse ids train
-    the same model).
+class Debiasing:
+    """What one ``unbiased`` setting does to training, for the booster's engine and for the neural
+    rankers alike; this base class is naive training (``unbiased=False``), which changes nothing.
+    :func:`make_debiasing` builds the object of a setting; each subclass overrides what its
+    setting changes:
+
+    * the scores the training loss sees (:meth:`scores`: an additive position bias);
+    * the weight of each pair of the lambda kernel (:meth:`pair_propensity` for the booster's
+      objective, :meth:`pair_weights` for a neural batch);
+    * what it learns after each step (:meth:`after_round`, the booster's Newton step), or the
+      whole loss (:meth:`loss`, the Dual Learning Algorithm);
+    * what it reads from the whole training log before the first step (:meth:`start` for the
+      booster, :meth:`read_positions` for a neural ranker);
+    * what a fitted model reports of it (:meth:`propensities`) and what a checkpoint keeps
+      (:meth:`state`).
+
+    Every setting reads displayed positions as LightGBM does: the ids of the training data
+    (:class:`rankkit.clicks.propensity.PositionIds`), through which every later position goes.
 
     Args:
-        unbiased: the checked setting (False, True, "position", "dla", "ips" or "auto").
-        spec: the module's objective (:class:`rankkit.objective.ObjectiveSpec`): debiasing pairs
-            needs a pairwise one; "dla" and "auto" need the built-in lambda loss of ``weighting``.
-        bias_p, n_positions: the estimator's and position models' (``n_positions`` ≥ 1).
-        ema_decay: the module's weight average ("auto" races copies of the scorer: none).
+        spec: the objective (:class:`rankkit.objective.ObjectiveSpec`): debiasing pairs needs a
+            pairwise one.
+        n_positions: the position buckets of the biases (deeper positions share the last).
+        bias_p: Unbiased LambdaMART's regularisation norm (``unbiased=True``).
         propensity_clip: ``"ips"``'s bound on each pair weight θ̂₀/θ̂ (None: none).
-        name: how the user spelt the objective (``"objective"``, or the old ``"loss"``).
     """
 
-    def __init__(self, unbiased, spec: ObjectiveSpec, *, bias_p: float, n_positions: int, ema_decay: float = 0.0,
-                 propensity_clip: float | None = 10.0, name: str = "objective"):
-        self.unbiased, self.n_positions = unbiased, n_positions
-        self.propensity: PropensityEstimator | None = None
-        self.clip = propensity_clip
-        _check_choice(unbiased, spec, ema_decay, name)
-        if unbiased in (True, "ips"):
-            _checks.check_number(bias_p, "bias_p", low=0)
-            _checks.check_int(n_positions, "n_positions")
-            if not spec.pairwise:
-                raise ValueError(f"`unbiased={unbiased!r}` debiases pairs: it needs a pairwise objective, got "
-                                 f"{spec.name!r}")
-        if unbiased is True:
-            self.propensity = PropensityEstimator(n_positions, p=bias_p, sigma=spec.sigma, k=spec.k,
-                                                  weighting=spec.click_weighting)
-        self.costs = None if self.propensity is None else self.propensity.costs.clone()
-        self.position_ids: PositionIds | None = None
-        self.position_bias = PositionBias(n_positions) if unbiased == "position" else None
-        self.dla = DualLearning(n_positions) if unbiased == "dla" else None
+    setting: bool | str = False
+    #: the modules a neural ranker registers as its own (their parameters train with the scorer)
+    position_bias: nn.Module | None = None
+    dla: nn.Module | None = None
 
+    def __init__(self, spec: ObjectiveSpec, *, n_positions: int = 10, bias_p: float = 1.0,
+                 propensity_clip: float | None = 10.0):
+        self.spec, self.n_positions, self.bias_p, self.clip = spec, n_positions, bias_p, propensity_clip
+        self.propensity: PropensityEstimator | None = None
+        self.costs: torch.Tensor | None = None
+        self.position_ids: PositionIds | None = None
+        self.training_positions: torch.Tensor | None = None  # the booster's [N] dense positions
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(unbiased={self.setting!r}, n_positions={self.n_positions})"
+
+    # -- the booster ---------------------------------------------------------------------------
+    def start(self, features, labels: torch.Tensor, sizes: torch.Tensor, positions: torch.Tensor | None, *,
+              device: torch.device, data_parallel: bool, seed: int) -> None:
+        """At a booster fit's start: the training log's rows (``features`` [N, F] or an object with
+        ``dense()``, ``labels`` the clicks, ``sizes`` [S] rows per session, ``positions`` [N]
+        dense 0-based, or None for naive training), before the objective is built."""
+        if self.setting is not False and positions is None:
+            raise ValueError(f"`unbiased={self.setting!r}` needs the documents' displayed positions (`position=`)")
+        self.training_positions = None if positions is None else positions.to(device).long()
+
+    def pair_propensity(self) -> tuple[PropensityEstimator, torch.Tensor] | None:
+        """What the booster's objective weighs pairs by: (estimator, positions [N]), or None."""
+        return None
+
+    def scores(self, scores: torch.Tensor) -> torch.Tensor:
+        """The scores the booster's lambdas are taken at (flat [N])."""
+        return scores
+
+    def after_round(self, grad: torch.Tensor, hess: torch.Tensor, *, learning_rate: float,
+                    regularization: float) -> None:
+        """After a booster round's gradients: what the setting learns from them."""
+
+    # -- the neural rankers ----------------------------------------------------------------------
     @property
     def estimated(self) -> bool:
-        """False only for ``"ips"`` before its training log was read (its propensities come from it)."""
-        return self.unbiased != "ips" or self.propensity is not None
+        """False only where propensities must first be read from the training log (``"ips"``)."""
+        return True
 
     def loss(self, objective, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
         """The training loss of a batch by ``objective``
-        (:class:`rankkit.neural.objective.NeuralObjective`): its pairs weighed by the click biases
-        updated on this batch, the scores adjusted by the position model, or DLA's own loss."""
+        (:class:`rankkit.neural.objective.NeuralObjective`); a custom loss is taken as it is."""
         if objective.spec.custom:
             return objective(scores, batch)
-        if self.dla is not None:
-            return self.dla.loss(scores, batch.labels, self.positions(batch), batch.mask)
-        if self.position_bias is not None:
-            scores = self.position_bias(scores, self.positions(batch))
-        if not self.estimated:
-            raise ValueError("`unbiased='ips'` estimates its propensities on the whole training log before the "
-                             "first batch: train with a datamodule that has a `train_set` (RankingDataModule), or "
-                             "call `module.read_click_log(train_set)` first in a plain loop")
-        weights = None if self.propensity is None else self.pair_weights(scores, batch)
-        return objective(scores, batch, pair_weights=weights)
+        return self._loss(objective, scores, batch)
+
+    def _loss(self, objective, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
+        return objective(scores, batch, pair_weights=None)
 
     def parameter_groups(self, scorer: nn.Module) -> list[dict]:
         """The optimiser's parameter groups: the scorer's, and the position model's without weight
@@ -206,12 +231,89 @@ class ClickDebiasing:
         return params
 
     def positions(self, batch: PaddedBatch) -> torch.Tensor:
-        """The batch's displayed positions [Q, L], which every ``unbiased`` setting needs."""
+        """The batch's displayed positions [Q, L], which every debiasing setting needs."""
         if batch.position is None:
-            raise ValueError(f"`unbiased={self.unbiased!r}` needs the documents' displayed positions: the "
+            raise ValueError(f"`unbiased={self.setting!r}` needs the documents' displayed positions: the "
                              f"training batch has no `position` (train on a dataset with `position=`, e.g. "
                              f"ClickLog.sessions)")
         return batch.position
+
+    def read_positions(self, train_set) -> torch.Tensor | None:
+        """At a neural fit's start: the position ids of the training data (more distinct ids than
+        ``n_positions`` are refused), which every batch's positions go through (:meth:`map`);
+        returns the training data's dense positions (None without them). ``train_set`` None (a
+        fit without a datamodule) keeps what an earlier call read."""
+        if train_set is None:  # a fit without a datamodule: the last reading stands (read_click_log)
+            return None
+        self.position_ids = dense = None
+        if self.setting and getattr(train_set, "position", None) is not None:
+            self.position_ids, dense = PositionIds.dense(train_set.position, "the training data's position",
+                                                         n_positions=self.n_positions)
+        return dense
+
+    def map(self, batch):
+        """``batch`` with its positions read through the training data's ids."""
+        ids = self.position_ids
+        if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None:
+            return batch
+        position = torch.zeros_like(batch.position)
+        position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")
+        return batch._replace(position=position)
+
+    # -- what a fitted model reports, what a checkpoint keeps ------------------------------------
+    def propensities(self) -> dict[str, torch.Tensor] | None:
+        """``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}`` (float64, position 0 =
+        1): the position biases the setting learned or read (see each setting); None here."""
+        if self.propensity is None:
+            return None
+        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone()}
+
+    def fitted(self) -> dict:
+        """What a fitted LambdaMART reports of the setting, as numpy: ``propensities_`` (the
+        estimator's t⁺, t⁻) and ``position_bias_`` (``"position"``) where there are such."""
+        biases = self.propensities()
+        return {} if biases is None else {"propensities_": {k: v.numpy().copy() for k, v in biases.items()}}
+
+    def state(self) -> dict | None:
+        """The estimator's biases and decayed costs, for a checkpoint (None without an estimator)."""
+        if self.propensity is None:
+            return None
+        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone(),
+                "costs": self.costs.clone()}
+
+    def load_state(self, state: dict) -> None:
+        if self.propensity is not None:
+            self.propensity.t_plus = state["clicked"].clone()
+            self.propensity.t_minus = state["unclicked"].clone()
+            self.costs = state["costs"].clone()
+
+
+class LearnedBiases(Debiasing):
+    """``unbiased=True``: Unbiased LambdaMART (Hu, Wang, Peng, Li, WWW 2019) and its neural
+    counterpart. Each pair (clicked i, unclicked j) weighs 1 / (t⁺(pos i) t⁻(pos j)), with the
+    biases re-estimated from the pairs' costs at the current scores
+    (:class:`rankkit.clicks.propensity.PropensityEstimator`): once per round for the booster (the
+    objective asks :meth:`pair_propensity`), after every batch for a neural ranker, from the
+    exponentially decayed costs of the recent batches (:data:`BIAS_COST_DECAY`)."""
+
+    setting = True
+
+    def __init__(self, spec: ObjectiveSpec, **kwargs):
+        super().__init__(spec, **kwargs)
+        self.propensity = PropensityEstimator(self.n_positions, p=self.bias_p, sigma=spec.sigma, k=spec.k,
+                                              weighting=spec.click_weighting)
+        self.costs = self.propensity.costs.clone()
+
+    def start(self, features, labels, sizes, positions, **kwargs) -> None:
+        super().start(features, labels, sizes, positions, **kwargs)
+        # the labels are clicks: checked here, once (the compiled cost pass reads them unchecked)
+        _checks.check_tensors(("y", labels, (labels != 0) & (labels != 1), "0 or 1 (clicks)"))
+
+    def pair_propensity(self):
+        return self.propensity, self.training_positions
+
+    def _loss(self, objective, scores, batch):
+        return objective(scores, batch, pair_weights=self.pair_weights(scores, batch))
 
     def pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""
@@ -223,66 +325,163 @@ class ClickDebiasing:
         est.step()
         return est.pair_factors(batch.position, batch.mask, dtype=scores.dtype)
 
-    def read_positions(self, train_set) -> None:
-        """At a fit's start: the position ids of the training data (more distinct ids than
-        ``n_positions`` are refused), which every batch's positions go through (:meth:`map`);
-        with ``"ips"``, the propensities by regression-EM on the whole training log (seeded by
-        torch's initial seed, which ``seed_everything`` sets). ``train_set`` None (a fit
-        without a datamodule) keeps what an earlier call read."""
-        if train_set is None:  # a fit without a datamodule: the last reading stands (read_click_log)
-            return
-        self.position_ids = dense = None
-        if self.unbiased and getattr(train_set, "position", None) is not None:
-            self.position_ids, dense = PositionIds.dense(train_set.position, "the training data's position",
-                                                         n_positions=self.n_positions)
-        if self.unbiased == "ips" and dense is None:
+
+class InversePropensities(LearnedBiases):
+    """``unbiased="ips"``: pairs weighed by fixed inverse propensities min(θ̂₀/θ̂(pos),
+    ``propensity_clip``), θ̂ estimated once by regression-EM on the whole training log
+    (:func:`rankkit.clicks.propensity.ips_propensities`) before the first step; reported as
+    ``"clicked"`` θ̂/θ̂₀ (and ones)."""
+
+    setting = "ips"
+
+    def __init__(self, spec: ObjectiveSpec, **kwargs):
+        Debiasing.__init__(self, spec, **kwargs)  # no estimator until the training log is read
+
+    def start(self, features, labels, sizes, positions, *, seed: int, **kwargs) -> None:
+        Debiasing.start(self, features, labels, sizes, positions, seed=seed, **kwargs)
+        self.read_log(features.dense() if hasattr(features, "dense") else features, labels.cpu(), sizes,
+                      positions.cpu(), seed=seed)
+
+    @property
+    def estimated(self) -> bool:
+        return self.propensity is not None
+
+    def read_positions(self, train_set) -> torch.Tensor | None:
+        """The position ids, then θ̂ by regression-EM on the whole training log (seeded by torch's
+        initial seed, which ``seed_everything`` sets)."""
+        dense = super().read_positions(train_set)
+        if train_set is not None:
+            self.read_log(train_set.features, train_set.labels, train_set.sizes, dense,
+                          seed=torch.initial_seed() % 2**31,
+                          names=("the training data's features", "the training data's clicks",
+                                 "the training data's position"))
+        return dense
+
+    def read_log(self, features, clicks: torch.Tensor, sizes: torch.Tensor, positions: torch.Tensor | None, *,
+                 seed: int, names: tuple[str, str, str] = ("X", "y", "position")) -> None:
+        """θ̂ of the training log (flat rows, ``positions`` dense 0-based) by regression-EM."""
+        if positions is None:
             raise ValueError("`unbiased='ips'` estimates its propensities from the training log's displayed "
                              "positions: the training set has no `position` (train on a click log's sessions)")
-        if self.unbiased == "ips":
-            theta = ips_propensities(train_set.features, train_set.labels, train_set.sizes, dense,
-                                     n_positions=self.n_positions, seed=torch.initial_seed() % 2**31,
-                                     names=("the training data's features", "the training data's clicks",
-                                            "the training data's position"))
-            self.propensity = FixedPropensities(theta, clip=self.clip)
-            self.costs = self.propensity.costs.clone()
+        theta = ips_propensities(features, clicks, sizes, positions, n_positions=self.n_positions, seed=seed,
+                                 names=names)
+        self.propensity = FixedPropensities(theta, clip=self.clip)
+        self.costs = self.propensity.costs.clone()
 
-    def map(self, batch):
-        """``batch`` with its positions read through the training data's ids."""
-        ids = self.position_ids
-        if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None:
-            return batch
-        position = torch.zeros_like(batch.position)
-        position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")
-        return batch._replace(position=position)
-
-    def propensities(self) -> dict[str, torch.Tensor] | None:
-        """With ``unbiased=True``: ``{"clicked": t⁺ [n_positions], "unclicked": t⁻ [n_positions]}``
-        (float64, position 0 = 1), the learned position biases; with ``"ips"``, θ̂_k/θ̂₀ as
-        ``"clicked"`` (and ones) once the training log is read; with ``"dla"``, the propensity
-        model's exp(φ_k − φ_0) as ``"clicked"`` (and ones); None otherwise."""
-        dla = self.dla
-        if dla is not None:
-            return {"clicked": dla.propensities, "unclicked": torch.ones(dla.n_positions, dtype=torch.float64)}
-        if self.propensity is None:
-            return None
-        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone()}
-
-    def state(self) -> dict | None:
-        """The estimator's biases and decayed costs, for a checkpoint (None without it: ``"ips"``
-        has it once it has read its training log)."""
-        if self.propensity is None:
-            return None
-        return {"clicked": self.propensity.t_plus.clone(), "unclicked": self.propensity.t_minus.clone(),
-                "costs": self.costs.clone()}
+    def _loss(self, objective, scores, batch):
+        if not self.estimated:
+            raise ValueError("`unbiased='ips'` estimates its propensities on the whole training log before the "
+                             "first batch: train with a datamodule that has a `train_set` (RankingDataModule), or "
+                             "call `module.read_click_log(train_set)` first in a plain loop")
+        return super()._loss(objective, scores, batch)
 
     def load_state(self, state: dict) -> None:
-        if self.unbiased == "ips":  # the propensities the training log gave (t⁺ = θ̂ / θ̂₀, t⁻ = 1)
-            with torch.device("cpu"):  # host tensors, also where a checkpoint's check builds on "meta"
-                self.propensity = FixedPropensities(state["clicked"].cpu(), clip=self.clip)
-        if self.propensity is not None:
-            self.propensity.t_plus = state["clicked"].clone()
-            self.propensity.t_minus = state["unclicked"].clone()
-            self.costs = state["costs"].clone()
+        # the propensities the training log gave (t⁺ = θ̂ / θ̂₀, t⁻ = 1)
+        with torch.device("cpu"):  # host tensors, also where a checkpoint's check builds on "meta"
+            self.propensity = FixedPropensities(state["clicked"].cpu(), clip=self.clip)
+        super().load_state(state)
+
+
+class PositionScores(Debiasing):
+    """``unbiased="position"``: LightGBM's ``Dataset(position=...)``. The training scores take an
+    additive bias per displayed position, s + b[pos] (:class:`PositionBias`); evaluation and
+    export leave it out. The booster learns b by one Newton step per round on the round's
+    gradients (:meth:`after_round`, in float64); a neural ranker learns it with the scorer, by the
+    same optimiser."""
+
+    setting = "position"
+
+    def __init__(self, spec: ObjectiveSpec, **kwargs):
+        super().__init__(spec, **kwargs)
+        self.position_bias = PositionBias(self.n_positions)
+        self.bucket: torch.Tensor | None = None
+
+    @property
+    def bias(self) -> torch.Tensor:
+        """[n_positions] the learned biases (detached)."""
+        return self.position_bias.bias.detach()
+
+    def start(self, features, labels, sizes, positions, *, device, data_parallel: bool, **kwargs) -> None:
+        super().start(features, labels, sizes, positions, device=device, data_parallel=data_parallel, **kwargs)
+        if data_parallel:
+            raise ValueError("`unbiased='position'` is not data-parallel yet: train on one process")
+        self.position_bias = self.position_bias.to(device, torch.float64).requires_grad_(False)
+        self.bucket = _bucket(self.training_positions, self.n_positions)
+
+    def scores(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores + self.bias[self.bucket]
+
+    def fitted(self) -> dict:
+        return {"position_bias_": self.bias.cpu().numpy().copy()}
+
+    def after_round(self, grad, hess, *, learning_rate: float, regularization: float) -> None:
+        """One Newton step of b: with the round's gradients g, h of the adjusted scores s + b[pos]
+        and λ the regularisation, b_p += η (−Σ_p g − λ n_p b_p) / (Σ_p h + λ n_p + 0.001), the sums
+        over the documents shown at position p."""
+        b = self.bias
+        g = torch.zeros_like(b).index_add_(0, self.bucket, grad.to(b.dtype))
+        h = torch.zeros_like(b).index_add_(0, self.bucket, hess.to(b.dtype))
+        n = torch.zeros_like(b).index_add_(0, self.bucket, torch.ones_like(grad, dtype=b.dtype))
+        b += learning_rate * (-g - regularization * n * b) / (h + regularization * n).abs().add(1e-3)
+
+    def _loss(self, objective, scores, batch):
+        return objective(self.position_bias(scores, self.positions(batch)), batch, pair_weights=None)
+
+
+class DualLearningDebiasing(Debiasing):
+    """``unbiased="dla"`` (neural rankers only): the Dual Learning Algorithm's propensity model
+    and the ranker trained together by their weighted cross-entropies (:class:`DualLearning`);
+    reported as ``"clicked"`` exp(φ_k − φ_0) (and ones)."""
+
+    setting = "dla"
+
+    def __init__(self, spec: ObjectiveSpec, **kwargs):
+        super().__init__(spec, **kwargs)
+        self.dla = DualLearning(self.n_positions)
+
+    def start(self, *args, **kwargs) -> None:
+        raise ValueError("`unbiased='dla'` trains a propensity model by gradient: the neural rankers take it, "
+                         "LambdaMART does not")
+
+    def _loss(self, objective, scores, batch):
+        return self.dla.loss(scores, batch.labels, self.positions(batch), batch.mask)
+
+    def propensities(self) -> dict[str, torch.Tensor]:
+        dla = self.dla
+        return {"clicked": dla.propensities, "unclicked": torch.ones(dla.n_positions, dtype=torch.float64)}
+
+
+class RaceFront(Debiasing):
+    """``unbiased="auto"`` on the module that holds the race: it trains nothing itself (each
+    candidate holds its own debiasing, :class:`rankkit.clicks.race.DebiasingRace`), and reads the
+    training data's position ids as every setting does."""
+
+    setting = "auto"
+
+    def start(self, *args, **kwargs) -> None:
+        raise ValueError("`unbiased='auto'` is a choice among fits: LambdaMART.fit makes it, the engine "
+                         "trains one of False, True, 'position' or 'ips'")
+
+
+_SETTINGS = {False: Debiasing, True: LearnedBiases, "position": PositionScores, "ips": InversePropensities,
+             "dla": DualLearningDebiasing, "auto": RaceFront}
+
+
+def make_debiasing(unbiased, spec: ObjectiveSpec, *, n_positions: int = 10, bias_p: float = 1.0,
+                   propensity_clip: float | None = 10.0, ema_decay: float = 0.0,
+                   name: str = "objective") -> Debiasing:
+    """The object of the ``unbiased`` setting (False, True, "position", "ips", "dla" or "auto"),
+    checked against the objective: debiasing pairs (True, "ips") needs a pairwise ``spec``;
+    "dla" and "auto" need the built-in lambda loss, and "auto" no weight average (``ema_decay``);
+    ``name`` is how the user spelt the objective (``"objective"``, or the old ``"loss"``)."""
+    _check_choice(unbiased, spec, ema_decay, name)
+    if unbiased in (True, "ips"):
+        _checks.check_number(bias_p, "bias_p", low=0)
+        _checks.check_int(n_positions, "n_positions")
+        if not spec.pairwise:
+            raise ValueError(f"`unbiased={unbiased!r}` debiases pairs: it needs a pairwise objective, got "
+                             f"{spec.name!r}")
+    return _SETTINGS[unbiased](spec, n_positions=n_positions, bias_p=bias_p, propensity_clip=propensity_clip)
 
 
 def _check_choice(unbiased, spec: ObjectiveSpec, ema_decay: float, name: str) -> None:
@@ -303,7 +502,7 @@ def _check_choice(unbiased, spec: ObjectiveSpec, ema_decay: float, name: str) ->
                          f"{name}={spec.objective!r}")
 
 
-def checkpoint_entries(debiasing: ClickDebiasing, race: DebiasingRace | None) -> dict:
+def checkpoint_entries(debiasing: Debiasing, race: DebiasingRace | None) -> dict:
     """What a checkpoint's ``rankkit`` dict keeps of a module's debiasing: the estimator's biases
     and costs (``"propensities"``) and the race's standing (``"race"``), where there are such."""
     entries = {}
@@ -315,7 +514,7 @@ def checkpoint_entries(debiasing: ClickDebiasing, race: DebiasingRace | None) ->
     return entries
 
 
-def restore_entries(debiasing: ClickDebiasing, race: DebiasingRace | None, state: dict,
+def restore_entries(debiasing: Debiasing, race: DebiasingRace | None, state: dict,
                     state_dict: dict | None = None) -> None:
     """Load what :func:`checkpoint_entries` kept in a checkpoint's ``rankkit`` dict ``state``; a
     race keeps only the candidates whose weights the checkpoint's ``state_dict`` holds."""
@@ -327,11 +526,11 @@ def restore_entries(debiasing: ClickDebiasing, race: DebiasingRace | None, state
         race.load_state(state["race"])
 
 
-def read_click_log(debiasing: ClickDebiasing, race: DebiasingRace | None, train_set) -> None:
+def read_click_log(debiasing: Debiasing, race: DebiasingRace | None, train_set) -> None:
     """What a fit on a click log reads from its whole training set (a :class:`RankingDataset`
     with ``position``) before the first batch: the position ids every batch's positions go
     through, and with ``unbiased="ips"`` (or the ``"auto"`` race's ips candidate) the
-    propensities by regression-EM (:meth:`ClickDebiasing.read_positions`)."""
+    propensities by regression-EM (:meth:`Debiasing.read_positions`)."""
     debiasing.read_positions(train_set)
     for candidate in () if race is None else race.candidates.values():
         candidate.debiasing.read_positions(train_set)

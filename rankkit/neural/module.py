@@ -22,7 +22,7 @@ from rankkit.infra.checkpoint import (class_path, guard_trainer_restore, guarded
                                       restore_rng, rng_state)
 from rankkit.metrics import ranking_metrics
 from rankkit.neural.config import NeuralConfig, Objective
-from rankkit.clicks.debiasing import (NEURAL_UNBIASED, ClickDebiasing, checkpoint_entries, read_click_log,
+from rankkit.clicks.debiasing import (NEURAL_UNBIASED, checkpoint_entries, make_debiasing, read_click_log,
                                       restore_entries)
 from rankkit.clicks.race import DebiasingRace
 from rankkit.neural.objective import (check_objective_settings, neural_objective, objective_alias, record_objective,
@@ -76,7 +76,7 @@ class NeuralRanker(pl.LightningModule):
         check_all(o)
         self.training_objective = neural_objective(o, **settings)  # and its options
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
-        self.debiasing = ClickDebiasing(unbiased, self.training_objective.spec, bias_p=o.bias_p,
+        self.debiasing = make_debiasing(unbiased, self.training_objective.spec, bias_p=o.bias_p,
                                         n_positions=o.n_positions, ema_decay=o.ema_decay,
                                         propensity_clip=o.propensity_clip, name=name)
         self.position_bias, self.dla = self.debiasing.position_bias, self.debiasing.dla  # registered here
@@ -100,7 +100,7 @@ class NeuralRanker(pl.LightningModule):
 
     @property
     def propensities(self) -> dict[str, torch.Tensor] | None:
-        """The learned position biases (:meth:`rankkit.clicks.debiasing.ClickDebiasing.propensities`)."""
+        """The learned position biases (:meth:`rankkit.clicks.debiasing.Debiasing.propensities`)."""
         return self.debiasing.propensities()
 
     def serving_scorer(self) -> nn.Module:
@@ -160,7 +160,7 @@ class NeuralRanker(pl.LightningModule):
         return score_lists(scorer, features, mask)
 
     def objective(self, scores: torch.Tensor, batch: PaddedBatch) -> torch.Tensor:
-        """The training loss of a batch (:meth:`rankkit.clicks.debiasing.ClickDebiasing.loss`)."""
+        """The training loss of a batch (:meth:`rankkit.clicks.debiasing.Debiasing.loss`)."""
         return self.debiasing.loss(self.training_objective, scores, batch)
 
     def training_step(self, batch: PaddedBatch, batch_idx: int) -> torch.Tensor:
@@ -225,7 +225,7 @@ class NeuralRanker(pl.LightningModule):
         _quiet.release(self)
 
     def parameter_groups(self) -> list[dict]:
-        """The optimiser's parameter groups (:meth:`rankkit.clicks.debiasing.ClickDebiasing.parameter_groups`)."""
+        """The optimiser's parameter groups (:meth:`rankkit.clicks.debiasing.Debiasing.parameter_groups`)."""
         return self.debiasing.parameter_groups(self.scorer)
 
     def configure_optimizers(self):

@@ -25,7 +25,8 @@ from rankkit.training.datamodule import RankingDataModule
 from rankkit.lambdas import lambda_gradients
 from rankkit.neural import LambdaRank
 from rankkit.examples.losses import squared_pairwise_hinge
-from rankkit.clicks.debiasing import ClickDebiasing, DualLearning, PositionBias, checkpoint_entries, restore_entries
+from rankkit.clicks.debiasing import (DualLearning, PositionBias, checkpoint_entries, make_debiasing,
+                                      restore_entries)
 from rankkit.clicks.race import NEURAL_CANDIDATES
 from rankkit.objective import objective_spec
 
@@ -279,11 +280,11 @@ def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
 def test_click_debiasing_reads_position_ids_weighs_pairs_and_keeps_its_state():
     ndcg = objective_spec(None, weighting="ndcg")
     with pytest.raises(ValueError, match="needs a pairwise objective"):
-        ClickDebiasing(True, objective_spec("softmax"), bias_p=1.0, n_positions=5)
-    off = ClickDebiasing(False, ndcg, bias_p=1.0, n_positions=5)
+        make_debiasing(True, objective_spec("softmax"), bias_p=1.0, n_positions=5)
+    off = make_debiasing(False, ndcg, bias_p=1.0, n_positions=5)
     assert off.propensity is None and off.state() is None and off.propensities() is None
     assert checkpoint_entries(off, None) == {}
-    on = ClickDebiasing(True, ndcg, bias_p=1.0, n_positions=5)
+    on = make_debiasing(True, ndcg, bias_p=1.0, n_positions=5)
     train = SimpleNamespace(position=torch.tensor([1, 2, 3, 1, 2]))  # 1-based ids
     on.read_positions(train)
     batch = PaddedBatch(features=torch.zeros(1, 3, 1), labels=torch.tensor([[1.0, 0.0, 0.0]]),
@@ -294,7 +295,7 @@ def test_click_debiasing_reads_position_ids_weighs_pairs_and_keeps_its_state():
     assert upper.shape == lower.shape == (1, 3) and bool(torch.isfinite(upper).all())
     entries = checkpoint_entries(on, None)
     assert set(entries) == {"propensities"}
-    other = ClickDebiasing(True, ndcg, bias_p=1.0, n_positions=5)
+    other = make_debiasing(True, ndcg, bias_p=1.0, n_positions=5)
     restore_entries(other, None, entries)
     assert torch.equal(other.propensities()["clicked"], on.propensities()["clicked"])
     assert torch.equal(other.costs, on.costs)
@@ -311,14 +312,14 @@ def test_click_debiasing_reads_position_ids_weighs_pairs_and_keeps_its_state():
 def test_dla_and_auto_refuse_what_they_cannot_train(unbiased, objective, ema, match):
     spec = objective_spec(squared_pairwise_hinge if objective == "squared_pairwise_hinge" else objective)
     with pytest.raises(ValueError, match=match):
-        ClickDebiasing(unbiased, spec, bias_p=1.0, n_positions=5, ema_decay=ema)
-    ClickDebiasing(unbiased, objective_spec(None, weighting="ndcg"), bias_p=1.0, n_positions=5)  # the built-in: fine
+        make_debiasing(unbiased, spec, bias_p=1.0, n_positions=5, ema_decay=ema)
+    make_debiasing(unbiased, objective_spec(None, weighting="ndcg"), bias_p=1.0, n_positions=5)  # the built-in: fine
 
 
 def test_each_setting_gets_its_position_model_and_a_decay_free_parameter_group():
     scorer = torch.nn.Linear(3, 1)
     for unbiased, kind in ((False, None), (True, None), ("position", PositionBias), ("dla", DualLearning)):
-        d = ClickDebiasing(unbiased, objective_spec(None, weighting="ndcg"), bias_p=1.0, n_positions=4)
+        d = make_debiasing(unbiased, objective_spec(None, weighting="ndcg"), bias_p=1.0, n_positions=4)
         models = [m for m in (d.position_bias, d.dla) if m is not None]
         assert [type(m) for m in models] == ([] if kind is None else [kind])
         groups = d.parameter_groups(scorer)
@@ -338,8 +339,9 @@ def test_position_bias_step_matches_a_float64_loop(pbm_logs):
                             positions=train.position)
     engine.update()
     engine.update()  # the second round's gradients are taken at s + b
-    b1 = engine.position_bias.clone()
-    adjusted = engine.scores + b1[engine.bucket]
+    b1 = engine.debiasing.bias.clone()
+    assert b1.dtype == torch.float64
+    adjusted = engine.scores + b1[train.position.long().clamp(max=5)]
     grad, hess = engine.objective.gradients(adjusted, engine.layout, backend=engine.backend)
     engine.update()
     expected = b1.clone()
@@ -354,7 +356,7 @@ def test_position_bias_step_matches_a_float64_loop(pbm_logs):
     for p in range(6):
         step = (-g[p] - 0.3 * n[p] * float(b1[p])) / (abs(h[p] + 0.3 * n[p]) + 1e-3)
         expected[p] = float(b1[p]) + 0.2 * step
-    assert torch.allclose(engine.position_bias, expected, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(engine.debiasing.bias, expected, rtol=1e-9, atol=1e-12)
 
 
 def test_position_model_explains_clicks_by_position():
@@ -455,3 +457,69 @@ def test_more_position_ids_than_n_positions_are_refused_or_pooled_on_request(pbm
     assert not hasattr(naive.fit(x, y, group=group, position=position), "position_ids_")  # read by no one
     with pytest.raises(ValueError, match=r"`position` has to hold integer position ids .* got 0.5 at index 2"):
         LambdaMART(**kw).fit(x, y, group=group, position=torch.tensor([0, 1, 0.5] + [0] * (len(y) - 3)))
+
+
+# -- one object per setting, asked by both families --------------------------------------------------
+def test_each_setting_is_one_object_that_both_families_ask():
+    """make_debiasing gives one class per setting; the booster's side of each (start, the pair
+    propensity, the scores, the after-round step, the fitted attributes) is what the engine used
+    to spell out, checked here by hand; "dla" and "auto" are refused by the booster in one line."""
+    from rankkit.clicks.debiasing import (Debiasing, DualLearningDebiasing, InversePropensities, LearnedBiases,
+                                          PositionScores, RaceFront)
+    from rankkit.clicks.propensity import PropensityEstimator
+
+    spec = objective_spec(None, weighting="ndcg")
+    kinds = {False: Debiasing, True: LearnedBiases, "position": PositionScores, "ips": InversePropensities,
+             "dla": DualLearningDebiasing, "auto": RaceFront}
+    for setting, kind in kinds.items():
+        made = make_debiasing(setting, spec, n_positions=4)
+        assert type(made) is kind and made.setting is setting or made.setting == setting
+    g = torch.Generator().manual_seed(0)
+    n, sizes = 12, torch.tensor([5, 7])
+    features, clicks = torch.randn(n, 3, generator=g), (torch.rand(n, generator=g) < 0.4).float()
+    positions = torch.cat([torch.arange(5), torch.arange(7)])
+    start = dict(device=torch.device("cpu"), data_parallel=False, seed=0)
+    for setting in (True, "position", "ips"):  # every debiasing setting needs the positions
+        with pytest.raises(ValueError, match=r"needs the documents' displayed positions \(`position=`\)"):
+            make_debiasing(setting, spec, n_positions=4).start(features, clicks, sizes, None, **start)
+    for setting, match in (("dla", "LambdaMART does not"), ("auto", "is a choice among fits")):
+        with pytest.raises(ValueError, match=match):
+            make_debiasing(setting, spec, n_positions=4).start(features, clicks, sizes, positions, **start)
+    with pytest.raises(ValueError, match="not data-parallel yet"):
+        make_debiasing("position", spec, n_positions=4).start(features, clicks, sizes, positions,
+                                                              **{**start, "data_parallel": True})
+    with pytest.raises(ValueError, match=r"`y` .*0 or 1 \(clicks\)"):
+        make_debiasing(True, spec, n_positions=4).start(features, clicks * 2, sizes, positions, **start)
+
+    naive = make_debiasing(False, spec)
+    naive.start(features, clicks, sizes, None, **start)
+    s = torch.randn(n, dtype=torch.float64, generator=g)
+    assert naive.pair_propensity() is None and naive.scores(s) is s and naive.fitted() == {}
+
+    learned = make_debiasing(True, spec, n_positions=4)
+    learned.start(features, clicks, sizes, positions, **start)
+    estimator, pos = learned.pair_propensity()
+    assert isinstance(estimator, PropensityEstimator) and torch.equal(pos, positions)
+    assert set(learned.fitted()["propensities_"]) == {"clicked", "unclicked"}
+
+    position = make_debiasing("position", spec, n_positions=4)
+    position.start(features, clicks, sizes, positions, **start)
+    grad, hess = torch.randn(n, dtype=torch.float64, generator=g), torch.rand(n, dtype=torch.float64, generator=g)
+    position.after_round(grad, hess, learning_rate=0.5, regularization=0.1)
+    b = torch.zeros(4, dtype=torch.float64)
+    for p in range(4):  # the Newton step from b = 0, by hand; positions 3..6 share bucket 3
+        rows = [i for i in range(n) if min(int(positions[i]), 3) == p]
+        b[p] = 0.5 * -sum(float(grad[i]) for i in rows) / (abs(sum(float(hess[i]) for i in rows) + 0.1 * len(rows))
+                                                           + 1e-3)
+    torch.testing.assert_close(position.bias, b)
+    torch.testing.assert_close(position.scores(s), s + b[positions.clamp(max=3)])
+    assert position.pair_propensity() is None
+    np.testing.assert_array_equal(position.fitted()["position_bias_"], b.numpy())
+
+    ips = make_debiasing("ips", spec, n_positions=4, propensity_clip=5.0)
+    assert not ips.estimated
+    ips.start(features, clicks, sizes, positions, **start)
+    theta = ips_propensities(features, clicks, sizes, positions, n_positions=4, seed=0)
+    fixed, _ = ips.pair_propensity()
+    assert isinstance(fixed, FixedPropensities) and ips.estimated
+    torch.testing.assert_close(fixed.t_plus, theta / theta[0])
