@@ -136,7 +136,7 @@ LAYERS = (
     ("serving", "training", "compat"),           # scoring files; the Lightning front end; drop-in rankers
     ("tune",),
     ("compare",),
-    ("cli", "examples", "rankkit"),
+    ("cli", "examples", "rankkit", "unbiased", "click_metric"),  # the last two: deprecated names of clicks/
 )
 
 

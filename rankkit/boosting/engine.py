@@ -130,10 +130,14 @@ class BoostingEngine:
             self.parallel = self.reduce = _all_reduce(config, len(labels))
         self.sizes = sizes.cpu()
         # What the click setting (`unbiased`) does to every round: one object asked here and there.
-        self.debiasing = make_debiasing(config.unbiased, config.objective_spec, n_positions=config.n_positions,
-                                        bias_p=config.bias_p, propensity_clip=config.propensity_clip)
-        matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-        self.debiasing.start(matrix, labels, self.sizes, positions, device=self.device,
+        self.debiasing = make_debiasing(config.unbiased, config.objective_spec, family="trees",
+                                        n_positions=config.n_positions, bias_p=config.bias_p,
+                                        propensity_clip=config.propensity_clip)
+
+        def matrix() -> FeatureMatrix:
+            return features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
+
+        self.debiasing.start(lambda: matrix().dense(), labels, self.sizes, positions, device=self.device,
                              data_parallel=self.parallel is not None, seed=config.seed)
         self.objective = make_objective(config.objective_spec, custom_loss=config.objective, seed=config.seed,
                                         quantized_grad=config.quantized_grad,
@@ -141,7 +145,7 @@ class BoostingEngine:
         self.metric = make_metric(config.eval_metric, reduce=None if self.parallel is None else self.parallel)
         # the other engine's eval-set codes (a list of tensors, not the engine: it may be dropped)
         self._shared_eval_codes = [] if bins_of is None else [(len(e.scores), e.codes) for e in bins_of.eval_sets]
-        self._bin(bins_of, matrix)
+        self._bin(bins_of, matrix())
         self.layout = QueryLayout(labels, self.sizes, weights, self.device)
         self.bias = self.objective.init_score(labels, weights, reduce=self.reduce)
         self.scores = torch.full((len(labels),), self.bias, dtype=torch.float64, device=self.device)

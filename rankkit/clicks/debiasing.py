@@ -40,6 +40,8 @@ best one the rest ((C + 3) / 3 = 2.67 times the batches of one fit for C = 5 can
 from __future__ import annotations
 
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -49,16 +51,20 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.objective import ObjectiveSpec
 
-__all__ = ["NEURAL_UNBIASED", "Debiasing", "DualLearning", "DualLearningDebiasing", "InversePropensities",
-           "LearnedBiases", "PositionBias", "PositionScores", "RaceFront", "make_debiasing"]
+__all__ = ["FAMILY_SETTINGS", "NEURAL_UNBIASED", "Debiasing", "DualLearning", "DualLearningDebiasing",
+           "InversePropensities", "LearnedBiases", "PositionBias", "PositionScores", "RaceFront", "make_debiasing"]
 
 # Unbiased training: the click biases are re-estimated after every batch from the position-bucketed
 # pair costs of the recent batches, an exponentially decayed sum (this factor per batch, a memory
 # of about ten batches), so that one small batch cannot swing them.
 BIAS_COST_DECAY = 0.9
 
+#: The ``unbiased`` settings each family takes ("dla" trains a propensity model by gradient:
+#: the neural rankers only).
+FAMILY_SETTINGS = {"trees": (False, True, "position", "ips", "auto"),
+                   "neural": (False, True, "position", "dla", "ips", "auto")}
 #: The ``unbiased`` settings of the neural rankers.
-NEURAL_UNBIASED = (False, True, "position", "dla", "ips", "auto")
+NEURAL_UNBIASED = FAMILY_SETTINGS["neural"]
 
 
 def _bucket(position: torch.Tensor, n_positions: int) -> torch.Tensor:
@@ -184,14 +190,17 @@ class Debiasing:
         return f"{type(self).__name__}(unbiased={self.setting!r}, n_positions={self.n_positions})"
 
     # -- the booster ---------------------------------------------------------------------------
-    def start(self, features, labels: torch.Tensor, sizes: torch.Tensor, positions: torch.Tensor | None, *,
-              device: torch.device, data_parallel: bool, seed: int) -> None:
-        """At a booster fit's start: the training log's rows (``features`` [N, F] or an object with
-        ``dense()``, ``labels`` the clicks, ``sizes`` [S] rows per session, ``positions`` [N]
-        dense 0-based, or None for naive training), before the objective is built."""
-        if self.setting is not False and positions is None:
+    def start(self, features: Callable[[], torch.Tensor], labels: torch.Tensor, sizes: torch.Tensor,
+              positions: torch.Tensor | None, *, device: torch.device, data_parallel: bool, seed: int) -> None:
+        """At a booster fit's start, before the objective is built: the training log's rows
+        (``features()`` gives them [N, F], built only by a setting that reads them; ``labels`` the
+        clicks; ``sizes`` [S] rows per session; ``positions`` [N] dense 0-based, which every
+        setting but naive training needs)."""
+        if self.setting is False:
+            return
+        if positions is None:
             raise ValueError(f"`unbiased={self.setting!r}` needs the documents' displayed positions (`position=`)")
-        self.training_positions = None if positions is None else positions.to(device).long()
+        self.training_positions = positions.to(device).long()
 
     def pair_propensity(self) -> tuple[PropensityEstimator, torch.Tensor] | None:
         """What the booster's objective weighs pairs by: (estimator, positions [N]), or None."""
@@ -339,8 +348,7 @@ class InversePropensities(LearnedBiases):
 
     def start(self, features, labels, sizes, positions, *, seed: int, **kwargs) -> None:
         Debiasing.start(self, features, labels, sizes, positions, seed=seed, **kwargs)
-        self.read_log(features.dense() if hasattr(features, "dense") else features, labels.cpu(), sizes,
-                      positions.cpu(), seed=seed)
+        self.read_log(features(), labels.cpu(), sizes, positions.cpu(), seed=seed)
 
     @property
     def estimated(self) -> bool:
@@ -467,14 +475,18 @@ _SETTINGS = {False: Debiasing, True: LearnedBiases, "position": PositionScores, 
              "dla": DualLearningDebiasing, "auto": RaceFront}
 
 
-def make_debiasing(unbiased, spec: ObjectiveSpec, *, n_positions: int = 10, bias_p: float = 1.0,
-                   propensity_clip: float | None = 10.0, ema_decay: float = 0.0,
+def make_debiasing(unbiased, spec: ObjectiveSpec, *, family: str = "neural", n_positions: int = 10,
+                   bias_p: float = 1.0, propensity_clip: float | None = 10.0, ema_decay: float = 0.0,
                    name: str = "objective") -> Debiasing:
-    """The object of the ``unbiased`` setting (False, True, "position", "ips", "dla" or "auto"),
-    checked against the objective: debiasing pairs (True, "ips") needs a pairwise ``spec``;
+    """The object of the ``unbiased`` setting (one of ``FAMILY_SETTINGS[family]``; ``family`` is
+    ``"trees"`` for the booster's engine, ``"neural"`` for the neural rankers), checked against the
+    objective: debiasing pairs (True, "ips") needs a pairwise ``spec``; for the neural rankers,
     "dla" and "auto" need the built-in lambda loss, and "auto" no weight average (``ema_decay``);
     ``name`` is how the user spelt the objective (``"objective"``, or the old ``"loss"``)."""
-    _check_choice(unbiased, spec, ema_decay, name)
+    _checks.check_choice(family, tuple(FAMILY_SETTINGS), "family")
+    unbiased = _checks.check_setting(unbiased, FAMILY_SETTINGS[family], "unbiased")
+    if family == "neural":
+        _check_choice(unbiased, spec, ema_decay, name)
     if unbiased in (True, "ips"):
         _checks.check_number(bias_p, "bias_p", low=0)
         _checks.check_int(n_positions, "n_positions")

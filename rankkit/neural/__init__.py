@@ -1,5 +1,6 @@
-"""Neural rankers: the lambda-injecting loss, the RankNet/LambdaRank LightningModules and their click
-debiasings. The scorers they train are the plain `nn.Module`s of :mod:`rankkit.scorers` (re-exported here)."""
+"""Neural rankers: the lambda-injecting loss and the RankNet/LambdaRank LightningModules (their click
+debiasings live in :mod:`rankkit.clicks`, shared with LambdaMART). The scorers they train are the
+plain `nn.Module`s of :mod:`rankkit.scorers` (re-exported here)."""
 from rankkit.neural.loss import LambdaLoss, lambda_loss
 from rankkit.neural.module import LambdaRank, NeuralRanker, RankNet
 from rankkit.scorers import (FeaturePreprocessor, MeanEnsemble, MLPScorer, TransformerScorer, is_list_aware,

@@ -468,41 +468,60 @@ def test_each_setting_is_one_object_that_both_families_ask():
                                           PositionScores, RaceFront)
     from rankkit.clicks.propensity import PropensityEstimator
 
-    spec = objective_spec(None, weighting="ndcg")
+    neural_spec = objective_spec(None, weighting="ndcg")
+    spec = BoosterConfig().objective_spec  # the booster's own spelling (objective="lambdarank")
     kinds = {False: Debiasing, True: LearnedBiases, "position": PositionScores, "ips": InversePropensities,
              "dla": DualLearningDebiasing, "auto": RaceFront}
     for setting, kind in kinds.items():
-        made = make_debiasing(setting, spec, n_positions=4)
-        assert type(made) is kind and made.setting is setting or made.setting == setting
+        made = make_debiasing(setting, neural_spec, n_positions=4)
+        assert type(made) is kind and made.setting == setting and type(made.setting) is type(setting)
+        if setting != "dla":
+            assert type(make_debiasing(setting, spec, family="trees", n_positions=4)) is kind
+    with pytest.raises(ValueError, match=r"`unbiased` has to be one of \(False, True, 'position', 'ips', 'auto'\)"):
+        make_debiasing("dla", spec, family="trees")
+    with pytest.raises(ValueError, match="`unbiased` has to be one of"):
+        make_debiasing(1, neural_spec)  # never 1 for True
+    with pytest.raises(ValueError, match="`family` has to be one of"):
+        make_debiasing(False, spec, family="forest")
     g = torch.Generator().manual_seed(0)
     n, sizes = 12, torch.tensor([5, 7])
-    features, clicks = torch.randn(n, 3, generator=g), (torch.rand(n, generator=g) < 0.4).float()
+    x, clicks = torch.randn(n, 3, generator=g), (torch.rand(n, generator=g) < 0.4).float()
+    read = []
+
+    def features():  # built only by a setting that reads them
+        read.append(1)
+        return x
+
     positions = torch.cat([torch.arange(5), torch.arange(7)])
     start = dict(device=torch.device("cpu"), data_parallel=False, seed=0)
     for setting in (True, "position", "ips"):  # every debiasing setting needs the positions
         with pytest.raises(ValueError, match=r"needs the documents' displayed positions \(`position=`\)"):
-            make_debiasing(setting, spec, n_positions=4).start(features, clicks, sizes, None, **start)
-    for setting, match in (("dla", "LambdaMART does not"), ("auto", "is a choice among fits")):
-        with pytest.raises(ValueError, match=match):
-            make_debiasing(setting, spec, n_positions=4).start(features, clicks, sizes, positions, **start)
+            make_debiasing(setting, spec, family="trees", n_positions=4).start(features, clicks, sizes, None,
+                                                                               **start)
+    with pytest.raises(ValueError, match="is a choice among fits"):  # the engine's own message, first
+        BoostingEngine(x, clicks, sizes, BoosterConfig(unbiased="auto", n_positions=4), positions=positions)
+    with pytest.raises(ValueError, match="LambdaMART does not"):
+        make_debiasing("dla", neural_spec, n_positions=4).start(features, clicks, sizes, positions, **start)
     with pytest.raises(ValueError, match="not data-parallel yet"):
-        make_debiasing("position", spec, n_positions=4).start(features, clicks, sizes, positions,
-                                                              **{**start, "data_parallel": True})
+        make_debiasing("position", spec, family="trees", n_positions=4).start(
+            features, clicks, sizes, positions, **{**start, "data_parallel": True})
     with pytest.raises(ValueError, match=r"`y` .*0 or 1 \(clicks\)"):
-        make_debiasing(True, spec, n_positions=4).start(features, clicks * 2, sizes, positions, **start)
+        make_debiasing(True, spec, family="trees", n_positions=4).start(features, clicks * 2, sizes, positions,
+                                                                        **start)
 
-    naive = make_debiasing(False, spec)
-    naive.start(features, clicks, sizes, None, **start)
+    naive = make_debiasing(False, spec, family="trees")
+    naive.start(features, clicks, sizes, positions, **start)
     s = torch.randn(n, dtype=torch.float64, generator=g)
     assert naive.pair_propensity() is None and naive.scores(s) is s and naive.fitted() == {}
+    assert naive.training_positions is None and not read  # naive training reads neither
 
-    learned = make_debiasing(True, spec, n_positions=4)
+    learned = make_debiasing(True, spec, family="trees", n_positions=4)
     learned.start(features, clicks, sizes, positions, **start)
     estimator, pos = learned.pair_propensity()
     assert isinstance(estimator, PropensityEstimator) and torch.equal(pos, positions)
     assert set(learned.fitted()["propensities_"]) == {"clicked", "unclicked"}
 
-    position = make_debiasing("position", spec, n_positions=4)
+    position = make_debiasing("position", spec, family="trees", n_positions=4)
     position.start(features, clicks, sizes, positions, **start)
     grad, hess = torch.randn(n, dtype=torch.float64, generator=g), torch.rand(n, dtype=torch.float64, generator=g)
     position.after_round(grad, hess, learning_rate=0.5, regularization=0.1)
@@ -516,10 +535,12 @@ def test_each_setting_is_one_object_that_both_families_ask():
     assert position.pair_propensity() is None
     np.testing.assert_array_equal(position.fitted()["position_bias_"], b.numpy())
 
-    ips = make_debiasing("ips", spec, n_positions=4, propensity_clip=5.0)
+    assert not read  # only "ips" reads the features
+    ips = make_debiasing("ips", spec, family="trees", n_positions=4, propensity_clip=5.0)
     assert not ips.estimated
     ips.start(features, clicks, sizes, positions, **start)
-    theta = ips_propensities(features, clicks, sizes, positions, n_positions=4, seed=0)
+    assert read == [1]
+    theta = ips_propensities(x, clicks, sizes, positions, n_positions=4, seed=0)
     fixed, _ = ips.pair_propensity()
     assert isinstance(fixed, FixedPropensities) and ips.estimated
     torch.testing.assert_close(fixed.t_plus, theta / theta[0])

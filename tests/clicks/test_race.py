@@ -121,3 +121,30 @@ def test_successive_halving_keeps_the_best_of_each_stage_and_reads_old_states():
     again = SuccessiveHalving(["naive", "a", "b", "c"])
     again.load_state(race.state())
     assert again.state() == race.state()
+
+
+def test_run_advances_scores_and_cuts_each_stage_in_order():
+    """SuccessiveHalving.run, the driver LambdaMART's race uses: at each stage end every live
+    candidate is advanced, then scored (what it returns beside the score is kept), the stage is
+    cut, and report hears the stage, its end and the candidates best first before the cut."""
+    quality = {"naive": 0.1, "a": 0.4, "b": 0.3, "c": 0.2}
+    calls, reports, grown = [], [], dict.fromkeys(quality, 0)
+
+    def advance(name, end):
+        calls.append(("advance", name, end))
+        grown[name] = end
+
+    def score(name):
+        calls.append(("score", name))
+        return quality[name] + (0.5 if name == "b" and grown[name] >= 4 else 0.0), {"trees": grown[name]}
+
+    race = SuccessiveHalving(list(quality))
+    assert race.run((2, 4), advance, score, lambda stage, end, ranked: reports.append((stage, end, ranked))) == "b"
+    assert calls[:8] == [step for name in quality for step in (("advance", name, 2), ("score", name))]
+    assert calls[8:] == [("advance", "a", 4), ("score", "a"), ("advance", "b", 4), ("score", "b")]
+    assert reports == [(1, 2, ["a", "b", "c", "naive"]), (2, 4, ["b", "a"])]
+    assert race.over and race.choice_ == "b" and race.alive == ["b"]
+    assert race.scores_["b"] == {"score": 0.8, "stage": 2, "trees": 4}
+    assert race.scores_["c"] == {"score": 0.2, "stage": 1, "trees": 2}
+    quiet = SuccessiveHalving(list(quality))
+    assert quiet.run((2, 4), advance, score) == "b"  # no report: the same race
