@@ -176,8 +176,8 @@ class LambdaMART(BaseEstimator):
                  eval_metric: str = "ndcg@10", early_stopping_rounds: int | None = None, early_stopping_window: int = 1,
                  seed: int = 0, unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
                  pool_positions: bool = False, position_bias_regularization: float = 0.0,
-                 propensity_clip: float | None = 10.0, device: str = "cpu", verbose: int = 0, n_jobs: int | None = None,
-                 random_state: int | None = None) -> None:
+                 propensity_clip: float | str | None = "auto", device: str = "cpu", verbose: int = 0,
+                 n_jobs: int | None = None, random_state: int | None = None) -> None:
         self.objective = objective
         self.n_estimators = n_estimators
         self.hessian = hessian

@@ -43,6 +43,8 @@ def _fraction(value, name):
 
 
 def _clip(value, name):
+    if isinstance(value, str):
+        return _checks.check_choice(value, ("auto",), name)
     return None if value is None else _number(value, name, low=1)
 
 
@@ -187,8 +189,10 @@ class BoosterConfig:
     position_bias_regularization: float = hyperparameter(0.0, """
         λ ≥ 0, the L2 penalty of ``unbiased="position"``'s bias (LightGBM's
         ``lambdarank_position_bias_regularization``).""", check=_non_negative)
-    propensity_clip: float | None = hyperparameter(10.0, """
-        the bound on 1/θ̂ of ``unbiased="ips"`` (None: none).""", check=_clip)
+    propensity_clip: float | str | None = hyperparameter("auto", """
+        the bound on θ̂₀/θ̂ of ``unbiased="ips"`` (≥ 1; None: none); ``"auto"``: 3 √r, r the
+        largest θ̂₀/θ̂ of the training log (:func:`rankkit.clicks.propensity.auto_clip`: about 10
+        at examination 1/rank, 30 at 1/rank², no clip below r = 9).""", check=_clip)
 
     @classmethod
     def from_params(cls, params: dict) -> BoosterConfig:

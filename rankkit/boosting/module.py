@@ -117,7 +117,7 @@ class LambdaMARTModule(pl.LightningModule):
                  bagging_temperature: float = 0.0, random_strength: float = 0.0, exact_newton: bool = False,
                  quantized_grad: bool = False, num_grad_quant_bins: int = 4, max_bins: int = 255, seed: int = 0,
                  unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10, pool_positions: bool = False,
-                 position_bias_regularization: float = 0.0, propensity_clip: float | None = 10.0,
+                 position_bias_regularization: float = 0.0, propensity_clip: float | str | None = "auto",
                  n_features: int | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())

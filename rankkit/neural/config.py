@@ -10,7 +10,7 @@ click options on ``unbiased``) are checked by the module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import torch
 from torch import nn
@@ -40,6 +40,12 @@ def _number(**bounds):
 
 #: The built-in lambda kernel's options: a custom loss takes its own, and refuses these.
 KERNEL_OPTIONS = ("k", "sigma", "normalize")
+
+
+def _clip(value, name):
+    if isinstance(value, str):
+        return _checks.check_choice(value, ("auto",), name)
+    return None if value is None else _checks.check_number(value, name, low=1)
 
 
 @dataclass(frozen=True)
@@ -133,9 +139,10 @@ class NeuralConfig:
     bias_p: float = hyperparameter(1.0, "p ≥ 0, the biases' regularisation norm (the update's exponent is "
                                         "1/(p + 1)).")
     n_positions: int = hyperparameter(10, "positions with their own bias; deeper positions share the last.")
-    propensity_clip: Optional[float] = hyperparameter(10.0, "the bound on 1/θ̂ of ``unbiased=\"ips\"`` (None: none).",
-                                                      check=lambda value, name: None if value is None else
-                                                      _checks.check_number(value, name, low=1))
+    propensity_clip: Union[float, str, None] = hyperparameter(10.0, """
+        the bound on θ̂₀/θ̂ of ``unbiased="ips"`` (≥ 1; None: none); ``"auto"``: 3 √r, r the largest
+        θ̂₀/θ̂ of the training log (:func:`rankkit.clicks.propensity.auto_clip`, LambdaMART's
+        default; measured for the trees only).""", check=_clip)
     architecture: str = hyperparameter("mlp", """
         the default scorer: ``"mlp"`` (:class:`~rankkit.scorers.MLPScorer` from ``hidden``,
         ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``

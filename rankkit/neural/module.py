@@ -60,7 +60,7 @@ class NeuralRanker(pl.LightningModule):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, objective: Objective = None, loss: Objective = None,
                  unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
-                 propensity_clip: float | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 propensity_clip: float | str | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())
@@ -260,7 +260,7 @@ class LambdaRank(NeuralRanker):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, objective: Objective = None, loss: Objective = None,
                  unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
-                 propensity_clip: float | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 propensity_clip: float | str | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())

@@ -90,7 +90,7 @@ DEFAULTS = dict(objective="lambdarank", n_estimators=100, hessian="exact", depth
                 exact_newton=False, quantized_grad=False, num_grad_quant_bins=4, max_bins=255,
                 eval_metric="ndcg@10", early_stopping_rounds=None, early_stopping_window=1, seed=0, unbiased=False,
                 bias_p=1.0,
-                n_positions=10, pool_positions=False, position_bias_regularization=0.0, propensity_clip=10.0,
+                n_positions=10, pool_positions=False, position_bias_regularization=0.0, propensity_clip="auto",
                 device="cpu", verbose=0, n_jobs=None, random_state=None)
 
 

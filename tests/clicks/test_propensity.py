@@ -159,3 +159,28 @@ def test_kernel_pair_weights_match_explicit_loss():
                                             pair_weights=(upper, lower), return_loss=True)
     assert torch.allclose(kernel_loss, loss.detach(), rtol=1e-9)
     assert torch.allclose(grad, scores.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_auto_clip_is_three_root_the_largest_inverse_propensity():
+    """auto_clip by hand (3 √r, r = max θ_0/θ ≥ 1), FixedPropensities(clip="auto") clipping there,
+    and the booster's "ips" taking it by default from its training log's propensities."""
+    from rankkit.boosting.config import BoosterConfig
+    from rankkit.clicks.debiasing import make_debiasing
+    from rankkit.clicks.propensity import FixedPropensities, auto_clip, ips_propensities
+
+    theta = torch.tensor([0.8, 0.4, 0.1, 0.02, 0.05])
+    assert auto_clip(theta) == pytest.approx(3 * math.sqrt(0.8 / 0.02))
+    assert auto_clip(torch.tensor([0.5, 0.9, 0.7])) == 3.0  # θ_0 not the largest: r is at least 1
+    assert auto_clip(torch.tensor([1.0, 1 / 9])) == pytest.approx(9.0)  # r = 9: the clip is r itself
+    est = FixedPropensities(theta, clip="auto")
+    assert est.clip == pytest.approx(6 * math.sqrt(10))
+    upper, _ = est.pair_factors(torch.arange(5)[None])
+    torch.testing.assert_close(upper[0], torch.tensor([1.0, 2.0, 8.0, 6 * math.sqrt(10), 16.0]))
+    g = torch.Generator().manual_seed(0)
+    x, clicks = torch.randn(60, 3, generator=g), (torch.rand(60, generator=g) < 0.3).float()
+    sizes, positions = torch.full((6,), 10), torch.arange(10).repeat(6)
+    ips = make_debiasing("ips", BoosterConfig().objective_spec, family="trees",
+                         propensity_clip=BoosterConfig().propensity_clip)
+    ips.start(lambda: x, clicks, sizes, positions, device=torch.device("cpu"), data_parallel=False, seed=0)
+    assert ips.pair_propensity()[0].clip == pytest.approx(
+        auto_clip(ips_propensities(x, clicks, sizes, positions, n_positions=10, seed=0)))
