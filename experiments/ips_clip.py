@@ -126,8 +126,10 @@ def table(summary: dict, clips: list[str]) -> str:
 
 def write(records: list[dict], args, command: str) -> None:
     summary = summarise(records, args.clips)
-    body = (f"{time.strftime('%Y-%m-%d')}, 2 shared CPU cores (x86_64, 1 thread). Command: `{command}` "
-            f"(results in `{args.out}`, one JSON line per run).\n\n"
+    body = ("## Learning from clicks: the ips clip (issue 49)\n\n"
+            f"{time.strftime('%Y-%m-%d')}, 2 shared CPU cores (x86_64, 1 thread). Command: `{command}` "
+            f"(results in `{args.out}`, one JSON line per run; `--report-only --write` rebuilds this section "
+            "from them).\n\n"
             "The click logs, production ranker and test metric of experiments/unbiased.py (\"Learning from clicks\"): "
             "NDCG@10 on the test queries' true labels, gain 2^y − 1, log2 discount, all-zero queries count 1. "
             "`LambdaMART(unbiased=\"ips\")` (50 rounds, depth 4, learning rate 0.1) at each clip of θ̂₀/θ̂; "
@@ -135,7 +137,7 @@ def write(records: list[dict], args, command: str) -> None:
             "θ̂₀/θ̂ (`rankkit.clicks.propensity.auto_clip`), LambdaMART's default since 2026-12-05. It was chosen "
             "on the columns without a mark; the columns marked *held out* were run after the rule was fixed.\n\n"
             + table(summary, args.clips))
-    write_section("ips_clip", "Learning from clicks: the ips clip (issue 49)", body)
+    write_section("ips_clip", body)
 
 
 def main(argv=None) -> int:
