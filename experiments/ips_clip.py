@@ -25,8 +25,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
-from unbiased import K_SHOWN, booster, click_models, load, test_ndcg  # noqa: E402
+from unbiased import K_SHOWN, booster, click_models, load, test_ndcg, train_lambdarank  # noqa: E402
 
+from rankkit.clicks.metrics import ClickLogMetric  # noqa: E402
 from rankkit.clicks.propensity import auto_clip, ips_propensities  # noqa: E402
 from rankkit.data.clicks import simulate_clicks  # noqa: E402
 from rankkit.training.clicks import production_ranker, production_scores  # noqa: E402
@@ -43,33 +44,65 @@ def clip_value(text: str) -> float | str | None:
 def run(name: str, fold: int, seed: int, args, done: set):
     """Yields one record per click model of (data set, fold, seed) not in ``done``."""
     args.seed = seed
-    todo = [(label, model) for label, model in click_models(args, 4.0) if (name, fold, seed, label) not in done]
+    todo = [(label, model) for label, model in click_models(args, 4.0) if (name, fold, seed, label) not in done
+            and (args.trees or label in args.neural_etas)]
     if not todo:
         return
-    train, _, test, top = load(name, fold)
+    train, vali, test, top = load(name, fold)
     prod = production_ranker(train, fraction=0.01, n_estimators=50, depth=3, min_data_in_leaf=5, seed=seed)
-    prod_train = production_scores(prod, train)
-    oracle = test_ndcg(booster(args).fit(train).predict(test), test)
+    prod_train, prod_vali = production_scores(prod, train), production_scores(prod, vali)
+    oracle = test_ndcg(booster(args).fit(train).predict(test), test) if args.trees else None
     for label, model in click_models(args, top):
-        if (name, fold, seed, label) in done:
+        if (name, fold, seed, label) in done or not (args.trees or label in args.neural_etas):
             continue
         t0 = time.perf_counter()
         log = simulate_clicks(train, prod_train, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
                               seed=seed, drop_unclicked=True)
         x, clicks, sizes, position = log.sessions.features, log.clicks, log.sessions.sizes, log.position
-        test_rows = {"naive": test_ndcg(booster(args).fit(x, clicks, group=sizes).predict(test), test),
-                     "oracle": oracle}
-        for clip in args.clips:
+        test_rows = {}
+        if args.trees:
+            test_rows = {"naive": test_ndcg(booster(args).fit(x, clicks, group=sizes).predict(test), test),
+                         "oracle": oracle}
+        for clip in args.clips if args.trees else ():
             m = booster(args, unbiased="ips", n_positions=K_SHOWN, propensity_clip=clip_value(clip)).fit(
                 x, clicks, group=sizes, position=position)
             test_rows[f"ips clip={clip}"] = test_ndcg(m.predict(test), test)
+        if args.neural_clips and label in args.neural_etas:
+            # LambdaRank("ips") as the click grid trains it: its best epoch by the validation log's
+            # counterfactual NDCG (regression-EM propensities of that log, 1/θ̂ clipped at 50)
+            vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
+                                   seed=seed + 1000, drop_unclicked=True)
+            metric = ClickLogMetric(vlog.aggregate(), vali.features, n_positions=K_SHOWN, clip=50.0,
+                                    em={"hidden": (16,), "iterations": 15, "lr": 1e-2, "seed": seed})
+            for clip in args.neural_clips:
+                scorer, _, _ = train_lambdarank(log.sessions, metric, args, unbiased="ips", p=1.0, epochs=3,
+                                                propensity_clip=clip_value(clip))
+                test_rows[f"LambdaRank ips clip={clip}"] = test_ndcg(scorer(test.features), test)
         theta = ips_propensities(x, clicks, sizes, position, n_positions=K_SHOWN, seed=seed)
         yield {"data": name, "fold": fold, "seed": seed, "click": label, "test": test_rows,
                "largest_weight": float((theta[0] / theta).max()), "auto_clip": auto_clip(theta),
                "seconds": time.perf_counter() - t0}
 
 
-def summarise(records: list[dict], clips: list[str]) -> dict:
+def merged(records: list[dict]) -> list[dict]:
+    """One record per (data, fold, seed, click model): a tree run and a neural run (``--no-trees``)
+    of the same log merge their test rows."""
+    out: dict = {}
+    for r in records:
+        key = (r["data"], r["fold"], r["seed"], r["click"])
+        if key in out:
+            out[key] = {**out[key], "test": {**out[key]["test"], **r["test"]}}
+        else:
+            out[key] = r
+    return list(out.values())
+
+
+def methods(clips: list[str], neural_clips: list[str]) -> list[str]:
+    return (["naive"] + [f"ips clip={c}" for c in clips] + ["oracle"]
+            + [f"LambdaRank ips clip={c}" for c in neural_clips])
+
+
+def summarise(records: list[dict], clips: list[str], neural_clips: list[str] = ()) -> dict:
     """{data: {click: {"n": runs, method: (mean, standard error), "gap": {method: share},
     "auto_clip": median, "largest_weight": median}}}."""
     out: dict = {}
@@ -80,13 +113,13 @@ def summarise(records: list[dict], clips: list[str]) -> dict:
         summary[name] = {}
         for click, runs in by_click.items():
             cell: dict = {"n": len(runs), "gap": {}}
-            for method in ["naive"] + [f"ips clip={c}" for c in clips] + ["oracle"]:
+            for method in methods(clips, neural_clips):
                 v = np.array([run["test"][method] for run in runs if method in run["test"]])
                 if len(v):
                     cell[method] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1
                                     else math.nan)
-            naive, oracle = cell["naive"][0], cell["oracle"][0]
-            for c in clips:
+            naive, oracle = cell.get("naive", (math.nan,))[0], cell.get("oracle", (math.nan,))[0]
+            for c in clips:  # the trees' gap (the neural rows have no naive or oracle here)
                 key = f"ips clip={c}"
                 if key in cell and oracle > naive:
                     cell["gap"][key] = (cell[key][0] - naive) / (oracle - naive)
@@ -100,7 +133,7 @@ def click_order(clicks) -> list[str]:
     return sorted(clicks, key=lambda c: (c == "cascade", float(c.split("=")[1]) if "=" in c else 0.0))
 
 
-def table(summary: dict, clips: list[str]) -> str:
+def table(summary: dict, clips: list[str], neural_clips: list[str] = ()) -> str:
     out = []
     for name, by_click in summary.items():
         clicks = click_order(by_click)
@@ -108,10 +141,15 @@ def table(summary: dict, clips: list[str]) -> str:
                    + ", ".join(f"{c} {by_click[c]['n']}" for c in clicks) + ")\n")
         out.append("| method | " + " | ".join(c + ("" if c in CHOSEN_ON else " (held out)") for c in clicks)
                    + " |\n|---|" + "---:|" * len(clicks))
-        for method in ["naive"] + [f"ips clip={c}" for c in clips] + ["oracle"]:
+        for method in methods(clips, neural_clips):
+            if not any(method in by_click[c] for c in clicks):
+                continue
             cells = []
             for c in clicks:
-                mean, se = by_click[c].get(method, (math.nan, math.nan))
+                if method not in by_click[c]:
+                    cells.append("")
+                    continue
+                mean, se = by_click[c][method]
                 gap = by_click[c]["gap"].get(method)
                 cells.append(f"{mean:.4f} ± {se:.4f}" + ("" if gap is None else f" ({100 * gap:.0f} %)"))
             bold = "**" if method == "ips clip=auto" else ""
@@ -125,18 +163,22 @@ def table(summary: dict, clips: list[str]) -> str:
 
 
 def write(records: list[dict], args, command: str) -> None:
-    summary = summarise(records, args.clips)
+    summary = summarise(records, args.clips, args.neural_clips)
     body = ("## Learning from clicks: the ips clip (issue 49)\n\n"
             f"{time.strftime('%Y-%m-%d')}, 2 shared CPU cores (x86_64, 1 thread). Command: `{command}` "
-            f"(results in `{args.out}`, one JSON line per run; `--report-only --write` rebuilds this section "
-            "from them).\n\n"
+            f"(results in `{'`, `'.join(args.paths)}`, one JSON line per run; `--report-only --write` rebuilds "
+            "this section from them; `python experiments/ips_clip.py --out results/ips_clip.jsonl` ran the trees and "
+            "`--no-trees --out results/ips_clip_neural.jsonl,results/ips_clip.jsonl` the LambdaRank rows).\n\n"
             "The click logs, production ranker and test metric of experiments/unbiased.py (\"Learning from clicks\"): "
             "NDCG@10 on the test queries' true labels, gain 2^y − 1, log2 discount, all-zero queries count 1. "
             "`LambdaMART(unbiased=\"ips\")` (50 rounds, depth 4, learning rate 0.1) at each clip of θ̂₀/θ̂; "
             "in parentheses the share of the naive → oracle gap it closes. `auto` is 3 √r, r the log's largest "
             "θ̂₀/θ̂ (`rankkit.clicks.propensity.auto_clip`), LambdaMART's default since 2026-12-05. It was chosen "
-            "on the columns without a mark; the columns marked *held out* were run after the rule was fixed.\n\n"
-            + table(summary, args.clips))
+            "on the columns without a mark; the columns marked *held out* were run after the rule was fixed. "
+            "The LambdaRank rows: `LambdaRank(unbiased=\"ips\")` as the click grid trains it (MLP [32], 3 epochs, "
+            "its best epoch by the validation log's counterfactual NDCG), at the neural rankers' default clip of 10 "
+            "and at `\"auto\"`.\n\n"
+            + table(summary, args.clips, args.neural_clips))
     write_section("ips_clip", body)
 
 
@@ -151,6 +193,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--clips", default="10,30,100,auto", help="numbers, none or auto")
+    p.add_argument("--neural-clips", default="10,auto", help="LambdaRank's clips ('' leaves the neural rows out)")
+    p.add_argument("--neural-etas", default="1,2", help="the η of the LambdaRank rows")
+    p.add_argument("--no-trees", dest="trees", action="store_false", help="the LambdaRank rows only")
     p.add_argument("--out", default="results/ips_clip.jsonl",
                    help="JSON lines; new runs go to the first of a comma-separated list, the report reads all")
     p.add_argument("--report-only", action="store_true")
@@ -159,24 +204,28 @@ def main(argv=None) -> int:
     command = command_line(__file__, argv)
     args.etas = [float(v) for v in args.etas.split(",")]
     args.clips = args.clips.split(",")
+    args.neural_clips = [c for c in args.neural_clips.split(",") if c]
+    args.neural_etas = [f"PBM η={float(v):g}" for v in args.neural_etas.split(",")]
     lo, _, hi = args.folds.partition("-")
     folds = list(range(int(lo), int(hi or lo) + 1))
-    paths = args.out.split(",")
+    paths = args.paths = args.out.split(",")
     args.out = paths[0]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    records = [json.loads(line) for path in paths if os.path.exists(path) for line in open(path)]
+    records = merged([json.loads(line) for path in paths if os.path.exists(path) for line in open(path)])
     if not args.report_only:
-        done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in records}
+        rows = "ips clip=" if args.trees else "LambdaRank ips clip="  # what this run adds
+        done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in records
+                if any(k.startswith(rows) for k in r["test"])}
         with open(args.out, "a") as f:
             for seed in [int(v) for v in args.seeds.split(",")]:
                 for fold in folds:
                     for name in args.data.split(","):
                         for record in run(name, fold, seed, args, done):
                             print(json.dumps(record), file=f, flush=True)
-                            records.append(record)
+                            records = merged(records + [record])
                             print(f"{name} fold {fold} seed {seed} {record['click']}: "
                                   + ", ".join(f"{k} {v:.4f}" for k, v in record["test"].items()), file=sys.stderr)
-    print(table(summarise(records, args.clips), args.clips))
+    print(table(summarise(records, args.clips, args.neural_clips), args.clips, args.neural_clips))
     if args.write:
         write(records, args, command)
     return 0

@@ -100,11 +100,12 @@ def boost_predict(model):
     return lambda x: model.predict(x)
 
 
-def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: int):
-    """LambdaRank in a plain loop; the epoch with the best click-log validation metric is kept."""
+def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: int, **options):
+    """LambdaRank in a plain loop; the epoch with the best click-log validation metric is kept.
+    ``options``: more of LambdaRank's settings (e.g. ``propensity_clip``)."""
     torch.manual_seed(args.seed)
     module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
-                        k=10, reduction="sum", unbiased=unbiased, bias_p=p, n_positions=K_SHOWN)
+                        k=10, reduction="sum", unbiased=unbiased, bias_p=p, n_positions=K_SHOWN, **options)
     module.fit_preprocessor(train.features)
     module.read_click_log(train)  # the position ids; "ips": its propensities
     opt = module.configure_optimizers()

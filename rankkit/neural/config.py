@@ -142,7 +142,8 @@ class NeuralConfig:
     propensity_clip: Union[float, str, None] = hyperparameter(10.0, """
         the bound on θ̂₀/θ̂ of ``unbiased="ips"`` (≥ 1; None: none); ``"auto"``: 3 √r, r the largest
         θ̂₀/θ̂ of the training log (:func:`rankkit.clicks.propensity.auto_clip`, LambdaMART's
-        default; measured for the trees only).""", check=_clip)
+        default; on the click grid's η = 1 and 2 logs it moved LambdaRank by −0.006 to +0.002,
+        docs/benchmarks.md "the ips clip", so 10 stays the default here).""", check=_clip)
     architecture: str = hyperparameter("mlp", """
         the default scorer: ``"mlp"`` (:class:`~rankkit.scorers.MLPScorer` from ``hidden``,
         ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``
