@@ -8,7 +8,7 @@ count a lot. This script trains ``"ips"`` at each clip of ``--clips`` (numbers, 
 on the click logs of experiments/unbiased.py's protocol (the same production ranker, logs and test
 metric, so its naive and oracle rows equal that grid's), beside naive and oracle LambdaMART.
 
-``"auto"`` (:func:`rankkit.clicks.propensity.auto_clip`, 3 √r with r the log's largest θ̂₀/θ̂) was
+``"auto"`` (:func:`rankkit.clicks.propensity.auto_clip`, 3 √r with r the log's largest θ̂₀/θ̂ at a clicked position) was
 chosen on PBM η ∈ {0.5, 1, 2} and the cascade; η = 1.5 and 3 (``--etas``) were run after it was
 fixed, as the check it had not seen. The table marks which is which.
 """
@@ -22,6 +22,7 @@ import sys
 import time
 
 import numpy as np
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
@@ -79,8 +80,10 @@ def run(name: str, fold: int, seed: int, args, done: set):
                                                 propensity_clip=clip_value(clip))
                 test_rows[f"LambdaRank ips clip={clip}"] = test_ndcg(scorer(test.features), test)
         theta = ips_propensities(x, clicks, sizes, position, n_positions=K_SHOWN, seed=seed)
+        clicked = torch.zeros(K_SHOWN, dtype=torch.bool)  # the positions whose weights apply
+        clicked[position.long().clamp(max=K_SHOWN - 1)[clicks > 0]] = True
         yield {"data": name, "fold": fold, "seed": seed, "click": label, "test": test_rows,
-               "largest_weight": float((theta[0] / theta).max()), "auto_clip": auto_clip(theta),
+               "largest_weight": float((theta[0] / theta)[clicked].max()), "auto_clip": auto_clip(theta, clicked),
                "seconds": time.perf_counter() - t0}
 
 
@@ -151,10 +154,11 @@ def table(summary: dict, clips: list[str], neural_clips: list[str] = ()) -> str:
                     continue
                 mean, se = by_click[c][method]
                 gap = by_click[c]["gap"].get(method)
-                cells.append(f"{mean:.4f} ± {se:.4f}" + ("" if gap is None else f" ({100 * gap:.0f} %)"))
+                cells.append(f"{mean:.4f}" + ("" if math.isnan(se) else f" ± {se:.4f}")
+                             + ("" if gap is None else f" ({100 * gap:.0f} %)"))
             bold = "**" if method == "ips clip=auto" else ""
             out.append(f"| {bold}{method}{bold} | " + " | ".join(cells) + " |")
-        out.append("| largest θ̂₀/θ̂ of the log (median) | " + " | ".join(
+        out.append("| largest θ̂₀/θ̂ at a clicked position (median) | " + " | ".join(
             f"{by_click[c]['largest_weight']:.1f}" for c in clicks) + " |")
         out.append("| the auto clip (median) | " + " | ".join(
             f"{by_click[c]['auto_clip']:.1f}" for c in clicks) + " |")
@@ -167,13 +171,14 @@ def write(records: list[dict], args, command: str) -> None:
     body = ("## Learning from clicks: the ips clip (issue 49)\n\n"
             f"{time.strftime('%Y-%m-%d')}, 2 shared CPU cores (x86_64, 1 thread). Command: `{command}` "
             f"(results in `{'`, `'.join(args.paths)}`, one JSON line per run; `--report-only --write` rebuilds "
-            "this section from them; `python experiments/ips_clip.py --out results/ips_clip.jsonl` ran the trees and "
-            "`--no-trees --out results/ips_clip_neural.jsonl,results/ips_clip.jsonl` the LambdaRank rows).\n\n"
+            "this section from them; the trees ran as `python experiments/ips_clip.py --neural-clips '' --data D --out "
+            "FILE`, one process per data set, and the LambdaRank rows as `--no-trees`; `python "
+            "experiments/ips_clip.py --write` runs both in one process).\n\n"
             "The click logs, production ranker and test metric of experiments/unbiased.py (\"Learning from clicks\"): "
             "NDCG@10 on the test queries' true labels, gain 2^y − 1, log2 discount, all-zero queries count 1. "
             "`LambdaMART(unbiased=\"ips\")` (50 rounds, depth 4, learning rate 0.1) at each clip of θ̂₀/θ̂; "
             "in parentheses the share of the naive → oracle gap it closes. `auto` is 3 √r, r the log's largest "
-            "θ̂₀/θ̂ (`rankkit.clicks.propensity.auto_clip`), LambdaMART's default since 2026-12-05. It was chosen "
+            "θ̂₀/θ̂ over its clicked positions (`rankkit.clicks.propensity.auto_clip`), LambdaMART's default since 2026-12-05. It was chosen "
             "on the columns without a mark; the columns marked *held out* were run after the rule was fixed. "
             "The LambdaRank rows: `LambdaRank(unbiased=\"ips\")` as the click grid trains it (MLP [32], 3 epochs, "
             "its best epoch by the validation log's counterfactual NDCG), at the neural rankers' default clip of 10 "
@@ -192,7 +197,8 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=40)
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--clips", default="10,30,100,auto", help="numbers, none or auto")
+    p.add_argument("--clips", default="10,30,100,auto",
+                   help="numbers, none or auto (a run already in --out is not run again: a new clip needs a new --out)")
     p.add_argument("--neural-clips", default="10,auto", help="LambdaRank's clips ('' leaves the neural rows out)")
     p.add_argument("--neural-etas", default="1,2", help="the η of the LambdaRank rows")
     p.add_argument("--no-trees", dest="trees", action="store_false", help="the LambdaRank rows only")

@@ -555,7 +555,7 @@ epochs over a click log, and over the true labels as many epochs as see the same
 validation click log (`eval_set`, `eval_group`, `eval_position`): it races naive, Unbiased LambdaMART p = 1,
 `unbiased="position"` (an additive position bias learned with the trees, as LightGBM's `position=`) and
 `unbiased="ips"` (regression-EM propensities on the training log, θ̂₀/θ̂ clipped by `propensity_clip`'s default: a
-fixed 10 until 2026-12-05, since then `"auto"`, 3 √r with r the log's largest θ̂₀/θ̂) by successive halving, and
+fixed 10 until 2026-12-05, since then `"auto"`, 3 √r with r the log's largest θ̂₀/θ̂ at a clicked position) by successive halving, and
 keeps the candidate whose scores best explain the validation clicks once each position has its own offset
 (`rankkit.clicks.metrics.ClickLikelihood`, which assumes no click model). **LambdaRank auto** is
 `LambdaRank(unbiased="auto")` in the same loop as the other LambdaRank rows: naive, unbiased p = 0,

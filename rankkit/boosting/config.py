@@ -15,6 +15,7 @@ from typing import Any
 from rankkit.boosting.binning import MAX_BINS
 from rankkit.boosting.objectives import OBJECTIVES, make_metric
 from rankkit.boosting.tree import TreeParams
+from rankkit.clicks.propensity import check_clip
 from rankkit.custom import HESSIANS, check_spec, is_custom
 from rankkit.infra import checks as _checks
 from rankkit.infra.params import check_all, hyperparameter
@@ -40,12 +41,6 @@ def _non_negative(value, name):
 
 def _fraction(value, name):
     return _number(value, name, low=0, high=1, low_open=True)
-
-
-def _clip(value, name):
-    if isinstance(value, str):
-        return _checks.check_choice(value, ("auto",), name)
-    return None if value is None else _number(value, name, low=1)
 
 
 #: The built-in lambda kernel's options: a custom objective takes its own, and refuses these.
@@ -191,8 +186,9 @@ class BoosterConfig:
         ``lambdarank_position_bias_regularization``).""", check=_non_negative)
     propensity_clip: float | str | None = hyperparameter("auto", """
         the bound on θ̂₀/θ̂ of ``unbiased="ips"`` (≥ 1; None: none); ``"auto"``: 3 √r, r the
-        largest θ̂₀/θ̂ of the training log (:func:`rankkit.clicks.propensity.auto_clip`: about 10
-        at examination 1/rank, 30 at 1/rank², no clip below r = 9).""", check=_clip)
+        largest θ̂₀/θ̂ at a position the training log has a click at
+        (:func:`rankkit.clicks.propensity.auto_clip`: about 10 at examination 1/rank, 30 at 1/rank²,
+        no clip below r = 9).""", check=check_clip)
 
     @classmethod
     def from_params(cls, params: dict) -> BoosterConfig:

@@ -45,7 +45,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from rankkit.clicks.propensity import FixedPropensities, PositionIds, PropensityEstimator, ips_propensities
+from rankkit.clicks.propensity import (FixedPropensities, PositionIds, PropensityEstimator, auto_clip,
+                                       ips_propensities)
 from rankkit.clicks.race import DebiasingRace
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
@@ -159,8 +160,8 @@ class Debiasing:
       whole loss (:meth:`loss`, the Dual Learning Algorithm);
     * what it reads from the whole training log before the first step (:meth:`start` for the
       booster, :meth:`read_positions` for a neural ranker);
-    * what a fitted model reports of it (:meth:`propensities`) and what a checkpoint keeps
-      (:meth:`state`).
+    * what a fitted model reports of it (:meth:`propensities`; :meth:`fitted` gives LambdaMART's
+      attributes) and what a checkpoint keeps (:meth:`state`).
 
     Every setting reads displayed positions as LightGBM does: the ids of the training data
     (:class:`rankkit.clicks.propensity.PositionIds`), through which every later position goes.
@@ -170,7 +171,8 @@ class Debiasing:
             pairwise one.
         n_positions: the position buckets of the biases (deeper positions share the last).
         bias_p: Unbiased LambdaMART's regularisation norm (``unbiased=True``).
-        propensity_clip: ``"ips"``'s bound on each pair weight θ̂₀/θ̂ (None: none).
+        propensity_clip: ``"ips"``'s bound on each pair weight θ̂₀/θ̂: a number ≥ 1, ``"auto"``
+            (:func:`rankkit.clicks.propensity.auto_clip` of the training log's θ̂) or None (none).
     """
 
     setting: bool | str = False
@@ -179,7 +181,7 @@ class Debiasing:
     dla: nn.Module | None = None
 
     def __init__(self, spec: ObjectiveSpec, *, n_positions: int = 10, bias_p: float = 1.0,
-                 propensity_clip: float | None = 10.0):
+                 propensity_clip: float | str | None = 10.0):
         self.spec, self.n_positions, self.bias_p, self.clip = spec, n_positions, bias_p, propensity_clip
         self.propensity: PropensityEstimator | None = None
         self.costs: torch.Tensor | None = None
@@ -373,7 +375,13 @@ class InversePropensities(LearnedBiases):
                              "positions: the training set has no `position` (train on a click log's sessions)")
         theta = ips_propensities(features, clicks, sizes, positions, n_positions=self.n_positions, seed=seed,
                                  names=names)
-        self.propensity = FixedPropensities(theta, clip=self.clip)
+        clip = self.clip
+        if clip == "auto":  # over the positions with a click: only their weights are applied
+            bucket = positions.long().clamp(0, self.n_positions - 1)
+            clicked = torch.zeros(self.n_positions, dtype=torch.bool)
+            clicked[bucket[torch.as_tensor(clicks).reshape(-1).cpu() > 0]] = True
+            clip = auto_clip(theta, used=clicked)
+        self.propensity = FixedPropensities(theta, clip=clip)
         self.costs = self.propensity.costs.clone()
 
     def _loss(self, objective, scores, batch):
@@ -383,10 +391,16 @@ class InversePropensities(LearnedBiases):
                              "call `module.read_click_log(train_set)` first in a plain loop")
         return super()._loss(objective, scores, batch)
 
+    def state(self) -> dict | None:
+        """The base's, and the clip the training log gave (a number where ``"auto"`` chose it)."""
+        state = super().state()
+        return None if state is None else {**state, "clip": self.propensity.clip}
+
     def load_state(self, state: dict) -> None:
-        # the propensities the training log gave (t⁺ = θ̂ / θ̂₀, t⁻ = 1)
+        # the propensities the training log gave (t⁺ = θ̂ / θ̂₀, t⁻ = 1), and their clip (a
+        # checkpoint saved before 2026-12-05 has none: the setting's own, which was a number then)
         with torch.device("cpu"):  # host tensors, also where a checkpoint's check builds on "meta"
-            self.propensity = FixedPropensities(state["clicked"].cpu(), clip=self.clip)
+            self.propensity = FixedPropensities(state["clicked"].cpu(), clip=state.get("clip", self.clip))
         super().load_state(state)
 
 
@@ -476,7 +490,7 @@ _SETTINGS = {False: Debiasing, True: LearnedBiases, "position": PositionScores, 
 
 
 def make_debiasing(unbiased, spec: ObjectiveSpec, *, family: str = "neural", n_positions: int = 10,
-                   bias_p: float = 1.0, propensity_clip: float | None = 10.0, ema_decay: float = 0.0,
+                   bias_p: float = 1.0, propensity_clip: float | str | None = 10.0, ema_decay: float = 0.0,
                    name: str = "objective") -> Debiasing:
     """The object of the ``unbiased`` setting (one of ``FAMILY_SETTINGS[family]``; ``family`` is
     ``"trees"`` for the booster's engine, ``"neural"`` for the neural rankers), checked against the

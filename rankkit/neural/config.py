@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import torch
 from torch import nn
 
+from rankkit.clicks.propensity import check_clip
 from rankkit.infra import checks as _checks
 from rankkit.infra.params import hyperparameter
 from rankkit.neural.loss import REDUCTIONS
@@ -40,12 +41,6 @@ def _number(**bounds):
 
 #: The built-in lambda kernel's options: a custom loss takes its own, and refuses these.
 KERNEL_OPTIONS = ("k", "sigma", "normalize")
-
-
-def _clip(value, name):
-    if isinstance(value, str):
-        return _checks.check_choice(value, ("auto",), name)
-    return None if value is None else _checks.check_number(value, name, low=1)
 
 
 @dataclass(frozen=True)
@@ -141,9 +136,9 @@ class NeuralConfig:
     n_positions: int = hyperparameter(10, "positions with their own bias; deeper positions share the last.")
     propensity_clip: Union[float, str, None] = hyperparameter(10.0, """
         the bound on θ̂₀/θ̂ of ``unbiased="ips"`` (≥ 1; None: none); ``"auto"``: 3 √r, r the largest
-        θ̂₀/θ̂ of the training log (:func:`rankkit.clicks.propensity.auto_clip`, LambdaMART's
+        θ̂₀/θ̂ at a clicked position of the training log (:func:`rankkit.clicks.propensity.auto_clip`, LambdaMART's
         default; on the click grid's η = 1 and 2 logs it moved LambdaRank by −0.006 to +0.002,
-        docs/benchmarks.md "the ips clip", so 10 stays the default here).""", check=_clip)
+        docs/benchmarks.md "the ips clip", so 10 stays the default here).""", check=check_clip)
     architecture: str = hyperparameter("mlp", """
         the default scorer: ``"mlp"`` (:class:`~rankkit.scorers.MLPScorer` from ``hidden``,
         ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``

@@ -544,3 +544,26 @@ def test_each_setting_is_one_object_that_both_families_ask():
     fixed, _ = ips.pair_propensity()
     assert isinstance(fixed, FixedPropensities) and ips.estimated
     torch.testing.assert_close(fixed.t_plus, theta / theta[0])
+
+
+def test_ips_with_the_auto_clip_trains_and_keeps_its_clip_across_a_checkpoint(logs, tmp_path):
+    """LambdaRank(unbiased="ips", propensity_clip="auto") end to end: the clip is auto_clip of the
+    training log's θ̂ over its clicked positions, and a checkpoint restores that very number (and
+    the same scores), not one recomputed from the saved ratios."""
+    from rankkit.clicks.propensity import auto_clip
+
+    data, train, vali = logs
+    pl.seed_everything(0, verbose=False)
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="ips", n_positions=P, propensity_clip="auto")
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512))
+    theta = module.propensity.t_plus
+    clicked = torch.zeros(P, dtype=torch.bool)
+    clicked[train.position.long().clamp(max=P - 1)[train.clicks > 0]] = True
+    assert module.propensity.clip == pytest.approx(auto_clip(theta, used=clicked))
+    path = tmp_path / "ips.ckpt"
+    trainer.save_checkpoint(path)
+    restored = LambdaRank.load_from_checkpoint(path)
+    assert restored.propensity.clip == module.propensity.clip
+    torch.testing.assert_close(restored.eval()(data.features[:20]), module.eval()(data.features[:20]))

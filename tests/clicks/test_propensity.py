@@ -182,5 +182,12 @@ def test_auto_clip_is_three_root_the_largest_inverse_propensity():
     ips = make_debiasing("ips", BoosterConfig().objective_spec, family="trees",
                          propensity_clip=BoosterConfig().propensity_clip)
     ips.start(lambda: x, clicks, sizes, positions, device=torch.device("cpu"), data_parallel=False, seed=0)
-    assert ips.pair_propensity()[0].clip == pytest.approx(
-        auto_clip(ips_propensities(x, clicks, sizes, positions, n_positions=10, seed=0)))
+    theta = ips_propensities(x, clicks, sizes, positions, n_positions=10, seed=0)
+    clicked = torch.zeros(10, dtype=torch.bool)
+    clicked[positions[clicks > 0]] = True
+    assert not clicked.all()  # this log leaves positions without a click: they must not set the clip
+    assert ips.pair_propensity()[0].clip == pytest.approx(3 * float((theta[0] / theta)[clicked].max()) ** 0.5)
+    assert ips.pair_propensity()[0].clip < auto_clip(theta) / 10
+    with pytest.raises(ValueError, match="at least one position"):
+        auto_clip(torch.ones(0))
+    assert auto_clip(torch.tensor([1.0, 0.5]), used=torch.tensor([True, False])) == 3.0
