@@ -348,7 +348,7 @@ class LambdaMART(BaseEstimator):
             return metric(engines[name].to_ensemble(trees)), {"trees": trees}
 
         def report(stage: int, rounds: int, ranked: list[str]) -> None:
-            if self.verbose:  # the race takes 2-2.5 naive fits: say each stage as it ends
+            if self.verbose:  # the race takes several naive fits: say each stage as it ends
                 scores = ", ".join(f"{name} {race.scores_[name]['score']:.5f} ({race.scores_[name]['trees']} trees)"
                                    for name in ranked)
                 outcome = f"{race.choice_} wins" if race.over else f"{', '.join(race.alive)} go on"
