@@ -144,6 +144,8 @@ class LambdaMART(BaseEstimator):
         propensities_: with ``unbiased=True`` or ``"ips"``, ``{"clicked": t⁺ [n_positions],
             "unclicked": t⁻ [n_positions]}`` (numpy, position 0 = 1), the position biases (with
             ``"ips"``: θ̂ and ones).
+        propensity_clip_: with ``"ips"``, the bound on θ̂₀/θ̂ the fit applied (a float; the one
+            ``propensity_clip="auto"`` chose from the training log), or None for no bound.
         position_bias_: with ``unbiased="position"``, the learned additive bias [n_positions]
             (numpy) of the scores at each position.
         position_ids_: with ``unbiased`` set, the distinct position ids of ``fit``'s
@@ -273,7 +275,8 @@ class LambdaMART(BaseEstimator):
                 engine.add_eval_set(ef, el, es, init_score=e_init)
             return engine
 
-        for attr in ("unbiased_choice_", "unbiased_scores_", "propensities_", "position_bias_", "position_ids_"):
+        for attr in ("unbiased_choice_", "unbiased_scores_", "propensities_", "propensity_clip_", "position_bias_",
+                     "position_ids_"):
             if hasattr(self, attr):
                 delattr(self, attr)
         if ids is not None:
@@ -379,7 +382,7 @@ class LambdaMART(BaseEstimator):
         self.evals_result_ = engine.history
         self.ensemble_ = ensemble
         self._set_importance(*engine.importances(n_trees))
-        for name, value in engine.debiasing.fitted().items():  # propensities_, position_bias_
+        for name, value in engine.debiasing.fitted().items():  # propensities_, propensity_clip_, position_bias_
             setattr(self, name, value)
 
     def _config(self) -> BoosterConfig:

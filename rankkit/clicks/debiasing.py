@@ -391,6 +391,10 @@ class InversePropensities(LearnedBiases):
                              "call `module.read_click_log(train_set)` first in a plain loop")
         return super()._loss(objective, scores, batch)
 
+    def fitted(self) -> dict:
+        """The base's, and ``propensity_clip_``: the clip applied (``"auto"``'s number, or None)."""
+        return {**super().fitted(), "propensity_clip_": self.propensity.clip}
+
     def state(self) -> dict | None:
         """The base's, and the clip the training log gave (a number where ``"auto"`` chose it)."""
         state = super().state()

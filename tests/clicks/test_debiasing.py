@@ -567,3 +567,24 @@ def test_ips_with_the_auto_clip_trains_and_keeps_its_clip_across_a_checkpoint(lo
     restored = LambdaRank.load_from_checkpoint(path)
     assert restored.propensity.clip == module.propensity.clip
     torch.testing.assert_close(restored.eval()(data.features[:20]), module.eval()(data.features[:20]))
+
+
+def test_lambdamart_reports_the_clip_its_ips_applied(pbm_logs):
+    """propensity_clip_: the number "auto" chose (auto_clip over the clicked positions of the
+    training log's θ̂, which propensities_ reports), a given number as given, None as None; no
+    attribute for the other settings, and a refit with another setting drops it."""
+    from rankkit.clicks.propensity import auto_clip
+
+    train, _ = pbm_logs
+    x, clicks, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(n_estimators=2, depth=2, min_data_in_leaf=5, n_positions=8)
+    model = LambdaMART(unbiased="ips", **kw).fit(x, clicks, group=group, position=position)
+    clicked = torch.zeros(8, dtype=torch.bool)
+    clicked[position.long().clamp(max=7)[clicks > 0]] = True
+    theta = torch.as_tensor(model.propensities_["clicked"])
+    assert model.propensity_clip_ == pytest.approx(auto_clip(theta, used=clicked))
+    for clip in (4.0, None):
+        assert LambdaMART(unbiased="ips", propensity_clip=clip, **kw).fit(
+            x, clicks, group=group, position=position).propensity_clip_ == clip
+    model.set_params(unbiased="position").fit(x, clicks, group=group, position=position)
+    assert not hasattr(model, "propensity_clip_")
