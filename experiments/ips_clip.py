@@ -22,14 +22,13 @@ import sys
 import time
 
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
 from unbiased import K_SHOWN, booster, click_models, load, test_ndcg, train_lambdarank  # noqa: E402
 
 from rankkit.clicks.metrics import ClickLogMetric  # noqa: E402
-from rankkit.clicks.propensity import auto_clip, ips_propensities  # noqa: E402
+from rankkit.clicks.propensity import auto_clip, clicked_positions, ips_propensities  # noqa: E402
 from rankkit.data.clicks import simulate_clicks  # noqa: E402
 from rankkit.training.clicks import production_ranker, production_scores  # noqa: E402
 
@@ -80,8 +79,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
                                                 propensity_clip=clip_value(clip))
                 test_rows[f"LambdaRank ips clip={clip}"] = test_ndcg(scorer(test.features), test)
         theta = ips_propensities(x, clicks, sizes, position, n_positions=K_SHOWN, seed=seed)
-        clicked = torch.zeros(K_SHOWN, dtype=torch.bool)  # the positions whose weights apply
-        clicked[position.long().clamp(max=K_SHOWN - 1)[clicks > 0]] = True
+        clicked = clicked_positions(clicks, position, K_SHOWN)  # the positions whose weights apply
         yield {"data": name, "fold": fold, "seed": seed, "click": label, "test": test_rows,
                "largest_weight": float((theta[0] / theta)[clicked].max()), "auto_clip": auto_clip(theta, clicked),
                "seconds": time.perf_counter() - t0}

@@ -25,6 +25,7 @@ replaces it by an all-reduce, and nothing else changes.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -134,6 +135,7 @@ class BoostingEngine:
                                         n_positions=config.n_positions, bias_p=config.bias_p,
                                         propensity_clip=config.propensity_clip)
 
+        @functools.cache  # built once, and only when wanted ("ips" reads it before binning)
         def matrix() -> FeatureMatrix:
             return features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
 

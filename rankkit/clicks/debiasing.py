@@ -39,13 +39,12 @@ best one the rest ((C + 3) / 3 = 2.67 times the batches of one fit for C = 5 can
 """
 from __future__ import annotations
 
-
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from rankkit.clicks.propensity import (FixedPropensities, PositionIds, PropensityEstimator, auto_clip,
+from rankkit.clicks.propensity import (FixedPropensities, PositionIds, PropensityEstimator, clicked_positions,
                                        ips_propensities)
 from rankkit.clicks.race import DebiasingRace
 from rankkit.data.dataset import PaddedBatch
@@ -144,7 +143,6 @@ def _weighted_softmax_ce(logits: torch.Tensor, weights: torch.Tensor, mask: torc
     if float(total) <= 0:
         return logits.sum() * 0.0
     return -(weights * log_p).sum() / total
-
 
 
 class Debiasing:
@@ -375,13 +373,9 @@ class InversePropensities(LearnedBiases):
                              "positions: the training set has no `position` (train on a click log's sessions)")
         theta = ips_propensities(features, clicks, sizes, positions, n_positions=self.n_positions, seed=seed,
                                  names=names)
-        clip = self.clip
-        if clip == "auto":  # over the positions with a click: only their weights are applied
-            bucket = positions.long().clamp(0, self.n_positions - 1)
-            clicked = torch.zeros(self.n_positions, dtype=torch.bool)
-            clicked[bucket[torch.as_tensor(clicks).reshape(-1).cpu() > 0]] = True
-            clip = auto_clip(theta, used=clicked)
-        self.propensity = FixedPropensities(theta, clip=clip)
+        # "auto" over the positions with a click: only their weights are applied
+        self.propensity = FixedPropensities(theta, clip=self.clip,
+                                            used=clicked_positions(clicks, positions, self.n_positions))
         self.costs = self.propensity.costs.clone()
 
     def _loss(self, objective, scores, batch):

@@ -70,8 +70,8 @@ from rankkit.scorers import MLPScorer
 
 __all__ = ["AUTO_CLIP_FACTOR", "EM_SETTINGS", "PAIR_WEIGHTINGS", "FixedPropensities", "PositionIds",
            "PropensityEstimator", "RegressionEM", "auto_clip", "check_clip", "click_log_likelihood",
-           "debiased_pair_loss", "em_posteriors", "em_step", "ips_propensities", "pair_costs", "position_pair_costs",
-           "propensity_step"]
+           "clicked_positions", "debiased_pair_loss", "em_posteriors", "em_step", "ips_propensities", "pair_costs",
+           "position_pair_costs", "propensity_step"]
 
 PAIR_WEIGHTINGS = ("ndcg", "ranknet")
 
@@ -440,8 +440,9 @@ class FixedPropensities(PropensityEstimator):
 
     Args:
         propensities: [P] positive θ by position (positions ≥ P − 1 share the last).
-        clip: bound on θ_0/θ (≥ 1), ``"auto"`` (:func:`auto_clip` of ``propensities``), or None
-            (none). ``est.clip`` holds the number used.
+        clip: bound on θ_0/θ (≥ 1), ``"auto"`` (:func:`auto_clip` of ``propensities`` over the
+            positions ``used``, all by default), or None (none). ``est.clip`` holds the number used.
+        used: [P] bool, the positions whose weights are applied (:func:`clicked_positions`).
 
     >>> est = FixedPropensities(torch.tensor([1.0, 0.5, 0.01]), clip=10)
     >>> est.pair_factors(torch.tensor([[0, 1, 2]]))[0].tolist()
@@ -452,11 +453,10 @@ class FixedPropensities(PropensityEstimator):
 
     learns = False
 
-    def __init__(self, propensities, *, clip: float | str | None = None):
-        theta = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
-        check_tensors(("propensities", theta, ~(theta > 0) | ~torch.isfinite(theta), "positive and finite"))
+    def __init__(self, propensities, *, clip: float | str | None = None, used=None):
+        theta = _positive(propensities)
         if check_clip(clip) == "auto":
-            clip = auto_clip(theta)
+            clip = auto_clip(theta, used)
         super().__init__(len(theta), clip=clip)
         self.t_plus = theta / theta[0]
 
@@ -470,6 +470,23 @@ class FixedPropensities(PropensityEstimator):
     def step(self, iterations: int = 1) -> FixedPropensities:
         """Nothing to learn: the propensities stay as given."""
         return self
+
+
+def _positive(propensities) -> torch.Tensor:
+    """[P] float64 propensities, checked positive and finite."""
+    theta = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
+    check_tensors(("propensities", theta, ~(theta > 0) | ~torch.isfinite(theta), "positive and finite"))
+    return theta
+
+
+def clicked_positions(clicks, positions, n_positions: int) -> torch.Tensor:
+    """[n_positions] bool: the position buckets (positions ≥ n_positions − 1 share the last) where
+    a log of flat rows (``clicks`` [N] 0/1, ``positions`` [N] dense 0-based) has a click: the
+    positions whose inverse propensities a weighting applies."""
+    bucket = torch.as_tensor(positions).reshape(-1).long().cpu().clamp(0, n_positions - 1)
+    used = torch.zeros(n_positions, dtype=torch.bool)
+    used[bucket[torch.as_tensor(clicks).reshape(-1).cpu() > 0]] = True
+    return used
 
 
 def check_clip(value, name: str = "clip"):
@@ -509,8 +526,7 @@ def auto_clip(propensities, used=None) -> float:
     >>> round(auto_clip(torch.tensor([1.0, 0.5, 0.25, 0.01])), 4)
     30.0
     """
-    theta = check_tensor(torch.as_tensor(propensities), "propensities", ndim=1, kind="float").double()
-    check_tensors(("propensities", theta, ~(theta > 0) | ~torch.isfinite(theta), "positive and finite"))
+    theta = _positive(propensities)
     if len(theta) == 0:
         raise ValueError("`propensities` has to hold at least one position, got none")
     ratio = theta[0] / theta
