@@ -483,9 +483,13 @@ def clicked_positions(clicks, positions, n_positions: int) -> torch.Tensor:
     """[n_positions] bool: the position buckets (positions ≥ n_positions − 1 share the last) where
     a log of flat rows (``clicks`` [N] 0/1, ``positions`` [N] dense 0-based) has a click: the
     positions whose inverse propensities a weighting applies."""
-    bucket = torch.as_tensor(positions).reshape(-1).long().cpu().clamp(0, n_positions - 1)
+    n_positions = check_int(n_positions, "n_positions", low=1, high=MAX_POSITIONS)
+    clicks = check_tensor(torch.as_tensor(clicks).reshape(-1).cpu(), "clicks")
+    positions = check_tensor(torch.as_tensor(positions).reshape(-1).cpu(), "positions", shape=clicks.shape,
+                             kind="int")
+    check_tensors(("positions", positions, positions < 0, "non-negative"))
     used = torch.zeros(n_positions, dtype=torch.bool)
-    used[bucket[torch.as_tensor(clicks).reshape(-1).cpu() > 0]] = True
+    used[positions.long().clamp(max=n_positions - 1)[clicks > 0]] = True
     return used
 
 
