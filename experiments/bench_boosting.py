@@ -8,6 +8,7 @@ queries x 120 documents x 136 features = 1.2M rows. Each library runs in its own
     python experiments/bench_boosting.py --write
     python experiments/bench_boosting.py --queries 1000 --rounds 3     # a quick look
     python experiments/bench_boosting.py --mode fit --rounds 30 --write # whole fit, binning included
+    python experiments/bench_boosting.py --mode fit --libraries rankkit,rankkit_quantized,lightgbm --rounds 30
     python experiments/bench_boosting.py --mode scaling --write         # ms per round by rows, threads
     python experiments/bench_boosting.py --mode mq2008 --write          # MQ2008 5-fold training time
     python experiments/bench_boosting.py --mode round_mq2008 --threads 1 --write  # four boosters, ms/round
@@ -206,6 +207,11 @@ def bench_catboost(args) -> dict:
             "setup_s": times[1], "peak_mib": _peak_mib()}
 
 
+def _quantized(args) -> dict:
+    """rankkit's ``quantized_grad`` setting of the run (``--quantized``: on, with ``--quant-bins`` levels)."""
+    return {"quantized_grad": bool(args.quantized), "num_grad_quant_bins": args.quant_bins}
+
+
 def fit_rankkit(args) -> dict:
     """The whole ``LambdaMART.fit`` (binning included) of ``--rounds`` rounds."""
     import torch
@@ -215,8 +221,14 @@ def fit_rankkit(args) -> dict:
     torch.set_num_threads(args.threads)
     data = _data(args)
     t0 = time.perf_counter()
-    LambdaMART(n_estimators=args.rounds, depth=args.depth, k=args.k, quantized_grad=args.quantized).fit(data)
+    LambdaMART(n_estimators=args.rounds, depth=args.depth, k=args.k, **_quantized(args)).fit(data)
     return {"fit_s": time.perf_counter() - t0, "peak_mib": _peak_mib()}
+
+
+def fit_rankkit_quantized(args) -> dict:
+    """``fit_rankkit`` with ``quantized_grad=True`` (``--quant-bins`` levels): the packed integer histograms."""
+    args.quantized = True
+    return fit_rankkit(args)
 
 
 def fit_lightgbm(args) -> dict:
@@ -299,7 +311,7 @@ def round_mq2008(name: str, args) -> dict:
             from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 
             engine = BoostingEngine(train.features, train.labels, train.sizes,
-                                    BoosterConfig(eval_metric="ndcg@10", **SETTINGS))
+                                    BoosterConfig(eval_metric="ndcg@10", **{**SETTINGS, **_quantized(args)}))
             engine.add_eval_set(vali.features, vali.labels, vali.sizes)
             t0 = time.perf_counter()
             for _ in range(n):
@@ -443,6 +455,7 @@ def main(argv=None) -> None:
                     help="--mode scaling: the row counts (queries of --docs documents)")
     ap.add_argument("--thread-list", default="1,2", help="--mode scaling: the thread counts")
     ap.add_argument("--quantized", action="store_true", help="rankkit with quantized_grad")
+    ap.add_argument("--quant-bins", type=int, default=4, help="with --quantized: num_grad_quant_bins")
     ap.add_argument("--shape", default="uniform", choices=("uniform", "heavy"),
                     help="heavy: ~queries x docs rows in log-uniform 5..1000-document queries, heavy-tailed features")
     ap.add_argument("--repeats", type=int, default=3, help="--mode round_mq2008: fits per library (best kept)")
@@ -498,7 +511,7 @@ def main(argv=None) -> None:
 
 
 def _libraries(args) -> list[str]:
-    return [name for name in args.libraries.split(",") if name in ("rankkit", "lightgbm")]
+    return [name for name in args.libraries.split(",") if name in ("rankkit", "rankkit_quantized", "lightgbm")]
 
 
 def _machine(args) -> str:
@@ -542,7 +555,8 @@ def main_fit(args, passthrough) -> None:
             f"library. Command: `{cmd}`.\n\nSynthetic MSLR-shaped set, {args.queries} queries x {args.docs} "
             f"docs x {args.features} features = {n:,} rows; {args.rounds} rounds of depth {args.depth}, "
             f"lambdarank NDCG, truncation {args.k or 'none'}; each library in its own process, one after the "
-            f"other (ratios from the same run). Target: rankkit <= 0.5x LightGBM.\n\n" + "\n".join(lines) + "\n")
+            f"other (ratios from the same run); rankkit_quantized is rankkit with `quantized_grad=True`, "
+            f"`num_grad_quant_bins={args.quant_bins}`. Target: rankkit <= 0.5x LightGBM.\n\n" + "\n".join(lines) + "\n")
     _write(args, "bench_boosting_fit", body)
 
 

@@ -39,6 +39,16 @@ from rankkit.kernels.switches import library_override, read_switches
 
 N_CODES = 256
 
+# The fused grower's two layouts (_cpu.c, rk_gh): from this many bytes of code rows a tree reads
+# (documents x columns), each document's gradients move with it as the partition reorders the
+# documents, so a node's histogram reads them in order and fetches rows further ahead (1.2M x
+# 136: a 30-round fit 16.9 -> 13.1 s); below it they stay in document order (MQ2008: 2.52 ->
+# 2.37 ms a round that way). The same sums either way; the tests move it to take both paths.
+RK_FAR = 8 << 20
+# > 0: at most this many documents in a packed quantized cell before it is unpacked (0: as many
+# as the fields hold, rk_pack_chunk); the tests set it small to cross many chunk boundaries.
+PACKED_CHUNK_CAP = 0
+
 
 def _load() -> ctypes.CDLL | None:
     """The built extension rankkit.kernels._cpu as a ctypes library, or None when not built
@@ -74,16 +84,12 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_route.restype = None
     dll.rankkit_bin.argtypes = [p, i64, i64, p, p, cint]
     dll.rankkit_bin.restype = None
-    dll.rankkit_tree_root.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, cint, cint]
-    dll.rankkit_tree_root.restype = cint
     dll.rankkit_split_scan.argtypes = [p, cint, p, i64, i64, p, p, dbl, dbl, dbl, dbl, p, p, p, p, cint]
     dll.rankkit_split_scan.restype = i64
-    dll.rankkit_tree_split.argtypes = [p, i64, p, p, i64, i64, i64, i64, p, p, cint, p, p, p, p, p, p, p, cint, cint]
-    dll.rankkit_tree_split.restype = cint
     dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
     dll.rankkit_lambdas.restype = cint
-    dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, dbl, dbl, dbl,
-                                      dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, cint]
+    dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, p, p, dbl, dbl,
+                                      dbl, dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, i64, i64, cint]
     dll.rankkit_tree_grow.restype = cint
     dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
     dll.rankkit_add_tree.restype = None
@@ -297,7 +303,8 @@ class TreeKernels:
     """The fused grower of one training set's trees on the compiled kernels.
 
     Holds the row-major codes and the buffers a tree needs (the partition of the documents by
-    node, two levels of histograms), allocated once and reused by every tree.
+    node with their gradients, two levels of histograms), allocated once and reused by every
+    tree.
 
     Args:
         codes: [N, F] uint8, contiguous, one row per document.
@@ -361,6 +368,7 @@ class TreeKernels:
         feats_c = None if features is None else features.long().contiguous()
         _check_sizes(codes, rows_c, feats_c, n, (g, h, leaf_g, leaf_h), noise, depth, n_feat)
         order, tmp = self._buffer("order", n, torch.int64), self._buffer("tmp", n, torch.int64)
+        vals, vtmp = self._buffer("vals", 2 * n, torch.float64), self._buffer("vtmp", 2 * n, torch.float64)
         seg = self._buffer("seg", 2 << depth, torch.int64)
         node = torch.empty(n, dtype=torch.int64)  # returned: a fresh tensor
         plane = n_feat * N_CODES
@@ -387,11 +395,14 @@ class TreeKernels:
         status = _dll().rankkit_tree_grow(
             codes.data_ptr(), codes.shape[1], _ptr(rows_c), n, _ptr(feats_c), n_feat, g.data_ptr(), h.data_ptr(),
             int(quantized), _ptr(scale_c), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(), node.data_ptr(),
-            hist_a.data_ptr(), hist_b.data_ptr(), nbins.data_ptr(), valid_u8.data_ptr(), float(params.l2),
-            float(params.min_data_in_leaf), float(params.min_sum_hessian), torch_ref.TINY, _ptr(noise),
-            gains_buf.data_ptr(),
-            depth, int(root_counts is None), _ptr(root_out), feats.data_ptr(), cuts.data_ptr(), gains.data_ptr(),
-            _ptr(leaf_g), _ptr(leaf_h), float(params.learning_rate), _ptr(sums), _ptr(values), _threads())
+            vals.data_ptr(), vtmp.data_ptr(), hist_a.data_ptr(), hist_b.data_ptr(), nbins.data_ptr(),
+            valid_u8.data_ptr(), float(params.l2), float(params.min_data_in_leaf), float(params.min_sum_hessian),
+            torch_ref.TINY, _ptr(noise), gains_buf.data_ptr(), depth, int(root_counts is None), _ptr(root_out),
+            feats.data_ptr(), cuts.data_ptr(), gains.data_ptr(), _ptr(leaf_g), _ptr(leaf_h),
+            float(params.learning_rate), _ptr(sums), _ptr(values), int(RK_FAR), int(PACKED_CHUNK_CAP), _threads())
+        if status == -2:
+            raise ValueError("quantized gradients too wide for the packed histogram cells: |g| must stay below "
+                             "2^21 and the hessians' span below 2^22 (num_grad_quant_bins <= 256 keeps them far below)")
         if status != 0:
             raise MemoryError("the CPU tree kernel could not allocate its buffers")
         if keep_root:

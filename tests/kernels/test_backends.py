@@ -57,10 +57,19 @@ CASES = [
 ]
 
 
+# The fused grower's two layouts (cpu.RK_FAR): the gradients moved with the documents' positions
+# (with packed quantized cells unpacked every 7 documents: many chunk boundaries), or left in
+# document order. Either way the reference's trees.
+LAYOUTS = {"positional": dict(RK_FAR=0, PACKED_CHUNK_CAP=7), "document": dict(RK_FAR=2 ** 62, PACKED_CHUNK_CAP=0)}
+
+
 @needs_cpu
 @pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
 @pytest.mark.parametrize("sample", ["all", "rows+features", "noise"])
-def test_cpu_backend_grows_the_reference_trees(case, sample):
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_cpu_backend_grows_the_reference_trees(case, sample, layout, monkeypatch):
+    for name, value in LAYOUTS[layout].items():
+        monkeypatch.setattr(cpu, name, value)
     codes, valid, grad, hess = _problem(heavy="quantized_grad" not in case)
     params = TreeParams(**{"depth": 5, "min_data_in_leaf": 20, **case})
     kw = {}
@@ -81,6 +90,38 @@ def test_cpu_backend_grows_the_reference_trees(case, sample):
         grad = grad.flip(0)
     if case.get("min_data_in_leaf") == 2100:
         assert bool((slow.codes == 255).all())  # the check covers a stopped tree
+
+
+@needs_cpu
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_packed_quantized_cells_take_negative_hessians_and_wide_levels(layout, monkeypatch):
+    # The packed cells hold h - min(h, 0): negative quantized hessians (a custom objective's) sum
+    # exactly; and B = 256 (|g| up to 128, h up to 256) with a cap crosses chunk boundaries.
+    for name, value in LAYOUTS[layout].items():
+        monkeypatch.setattr(cpu, name, value)
+    codes, valid, grad, hess = _problem(n=5000, n_feat=7, seed=3)
+    hess = hess - 0.3  # about a quarter negative
+    for bins in (4, 256):
+        params = TreeParams(depth=4, min_data_in_leaf=5, quantized_grad=True, num_grad_quant_bins=bins)
+        fast = ObliviousTreeGrower(codes, valid, params, backend="cpu").grow(
+            grad, hess, generator=torch.Generator().manual_seed(bins))
+        slow = ObliviousTreeGrower(codes, valid, params, backend="torch").grow(
+            grad, hess, generator=torch.Generator().manual_seed(bins))
+        _assert_same_tree(fast, slow, exact=True)
+        assert bool((fast.codes != 255).any())  # it split
+
+
+@needs_cpu
+def test_quantized_values_too_wide_for_the_packed_cells_are_refused():
+    codes, valid, grad, hess = _problem(n=50, n_feat=4)
+    kernels = cpu.TreeKernels(codes.contiguous(), 2, valid)
+    params = TreeParams(depth=2, min_data_in_leaf=1)
+    scale = torch.ones(2, dtype=torch.float64)
+    g = torch.zeros(50, dtype=torch.int32)
+    for g_q, h_q in ((g + 2 ** 21, g), (g, g + 2 ** 22)):
+        with pytest.raises(ValueError, match="too wide for the packed histogram cells"):
+            kernels.grow(g_q, h_q, scale, valid, None, None, None, params)
+    kernels.grow(g + 2 ** 21 - 1, g + 2 ** 22 - 1, scale, valid, None, None, None, params)  # the largest that fit
 
 
 @needs_cpu
