@@ -118,7 +118,10 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
             } else {
                 W = (g[a] - g[b]) * (disc[a] - disc[b]);
             }
-            if (W == 0.0) continue;
+            /* No test for W = 0 (about a third of the pairs, unpredictably: a mispredicted
+               branch cost more than the pair; 1.2M x 120-document queries, 116 -> 94 ms a
+               pass): such a pair adds exact zeros, u = 0 / X = 0 for every X the finite scores
+               give (X = inf included), so the sums keep their bits. */
             double X = narrow ? 1.0 + e[a] * f[b] : 1.0 + exp(s[a] - s[b]);
             double u = fabs(W) / X;
             double lam = (W < 0.0 ? W : 0.0) + u;
