@@ -48,8 +48,10 @@ static int by_rank(const void *pa, const void *pb) {
 }
 
 /* Queries up to this long are sorted by insertion (inline comparisons, no calls: most of the
-   booster's queries are short); longer ones by qsort. Both give the one order of by_rank. */
-#define INSERTION_MAX 64
+   booster's queries are short, and the previous round's ranking, where the sort starts, is
+   nearly sorted); longer ones by qsort. Both give the one order of by_rank. 128 against 64:
+   1.2M documents in 120-document queries 97 -> 88 ms a pass; MQ2008 level. */
+#define INSERTION_MAX 128
 
 static void rank_docs(ranked_doc *docs, int64_t n) {
     if (n > INSERTION_MAX) {
