@@ -120,6 +120,24 @@ def test_compiled_lambdas_match_the_double_loop(weighting, k, normalize):
         assert got[1].abs().sum() > 0  # a test that can fail
 
 
+@pytest.mark.parametrize("weighting", ["ranknet", "ndcg"])
+@pytest.mark.parametrize("k", [None, 1, 10])
+def test_the_vectorised_pairs_are_the_general_loop_bit_for_bit(weighting, k):
+    # Without weights the common case runs a branch-free row loop (pair_row, vectorised); unit
+    # weights (omega = 1/2 + 1/2) and unit pair factors send the same pairs through the general
+    # loop, where multiplying by 1.0 is exact: the float64 results must be the same bits.
+    sizes = [1, 30, 2, 17, 9, 64, 90, 3]
+    scores, labels = _data(5, sizes, ties=False)
+    ones = torch.ones(len(scores), dtype=torch.float64)
+    for normalize in (False, True):
+        common = dict(weighting=weighting, k=k, sigma=1.3, normalize=normalize)
+        fast = _compiled(scores, labels, sizes, **common)
+        for general in (_compiled(scores, labels, sizes, weights=ones, **common),
+                        _compiled(scores, labels, sizes, factors=(ones, ones), **common)):
+            assert torch.equal(fast[0], general[0]) and torch.equal(fast[1], general[1])
+        assert fast[1].abs().sum() > 0
+
+
 def _padded(scores, labels, sizes):
     layout = QueryLayout(labels.float(), torch.tensor(sizes))
     return layout, layout.pad(scores), layout.pad(labels)
