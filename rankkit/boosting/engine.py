@@ -191,7 +191,7 @@ class BoostingEngine:
                                                           binner.sample, config.seed))
             self.used = self.binner.used_features_
             self._thresholds = self.binner.thresholds()
-            self._codes = transform(self.binner, matrix)[:, self.used].to(self.device)
+            self._codes = transform(self.binner, matrix, self.used).to(self.device)
         self.grower = ObliviousTreeGrower(self._codes, valid_codes(self.binner)[self.used], config.tree,
                                           backend=self.backend, reduce=self.reduce, shard=self.parallel)
 
@@ -209,7 +209,7 @@ class BoostingEngine:
             codes = shared[len(self.eval_sets)][1]  # the same eval set, binned by the other engine
         else:
             matrix = features if isinstance(features, FeatureMatrix) else FeatureMatrix(features, "features")
-            codes = self.backend.codes_layout(transform(self.binner, matrix)[:, self.used].to(self.device))
+            codes = self.backend.codes_layout(transform(self.binner, matrix, self.used).to(self.device))
         self.eval_sets.append(_EvalSet(name, codes, QueryLayout(labels, sizes.cpu(), None, self.device), scores))
         self.history[name] = {self.config.eval_metric: []}
 
@@ -362,9 +362,20 @@ def fit_binner(matrix: FeatureMatrix, max_bins: int, seed: int) -> QuantileBinne
     return binner.fit(matrix.rows(torch.randperm(matrix.n_rows, generator=g)[: binner.sample]))
 
 
-def transform(binner: QuantileBinner, matrix: FeatureMatrix) -> torch.Tensor:
-    """Codes [N, F] uint8 of every row of ``matrix``, one dense chunk at a time."""
-    return torch.cat([binner.transform(chunk) for chunk in matrix.chunks()])
+def transform(binner: QuantileBinner, matrix: FeatureMatrix, used: torch.Tensor | None = None) -> torch.Tensor:
+    """Codes [N, F'] uint8 of every row of ``matrix`` in the columns ``used`` (None: all), one
+    dense chunk at a time, written into one tensor (no concatenation, and no column copy when
+    every feature is used)."""
+    n_used = binner.n_features if used is None else used.numel()
+    if used is not None and n_used == binner.n_features and bool((used == torch.arange(n_used)).all()):
+        used = None
+    out = torch.empty(matrix.n_rows, n_used, dtype=torch.uint8)
+    start = 0
+    for chunk in matrix.chunks():
+        codes = binner.transform(chunk)
+        out[start:start + len(codes)] = codes if used is None else codes[:, used]
+        start += len(codes)
+    return out
 
 
 def valid_codes(binner: QuantileBinner) -> torch.Tensor:
