@@ -234,7 +234,7 @@ void rankkit_route(const uint8_t *restrict codes, int64_t n_cols, const int64_t 
 
 /* The documents' values: float gradients as (g, h) pairs; quantized ones packed into one int64
    (rk_pack_q, below). When the codes a tree reads do not fit in the cache (RK_FAR bytes of rows
-   and more, rankkit/kernels/cpu.py), the values travel with their positions: the partition moves vals[k] with
+   and more, rankkit/kernels/cpu.py's RK_FAR), the values travel with their positions: the partition moves vals[k] with
    order[k], so a node's documents read their values in order from one array, and rows are
    fetched RK_AHEAD positions ahead at both ends of the block's columns (1.2M x 136: 16.9 s ->
    13.1 s a 30-round fit). Below that the values stay in document order, read through order[k],
@@ -698,11 +698,12 @@ static int rk_tree_grow(const uint8_t *codes, int64_t n_cols, const int64_t *row
 }
 
 /* rk_tree_grow from the documents' gradients: g, h [n] double, or int32 quantized (quantized 1;
-   read times scale), laid out here in vals (16 n bytes; vtmp as much scratch). far_bytes: the
-   rows' bytes from which the values travel with their positions (RK_FAR; the tests move it to
-   take either path); chunk_cap > 0 caps the documents a packed cell sums before it is unpacked
-   (the tests: many chunks on small data). Returns 0, -1 when out of memory, or -2 when a
-   quantized |g| or the hessians' span is too wide for the packed cells (2^21, 2^22). */
+   read times scale), laid out here in vals ([n] rk_gh, or [n] int64 packed when quantized).
+   vtmp: as large as vals, and the values travel with their positions (the positional layout,
+   for rows beyond the cache: rankkit/kernels/cpu.py's RK_FAR decides), or NULL: they stay in
+   document order. chunk_cap > 0 caps the documents a packed cell sums before it is unpacked (the
+   tests: many chunks on small data). Returns 0, -1 when out of memory, or -2 when a quantized
+   |g| reaches 2^21 or max(h, 0) - min(h, 0) reaches 2^22 (the packed cells' fields). */
 int rankkit_tree_grow(const uint8_t *codes, int64_t n_cols, const int64_t *rows, int64_t n,
                       const int64_t *features, int64_t n_feat, const void *g, const void *h, int quantized,
                       const double *scale, int64_t *order, int64_t *tmp, int64_t *seg, int64_t *node,
@@ -710,7 +711,7 @@ int rankkit_tree_grow(const uint8_t *codes, int64_t n_cols, const int64_t *rows,
                       const uint8_t *valid, double l2, double min_data, double min_hess, double tiny,
                       const double *noise, double *gains_buf, int64_t depth, int with_count, void *root_counts,
                       int64_t *feats, int64_t *cuts, double *gains, const double *lg, const double *lh, double lr,
-                      double *sums, double *values, int64_t far_bytes, int64_t chunk_cap, int n_threads) {
+                      double *sums, double *values, int64_t chunk_cap, int n_threads) {
     int64_t pack[2] = {0, 0};
     if (quantized) {
         const int32_t *gq = (const int32_t *) g, *hq = (const int32_t *) h;
@@ -734,7 +735,7 @@ int rankkit_tree_grow(const uint8_t *codes, int64_t n_cols, const int64_t *rows,
         #pragma omp parallel for num_threads(n_threads) schedule(static) if (n >= 65536)
         for (int64_t i = 0; i < n; ++i) { v[i].g = gd[i]; v[i].h = hd[i]; }
     }
-    const int positional = n * n_cols >= far_bytes;
+    const int positional = vtmp != NULL;
     return rk_tree_grow(codes, n_cols, rows, n, features, n_feat, vals, vtmp, positional, quantized ? pack : NULL,
                         scale, order, tmp, seg, node, hist_a, hist_b, nbins, valid, l2, min_data, min_hess, tiny, noise,
                         gains_buf, depth, with_count, root_counts, feats, cuts, gains, lg, lh, lr, sums, values,

@@ -69,22 +69,18 @@ static void rank_docs(ranked_doc *docs, int64_t n) {
     }
 }
 
-/* gcc if-converts the comparisons of a loop, and so vectorises it, only when floating-point
-   operations may not trap (no signal handler watches them here: the values are the same). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define RK_NO_TRAPS __attribute__((optimize("no-trapping-math")))
-#else
-#define RK_NO_TRAPS
-#endif
-
 /* Row a's pairs (a, b) in the common case (no weights, narrow scores), the m documents b below a
    given from b = a + 1 on (labels y, gains g, discounts disc, e^{-z} f): each pair's lam and h
    into lt[b], ht[b] and onto acc_g[b], acc_h[b], in a loop with neither a branch nor a
-   reduction, so that the compiler vectorises it (the two divisions a pair are the pass's cost:
-   1.2M documents in 120-document queries, 94 -> 62 ms a pass); the caller sums lt, ht into row a
-   in b order. The same operations per pair as the general loop of query_lambdas, so the same
-   bits. ranknet: W = sign(y_a - y_b), else the |ΔNDCG| W = (g_a - g_b)(disc_a - disc_b). */
-RK_NO_TRAPS static void pair_row(int ranknet, double ya, double gain_a, double disc_a, double ea, int64_t m,
+   reduction, so that the compiler vectorises it (gcc if-converts the comparisons only under
+   -fno-trapping-math, setup.py's flag, which changes no value; the two divisions a pair are the
+   pass's cost: 1.2M documents in 120-document queries, 116 -> 62 ms a pass with the next
+   change); the caller sums lt, ht into row a in b order. Pairs with W = 0 are not skipped (a
+   third of them, unpredictably: the branch cost more than the pair): with narrow scores X is
+   finite and >= 1, so u = 0 / X = 0 and such a pair adds exact zeros. The same operations per
+   pair as the general loop of query_lambdas, so the same bits. ranknet: W = sign(y_a - y_b),
+   else the |ΔNDCG| W = (g_a - g_b)(disc_a - disc_b). */
+static void pair_row(int ranknet, double ya, double gain_a, double disc_a, double ea, int64_t m,
                      const double *restrict y, const double *restrict g, const double *restrict disc,
                      const double *restrict f, double *restrict lt, double *restrict ht, double *restrict acc_g,
                      double *restrict acc_h) {
@@ -178,10 +174,7 @@ static void query_lambdas(int64_t start, int64_t n, const double *restrict score
             } else {
                 W = (g[a] - g[b]) * (disc[a] - disc[b]);
             }
-            /* No test for W = 0 (about a third of the pairs, unpredictably: a mispredicted
-               branch cost more than the pair; 1.2M x 120-document queries, 116 -> 94 ms a
-               pass): such a pair adds exact zeros, u = 0 / X = 0 for every X the finite scores
-               give (X = inf included), so the sums keep their bits. */
+            if (W == 0.0) continue;  /* (X may be inf or NaN here: such a pair adds nothing) */
             double X = narrow ? 1.0 + e[a] * f[b] : 1.0 + exp(s[a] - s[b]);
             double u = fabs(W) / X;
             double lam = (W < 0.0 ? W : 0.0) + u;

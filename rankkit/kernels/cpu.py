@@ -89,7 +89,7 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_lambdas.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, dbl, cint, cint, cint, cint, p, p, p, cint]
     dll.rankkit_lambdas.restype = cint
     dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, p, p, dbl, dbl,
-                                      dbl, dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, i64, i64, cint]
+                                      dbl, dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, i64, cint]
     dll.rankkit_tree_grow.restype = cint
     dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
     dll.rankkit_add_tree.restype = None
@@ -368,7 +368,11 @@ class TreeKernels:
         feats_c = None if features is None else features.long().contiguous()
         _check_sizes(codes, rows_c, feats_c, n, (g, h, leaf_g, leaf_h), noise, depth, n_feat)
         order, tmp = self._buffer("order", n, torch.int64), self._buffer("tmp", n, torch.int64)
-        vals, vtmp = self._buffer("vals", 2 * n, torch.float64), self._buffer("vtmp", 2 * n, torch.float64)
+        # Each document's (g, h): two float64, or one packed int64 when quantized; a second such
+        # buffer when they travel with their positions (rows beyond the cache: RK_FAR).
+        cells = n if quantized else 2 * n
+        vals = self._buffer("vals", cells, torch.float64)
+        vtmp = self._buffer("vtmp", cells, torch.float64) if n * codes.shape[1] >= RK_FAR else None
         seg = self._buffer("seg", 2 << depth, torch.int64)
         node = torch.empty(n, dtype=torch.int64)  # returned: a fresh tensor
         plane = n_feat * N_CODES
@@ -395,14 +399,15 @@ class TreeKernels:
         status = _dll().rankkit_tree_grow(
             codes.data_ptr(), codes.shape[1], _ptr(rows_c), n, _ptr(feats_c), n_feat, g.data_ptr(), h.data_ptr(),
             int(quantized), _ptr(scale_c), order.data_ptr(), tmp.data_ptr(), seg.data_ptr(), node.data_ptr(),
-            vals.data_ptr(), vtmp.data_ptr(), hist_a.data_ptr(), hist_b.data_ptr(), nbins.data_ptr(),
+            vals.data_ptr(), _ptr(vtmp), hist_a.data_ptr(), hist_b.data_ptr(), nbins.data_ptr(),
             valid_u8.data_ptr(), float(params.l2), float(params.min_data_in_leaf), float(params.min_sum_hessian),
             torch_ref.TINY, _ptr(noise), gains_buf.data_ptr(), depth, int(root_counts is None), _ptr(root_out),
             feats.data_ptr(), cuts.data_ptr(), gains.data_ptr(), _ptr(leaf_g), _ptr(leaf_h),
-            float(params.learning_rate), _ptr(sums), _ptr(values), int(RK_FAR), int(PACKED_CHUNK_CAP), _threads())
+            float(params.learning_rate), _ptr(sums), _ptr(values), int(PACKED_CHUNK_CAP), _threads())
         if status == -2:
-            raise ValueError("quantized gradients too wide for the packed histogram cells: |g| must stay below "
-                             "2^21 and the hessians' span below 2^22 (num_grad_quant_bins <= 256 keeps them far below)")
+            raise ValueError("quantized gradients out of the packed histogram cells' range: |g| must stay below "
+                             "2^21 and max(h, 0) - min(h, 0) below 2^22 (num_grad_quant_bins <= 256 keeps them far "
+                             "below: a NaN or infinite gradient rounds to -2^31)")
         if status != 0:
             raise MemoryError("the CPU tree kernel could not allocate its buffers")
         if keep_root:

@@ -112,14 +112,35 @@ def test_packed_quantized_cells_take_negative_hessians_and_wide_levels(layout, m
 
 
 @needs_cpu
-def test_quantized_values_too_wide_for_the_packed_cells_are_refused():
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_packed_cells_unpack_before_their_fields_overflow(layout, monkeypatch):
+    # 60,000 documents on two codes per feature with B = 256: a cell sums ~30,000 documents of
+    # g near 100 and h = 256, beyond the packed fields (|Σg| < 2^21, Σh < 2^22) unless the chunk
+    # bound (rk_pack_chunk, about 16,000 documents here) unpacks in time. No cap in this test.
+    monkeypatch.setattr(cpu, "RK_FAR", LAYOUTS[layout]["RK_FAR"])
+    g = torch.Generator().manual_seed(7)
+    n = 60_000
+    codes = torch.randint(0, 2, (n, 3), generator=g, dtype=torch.uint8)
+    valid = torch.zeros(3, 256, dtype=torch.bool)
+    valid[:, 0] = True
+    grad = 1.0 + (codes[:, 0] == 1).double() + 0.5 * (codes[:, 1] == 1).double()
+    hess = torch.ones(n, dtype=torch.float64)
+    params = TreeParams(depth=3, min_data_in_leaf=5, quantized_grad=True, num_grad_quant_bins=256)
+    fast = ObliviousTreeGrower(codes, valid, params, backend="cpu").grow(grad, hess, generator=torch.Generator().manual_seed(1))
+    slow = ObliviousTreeGrower(codes, valid, params, backend="torch").grow(grad, hess, generator=torch.Generator().manual_seed(1))
+    _assert_same_tree(fast, slow, exact=True)
+    assert bool((fast.codes != 255).any())
+
+
+@needs_cpu
+def test_quantized_values_beyond_the_packed_cells_are_refused():
     codes, valid, grad, hess = _problem(n=50, n_feat=4)
     kernels = cpu.TreeKernels(codes.contiguous(), 2, valid)
     params = TreeParams(depth=2, min_data_in_leaf=1)
     scale = torch.ones(2, dtype=torch.float64)
     g = torch.zeros(50, dtype=torch.int32)
     for g_q, h_q in ((g + 2 ** 21, g), (g, g + 2 ** 22)):
-        with pytest.raises(ValueError, match="too wide for the packed histogram cells"):
+        with pytest.raises(ValueError, match="out of the packed histogram cells' range"):
             kernels.grow(g_q, h_q, scale, valid, None, None, None, params)
     kernels.grow(g + 2 ** 21 - 1, g + 2 ** 22 - 1, scale, valid, None, None, None, params)  # the largest that fit
 

@@ -138,6 +138,18 @@ def test_the_vectorised_pairs_are_the_general_loop_bit_for_bit(weighting, k):
         assert fast[1].abs().sum() > 0
 
 
+def test_pairs_of_equal_labels_add_nothing_whatever_the_scores():
+    # The vectorised rows add a W = 0 pair's exact zeros only for scores within the exponential's
+    # span; NaN or infinite scores take the general loop, which skips such pairs: a query whose
+    # labels are all equal still gets zeros, and a NaN does not reach its equal-labelled partner.
+    for scores, labels in (([float("nan"), 0.5, 0.1], [1.0, 1.0, 1.0]), ([1e308, 1e308, 0.0], [1.0, 1.0, 1.0]),
+                           ([float("inf"), 2.0], [0.0, 0.0])):
+        for weighting in ("ranknet", "ndcg"):
+            grad, hess = _compiled(torch.tensor(scores, dtype=torch.float64), torch.tensor(labels, dtype=torch.float64),
+                                   [len(scores)], weighting=weighting, k=None, sigma=4.0)
+            assert torch.equal(grad, torch.zeros(len(scores))) and torch.equal(hess, torch.zeros(len(scores)))
+
+
 def _padded(scores, labels, sizes):
     layout = QueryLayout(labels.float(), torch.tensor(sizes))
     return layout, layout.pad(scores), layout.pad(labels)
