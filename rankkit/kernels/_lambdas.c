@@ -69,6 +69,15 @@ static void rank_docs(ranked_doc *docs, int64_t n) {
     }
 }
 
+/* On x86-64 Linux with gcc, pair_row is also compiled for AVX2 (twice the divisions per
+   instruction) and the loader picks the version the CPU runs (an ifunc); the same IEEE operations,
+   so the same bits, on every CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define RK_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define RK_CLONES
+#endif
+
 /* Row a's pairs (a, b) in the common case (no weights, narrow scores), the m documents b below a
    given from b = a + 1 on (labels y, gains g, discounts disc, e^{-z} f): each pair's lam and h
    into lt[b], ht[b] and onto acc_g[b], acc_h[b], in a loop with neither a branch nor a
@@ -80,7 +89,7 @@ static void rank_docs(ranked_doc *docs, int64_t n) {
    finite and >= 1, so u = 0 / X = 0 and such a pair adds exact zeros. The same operations per
    pair as the general loop of query_lambdas, so the same bits. ranknet: W = sign(y_a - y_b),
    else the |ΔNDCG| W = (g_a - g_b)(disc_a - disc_b). */
-static void pair_row(int ranknet, double ya, double gain_a, double disc_a, double ea, int64_t m,
+RK_CLONES static void pair_row(int ranknet, double ya, double gain_a, double disc_a, double ea, int64_t m,
                      const double *restrict y, const double *restrict g, const double *restrict disc,
                      const double *restrict f, double *restrict lt, double *restrict ht, double *restrict acc_g,
                      double *restrict acc_h) {
