@@ -233,12 +233,12 @@ void rankkit_route(const uint8_t *restrict codes, int64_t n_cols, const int64_t 
    --------------------------------------------------------------------------------------------- */
 
 /* The documents' values: float gradients as (g, h) pairs; quantized ones packed into one int64
-   (rk_pack_q, below). When the codes a tree reads do not fit in the cache (RK_FAR bytes of rows
-   and more, rankkit/kernels/cpu.py's RK_FAR), the values travel with their positions: the partition moves vals[k] with
-   order[k], so a node's documents read their values in order from one array, and rows are
-   fetched RK_AHEAD positions ahead at both ends of the block's columns (1.2M x 136: 16.9 s ->
-   13.1 s a 30-round fit). Below that the values stay in document order, read through order[k],
-   with one fetch 8 positions ahead (MQ2008's 0.4 MB: 2.52 -> 2.37 ms a round that way). */
+   (rk_pack_q, below). When the code rows a tree reads do not fit in the cache (RK_FAR bytes and
+   more, rankkit/kernels/cpu.py), the values travel with their positions: the partition moves
+   vals[k] with order[k], so a node's documents read their values in order from one array, and
+   rows are fetched RK_AHEAD positions ahead at both ends of the block's columns (1.2M x 136:
+   16.9 s -> 13.1 s a 30-round fit). Below that the values stay in document order, read through
+   order[k], with one fetch 8 positions ahead (MQ2008's 0.4 MB: 2.52 -> 2.37 ms a round that way). */
 typedef struct { double g, h; } rk_gh;
 #define RK_AHEAD 16
 
@@ -451,9 +451,11 @@ static int rk_tree_root(const uint8_t *codes, int64_t n_cols, const int64_t *row
     const int64_t zero = 0;
     if (pack)
         return rk_node_histograms_q(codes, n_cols, rows, features, n_feat, order, seg, (const int64_t *) vals,
-                                    positional, pack, &zero, NULL, 1, NULL, 0, (int64_t *) out, 1, NULL, with_count, n_threads);
+                                    positional, pack, &zero, NULL, 1, NULL, 0, (int64_t *) out, 1, NULL, with_count,
+                                    n_threads);
     return rk_node_histograms_d(codes, n_cols, rows, features, n_feat, order, seg, (const rk_gh *) vals,
-                                positional, NULL, &zero, NULL, 1, NULL, 0, (double *) out, 1, NULL, with_count, n_threads);
+                                positional, NULL, &zero, NULL, 1, NULL, 0, (double *) out, 1, NULL, with_count,
+                                n_threads);
 }
 
 /* The split scan of one level, fused with its argmax: gains[f, c] as torch_ref.split_scores
@@ -624,11 +626,13 @@ static int rk_tree_split(const uint8_t *codes, int64_t n_cols, const int64_t *ro
     int status;
     if (pack)
         status = rk_node_histograms_q(codes, n_cols, rows, features, n_feat, order, seg, (const int64_t *) vals,
-                                      positional, pack, small, large, n_nodes, (const int64_t *) hist, n_nodes, (int64_t *) out,
+                                      positional, pack, small, large, n_nodes, (const int64_t *) hist, n_nodes,
+                                      (int64_t *) out,
                                       2 * n_nodes, nbins, 1, n_threads);
     else
         status = rk_node_histograms_d(codes, n_cols, rows, features, n_feat, order, seg, (const rk_gh *) vals,
-                                      positional, NULL, small, large, n_nodes, (const double *) hist, n_nodes, (double *) out,
+                                      positional, NULL, small, large, n_nodes, (const double *) hist, n_nodes,
+                                      (double *) out,
                                       2 * n_nodes, nbins, 1, n_threads);
     free(small);
     return status;
