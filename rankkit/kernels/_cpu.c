@@ -764,11 +764,10 @@ void rankkit_add_tree(const uint8_t *restrict codes, int64_t n_cols, int64_t n, 
    reference's index_add_) of the n documents' g, h (double) at their leaf node[i], and the
    Newton steps values[j] = -lr * G / (H + l2), 0 where H + l2 < max(min_hess, 1e-300).
    Returns the first leaf whose value is not finite, or -1. */
-int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict g, const double *restrict h,
-                            int64_t n, int64_t n_leaves, double lr, double l2, double min_hess,
-                            double *restrict sums, double *restrict values) {
-    for (int64_t j = 0; j < 2 * n_leaves; ++j) sums[j] = 0.0;
-    for (int64_t i = 0; i < n; ++i) { sums[node[i]] += g[i]; sums[n_leaves + node[i]] += h[i]; }
+/* The Newton steps values[j] = -lr * G / (H + l2) of the leaf sums [2, n_leaves], 0 where
+   H + l2 < max(min_hess, 1e-300); the first leaf whose value is not finite, or -1. */
+static int64_t rk_newton(int64_t n_leaves, double lr, double l2, double min_hess, const double *restrict sums,
+                         double *restrict values) {
     const double floor_ = min_hess > 1e-300 ? min_hess : 1e-300;
     int64_t bad = -1;
     for (int64_t j = 0; j < n_leaves; ++j) {
@@ -778,6 +777,43 @@ int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict
         if (bad < 0 && !isfinite(values[j])) bad = j;
     }
     return bad;
+}
+
+int64_t rankkit_tree_leaves(const int64_t *restrict node, const double *restrict g, const double *restrict h,
+                            int64_t n, int64_t n_leaves, double lr, double l2, double min_hess,
+                            double *restrict sums, double *restrict values) {
+    for (int64_t j = 0; j < 2 * n_leaves; ++j) sums[j] = 0.0;
+    for (int64_t i = 0; i < n; ++i) { sums[node[i]] += g[i]; sums[n_leaves + node[i]] += h[i]; }
+    return rk_newton(n_leaves, lr, l2, min_hess, sums, values);
+}
+
+/* x * factor rounded to the nearest integer, ties to even (torch.round), as int64; INT64_MIN
+   where that is not a number in range (as torch's conversion of NaN on x86). */
+static inline int64_t rk_fixed(double x, double factor) {
+    const double r = nearbyint(x * factor);
+    return (r > -9.2e18 && r < 9.2e18) ? (int64_t) r : INT64_MIN;
+}
+
+/* The leaves of a quantized round (torch_ref.exact_leaf_sums, then newton_leaf_values): each
+   document's g and h as int64 multiples of 1 / factor[0], 1 / factor[1] (the caller's
+   torch_ref.fixed_point_factor: no sum overflows), summed per leaf exactly, in any order, then
+   sums [2, n_leaves] = the integer sums / factor and the Newton steps. isums [2, n_leaves] is
+   scratch. Returns the first leaf whose value is not finite, or -1. */
+int64_t rankkit_fixed_leaves(const int64_t *restrict node, const double *restrict g, const double *restrict h,
+                             int64_t n, int64_t n_leaves, const double *restrict factor, double lr, double l2,
+                             double min_hess, int64_t *restrict isums, double *restrict sums,
+                             double *restrict values) {
+    for (int64_t j = 0; j < 2 * n_leaves; ++j) isums[j] = 0;
+    const double fg = factor[0], fh = factor[1];
+    for (int64_t i = 0; i < n; ++i) {
+        isums[node[i]] += rk_fixed(g[i], fg);
+        isums[n_leaves + node[i]] += rk_fixed(h[i], fh);
+    }
+    for (int64_t j = 0; j < n_leaves; ++j) {
+        sums[j] = (double) isums[j] / fg;
+        sums[n_leaves + j] = (double) isums[n_leaves + j] / fh;
+    }
+    return rk_newton(n_leaves, lr, l2, min_hess, sums, values);
 }
 
 #ifdef RANKKIT_PYTHON_MODULE

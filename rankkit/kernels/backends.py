@@ -251,6 +251,13 @@ class CpuBackend(Backend):
             values = self.leaf_values(tree, node, leaf_g, leaf_h)
         return node, feats, cuts, gains, values
 
+    def leaf_values(self, tree, node, g, h):
+        # Quantized, one process: the fixed-point leaf sums in C (the same numbers as the torch
+        # reference's, which a reduction point or a shard still takes).
+        if tree.params.quantized_grad and tree.reduce is identity_reduce and tree.shard is None:
+            return cpu.fixed_leaves(node, g, h, 1 << tree.params.depth, tree.params)
+        return super().leaf_values(tree, node, g, h)
+
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
         return cpu.grow_levels_unfused(tree.codes, g, h, scale, valid, rows, features, noise, tree.params,
                                        reduce=tree.reduce)

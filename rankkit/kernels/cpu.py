@@ -91,6 +91,8 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, p, p, dbl, dbl,
                                       dbl, dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, i64, cint]
     dll.rankkit_tree_grow.restype = cint
+    dll.rankkit_fixed_leaves.argtypes = [p, p, p, i64, i64, p, dbl, dbl, dbl, p, p, p]
+    dll.rankkit_fixed_leaves.restype = i64
     dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
     dll.rankkit_add_tree.restype = None
     dll.rankkit_position_costs.argtypes = [p, p, p, p, p, i64, i64, i64, dbl, cint, cint, p, p]
@@ -413,6 +415,24 @@ class TreeKernels:
         if keep_root:
             self._root_counts = root_out
         return node, feats, cuts, gains, values
+
+
+def fixed_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: int, params) -> torch.Tensor:
+    """[n_leaves] float64 Newton steps of the leaves from fixed-point sums of g, h [n] float64
+    (``rankkit_fixed_leaves``): the numbers of ``torch_ref.exact_leaf_sums`` then
+    ``newton_leaf_values`` (one process, no reduction point), in one pass."""
+    g, h = g.double().contiguous(), h.double().contiguous()
+    node = node.long().contiguous()
+    n = g.shape[0]
+    top = torch.stack([g.abs().amax(), h.abs().amax()]) if n else torch.zeros(2, dtype=torch.float64)
+    factor = torch_ref.fixed_point_factor(top, n).double().contiguous()
+    isums = torch.empty(2 * n_leaves, dtype=torch.int64)
+    sums = torch.empty(2 * n_leaves, dtype=torch.float64)
+    values = torch.empty(n_leaves, dtype=torch.float64)
+    _dll().rankkit_fixed_leaves(node.data_ptr(), g.data_ptr(), h.data_ptr(), n, n_leaves, factor.data_ptr(),
+                                float(params.learning_rate), float(params.l2), float(params.min_sum_hessian),
+                                isums.data_ptr(), sums.data_ptr(), values.data_ptr())
+    return values
 
 
 def _check_sizes(codes: torch.Tensor, rows: torch.Tensor | None, features: torch.Tensor | None, n: int,

@@ -129,9 +129,15 @@ def to_fixed_point(values: torch.Tensor, top: torch.Tensor, total: int) -> tuple
     with ``total`` · ``top`` · 2^S < 2^62 (``top`` [C] the largest |value| of each row, ``total``
     the number of values any sum adds), so no such sum overflows and every sum is exact, in any
     order (no host sync). Returns (fixed [C, n] int64, factor [C] float64 = 2^S)."""
-    shift = torch.floor(62.0 - math.log2(max(total, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
-    factor = torch.exp2(shift)
+    factor = fixed_point_factor(top, total)
     return torch.round(values * factor[:, None]).to(torch.int64), factor
+
+
+def fixed_point_factor(top: torch.Tensor, total: int) -> torch.Tensor:
+    """[C] float64 2^S of :func:`to_fixed_point` (the compiled leaves take it from here, so that
+    both paths round with the same factor)."""
+    shift = torch.floor(62.0 - math.log2(max(total, 1)) - torch.log2(top.clamp_min(1e-280))).clamp(max=900.0)
+    return torch.exp2(shift)
 
 
 def leaf_sums(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leaves: int, *,
