@@ -133,6 +133,36 @@ def test_packed_cells_unpack_before_their_fields_overflow(layout, monkeypatch):
 
 
 @needs_cpu
+@pytest.mark.parametrize("n", [0, 1, 7, 5000])
+def test_compiled_fixed_point_leaves_are_the_reference_leaves(n):
+    # cpu.fixed_leaves (the quantized round's leaves in C) against torch_ref.exact_leaf_sums then
+    # newton_leaf_values, bit for bit: heavy-tailed g, hessians with zeros, empty leaves.
+    g = torch.Generator().manual_seed(n)
+    grad = torch.randn(n, generator=g, dtype=torch.float64) * torch.rand(n, generator=g, dtype=torch.float64) ** -2
+    hess = torch.rand(n, generator=g, dtype=torch.float64).round(decimals=1)
+    node = torch.randint(0, 12, (n,), generator=g)  # leaves 12..15 stay empty
+    params = TreeParams(depth=4, l2=0.5, min_sum_hessian=0.3, learning_rate=0.2)
+    want = torch_ref.newton_leaf_values(torch_ref.exact_leaf_sums(node, grad, hess, 16), params)
+    got = cpu.fixed_leaves(node, grad, hess, 16, params)
+    assert torch.equal(got, want)
+    assert n < 5000 or bool((want != 0).sum() > 6)
+
+
+@needs_cpu
+def test_compiled_fixed_point_leaves_round_ties_to_even():
+    # Gradients of exactly half a fixed-point unit: torch.round sends each to 0 (ties to even), so
+    # leaf 1 sums to 0; rounding half away from zero would give it 2 units, a different leaf value.
+    factor = float(torch_ref.fixed_point_factor(torch.tensor([1.0, 1.0], dtype=torch.float64), 4)[0])
+    grad = torch.tensor([1.0, 0.5 / factor, 0.5 / factor, 0.0], dtype=torch.float64)
+    hess = torch.ones(4, dtype=torch.float64)
+    node = torch.tensor([0, 1, 1, 2])
+    params = TreeParams(depth=2, l2=0.0, learning_rate=1.0)
+    want = torch_ref.newton_leaf_values(torch_ref.exact_leaf_sums(node, grad, hess, 4), params)
+    assert float(want[1]) == 0.0  # the ties went to even
+    assert torch.equal(cpu.fixed_leaves(node, grad, hess, 4, params), want)
+
+
+@needs_cpu
 def test_quantized_values_beyond_the_packed_cells_are_refused():
     codes, valid, grad, hess = _problem(n=50, n_feat=4)
     kernels = cpu.TreeKernels(codes.contiguous(), 2, valid)
