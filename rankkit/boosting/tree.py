@@ -32,7 +32,7 @@ import torch
 from rankkit.kernels.backends import Backend, choose
 from rankkit.kernels.torch_ref import (_CHUNK_ROWS, N_CODES, Reduce, build_histograms,  # noqa: F401
                                        dequantize, exact_leaf_sums, identity_reduce, leaf_of, leaf_sums,
-                                       newton_leaf_values, split_scores)
+                                       newton_leaf_values, quantize_gradients, split_scores)
 
 
 @dataclass(frozen=True)
@@ -80,52 +80,6 @@ class Tree(NamedTuple):
     leaf_values: torch.Tensor
     gains: torch.Tensor
     leaf_index: torch.Tensor | None
-
-
-def quantize_gradients(grad: torch.Tensor, hess: torch.Tensor, n_bins: int,
-                       generator: torch.Generator | None = None, *, shard=None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stochastic rounding of grad and hess to small integers (LightGBM 4's ``use_quantized_grad``;
-    Shi et al., "Quantized Training of Gradient Boosting Decision Trees", NeurIPS 2022).
-
-    With the scales s_g = max|g| / (B/2) and s_h = max|h| / B of this round::
-
-        g_q = ⌊g / s_g + u⌋,  h_q = ⌊h / s_h + u'⌋,  u, u' ~ U[0, 1) independent
-
-    so g_q ∈ [−B/2, B/2], h_q ∈ [0, B] (h ≥ 0) and E[g_q · s_g] = g: the rounding is unbiased,
-    and the sums of a histogram cell are unbiased too. The draws come from ``generator`` on
-    grad's device; the scales stay on the device (no host sync).
-
-    Args:
-        grad, hess: [n] float64.
-        n_bins: B.
-        shard: data-parallel (a :class:`rankkit.boosting.distributed.AllReduce`): the scales are
-            the maxima over every rank, and this rank's documents take the draws one process
-            would give them (documents ``offset .. offset + n`` of ``total``).
-    Returns:
-        (g_q, h_q, scale): [n] int32 each and [2] float64 (s_g, s_h), grad ≈ g_q · s_g.
-
-    >>> g_q, h_q, scale = quantize_gradients(torch.tensor([-1.0, 0.5, 1.0]).double(),
-    ...                                      torch.ones(3, dtype=torch.float64), 4)
-    >>> g_q[[0, 2]].tolist(), h_q.tolist(), scale.tolist()  # the extremes are exact
-    ([-2, 2], [4, 4, 4], [0.5, 0.25])
-    """
-    n = grad.shape[0]
-    if n == 0:
-        empty = torch.zeros(0, dtype=torch.int32, device=grad.device)
-        return empty, empty, torch.ones(2, dtype=torch.float64, device=grad.device)
-    top = torch.stack([grad.abs().max() / (n_bins / 2), hess.abs().max() / n_bins]).double()
-    if shard is not None:
-        top = shard.max(top)
-    scale = torch.where(top > 0, top, torch.ones_like(top))
-    if shard is None:
-        u = torch.rand(2, n, generator=generator, dtype=torch.float64, device=grad.device)
-    else:
-        u = torch.rand(2, shard.total, generator=generator, dtype=torch.float64, device=grad.device)
-        u = u[:, shard.offset: shard.offset + n]
-    g_q = torch.floor(grad / scale[0] + u[0]).to(torch.int32)
-    h_q = torch.floor(hess / scale[1] + u[1]).to(torch.int32)
-    return g_q, h_q, scale
 
 
 def check_leaf_values(values: torch.Tensor, round_index: int) -> None:
@@ -200,7 +154,7 @@ class ObliviousTreeGrower:
         if p.quantized_grad:
             if g.shape[0] * p.num_grad_quant_bins >= 2 ** 31:
                 raise ValueError("quantized_grad: rows x num_grad_quant_bins has to stay below 2^31")
-            hg, hh, scale = quantize_gradients(g, h, p.num_grad_quant_bins, generator, shard=self.shard)
+            hg, hh, scale = self.backend.quantize(g, h, p.num_grad_quant_bins, generator, shard=self.shard)
         # The noise of every level is drawn at once, before the levels (so a tree that stops
         # early draws as much as one that does not, on every backend).
         noise = None

@@ -764,6 +764,38 @@ void rankkit_add_tree(const uint8_t *restrict codes, int64_t n_cols, int64_t n, 
    reference's index_add_) of the n documents' g, h (double) at their leaf node[i], and the
    Newton steps values[j] = -lr * G / (H + l2), 0 where H + l2 < max(min_hess, 1e-300).
    Returns the first leaf whose value is not finite, or -1. */
+/* floor(x) as int32; INT32_MIN where that is not a number in range (as torch's conversion of
+   NaN on x86). */
+static inline int32_t rk_floor_i32(double x) {
+    const double r = floor(x);
+    return (r >= -2147483648.0 && r <= 2147483647.0) ? (int32_t) r : INT32_MIN;
+}
+
+/* torch_ref.quantize_gradients in one pass, its draws u [2, n] given (torch.rand from the
+   round's generator): the scales s_g = max|g| / (B / 2), s_h = max|h| / B (1 where that is not
+   positive, a NaN included), then g_q = floor(g / s_g + u[0]), h_q = floor(h / s_h + u[1]), the
+   same operations in the same order, so the same integers. scale [2] receives (s_g, s_h). */
+void rankkit_quantize(const double *restrict g, const double *restrict h, const double *restrict u, int64_t n,
+                      int64_t n_bins, int32_t *restrict gq, int32_t *restrict hq, double *restrict scale) {
+    double top_g = 0.0, top_h = 0.0;
+    int nan_g = 0, nan_h = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double a = fabs(g[i]), b = fabs(h[i]);
+        nan_g |= isnan(a); nan_h |= isnan(b);
+        if (a > top_g) top_g = a;
+        if (b > top_h) top_h = b;
+    }
+    top_g = nan_g ? NAN : top_g / ((double) n_bins / 2.0);
+    top_h = nan_h ? NAN : top_h / (double) n_bins;
+    const double sg = top_g > 0.0 ? top_g : 1.0, sh = top_h > 0.0 ? top_h : 1.0;
+    scale[0] = sg;
+    scale[1] = sh;
+    for (int64_t i = 0; i < n; ++i) {
+        gq[i] = rk_floor_i32(g[i] / sg + u[i]);
+        hq[i] = rk_floor_i32(h[i] / sh + u[n + i]);
+    }
+}
+
 /* The Newton steps values[j] = -lr * G / (H + l2) of the leaf sums [2, n_leaves], 0 where
    H + l2 < max(min_hess, 1e-300); the first leaf whose value is not finite, or -1. */
 static int64_t rk_newton(int64_t n_leaves, double lr, double l2, double min_hess, const double *restrict sums,

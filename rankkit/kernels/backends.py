@@ -94,16 +94,17 @@ def choose(device: torch.device | str, requested: str | None = None,
 class Backend:
     """The steps of one boosting round on one device (the torch implementation by default).
 
-    A backend is chosen once per fit (:func:`choose`) and passed down. Its ten methods, by who
+    A backend is chosen once per fit (:func:`choose`) and passed down. Its eleven methods, by who
     calls them:
 
     * the objective: :meth:`lambdas` (the round's gradients);
     * the engine: :meth:`codes_layout` (each eval set's codes, once), :meth:`add_tree` (the
       training scores), :meth:`score_eval_set` (each eval set's update and metric, every round)
       and :meth:`eval_metric` (a metric with no tree to add);
-    * the grower: :meth:`prepare` (once per fit) and :meth:`grow` (every tree), which is
-      :meth:`grow_levels` then :meth:`leaf_values`; :meth:`leaves_of` routes documents (a row
-      sample's left-out rows, the eval sets).
+    * the grower: :meth:`prepare` (once per fit), :meth:`quantize` (every tree, with
+      ``quantized_grad``) and :meth:`grow` (every tree), which is :meth:`grow_levels` then
+      :meth:`leaf_values`; :meth:`leaves_of` routes documents (a row sample's left-out rows,
+      the eval sets).
 
     A new backend overrides what it runs faster and inherits the torch reference for the rest
     (docs/design.md, "The seam", has the table of who runs what).
@@ -136,6 +137,12 @@ class Backend:
     def prepare(self, codes: torch.Tensor, valid_codes: torch.Tensor, depth: int):
         """Per-training-set state of the tree kernels (buffers), built once; None here."""
         return None
+
+    def quantize(self, g: torch.Tensor, h: torch.Tensor, n_bins: int, generator: torch.Generator | None, *,
+                 shard=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The round's gradients rounded stochastically to integers:
+        :func:`~rankkit.kernels.torch_ref.quantize_gradients` (its draws from ``generator``)."""
+        return torch_ref.quantize_gradients(g, h, n_bins, generator, shard=shard)
 
     def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
         """Every level of one tree and its leaf values.
@@ -250,6 +257,12 @@ class CpuBackend(Backend):
         if p.quantized_grad:
             values = self.leaf_values(tree, node, leaf_g, leaf_h)
         return node, feats, cuts, gains, values
+
+    def quantize(self, g, h, n_bins, generator, *, shard=None):
+        # One process: the rounding in C, the same draws (a shard's scales need every rank's).
+        if shard is not None:
+            return super().quantize(g, h, n_bins, generator, shard=shard)
+        return cpu.quantize(g, h, n_bins, generator)
 
     def leaf_values(self, tree, node, g, h):
         # Quantized, one process: the fixed-point leaf sums in C (the same numbers as the torch

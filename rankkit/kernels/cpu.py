@@ -91,6 +91,8 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, p, p, dbl, dbl,
                                       dbl, dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, i64, cint]
     dll.rankkit_tree_grow.restype = cint
+    dll.rankkit_quantize.argtypes = [p, p, p, i64, i64, p, p, p]
+    dll.rankkit_quantize.restype = None
     dll.rankkit_fixed_leaves.argtypes = [p, p, p, i64, i64, p, dbl, dbl, dbl, p, p, p]
     dll.rankkit_fixed_leaves.restype = i64
     dll.rankkit_add_tree.argtypes = [p, i64, i64, p, p, i64, p, p, cint]
@@ -415,6 +417,22 @@ class TreeKernels:
         if keep_root:
             self._root_counts = root_out
         return node, feats, cuts, gains, values
+
+
+def quantize(grad: torch.Tensor, hess: torch.Tensor, n_bins: int, generator: torch.Generator | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`rankkit.kernels.torch_ref.quantize_gradients` (one process) with its rounding in C
+    (``rankkit_quantize``): the same draws from ``generator``, the same integers and scales."""
+    n = grad.shape[0]
+    if n == 0:
+        return torch_ref.quantize_gradients(grad, hess, n_bins, generator)
+    g, h = grad.double().contiguous(), hess.double().contiguous()
+    u = torch.rand(2, n, generator=generator, dtype=torch.float64)
+    gq, hq = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
+    scale = torch.empty(2, dtype=torch.float64)
+    _dll().rankkit_quantize(g.data_ptr(), h.data_ptr(), u.data_ptr(), n, int(n_bins), gq.data_ptr(), hq.data_ptr(),
+                            scale.data_ptr())
+    return gq, hq, scale
 
 
 def fixed_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves: int, params) -> torch.Tensor:

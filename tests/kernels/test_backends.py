@@ -163,6 +163,26 @@ def test_compiled_fixed_point_leaves_round_ties_to_even():
 
 
 @needs_cpu
+@pytest.mark.parametrize("bins", [2, 4, 16, 256])
+def test_compiled_quantization_is_the_reference_quantization(bins):
+    # cpu.quantize (the CPU backend's rounding, in C) against torch_ref.quantize_gradients with the
+    # same generator: the same integers and scales, including all-zero gradients (scale 1),
+    # negative hessians, and a NaN (scale 1, the NaN's integer as torch converts it).
+    g = torch.Generator().manual_seed(bins)
+    grad = torch.randn(3000, generator=g, dtype=torch.float64) ** 3
+    hess = torch.rand(3000, generator=g, dtype=torch.float64) - 0.2
+    nan = grad.clone()
+    nan[17] = float("nan")
+    for gr, he in ((grad, hess), (torch.zeros(3000, dtype=torch.float64), hess), (nan, hess.abs()),
+                   (grad[:1], hess[:1])):
+        want = torch_ref.quantize_gradients(gr, he, bins, torch.Generator().manual_seed(9))
+        got = cpu.quantize(gr, he, bins, torch.Generator().manual_seed(9))
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    assert int(want[0].abs().max()) == bins // 2  # a case that can fail: the extremes reached
+
+
+@needs_cpu
 def test_quantized_values_beyond_the_packed_cells_are_refused():
     codes, valid, grad, hess = _problem(n=50, n_feat=4)
     kernels = cpu.TreeKernels(codes.contiguous(), 2, valid)
