@@ -6,7 +6,7 @@ node is outside 0..K−1 (the reference's "left out" node K, used to sum only th
 of each split) adds nothing -- it is masked before the atomics, never written out of bounds.
 
 Gradients may be quantized integers (Shi et al., "Quantized Training of Gradient Boosting
-Decision Trees", NeurIPS 2022; :func:`rankkit.boosting.tree.quantize_gradients`): their sums
+Decision Trees", NeurIPS 2022; :func:`rankkit.kernels.torch_ref.quantize_gradients`): their sums
 are integer atomics, exact and independent of the order in which the atomics land, into int32
 cells (the caller bounds N · max|g_q| < 2^31; g and h then travel as one 64-bit add
 h · 2^32 + g, unpacked exactly afterwards: two atomics per entry instead of three, as LightGBM's
