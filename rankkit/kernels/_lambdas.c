@@ -69,10 +69,10 @@ static void rank_docs(ranked_doc *docs, int64_t n) {
     }
 }
 
-/* On x86-64 Linux with gcc, pair_row is also compiled for AVX2 (twice the divisions per
-   instruction) and the loader picks the version the CPU runs (an ifunc); the same IEEE operations,
-   so the same bits, on every CPU. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* On x86-64 Linux with gcc and glibc, pair_row is also compiled for AVX2 (twice the divisions
+   per instruction) and the loader picks the version the CPU runs (an ifunc, which musl lacks);
+   the same IEEE operations, so the same bits, on every CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
 #define RK_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define RK_CLONES
