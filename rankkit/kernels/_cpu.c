@@ -254,6 +254,26 @@ typedef struct { double g, h; } rk_gh;
         }                                                                                                \
     } while (0)
 
+/* The same for a block whose columns are lo, lo + 1, ..., lo + fb - 1 in that order (no feature
+   sample; rk_run): the codes read straight from the row, without the column list (1.2M x 136:
+   233 -> 199 ms a tree; MQ2008: 2.26 -> 1.98 ms a round). */
+static inline int rk_run(const int64_t *col, int64_t fb, int64_t lo) {
+    for (int64_t j = 0; j < fb; ++j)
+        if (col[j] != lo + j) return 0;
+    return 1;
+}
+
+#define RK_ADD_D_RUN(X)                                                                                  \
+    do {                                                                                                 \
+        const uint8_t *restrict c = codes + (rows ? rows[i] : i) * n_cols + lo;                          \
+        const rk_gh x = (X);                                                                             \
+        for (int64_t j = 0; j < fb; ++j) {                                                               \
+            double *cell = acc + 3 * (256 * j + c[j]);                                                   \
+            cell[0] += x.g; cell[1] += x.h;                                                              \
+            if (with_count) cell[2] += 1;                                                                \
+        }                                                                                                \
+    } while (0)
+
 /* The thread-private cells of one feature block, summed over the positions k0..k1 of order
    (values v by position when positional, else by document): (grad, hess, count) side by side,
    [fb, 256, 3] doubles. The block's columns col[0..fb) lie within lo..hi. `nb` and `pack` are
@@ -264,7 +284,17 @@ static void rk_node_sums_d(const uint8_t *restrict codes, int64_t n_cols, const 
                            const int64_t *restrict nb, const int64_t *restrict pack, double *restrict acc,
                            int with_count) {
     (void) nb; (void) pack;
-    if (positional) {
+    const int run = rk_run(col, fb, lo);
+    if (positional && run) {
+        for (int64_t k = k0; k < k1; ++k) {
+            if (k + RK_AHEAD < k1) {
+                const uint8_t *ahead = codes + (rows ? rows[order[k + RK_AHEAD]] : order[k + RK_AHEAD]) * n_cols;
+                PREFETCH(ahead + lo); PREFETCH(ahead + hi);
+            }
+            const int64_t i = order[k];
+            RK_ADD_D_RUN(v[k]);
+        }
+    } else if (positional) {
         for (int64_t k = k0; k < k1; ++k) {
             if (k + RK_AHEAD < k1) {
                 const uint8_t *ahead = codes + (rows ? rows[order[k + RK_AHEAD]] : order[k + RK_AHEAD]) * n_cols;
@@ -272,6 +302,12 @@ static void rk_node_sums_d(const uint8_t *restrict codes, int64_t n_cols, const 
             }
             const int64_t i = order[k];
             RK_ADD_D(v[k]);
+        }
+    } else if (run) {
+        for (int64_t k = k0; k < k1; ++k) {
+            if (k + 8 < k1) PREFETCH(codes + (rows ? rows[order[k + 8]] : order[k + 8]) * n_cols + lo);
+            const int64_t i = order[k];
+            RK_ADD_D_RUN(v[i]);
         }
     } else {
         for (int64_t k = k0; k < k1; ++k) {
@@ -315,6 +351,7 @@ static void rk_node_sums_q(const uint8_t *restrict codes, int64_t n_cols, const 
                            const int64_t *restrict nb, const int64_t *restrict pack, int64_t *restrict acc,
                            int with_count) {
     const int64_t chunk = pack[0], h_min = pack[1], ahead_n = positional ? RK_AHEAD : 8;
+    const int run = rk_run(col, fb, lo);
     int64_t *restrict narrow = acc + 3 * 256 * fb;
     const int64_t low_mask = ((int64_t) 1 << RK_Q_G_SHIFT) - 1, count_mask = ((int64_t) 1 << RK_Q_COUNT_BITS) - 1;
     for (int64_t c0 = k0; c0 < k1; c0 += chunk) {
@@ -328,7 +365,12 @@ static void rk_node_sums_q(const uint8_t *restrict codes, int64_t n_cols, const 
             }
             const int64_t i = order[k], x = v[positional ? k : i];
             const uint8_t *restrict c = codes + (rows ? rows[i] : i) * n_cols;
-            for (int64_t j = 0; j < fb; ++j) narrow[256 * j + c[col[j]]] += x;
+            if (run) {
+                const uint8_t *restrict cr = c + lo;
+                for (int64_t j = 0; j < fb; ++j) narrow[256 * j + cr[j]] += x;
+            } else {
+                for (int64_t j = 0; j < fb; ++j) narrow[256 * j + c[col[j]]] += x;
+            }
         }
         for (int64_t j = 0; j < fb; ++j) {
             const int64_t n_b = nb ? nb[j] : 256;

@@ -196,6 +196,25 @@ def test_quantized_values_beyond_the_packed_cells_are_refused():
 
 
 @needs_cpu
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("features", [[2, 3, 4, 5], [3, 2, 4, 5], [5, 4, 3, 2], [0, 1, 2, 4]])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_feature_samples_in_and_out_of_column_order(layout, features, quantized, monkeypatch):
+    # A block whose columns are lo, lo + 1, ... in order reads its codes straight from the row;
+    # any other sample (permuted, even when contiguous, or with a gap) goes through the column
+    # list. Both must grow the reference's trees.
+    for name, value in LAYOUTS[layout].items():
+        monkeypatch.setattr(cpu, name, value)
+    codes, valid, grad, hess = _problem(n=3000, n_feat=7, seed=5)
+    params = TreeParams(depth=4, min_data_in_leaf=10, quantized_grad=quantized)
+    kw = dict(features=torch.tensor(features), generator=torch.Generator().manual_seed(3) if quantized else None)
+    fast = ObliviousTreeGrower(codes, valid, params, backend="cpu").grow(grad, hess, **kw)
+    kw["generator"] = torch.Generator().manual_seed(3) if quantized else None
+    slow = ObliviousTreeGrower(codes, valid, params, backend="torch").grow(grad, hess, **kw)
+    _assert_same_tree(fast, slow, exact=quantized)
+
+
+@needs_cpu
 def test_cpu_backend_does_not_depend_on_the_thread_count():
     codes, valid, grad, hess = _problem(n=6000, n_feat=80, heavy=True)  # 80 features: several blocks
     params = TreeParams(depth=6, min_data_in_leaf=10)
