@@ -109,9 +109,10 @@ class BoosterConfig:
         small integers (LightGBM 4's ``use_quantized_grad``): integer sums, exact and
         independent of thread count and summation order; on the CPU each document's (g, h, 1)
         is one 64-bit add to a packed cell, faster on large sets (1.2M rows: 8.1 s against 9.0
-        a 30-round fit) and a little slower on small ones (MQ2008: about 0.15 ms more a round,
-        the rounding's cost); the leaf values still use the full-precision sums. Off by default
-        (see docs/benchmarks.md for its effect on MQ2008 and its speed).""", check=_checks.check_bool)
+        a 30-round fit) and slower on small ones (MQ2008: 2.36 against 1.99 ms a round: the
+        rounding and the packed cells' unpacking per node); the leaf values still use the
+        full-precision sums. Off by default (see docs/benchmarks.md for its effect on MQ2008
+        and its speed).""", check=_checks.check_bool)
     num_grad_quant_bins: int = hyperparameter(4, """
         B, the integer levels of the quantized gradients (g in −B/2..B/2, hessians in 0..B).""",
         check=partial(_int, low=2, high=256))
