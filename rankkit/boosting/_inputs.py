@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rankkit.infra import checks as _checks
+from rankkit.kernels import cpu as _cpu
 
 _CHUNK = 1 << 16  # rows densified at once
 
@@ -69,7 +70,10 @@ class FeatureMatrix:
             if t.is_complex() or t.dtype == torch.bool:
                 raise ValueError(f"`{name}` has to be a real-valued [N, F] matrix, got {t.dtype}")
             t = t.to("cpu", torch.float32)
-            _checks.check_tensors((name, t, torch.isinf(t), "finite or NaN (missing)"))
+            # The compiled pass first (all threads, no mask); the torch check where it finds an
+            # infinity (or cannot run): that one names the first bad position.
+            if not (t.is_contiguous() and _cpu.available() and not _cpu.any_inf(t)):
+                _checks.check_tensors((name, t, torch.isinf(t), "finite or NaN (missing)"))
             self._dense = t
             self.n_rows, self.n_features = t.shape
         if self.n_rows == 0:

@@ -91,6 +91,8 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
     dll.rankkit_tree_grow.argtypes = [p, i64, p, i64, p, i64, p, p, cint, p, p, p, p, p, p, p, p, p, p, p, dbl, dbl,
                                       dbl, dbl, p, p, i64, cint, p, p, p, p, p, p, dbl, p, p, i64, cint]
     dll.rankkit_tree_grow.restype = cint
+    dll.rankkit_any_inf.argtypes = [p, i64, cint]
+    dll.rankkit_any_inf.restype = cint
     dll.rankkit_quantize.argtypes = [p, p, p, i64, i64, p, p, p]
     dll.rankkit_quantize.restype = None
     dll.rankkit_fixed_leaves.argtypes = [p, p, p, i64, i64, p, dbl, dbl, dbl, p, p, p]
@@ -417,6 +419,13 @@ class TreeKernels:
         if keep_root:
             self._root_counts = root_out
         return node, feats, cuts, gains, values
+
+
+def any_inf(x: torch.Tensor) -> bool:
+    """Whether a contiguous float32 CPU tensor holds +inf or -inf (NaN does not count), in one
+    compiled pass on every thread."""
+    assert x.dtype == torch.float32 and x.is_contiguous() and x.device.type == "cpu"
+    return bool(_dll().rankkit_any_inf(x.data_ptr(), x.numel(), _threads()))
 
 
 def quantize(grad: torch.Tensor, hess: torch.Tensor, n_bins: int, generator: torch.Generator | None = None

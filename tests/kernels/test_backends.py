@@ -183,6 +183,19 @@ def test_compiled_quantization_is_the_reference_quantization(bins):
 
 
 @needs_cpu
+def test_the_compiled_infinity_check():
+    x = torch.randn(70_000, 3)  # above the threshold where it takes every thread
+    x[5, 1] = float("nan")  # missing, not infinite
+    x[:2, 0] = 3e38
+    assert not cpu.any_inf(x)
+    for where, value in (((0, 0), float("inf")), ((69_999, 2), float("-inf")), ((35_000, 1), float("inf"))):
+        y = x.clone()
+        y[where] = value
+        assert cpu.any_inf(y)
+    assert cpu.any_inf(torch.tensor([[float("-inf")]])) and not cpu.any_inf(torch.zeros(0, 4))
+
+
+@needs_cpu
 def test_quantized_values_beyond_the_packed_cells_are_refused():
     codes, valid, grad, hess = _problem(n=50, n_feat=4)
     kernels = cpu.TreeKernels(codes.contiguous(), 2, valid)
