@@ -264,8 +264,8 @@ typedef struct { double g, h; } rk_gh;
         }                                                                                                \
     } while (0)
 
-/* The same for a block whose columns are lo, lo + 1, ..., lo + fb - 1 in that order (no feature
-   sample; rk_run): the codes read straight from the row, without the column list (1.2M x 136:
+/* The same for a block whose columns are lo, lo + 1, ..., lo + fb - 1 in that order (rk_run:
+   every block without a feature sample, and an in-order run of sampled features): the codes read straight from the row, without the column list (1.2M x 136:
    233 -> 199 ms a tree; MQ2008: 2.26 -> 1.98 ms a round). */
 static inline int rk_run(const int64_t *col, int64_t fb, int64_t lo) {
     for (int64_t j = 0; j < fb; ++j)
@@ -885,17 +885,20 @@ static inline int64_t rk_fixed(double x, double factor) {
    scratch. Returns the first leaf whose value is not finite, or -1. */
 int64_t rankkit_fixed_leaves(const int64_t *restrict node, const double *restrict g, const double *restrict h,
                              int64_t n, int64_t n_leaves, const double *restrict factor, double lr, double l2,
-                             double min_hess, int64_t *restrict isums, double *restrict sums,
+                             double min_hess, uint64_t *restrict isums, double *restrict sums,
                              double *restrict values) {
+    /* summed as uint64_t, which wraps (defined), then read as int64: the same integers as the
+       reference's int64 sums; only a NaN or infinite gradient (INT64_MIN terms) can wrap, and
+       then the leaves are NaN on both paths */
     for (int64_t j = 0; j < 2 * n_leaves; ++j) isums[j] = 0;
     const double fg = factor[0], fh = factor[1];
     for (int64_t i = 0; i < n; ++i) {
-        isums[node[i]] += rk_fixed(g[i], fg);
-        isums[n_leaves + node[i]] += rk_fixed(h[i], fh);
+        isums[node[i]] += (uint64_t) rk_fixed(g[i], fg);
+        isums[n_leaves + node[i]] += (uint64_t) rk_fixed(h[i], fh);
     }
     for (int64_t j = 0; j < n_leaves; ++j) {
-        sums[j] = (double) isums[j] / fg;
-        sums[n_leaves + j] = (double) isums[n_leaves + j] / fh;
+        sums[j] = (double) (int64_t) isums[j] / fg;
+        sums[n_leaves + j] = (double) (int64_t) isums[n_leaves + j] / fh;
     }
     return rk_newton(n_leaves, lr, l2, min_hess, sums, values);
 }

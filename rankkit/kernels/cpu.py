@@ -433,12 +433,13 @@ def quantize(grad: torch.Tensor, hess: torch.Tensor, n_bins: int, generator: tor
     """:func:`rankkit.kernels.torch_ref.quantize_gradients` (one process) with its rounding in C
     (``rankkit_quantize``): the same draws from ``generator``, the same integers and scales."""
     n = grad.shape[0]
-    if n == 0:
+    if n == 0 or grad.dtype != torch.float64 or hess.dtype != torch.float64:
+        # (float32 gradients: the reference computes their scale in float32; the engine's are float64)
         return torch_ref.quantize_gradients(grad, hess, n_bins, generator)
-    g, h = grad.double().contiguous(), hess.double().contiguous()
-    u = torch.rand(2, n, generator=generator, dtype=torch.float64)
-    gq, hq = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.int32)
-    scale = torch.empty(2, dtype=torch.float64)
+    g, h = grad.contiguous(), hess.contiguous()
+    u = torch.rand(2, n, generator=generator, dtype=torch.float64, device="cpu")
+    gq, hq = torch.empty(n, dtype=torch.int32, device="cpu"), torch.empty(n, dtype=torch.int32, device="cpu")
+    scale = torch.empty(2, dtype=torch.float64, device="cpu")
     _dll().rankkit_quantize(g.data_ptr(), h.data_ptr(), u.data_ptr(), n, int(n_bins), gq.data_ptr(), hq.data_ptr(),
                             scale.data_ptr())
     return gq, hq, scale
@@ -453,9 +454,9 @@ def fixed_leaves(node: torch.Tensor, g: torch.Tensor, h: torch.Tensor, n_leaves:
     n = g.shape[0]
     top = torch.stack([g.abs().amax(), h.abs().amax()]) if n else torch.zeros(2, dtype=torch.float64)
     factor = torch_ref.fixed_point_factor(top, n).double().contiguous()
-    isums = torch.empty(2 * n_leaves, dtype=torch.int64)
-    sums = torch.empty(2 * n_leaves, dtype=torch.float64)
-    values = torch.empty(n_leaves, dtype=torch.float64)
+    isums = torch.empty(2 * n_leaves, dtype=torch.int64, device="cpu")
+    sums = torch.empty(2 * n_leaves, dtype=torch.float64, device="cpu")
+    values = torch.empty(n_leaves, dtype=torch.float64, device="cpu")
     _dll().rankkit_fixed_leaves(node.data_ptr(), g.data_ptr(), h.data_ptr(), n, n_leaves, factor.data_ptr(),
                                 float(params.learning_rate), float(params.l2), float(params.min_sum_hessian),
                                 isums.data_ptr(), sums.data_ptr(), values.data_ptr())
