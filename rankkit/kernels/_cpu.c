@@ -252,37 +252,42 @@ void rankkit_route(const uint8_t *restrict codes, int64_t n_cols, const int64_t 
 typedef struct { double g, h; } rk_gh;
 #define RK_AHEAD 16
 
-/* Document i's row added to the block's cells with its values X. */
-#define RK_ADD_D(X)                                                                                      \
+/* Document i's row added to the block's cells with its values X, feature j's code CODE (c[col[j]]
+   through the column list, or c[lo + j] for a block whose columns are lo, lo + 1, ... in order). */
+#define RK_ADD_D(X, CODE)                                                                                \
     do {                                                                                                 \
         const uint8_t *restrict c = codes + (rows ? rows[i] : i) * n_cols;                               \
         const rk_gh x = (X);                                                                             \
         for (int64_t j = 0; j < fb; ++j) {                                                               \
-            double *cell = acc + 3 * (256 * j + c[col[j]]);                                              \
+            double *cell = acc + 3 * (256 * j + (CODE));                                                 \
             cell[0] += x.g; cell[1] += x.h;                                                              \
             if (with_count) cell[2] += 1;                                                                \
         }                                                                                                \
     } while (0)
 
-/* The same for a block whose columns are lo, lo + 1, ..., lo + fb - 1 in that order (rk_run:
-   every block without a feature sample, and an in-order run of sampled features): the codes read straight from the row, without the column list (1.2M x 136:
-   233 -> 199 ms a tree; MQ2008: 2.26 -> 1.98 ms a round). */
+/* Positions k0..k1 of order, each document's row fetched AHEAD positions ahead (at lo, and at hi
+   too when FAR), its values X (v[k] by position, v[i] by document) added with RK_ADD_D(X, CODE).
+   One loop per case, so that the compiler keeps each free of the others' tests. */
+#define RK_SUMS_LOOP(AHEAD, FAR, X, CODE)                                                                \
+    for (int64_t k = k0; k < k1; ++k) {                                                                  \
+        if (k + (AHEAD) < k1) {                                                                          \
+            const uint8_t *ahead = codes + (rows ? rows[order[k + (AHEAD)]] : order[k + (AHEAD)]) * n_cols;  \
+            PREFETCH(ahead + lo);                                                                        \
+            if (FAR) PREFETCH(ahead + hi);                                                               \
+        }                                                                                                \
+        const int64_t i = order[k];                                                                      \
+        RK_ADD_D(X, CODE);                                                                               \
+    }
+
+/* Whether a block's columns are lo, lo + 1, ..., lo + fb - 1 in that order (every block without
+   a feature sample, and an in-order run of sampled features): then its codes are read straight
+   from the row, without the column list (1.2M x 136: 233 -> 199 ms a tree; MQ2008: 2.26 -> 1.98
+   ms a round). */
 static inline int rk_run(const int64_t *col, int64_t fb, int64_t lo) {
     for (int64_t j = 0; j < fb; ++j)
         if (col[j] != lo + j) return 0;
     return 1;
 }
-
-#define RK_ADD_D_RUN(X)                                                                                  \
-    do {                                                                                                 \
-        const uint8_t *restrict c = codes + (rows ? rows[i] : i) * n_cols + lo;                          \
-        const rk_gh x = (X);                                                                             \
-        for (int64_t j = 0; j < fb; ++j) {                                                               \
-            double *cell = acc + 3 * (256 * j + c[j]);                                                   \
-            cell[0] += x.g; cell[1] += x.h;                                                              \
-            if (with_count) cell[2] += 1;                                                                \
-        }                                                                                                \
-    } while (0)
 
 /* The thread-private cells of one feature block, summed over the positions k0..k1 of order
    (values v by position when positional, else by document): (grad, hess, count) side by side,
@@ -295,37 +300,10 @@ static void rk_node_sums_d(const uint8_t *restrict codes, int64_t n_cols, const 
                            int with_count) {
     (void) nb; (void) pack;
     const int run = rk_run(col, fb, lo);
-    if (positional && run) {
-        for (int64_t k = k0; k < k1; ++k) {
-            if (k + RK_AHEAD < k1) {
-                const uint8_t *ahead = codes + (rows ? rows[order[k + RK_AHEAD]] : order[k + RK_AHEAD]) * n_cols;
-                PREFETCH(ahead + lo); PREFETCH(ahead + hi);
-            }
-            const int64_t i = order[k];
-            RK_ADD_D_RUN(v[k]);
-        }
-    } else if (positional) {
-        for (int64_t k = k0; k < k1; ++k) {
-            if (k + RK_AHEAD < k1) {
-                const uint8_t *ahead = codes + (rows ? rows[order[k + RK_AHEAD]] : order[k + RK_AHEAD]) * n_cols;
-                PREFETCH(ahead + lo); PREFETCH(ahead + hi);
-            }
-            const int64_t i = order[k];
-            RK_ADD_D(v[k]);
-        }
-    } else if (run) {
-        for (int64_t k = k0; k < k1; ++k) {
-            if (k + 8 < k1) PREFETCH(codes + (rows ? rows[order[k + 8]] : order[k + 8]) * n_cols + lo);
-            const int64_t i = order[k];
-            RK_ADD_D_RUN(v[i]);
-        }
-    } else {
-        for (int64_t k = k0; k < k1; ++k) {
-            if (k + 8 < k1) PREFETCH(codes + (rows ? rows[order[k + 8]] : order[k + 8]) * n_cols + lo);
-            const int64_t i = order[k];
-            RK_ADD_D(v[i]);
-        }
-    }
+    if (positional && run) RK_SUMS_LOOP(RK_AHEAD, 1, v[k], c[lo + j])
+    else if (positional) RK_SUMS_LOOP(RK_AHEAD, 1, v[k], c[col[j]])
+    else if (run) RK_SUMS_LOOP(8, 0, v[i], c[lo + j])
+    else RK_SUMS_LOOP(8, 0, v[i], c[col[j]])
 }
 
 /* Quantized gradients in narrow cells. Each document's integer (g, h, 1) is packed into one
