@@ -180,13 +180,13 @@ def routes(train, valid, config, device) -> dict:
         engine.update()
     which = lambda *names: "triton (" + ", ".join(f"{n} ×{launched[n]}" for n in names if launched[n]) + ")" \
         if any(launched[n] for n in names) else "torch"
-    return {"lambdas": which("_rank_kernel", "_lambda_kernel"),
+    return {"lambdas": which("_flat_lambda_kernel", "_rank_kernel", "_lambda_kernel"),
             "level histogram": which("_histogram_kernel"),
-            "split scan + argmax": which("_split_kernel", "_pick_kernel"),
+            "levels (rows finished, siblings, split scan, pick)": which("_level_kernel"),
             "routing": which("_route_kernel"),
-            "siblings (subtraction)": which("_siblings_kernel"),
+            "leaf sums": which("_exact_leaf_sums_kernel"),
             "score update": which("_score_update_kernel"),
-            "leaves, eval metric": "torch",
+            "eval set (update and NDCG@k)": which("_eval_ndcg_kernel"),
             "all Triton launches": dict(launched)}
 
 

@@ -18,7 +18,8 @@ round's steps. Its implementations:
   at install by setup.py and called through ctypes; a round is three calls into C (the lambda
   pass, the whole tree with its leaves, each eval set's update).
 * ``"triton"`` -- :mod:`rankkit.kernels.triton`: the GPU kernels (lambdas, level histograms,
-  split scan with argmax, routing, siblings, score update; no host sync inside a tree), the
+  one launch a level for the rows' finishing, the siblings, the split scan and the pick, routing,
+  score update; no host sync inside a tree), the
   default for CUDA tensors when Triton is importable; proven under Triton's interpreter
   (``RANKKIT_TRITON=force`` with ``TRITON_INTERPRET=1`` runs them on CPU tensors).
 

@@ -21,8 +21,7 @@ from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _finish_kernel, _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
-from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _pick_kernel, _route_kernel, _score_update_kernel,
-                                  _siblings_kernel, _split_kernel)
+from rankkit.kernels.triton.tree import _exact_leaf_sums_kernel, _level_kernel, _route_kernel, _score_update_kernel
 
 H100 = GPUTarget("cuda", 90, 32)
 FLOATS = {"fp32": "*fp32", "fp64": "*fp64"}
@@ -83,6 +82,28 @@ def _flat_lambda_configs() -> dict:
     return out
 
 
+def _level_configs() -> dict:
+    """The level kernel as the Triton backend launches it: packed int32 cells of quantized
+    gradients and int64 cells of 64-bit fixed-point ones, both with hot codes elided, at the root
+    and at a children level, with and without split noise; float64 cells (no elision) as the
+    reference's tests launch it."""
+    out = {}
+    for cell, pack, elide in (("i32", True, True), ("i64", False, True), ("fp64", False, False)):
+        types = {"hist_ptr": f"*{cell}", "raw_ptr": f"*{cell}", "pack_ptr": "*i64", "parent_ptr": f"*{cell}",
+                 "prev_small_ptr": "*i8", "prev_totals_ptr": "*i64", "hot_ptr": "*i64", "valid_ptr": "*u8",
+                 "scale_ptr": "*fp64", "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32",
+                 "counter_ptr": "*i32", "feats_ptr": "*i64", "cuts_ptr": "*i64", "gains_ptr": "*fp64",
+                 "stopped_ptr": "*i8", "small_ptr": "*i8", "totals_ptr": "*i64", "level": "i32", "n_feat": "i32",
+                 "n_nodes": "i32", "l2": "fp64", "min_data": "fp64", "min_hess": "fp64", "tiny": "fp64"}
+        for children in (False, True):
+            for noise in (False, True):
+                ce = {"CHILDREN": children, "PACK": pack, "ELIDE": elide, "QUANT": cell != "fp64",
+                      "HAS_NOISE": noise, "LAST": False, "TOTALS": elide, "BLOCK_F": 256}
+                name = f"level_{cell}" + ("_children" if children else "_root") + ("_noise" if noise else "")
+                out[name] = (_level_kernel, _signature(_level_kernel, types, ce), ce)
+    return out
+
+
 def _configs() -> dict:
     """kernel name -> (kernel, signature, constexprs), every configuration the trainers launch,
     in float32 and float64 where the scores' dtype reaches the kernel."""
@@ -111,26 +132,7 @@ def _configs() -> dict:
         ce = {"PACK": cell == "i32", "ELIDE": True}
         out[f"finish_{cell}"] = (_finish_kernel, _signature(_finish_kernel, types, ce), ce)
     out.update(_flat_lambda_configs())
-    for cell in ("i32", "i64", "fp64"):
-        types = {"hist_ptr": f"*{cell}", "valid_ptr": "*u8", "scale_ptr": "*fp64",
-                 "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32", "n_feat": "i32",
-                 "n_nodes": "i32", "l2": "fp64", "min_data": "fp64", "min_hess": "fp64",
-                 "tiny": "fp64"}
-        for noise in (False, True):
-            ce = {"QUANT": cell != "fp64", "HAS_NOISE": noise}
-            name = f"split_{cell}" + ("_noise" if noise else "")
-            out[name] = (_split_kernel, _signature(_split_kernel, types, ce), ce)
-        types = {"hist_ptr": f"*{cell}", "small_hist_ptr": f"*{cell}", "small_ptr": "*i8",
-                 "out_ptr": f"*{cell}", "total": "i64", "n_nodes": "i32"}
-        ce = {"BLOCK": 1024}
-        out[f"siblings_{cell}"] = (_siblings_kernel, _signature(_siblings_kernel, types, ce), ce)
-    for cell in ("i32", "i64", "fp64"):
-        types = {"best_ptr": "*fp64", "code_ptr": "*i32", "hist_ptr": f"*{cell}", "feats_ptr": "*i64",
-                 "cuts_ptr": "*i64", "gains_ptr": "*fp64", "stopped_ptr": "*i8", "small_ptr": "*i8",
-                 "totals_ptr": "*i64",
-                 "level": "i32", "n_feat": "i32", "n_nodes": "i32"}
-        ce = {"HAS_NOISE": True, "BLOCK_F": 256, "LAST": False, "TOTALS": cell != "fp64"}
-        out[f"pick_{cell}"] = (_pick_kernel, _signature(_pick_kernel, types, ce), ce)
+    out.update(_level_configs())
     types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i16", "small_ptr": "*i8",
              "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}
     ce = {"WITH_SLOT": True, "BLOCK_N": 256}

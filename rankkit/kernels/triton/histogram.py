@@ -150,6 +150,28 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
     Returns:
         [3, F, K, 256]: channel 0 Σg, 1 Σh, 2 the document count.
     """
+    if hot is not None and (totals is None or tuple(totals.shape) != (3, n_nodes)):
+        raise ValueError(f"`hot`: hot-bin elision needs integer cells and `totals` [3, {n_nodes}]")
+    out, packed = level_histogram_raw(codes_t, node, grad, hess, n_nodes, dtype=dtype, out=out, block_n=block_n,
+                                      order=order, n_rows=n_rows, hot=hot)
+    n_feat, n = codes_t.shape
+    rows = n if order is None or n_rows is None else min(int(n_rows), n)
+    if (packed is not None or hot is not None) and rows and out.numel():  # one launch: unpack, fill the hot cells
+        any_ = out if packed is None else packed
+        _finish_kernel[(n_feat * n_nodes,)](out, any_, any_ if hot is None else hot.contiguous(),
+                                            any_ if hot is None else totals.to(torch.int64).contiguous(),
+                                            n_feat, n_nodes, PACK=packed is not None, ELIDE=hot is not None)
+    return out
+
+
+def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor,
+                        n_nodes: int, *, dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
+                        block_n: int = 256, order: torch.Tensor | None = None, n_rows: int | None = None,
+                        hot: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The adds of :func:`level_histogram_triton` without its finishing launch: (out, packed),
+    ``packed`` [F, K, 256] int64 the packed (Σg, Σh) of int32 cells of integer gradients (then
+    ``out`` holds only the counts), else None; with ``hot`` the hot cells are still 0. The levels
+    (:func:`rankkit.kernels.triton.tree.grow_levels_triton`) finish the rows as they scan them."""
     n_feat, n = codes_t.shape
     if dtype is None:
         dtype = grad.dtype if grad.dtype.is_floating_point else torch.int64
@@ -157,6 +179,8 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
         raise ValueError(f"`dtype` must be one of {_CELL_DTYPES}, got {dtype}")
     if grad.dtype.is_floating_point and not dtype.is_floating_point:
         raise ValueError("`dtype`: float gradients need float cells (quantize them first)")
+    if hot is not None and dtype.is_floating_point:
+        raise ValueError("`hot`: hot-bin elision needs integer cells")
     shape = (3, n_feat, n_nodes, N_CODES)
     if out is None:
         out = torch.zeros(shape, dtype=dtype, device=codes_t.device)
@@ -165,31 +189,23 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
             raise ValueError(f"`out` must be a contiguous {shape} {dtype} tensor, got "
                              f"{tuple(out.shape)} {out.dtype}")
         out.zero_()
+    # int32 cells of integer gradients (the caller bounds every sum below 2^31): g and h packed.
+    pack = dtype == torch.int32 and not grad.dtype.is_floating_point
+    packed = torch.zeros(n_feat * n_nodes * N_CODES, dtype=torch.int64, device=out.device) if pack else None
     rows = n if order is None or n_rows is None else min(int(n_rows), n)
     if rows == 0 or n_feat == 0 or n_nodes == 0:
-        return out
-    elide = hot is not None
-    if elide and (dtype.is_floating_point or totals is None or tuple(totals.shape) != (3, n_nodes)):
-        raise ValueError(f"`hot`: hot-bin elision needs integer cells and `totals` [3, {n_nodes}]")
+        return out, packed
     kernel = _shared_kernel(codes_t, node, grad, hess, dtype)
     if kernel is not None:  # S3: shared-memory cells, one global atomic per non-empty cell and block
         kernel(codes_t, node, grad, hess, n_nodes, out, order=order, n_rows=n_rows, hot=hot)
-        if elide:
-            _finish_kernel[(n_feat * n_nodes,)](out, out, hot.contiguous(), totals.to(torch.int64).contiguous(),
-                                                n_feat, n_nodes, PACK=False, ELIDE=True)
-        return out
-    # int32 cells of integer gradients (the caller bounds every sum below 2^31): g and h packed.
-    pack = dtype == torch.int32 and not grad.dtype.is_floating_point
-    packed = torch.zeros(n_feat * n_nodes * N_CODES, dtype=torch.int64, device=out.device) if pack else out
+        return out, None
+    elide = hot is not None
     _histogram_kernel[(triton.cdiv(rows, block_n),)](
         codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out,
-        node if order is None else order.contiguous(), hot.contiguous() if elide else node, packed, n, rows,
-        n_feat, n_nodes, BLOCK_N=block_n, GATHER=order is not None, ELIDE=elide, PACK=pack)
-    if pack or elide:  # one launch: unpack, then fill the hot cells in
-        _finish_kernel[(n_feat * n_nodes,)](out, packed, hot.contiguous() if elide else packed,
-                                            totals.to(torch.int64).contiguous() if elide else packed,
-                                            n_feat, n_nodes, PACK=pack, ELIDE=elide)
-    return out
+        node if order is None else order.contiguous(), hot.contiguous() if elide else node,
+        out if packed is None else packed, n, rows, n_feat, n_nodes, BLOCK_N=block_n, GATHER=order is not None,
+        ELIDE=elide, PACK=pack)
+    return out, packed
 
 
 def _shared_kernel(codes_t, node, grad, hess, dtype):

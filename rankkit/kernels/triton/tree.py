@@ -1,26 +1,29 @@
-"""Triton kernels of an oblivious tree's levels: split scan with argmax, routing, children
-histograms, and the score update.
+"""Triton kernels of an oblivious tree's levels (the rows finished, the siblings, the split scan
+and the pick in one launch; routing), the leaf sums, and the score update.
 
 They follow the torch reference of :class:`rankkit.boosting.tree.ObliviousTreeGrower`
 (``_levels_torch``, :func:`~rankkit.boosting.tree.split_scores`,
 :func:`~rankkit.boosting.tree.leaf_of`) decision for decision, with every decision a device
 tensor (no host sync), and :func:`grow_levels_triton` composes them into the same levels:
 
-* :func:`_split_kernel`, one program per feature: for every node the cumulative (G, H, count)
-  over the codes (integer scans for quantized histograms, scaled once), the Newton score of
-  both children summed over the nodes, the min-data / min-hessian masks, the optional noise
-  (CatBoost's ``random_strength``), and the feature's best code (first maximum);
-* :func:`_pick_kernel`, one program: the level's (feature, code) as the first maximum over
-  the features, the gain, the "stopped" flag (no allowed split: this and the later levels
-  send everything left, code 255), and which child of each node is the smaller;
+* :func:`_level_kernel`, one launch a level, one program per feature: for every node its row
+  of the level histogram, finished in registers (the packed (Σg, Σh) of int32 cells unpacked,
+  the elided hot code filled in from the node totals) and, below the root, the larger child of
+  each pair made as parent − smaller child (the subtraction trick; the histogram kernel adds
+  only the smaller children); then the cumulative (G, H, count) over the codes (integer scans
+  for quantized histograms, scaled once), the Newton score of both children summed over the
+  nodes, the min-data / min-hessian masks, the optional noise (CatBoost's
+  ``random_strength``), and the feature's best code (first maximum). The program that finishes
+  last (a counter with acquire-release semantics, as CUDA's "last block" reductions) picks the
+  level's (feature, code) as the first maximum over the features (:func:`_pick_level`), the
+  gain, the "stopped" flag (no allowed split: this and the later levels send everything left,
+  code 255), and which child of each node is the smaller, with its totals;
 * :func:`_route_kernel`: each document's node gains its bit, and its slot in the children's
   histogram (the smaller child of its parent, or the left-out node K);
 * the documents partitioned by slot (:func:`~rankkit.kernels.triton.histogram.smaller_first`,
   one stable sort of int16 keys), so that the children's histogram reads only the smaller
   children's documents (at most half of them) through the partition, as XGBoost's and
   LightGBM's GPU histograms read only the node being built;
-* :func:`_siblings_kernel`: the larger child of each pair as parent − smaller child (the
-  subtraction trick), written straight into the next level's [3, F, 2K, 256] layout;
 * :func:`_score_update_kernel`: a tree's leaf value added to each document's score, the leaf
   found from the codes (eval sets) or given (training set).
 
@@ -42,79 +45,64 @@ import triton
 import triton.language as tl
 
 from rankkit.kernels.torch_ref import TINY
-from rankkit.kernels.triton.histogram import level_histogram_triton, smaller_first
+from rankkit.kernels.triton.histogram import level_histogram_raw, smaller_first
 
 N_CODES = 256
 
 
 @triton.jit
-def _split_kernel(hist_ptr, valid_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr, n_feat, n_nodes,
-                  l2, min_data, min_hess, tiny,
-                  QUANT: tl.constexpr, HAS_NOISE: tl.constexpr):
-    """Per feature f: best_ptr[0, f] the best noise-free score, [1, f] the best noisy score,
-    [2, f] the noise-free score at the noisy best; code_ptr[0, f], [1, f] their codes."""
-    f = tl.program_id(0)
-    c = tl.arange(0, 256)
+def _raw_row(raw_ptr, pack_ptr, hot_ptr, totals_ptr, f, k, n_feat, n_nodes, c,
+             PACK: tl.constexpr, ELIDE: tl.constexpr):
+    """Row (f, k) of a histogram [3, F, K, 256] as the histogram kernel left it, finished in
+    registers (in the cells' dtype): with PACK, (Σg, Σh) unpacked from pack [F, K, 256]
+    (H · 2^32 + G: G the low 32 bits read as signed, H the rest); with ELIDE, the feature's hot
+    cell = the node's total (totals [3, K]) − the row's other cells (0 so far)."""
+    cell = raw_ptr.dtype.element_ty
     plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
-    gain = tl.zeros([256], dtype=tl.float64)
-    bad = tl.zeros([256], dtype=tl.int1)
-    last = c == 255
-    if QUANT:
-        sg = tl.load(scale_ptr)
-        sh = tl.load(scale_ptr + 1)
-    for k in range(n_nodes):
-        row = (f.to(tl.int64) * n_nodes + k) * 256 + c
-        if QUANT:  # integer scans are exact; scaled once
-            gl = tl.cumsum(tl.load(hist_ptr + row), 0).to(tl.float64) * sg
-            hl = tl.cumsum(tl.load(hist_ptr + plane + row), 0).to(tl.float64) * sh
-        else:
-            gl = tl.cumsum(tl.load(hist_ptr + row).to(tl.float64), 0)
-            hl = tl.cumsum(tl.load(hist_ptr + plane + row).to(tl.float64), 0)
-        nl = tl.cumsum(tl.load(hist_ptr + 2 * plane + row).to(tl.float64), 0)
-        # The node's totals from the same prefix sums: a cut that moves no document gains 0.
-        gt = tl.sum(tl.where(last, gl, 0.0), 0)
-        ht = tl.sum(tl.where(last, hl, 0.0), 0)
-        nt = tl.sum(tl.where(last, nl, 0.0), 0)
-        gr, hr, nr = gt - gl, ht - hl, nt - nl
-        node = gt * gt / tl.maximum(ht + l2, tiny)
-        # Summed over the nodes in node order (the reference's fixed order).
-        gain += gl * gl / tl.maximum(hl + l2, tiny) + gr * gr / tl.maximum(hr + l2, tiny) - node
-        bad |= ((nl > 0) & (nl < min_data)) | ((nr > 0) & (nr < min_data))
-        bad |= ((nl > 0) & (hl < min_hess)) | ((nr > 0) & (hr < min_hess))
-    valid = tl.load(valid_ptr + f.to(tl.int64) * 256 + c) != 0
-    score = tl.where(valid & ~bad, gain, -float("inf"))
-    best = tl.argmax(score, 0, tie_break_left=True)
-    tl.store(best_ptr + f, tl.max(score, 0))
-    tl.store(code_ptr + f, best.to(tl.int32))
-    if HAS_NOISE:
-        noisy = score + tl.load(noise_ptr + f.to(tl.int64) * 256 + c)
-        pick = tl.argmax(noisy, 0, tie_break_left=True)
-        tl.store(best_ptr + n_feat + f, tl.max(noisy, 0))
-        tl.store(best_ptr + 2 * n_feat + f, tl.sum(tl.where(c == pick, score, 0.0), 0))
-        tl.store(code_ptr + n_feat + f, pick.to(tl.int32))
+    row = (f.to(tl.int64) * n_nodes + k) * 256 + c
+    if PACK:
+        packed = tl.load(pack_ptr + row)
+        g = (packed << 32) >> 32
+        h = (packed - g) >> 32
+    else:
+        g = tl.load(raw_ptr + row)
+        h = tl.load(raw_ptr + plane + row)
+    n = tl.load(raw_ptr + 2 * plane + row)
+    if ELIDE:
+        hot = tl.load(hot_ptr + f).to(tl.int32)
+        g = g.to(tl.int64)
+        h = h.to(tl.int64)
+        n = n.to(tl.int64)
+        g = tl.where(c == hot, tl.load(totals_ptr + k) - tl.sum(g, 0), g)
+        h = tl.where(c == hot, tl.load(totals_ptr + n_nodes + k) - tl.sum(h, 0), h)
+        n = tl.where(c == hot, tl.load(totals_ptr + 2 * n_nodes + k) - tl.sum(n, 0), n)
+    return g.to(cell), h.to(cell), n.to(cell)
 
 
 @triton.jit
-def _pick_kernel(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr,
-                 small_ptr, totals_ptr, level, n_feat, n_nodes,
-                 HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr):
-    """The level's split from the per-feature bests (one program), and the smaller child of
-    each node (``small_ptr[k]``: 1 when the right child is the smaller, ties right); with
-    TOTALS also each smaller child's (ΣG, ΣH, count) into totals [3, K] int64 (integer cells),
-    what its histogram's elided hot cells are filled from."""
+def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr, small_ptr,
+                totals_ptr, level, n_feat, n_nodes,
+                HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr):
+    """The level's split from the per-feature bests, and the smaller child of each node
+    (``small_ptr[k]``: 1 when the right child is the smaller, ties right); with TOTALS also each
+    smaller child's (ΣG, ΣH, count) into totals [3, K] int64 (integer cells), what its
+    histogram's elided hot cells are filled from. Run by the level's last program: what the
+    other programs wrote is read past the SM's L1 (``.cg``)."""
     f = tl.arange(0, BLOCK_F)
     in_f = f < n_feat
-    clean = tl.load(best_ptr + f, mask=in_f, other=-float("inf"))
+    clean = tl.load(best_ptr + f, mask=in_f, other=-float("inf"), cache_modifier=".cg")
     top = tl.max(clean, 0)
     stopped = (tl.load(stopped_ptr) != 0) | ~(top > 0.0)
     if HAS_NOISE:
-        noisy = tl.load(best_ptr + n_feat + f, mask=in_f, other=-float("inf"))
+        noisy = tl.load(best_ptr + n_feat + f, mask=in_f, other=-float("inf"), cache_modifier=".cg")
         pick = tl.argmax(noisy, 0, tie_break_left=True)
-        code = tl.sum(tl.where(f == pick, tl.load(code_ptr + n_feat + f, mask=in_f, other=0), 0), 0)
-        gain = tl.sum(tl.where(f == pick, tl.load(best_ptr + 2 * n_feat + f, mask=in_f, other=0.0), 0.0), 0)
+        code = tl.sum(tl.where(f == pick, tl.load(code_ptr + n_feat + f, mask=in_f, other=0, cache_modifier=".cg"),
+                               0), 0)
+        gain = tl.sum(tl.where(f == pick, tl.load(best_ptr + 2 * n_feat + f, mask=in_f, other=0.0,
+                                                  cache_modifier=".cg"), 0.0), 0)
     else:
         pick = tl.argmax(clean, 0, tie_break_left=True)
-        code = tl.sum(tl.where(f == pick, tl.load(code_ptr + f, mask=in_f, other=0), 0), 0)
+        code = tl.sum(tl.where(f == pick, tl.load(code_ptr + f, mask=in_f, other=0, cache_modifier=".cg"), 0), 0)
         gain = top
     code = tl.where(stopped, 255, code)
     tl.store(feats_ptr + level, pick.to(tl.int64))
@@ -126,16 +114,119 @@ def _pick_kernel(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, s
         plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
         for k in range(n_nodes):
             row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
-            counts = tl.load(hist_ptr + 2 * plane + row)
+            counts = tl.load(hist_ptr + 2 * plane + row, cache_modifier=".cg")
             left = tl.sum(tl.where(c <= code, counts, 0), 0)
             total = tl.sum(counts, 0)
             small_right = total - left <= left
             tl.store(small_ptr + k, small_right.to(tl.int8))
             if TOTALS:
                 for ch in tl.static_range(3):
-                    cells = tl.load(hist_ptr + ch * plane + row).to(tl.int64)
+                    cells = tl.load(hist_ptr + ch * plane + row, cache_modifier=".cg").to(tl.int64)
                     part = tl.sum(tl.where(c <= code, cells, 0), 0)
                     tl.store(totals_ptr + ch * n_nodes + k, tl.where(small_right, tl.sum(cells, 0) - part, part))
+
+
+@triton.jit
+def _scan_row(row_g, row_h, row_n, sg, sh, l2, min_data, min_hess, tiny, QUANT: tl.constexpr):
+    """One node's row [256] of (G, H, count) scanned over the codes: (the Newton score of the
+    split after each code, where it breaks min-data / min-hessian), the cumulative sums integer
+    for quantized histograms (exact), scaled once."""
+    c = tl.arange(0, 256)
+    last = c == 255
+    if QUANT:
+        gl = tl.cumsum(row_g, 0).to(tl.float64) * sg
+        hl = tl.cumsum(row_h, 0).to(tl.float64) * sh
+    else:
+        gl = tl.cumsum(row_g.to(tl.float64), 0)
+        hl = tl.cumsum(row_h.to(tl.float64), 0)
+    nl = tl.cumsum(row_n.to(tl.float64), 0)
+    # The node's totals from the same prefix sums: a cut that moves no document gains 0.
+    gt = tl.sum(tl.where(last, gl, 0.0), 0)
+    ht = tl.sum(tl.where(last, hl, 0.0), 0)
+    nt = tl.sum(tl.where(last, nl, 0.0), 0)
+    gr, hr, nr = gt - gl, ht - hl, nt - nl
+    node = gt * gt / tl.maximum(ht + l2, tiny)
+    gain = gl * gl / tl.maximum(hl + l2, tiny) + gr * gr / tl.maximum(hr + l2, tiny) - node
+    bad = ((nl > 0) & (nl < min_data)) | ((nr > 0) & (nr < min_data))
+    bad |= ((nl > 0) & (hl < min_hess)) | ((nr > 0) & (hr < min_hess))
+    return gain, bad
+
+
+@triton.jit
+def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_totals_ptr, hot_ptr, valid_ptr,
+                  scale_ptr, noise_ptr, best_ptr, code_ptr, counter_ptr, feats_ptr, cuts_ptr, gains_ptr,
+                  stopped_ptr, small_ptr, totals_ptr, level, n_feat, n_nodes, l2, min_data, min_hess, tiny,
+                  CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
+                  HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr, BLOCK_F: tl.constexpr):
+    """One level in one launch, one program per feature f, for every node of the level in node
+    order:
+
+    1. the node's row of the level histogram hist [3, F, K, 256]: the root's (CHILDREN false)
+       is raw [3, F, K, 256] as the histogram kernel left it, finished (:func:`_raw_row`); a
+       child's (CHILDREN) is its parent's row of parent [3, F, K/2, 256] if it is the larger
+       child, less the smaller child's finished row of raw [3, F, K/2, 256] (hot cells from
+       prev_totals, which child is smaller from prev_small: the subtraction trick), else the
+       smaller child's row; written to hist unless LAST (the next level's parents);
+    2. the split scan over the codes: the cumulative (G, H, count) (integer scans for quantized
+       histograms, scaled once), the Newton score of both children summed over the nodes in node
+       order, the min-data / min-hessian masks, the optional noise (CatBoost's
+       ``random_strength``), and the feature's best code (first maximum): best_ptr[0, f] the
+       best noise-free score, [1, f] the best noisy score, [2, f] the noise-free score at the
+       noisy best; code_ptr[0, f], [1, f] their codes;
+    3. the last program to finish (a counter of the tree's finished programs, after a barrier,
+       with acquire-release semantics) picks the level's split (:func:`_pick_level`).
+    """
+    f = tl.program_id(0)
+    c = tl.arange(0, 256)
+    plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
+    half = tl.maximum(n_nodes // 2, 1)
+    parent_plane = tl.cast(n_feat, tl.int64) * half * 256
+    gain = tl.zeros([256], dtype=tl.float64)
+    bad = tl.zeros([256], dtype=tl.int1)
+    sg = tl.load(scale_ptr) if QUANT else 1.0
+    sh = tl.load(scale_ptr + 1) if QUANT else 1.0
+    for j in range(n_nodes):
+        if CHILDREN:
+            right = j >= half  # a level's node j: child of parent j mod K/2, the right one from K/2 on
+            k = j - right * half
+            small_g, small_h, small_n = _raw_row(raw_ptr, pack_ptr, hot_ptr, prev_totals_ptr, f, k, n_feat, half, c,
+                                                 PACK, ELIDE)
+            at = (f.to(tl.int64) * half + k) * 256 + c
+            take_small = right == (tl.load(prev_small_ptr + k) != 0)
+            row_g = tl.where(take_small, small_g, tl.load(parent_ptr + at) - small_g)
+            row_h = tl.where(take_small, small_h, tl.load(parent_ptr + parent_plane + at) - small_h)
+            row_n = tl.where(take_small, small_n, tl.load(parent_ptr + 2 * parent_plane + at) - small_n)
+        else:
+            row_g, row_h, row_n = _raw_row(raw_ptr, pack_ptr, hot_ptr, prev_totals_ptr, f, j, n_feat, n_nodes, c,
+                                           PACK, ELIDE)
+        row = (f.to(tl.int64) * n_nodes + j) * 256 + c
+        if not LAST:
+            tl.store(hist_ptr + row, row_g)
+            tl.store(hist_ptr + plane + row, row_h)
+            tl.store(hist_ptr + 2 * plane + row, row_n)
+        # Summed over the nodes in node order (the reference's fixed order).
+        node_gain, node_bad = _scan_row(row_g, row_h, row_n, sg, sh, l2, min_data, min_hess, tiny, QUANT)
+        gain += node_gain
+        bad |= node_bad
+    valid = tl.load(valid_ptr + f.to(tl.int64) * 256 + c) != 0
+    score = tl.where(valid & ~bad, gain, -float("inf"))
+    best = tl.argmax(score, 0, tie_break_left=True)
+    tl.store(best_ptr + f, tl.max(score, 0))
+    tl.store(code_ptr + f, best.to(tl.int32))
+    if HAS_NOISE:
+        noisy = score + tl.load(noise_ptr + f.to(tl.int64) * 256 + c)
+        pick = tl.argmax(noisy, 0, tie_break_left=True)
+        tl.store(best_ptr + n_feat + f, tl.max(noisy, 0))
+        tl.store(best_ptr + 2 * n_feat + f, tl.sum(tl.where(c == pick, score, 0.0), 0))
+        tl.store(code_ptr + n_feat + f, pick.to(tl.int32))
+    # Every thread's stores before the barrier, then one release-acquire add to the tree's count
+    # of finished programs (zeroed once per tree): the program that takes it to the end of this
+    # level's share is the last, and sees what every other program wrote.
+    tl.debug_barrier()
+    done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == (level + 1) * n_feat - 1:
+        _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr, small_ptr,
+                    totals_ptr, level, n_feat, n_nodes, HAS_NOISE, BLOCK_F, LAST, TOTALS)
 
 
 @triton.jit
@@ -155,25 +246,6 @@ def _route_kernel(codes_ptr, node_ptr, slot_ptr, small_ptr, feats_ptr, cuts_ptr,
         small_right = tl.load(small_ptr + parent, mask=inside, other=0) != 0
         slot = tl.where(right == small_right, parent, n_nodes)
         tl.store(slot_ptr + n, slot.to(slot_ptr.dtype.element_ty), mask=inside)
-
-
-@triton.jit
-def _siblings_kernel(hist_ptr, small_hist_ptr, small_ptr, out_ptr, total, n_nodes,
-                     BLOCK: tl.constexpr):
-    """out [3, F, 2K, 256] from the parents hist [3, F, K, 256] and their smaller children."""
-    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = idx < total
-    code = idx % 256
-    k = (idx // 256) % n_nodes
-    rest = idx // (256 * n_nodes)  # channel · F + feature
-    parent = tl.load(hist_ptr + idx, mask=inside, other=0)
-    small = tl.load(small_hist_ptr + idx, mask=inside, other=0)
-    large = parent - small
-    small_right = tl.load(small_ptr + k, mask=inside, other=0) != 0
-    left_at = (rest * 2 * n_nodes + k) * 256 + code
-    right_at = left_at + n_nodes * 256
-    tl.store(out_ptr + left_at, tl.where(small_right, large, small), mask=inside)
-    tl.store(out_ptr + right_at, tl.where(small_right, small, large), mask=inside)
 
 
 @triton.jit
@@ -275,43 +347,6 @@ def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.T
     return part.sum(0).double() / factor[:, None]
 
 
-def split_scan_triton(hist: torch.Tensor, valid: torch.Tensor, *, l2: float, min_data_in_leaf: int,
-                      min_sum_hessian: float, scale: torch.Tensor | None = None,
-                      noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The per-feature best of one level's split scores (one launch).
-
-    Args:
-        hist: [3, F, K, 256] (G, H, count): float64, or int32 / int64 quantized sums.
-        valid: [F, 256] bool, the thresholds each feature allows.
-        l2, min_data_in_leaf, min_sum_hessian: λ and the child guards of
-            :func:`rankkit.boosting.tree.split_scores`.
-        scale: [2] float64 (s_g, s_h) of quantized histograms, None for float ones.
-        noise: [F, 256] float64 added to the allowed scores for the choice, or None.
-    Returns:
-        (best [3, F] float64, code [2, F] int32): the best noise-free score per feature and its
-        code; with ``noise`` also the best noisy score, the noise-free score at that choice
-        and its code (rows 1, 2 of best and 1 of code).
-    """
-    _, n_feat, n_nodes, _ = hist.shape
-    quant = not hist.dtype.is_floating_point
-    if quant and scale is None:
-        raise ValueError("`scale`: integer histograms need their (s_g, s_h)")
-    best = torch.empty(3, n_feat, dtype=torch.float64, device=hist.device)
-    code = torch.empty(2, n_feat, dtype=torch.int32, device=hist.device)
-    if n_feat == 0:
-        return best, code
-    dummy = best
-    if valid.dtype != torch.uint8:  # (grow_levels_triton converts once per tree)
-        valid = valid.to(torch.uint8)
-    _split_kernel[(n_feat,)](hist.contiguous(), valid.contiguous(),
-                             dummy if scale is None else scale.to(torch.float64).contiguous(),
-                             dummy if noise is None else noise.to(torch.float64).contiguous(),
-                             best, code, n_feat, n_nodes, float(l2), float(min_data_in_leaf),
-                             float(min_sum_hessian), TINY, QUANT=quant, HAS_NOISE=noise is not None,
-                             num_warps=4)
-    return best, code
-
-
 def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
                         leaf: torch.Tensor | None = None, codes_t: torch.Tensor | None = None,
                         features: torch.Tensor | None = None, cuts: torch.Tensor | None = None,
@@ -338,13 +373,24 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
     return scores
 
 
+def _totals(g: torch.Tensor, h: torch.Tensor, widest: int) -> torch.Tensor:
+    """[2, 3 · widest] int64: two levels' smaller children's (ΣG, ΣH, count), a level of K nodes
+    reading its first 3K entries as [3, K]; the second holds the root's, which level 0 reads as
+    the previous level's."""
+    totals = torch.empty(2, 3 * widest, dtype=torch.int64, device=g.device)
+    totals[1, :3] = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
+                                 torch.full((), g.shape[0], dtype=torch.int64, device=g.device)])
+    return totals
+
+
 def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        scale: torch.Tensor | None, valid: torch.Tensor, *, depth: int, l2: float,
                        min_data_in_leaf: int, min_sum_hessian: float,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
                        block_n: int = 256, hot: torch.Tensor | None = None):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in
-    5–6 launches per level and no host sync.
+    3–4 launches per level (the partition's sort and the smaller children's histogram, then
+    :func:`_level_kernel` and the routing) and no host sync.
 
     Args:
         codes_t: [F, n] uint8, the round's features and documents, feature-major.
@@ -371,51 +417,54 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         hist_dtype = torch.int64 if quant else torch.float64
     codes_t = codes_t.contiguous()
     node = torch.zeros(n, dtype=torch.int64, device=device)
-    # Each document's slot in the smaller-children histogram (its parent, or K: left out), as
-    # narrow keys for the partition (depth <= 12: K <= 2,048).
-    slot = torch.empty(n, dtype=torch.int16, device=device)
     feats = torch.zeros(depth, dtype=torch.int64, device=device)
     cuts = torch.full((depth,), N_CODES - 1, dtype=torch.int64, device=device)
     gains = torch.zeros(depth, dtype=torch.float64, device=device)
+    if n_feat == 0:  # nothing to split on: every level stops (code 255), as the reference's
+        return node, feats, cuts, gains
+    # Each document's slot in the smaller-children histogram (its parent, or K: left out), as
+    # narrow keys for the partition (depth <= 12: K <= 2,048).
+    slot = torch.empty(n, dtype=torch.int16, device=device)
     stopped = torch.zeros(1, dtype=torch.int8, device=device)
-    small = torch.zeros(max(1, 1 << (depth - 1)), dtype=torch.int8, device=device)
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    widest = max(1, 1 << (depth - 1))
+    # Which child of each node is the smaller, and its (ΣG, ΣH, count): two of each, a level's
+    # kernel reading the previous level's while its pick writes its own.
+    small = torch.zeros(2, widest, dtype=torch.int8, device=device)
     valid = valid.to(torch.uint8).contiguous()
     if noise is not None:
         noise = noise.to(torch.float64).contiguous()
     if hot is not None and hist_dtype.is_floating_point:
         hot = None  # float cells: the filled-in cell would round differently from the sums
-    totals = None
-    if hot is not None:  # the root's (ΣG, ΣH, count); each level's smaller children's from _pick_kernel
-        # Flat: a level of K nodes reads its first 3K entries as [3, K].
-        totals = torch.empty(3 * max(1, 1 << (depth - 1)), dtype=torch.int64, device=device)
-        totals[:3] = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
-                                  torch.full((), n, dtype=torch.int64, device=device)])
-    hist = level_histogram_triton(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
-                                  totals=None if totals is None else totals[:3].view(3, 1))
-    block_f = max(16, triton.next_power_of_2(max(n_feat, 1)))
+    totals = None if hot is None else _totals(g, h, widest)
+    raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot)
+    hist = raw
+    block_f = max(16, triton.next_power_of_2(n_feat))
+    best = torch.empty(3, n_feat, dtype=torch.float64, device=device)
+    code = torch.empty(2, n_feat, dtype=torch.int32, device=device)
+    scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
     for level in range(depth):
         n_nodes = 1 << level
         last = level + 1 == depth
-        best, code = split_scan_triton(hist, valid, l2=l2, min_data_in_leaf=min_data_in_leaf,
-                                       min_sum_hessian=min_sum_hessian, scale=scale,
-                                       noise=None if noise is None else noise[level])
-        _pick_kernel[(1,)](best, code, hist, feats, cuts, gains, stopped, small,
-                           stopped if totals is None else totals, level, n_feat, n_nodes,
-                           HAS_NOISE=noise is not None, BLOCK_F=block_f, LAST=last, TOTALS=totals is not None)
+        mine, before = level % 2, (level + 1) % 2
+        out = raw if last else torch.empty(3, n_feat, n_nodes, N_CODES, dtype=hist_dtype, device=device)
+        _level_kernel[(n_feat,)](
+            out, raw, raw if packed is None else packed, hist, small[before],
+            counter if totals is None else totals[before], counter if hot is None else hot, valid, scale_arg,
+            best if noise is None else noise[level], best, code, counter, feats, cuts, gains, stopped, small[mine],
+            counter if totals is None else totals[mine], level, n_feat, n_nodes, float(l2), float(min_data_in_leaf),
+            float(min_sum_hessian), TINY, CHILDREN=level > 0, PACK=packed is not None, ELIDE=hot is not None,
+            QUANT=not hist_dtype.is_floating_point, HAS_NOISE=noise is not None, LAST=last,
+            TOTALS=totals is not None, BLOCK_F=block_f, num_warps=4)
         _route_kernel[(triton.cdiv(max(n, 1), block_n),)](
-            codes_t, node, slot, small, feats, cuts, level, n, n_nodes, WITH_SLOT=not last,
+            codes_t, node, slot, small[mine], feats, cuts, level, n, n_nodes, WITH_SLOT=not last,
             BLOCK_N=block_n)
         if last:
             break
+        hist = out
         # Documents partitioned by slot, the smaller children first: the histogram reads only
-        # those (at most n // 2 documents), never the larger children's codes.
-        small_hist = level_histogram_triton(codes_t, slot, g, h, n_nodes, dtype=hist_dtype,
-                                            block_n=block_n, order=smaller_first(slot), n_rows=n // 2,
-                                            hot=hot, totals=None if totals is None else
-                                            totals[:3 * n_nodes].view(3, n_nodes))
-        children = torch.empty(3, n_feat, 2 * n_nodes, N_CODES, dtype=hist.dtype, device=device)
-        total = hist.numel()
-        _siblings_kernel[(triton.cdiv(total, 1024),)](hist, small_hist, small, children, total,
-                                                      n_nodes, BLOCK=1024)
-        hist = children
+        # those (at most n // 2 documents), never the larger children's codes. Its rows are
+        # finished, and the larger children's made, by the next level's kernel.
+        raw, packed = level_histogram_raw(codes_t, slot, g, h, n_nodes, dtype=hist_dtype, block_n=block_n,
+                                          order=smaller_first(slot), n_rows=n // 2, hot=hot)
     return node, feats, cuts, gains

@@ -3,7 +3,8 @@ against the torch reference, under Triton's interpreter (``TRITON_INTERPRET=1`` 
 tensors, in one subprocess per module so that the variable is set before triton is imported).
 
 * The fused levels (:func:`rankkit.kernels.triton.tree.grow_levels_triton`: histograms of the smaller
-  children, split scan, pick, routing, siblings) grow the torch path's levels
+  children, then one launch a level that finishes their rows, makes the siblings, scans the
+  splits and picks the level's, then routing) grow the torch path's levels
   (``ObliviousTreeGrower._levels_torch``): the same leaves, features and codes, for float and
   quantized gradients, int32 and int64 cells, with and without split noise, and a level that
   stops;
@@ -228,14 +229,16 @@ def test_triton_float_histograms_are_the_same_bits_in_any_document_order(interpr
 
 
 def test_triton_boosting_run_grows_the_reference_trees(interpreted):
-    # The round's kernels ran on Triton: lambdas, histograms, split scan, pick, routing.
+    # The round's kernels ran on Triton: lambdas, histograms, the levels (rows finished, siblings,
+    # split scan and pick in one launch), routing.
     assert interpreted["backends"] == {"0": False, "force": True}
     calls = interpreted["calls"]
     # The lambdas: the flat kernel (k = 5), one launch per length bucket, the padded ones never.
     assert calls.get("_topk_kernel", 0) == calls.get("_lambda_kernel", 0) == 0, calls
-    for kernel in ("_flat_lambda_kernel", "_histogram_kernel", "_split_kernel",
-                   "_pick_kernel", "_route_kernel", "_siblings_kernel", "_score_update_kernel"):
+    for kernel in ("_flat_lambda_kernel", "_histogram_kernel", "_route_kernel", "_score_update_kernel"):
         assert calls.get(kernel, 0) >= 6, (kernel, calls)
+    # One launch a level (6 depth-3 trees), and no separate finishing of the histograms.
+    assert calls.get("_level_kernel", 0) == 3 * 6 and calls.get("_finish_kernel", 0) == 0, calls
     assert calls.get("_exact_leaf_sums_kernel", 0) == 6  # every tree: fixed-point leaf sums
     # Each depth-3 tree: the root histogram reads every document, the two children's
     # histograms only the partition's first N // 2 entries (the smaller children).
