@@ -85,12 +85,13 @@ def _flat_lambda_configs() -> dict:
 def _level_configs() -> dict:
     """The level kernel as the Triton backend launches it: packed int32 cells of quantized
     gradients and int64 cells of 64-bit fixed-point ones, both with hot codes elided, at the root
-    and at a children level, with and without split noise; float64 cells (no elision) as the
-    reference's tests launch it."""
+    and at a children level, with and without split noise, and the default round's last level
+    (the leaves' sums cut); float64 cells (no elision) as the reference's tests launch it."""
     out = {}
     for cell, pack, elide in (("i32", True, True), ("i64", False, True), ("fp64", False, False)):
         types = {"hist_ptr": f"*{cell}", "raw_ptr": f"*{cell}", "pack_ptr": "*i64", "parent_ptr": f"*{cell}",
                  "prev_small_ptr": "*i8", "prev_totals_ptr": "*i64", "hot_ptr": "*i64", "valid_ptr": "*u8",
+                 "next_raw_ptr": f"*{cell}", "next_pack_ptr": "*i64", "leaf_ptr": "*i64",
                  "scale_ptr": "*fp64", "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32",
                  "counter_ptr": "*i32", "feats_ptr": "*i64", "cuts_ptr": "*i64", "gains_ptr": "*fp64",
                  "stopped_ptr": "*i8", "small_ptr": "*i8", "totals_ptr": "*i64", "level": "i32", "n_feat": "i32",
@@ -98,9 +99,13 @@ def _level_configs() -> dict:
         for children in (False, True):
             for noise in (False, True):
                 ce = {"CHILDREN": children, "PACK": pack, "ELIDE": elide, "QUANT": cell != "fp64",
-                      "HAS_NOISE": noise, "LAST": False, "TOTALS": elide, "BLOCK_F": 256}
+                      "HAS_NOISE": noise, "LAST": False, "TOTALS": elide, "LEAVES": False, "BLOCK_F": 256}
                 name = f"level_{cell}" + ("_children" if children else "_root") + ("_noise" if noise else "")
                 out[name] = (_level_kernel, _signature(_level_kernel, types, ce), ce)
+        if cell == "i64":  # the default round's last level: its pick cuts the leaves' sums
+            ce = {"CHILDREN": True, "PACK": False, "ELIDE": True, "QUANT": True, "HAS_NOISE": False, "LAST": True,
+                  "TOTALS": True, "LEAVES": True, "BLOCK_F": 256}
+            out["level_i64_last_leaves"] = (_level_kernel, _signature(_level_kernel, types, ce), ce)
     return out
 
 

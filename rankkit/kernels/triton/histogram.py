@@ -167,11 +167,14 @@ def level_histogram_triton(codes_t: torch.Tensor, node: torch.Tensor, grad: torc
 def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor,
                         n_nodes: int, *, dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
                         block_n: int = 256, order: torch.Tensor | None = None, n_rows: int | None = None,
-                        hot: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        hot: torch.Tensor | None = None, packed: torch.Tensor | None = None,
+                        zeroed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The adds of :func:`level_histogram_triton` without its finishing launch: (out, packed),
     ``packed`` [F, K, 256] int64 the packed (Σg, Σh) of int32 cells of integer gradients (then
     ``out`` holds only the counts), else None; with ``hot`` the hot cells are still 0. The levels
-    (:func:`rankkit.kernels.triton.tree.grow_levels_triton`) finish the rows as they scan them."""
+    (:func:`rankkit.kernels.triton.tree.grow_levels_triton`) finish the rows as they scan them,
+    and zero the next level's ``out`` (its counts when packed) and ``packed`` as they go: with
+    ``zeroed`` both are given already zero (no launch to clear them)."""
     n_feat, n = codes_t.shape
     if dtype is None:
         dtype = grad.dtype if grad.dtype.is_floating_point else torch.int64
@@ -188,10 +191,14 @@ def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.T
         if tuple(out.shape) != shape or out.dtype != dtype or not out.is_contiguous():
             raise ValueError(f"`out` must be a contiguous {shape} {dtype} tensor, got "
                              f"{tuple(out.shape)} {out.dtype}")
-        out.zero_()
+        if not zeroed:
+            out.zero_()
     # int32 cells of integer gradients (the caller bounds every sum below 2^31): g and h packed.
     pack = dtype == torch.int32 and not grad.dtype.is_floating_point
-    packed = torch.zeros(n_feat * n_nodes * N_CODES, dtype=torch.int64, device=out.device) if pack else None
+    if not pack:
+        packed = None
+    elif packed is None or not zeroed:
+        packed = torch.zeros(n_feat * n_nodes * N_CODES, dtype=torch.int64, device=out.device)
     rows = n if order is None or n_rows is None else min(int(n_rows), n)
     if rows == 0 or n_feat == 0 or n_nodes == 0:
         return out, packed

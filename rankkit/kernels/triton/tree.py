@@ -81,18 +81,20 @@ def _raw_row(raw_ptr, pack_ptr, hot_ptr, totals_ptr, f, k, n_feat, n_nodes, c,
 
 @triton.jit
 def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr, small_ptr,
-                totals_ptr, level, n_feat, n_nodes,
-                HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr):
+                totals_ptr, leaf_ptr, level, n_feat, n_nodes, HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr,
+                LAST: tl.constexpr, TOTALS: tl.constexpr, LEAVES: tl.constexpr):
     """The level's split from the per-feature bests, and the smaller child of each node
     (``small_ptr[k]``: 1 when the right child is the smaller, ties right); with TOTALS also each
     smaller child's (ΣG, ΣH, count) into totals [3, K] int64 (integer cells), what its
-    histogram's elided hot cells are filled from. Run by the level's last program: what the
-    other programs wrote is read past the SM's L1 (``.cg``)."""
+    histogram's elided hot cells are filled from. At the LAST level with LEAVES, each leaf's
+    (ΣG, ΣH) into leaf [2, 2K] int64 (integer cells): node k's cut of the chosen feature's row,
+    left into leaf k, right into leaf K + k (everything left when the level stopped). Run by the
+    level's last program: what the other programs wrote is read past the SM's L1 (``.cg``)."""
     f = tl.arange(0, BLOCK_F)
     in_f = f < n_feat
     clean = tl.load(best_ptr + f, mask=in_f, other=-float("inf"), cache_modifier=".cg")
     top = tl.max(clean, 0)
-    stopped = (tl.load(stopped_ptr) != 0) | ~(top > 0.0)
+    stopped = ((level > 0) & (tl.load(stopped_ptr) != 0)) | ~(top > 0.0)  # (not zeroed before level 0)
     if HAS_NOISE:
         noisy = tl.load(best_ptr + n_feat + f, mask=in_f, other=-float("inf"), cache_modifier=".cg")
         pick = tl.argmax(noisy, 0, tie_break_left=True)
@@ -109,9 +111,17 @@ def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, st
     tl.store(cuts_ptr + level, code.to(tl.int64))
     tl.store(gains_ptr + level, tl.where(stopped, 0.0, gain))
     tl.store(stopped_ptr, stopped.to(tl.int8))
+    c = tl.arange(0, 256)
+    plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
+    if LAST and LEAVES:
+        for k in range(n_nodes):
+            row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
+            for ch in tl.static_range(2):
+                cells = tl.load(hist_ptr + ch * plane + row, cache_modifier=".cg").to(tl.int64)
+                part = tl.sum(tl.where(c <= code, cells, 0), 0)
+                tl.store(leaf_ptr + ch * 2 * n_nodes + k, part)
+                tl.store(leaf_ptr + ch * 2 * n_nodes + n_nodes + k, tl.sum(cells, 0) - part)
     if not LAST:
-        c = tl.arange(0, 256)
-        plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
         for k in range(n_nodes):
             row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
             counts = tl.load(hist_ptr + 2 * plane + row, cache_modifier=".cg")
@@ -153,11 +163,26 @@ def _scan_row(row_g, row_h, row_n, sg, sh, l2, min_data, min_hess, tiny, QUANT: 
 
 
 @triton.jit
+def _zero_row(raw_ptr, pack_ptr, row, plane, PACK: tl.constexpr):
+    """Clear row ``row`` of a histogram [3, F, K, 256] before its adds, and with PACK its packed
+    (Σg, Σh) too (all three channels even then: the shared-memory histogram, where it takes
+    the call, adds into them unpacked)."""
+    zero = tl.zeros(row.shape, dtype=raw_ptr.dtype.element_ty)
+    tl.store(raw_ptr + row, zero)
+    tl.store(raw_ptr + plane + row, zero)
+    tl.store(raw_ptr + 2 * plane + row, zero)
+    if PACK:
+        tl.store(pack_ptr + row, tl.zeros(row.shape, dtype=tl.int64))
+
+
+@triton.jit
 def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_totals_ptr, hot_ptr, valid_ptr,
-                  scale_ptr, noise_ptr, best_ptr, code_ptr, counter_ptr, feats_ptr, cuts_ptr, gains_ptr,
-                  stopped_ptr, small_ptr, totals_ptr, level, n_feat, n_nodes, l2, min_data, min_hess, tiny,
-                  CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
-                  HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr, BLOCK_F: tl.constexpr):
+                  next_raw_ptr, next_pack_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr, counter_ptr, feats_ptr,
+                  cuts_ptr, gains_ptr,
+                  stopped_ptr, small_ptr, totals_ptr, leaf_ptr, level, n_feat, n_nodes, l2, min_data, min_hess,
+                  tiny, CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
+                  HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr, LEAVES: tl.constexpr,
+                  BLOCK_F: tl.constexpr):
     """One level in one launch, one program per feature f, for every node of the level in node
     order:
 
@@ -166,7 +191,10 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
        child's (CHILDREN) is its parent's row of parent [3, F, K/2, 256] if it is the larger
        child, less the smaller child's finished row of raw [3, F, K/2, 256] (hot cells from
        prev_totals, which child is smaller from prev_small: the subtraction trick), else the
-       smaller child's row; written to hist unless LAST (the next level's parents);
+       smaller child's row; written to hist (the next level's parents, or at the LAST level
+       with LEAVES the rows the leaves' sums are cut from); and unless LAST the same rows of
+       next_raw (the next level's histogram, [3, F, K, 256]) and next_pack ([F, K, 256] int64,
+       with PACK) zeroed, so that no launch clears them;
     2. the split scan over the codes: the cumulative (G, H, count) (integer scans for quantized
        histograms, scaled once), the Newton score of both children summed over the nodes in node
        order, the min-data / min-hessian masks, the optional noise (CatBoost's
@@ -174,7 +202,8 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
        best noise-free score, [1, f] the best noisy score, [2, f] the noise-free score at the
        noisy best; code_ptr[0, f], [1, f] their codes;
     3. the last program to finish (a counter of the tree's finished programs, after a barrier,
-       with acquire-release semantics) picks the level's split (:func:`_pick_level`).
+       with acquire-release semantics) picks the level's split (:func:`_pick_level`), and at the
+       LAST level with LEAVES the leaves' (ΣG, ΣH).
     """
     f = tl.program_id(0)
     c = tl.arange(0, 256)
@@ -200,10 +229,12 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
             row_g, row_h, row_n = _raw_row(raw_ptr, pack_ptr, hot_ptr, prev_totals_ptr, f, j, n_feat, n_nodes, c,
                                            PACK, ELIDE)
         row = (f.to(tl.int64) * n_nodes + j) * 256 + c
-        if not LAST:
+        if not LAST or LEAVES:
             tl.store(hist_ptr + row, row_g)
             tl.store(hist_ptr + plane + row, row_h)
             tl.store(hist_ptr + 2 * plane + row, row_n)
+        if not LAST:
+            _zero_row(next_raw_ptr, next_pack_ptr, row, plane, PACK)
         # Summed over the nodes in node order (the reference's fixed order).
         node_gain, node_bad = _scan_row(row_g, row_h, row_n, sg, sh, l2, min_data, min_hess, tiny, QUANT)
         gain += node_gain
@@ -226,7 +257,7 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
     done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if done == (level + 1) * n_feat - 1:
         _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr, small_ptr,
-                    totals_ptr, level, n_feat, n_nodes, HAS_NOISE, BLOCK_F, LAST, TOTALS)
+                    totals_ptr, leaf_ptr, level, n_feat, n_nodes, HAS_NOISE, BLOCK_F, LAST, TOTALS, LEAVES)
 
 
 @triton.jit
@@ -387,7 +418,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        scale: torch.Tensor | None, valid: torch.Tensor, *, depth: int, l2: float,
                        min_data_in_leaf: int, min_sum_hessian: float,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
-                       block_n: int = 256, hot: torch.Tensor | None = None):
+                       block_n: int = 256, hot: torch.Tensor | None = None, leaves: bool = False):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in
     3–4 launches per level (the partition's sort and the smaller children's histogram, then
     :func:`_level_kernel` and the routing) and no host sync.
@@ -406,40 +437,43 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
             fill in from the node totals instead of adding document by document (the root's from
             three sums, a level's smaller children's from the parent's histogram at the level's
             split); None: no elision.
+        leaves: also each leaf's (Σg, Σh) of the integer g and h, cut from the last level's
+            histogram rows by its pick (integer cells only: exact, no pass over the documents).
     Returns:
         (node [n] int64, feats [D] int64, cuts [D] int64, gains [D] float64): each document's
-        leaf, and each level's feature (an index into ``codes_t``), code and gain.
+        leaf, and each level's feature (an index into ``codes_t``), code and gain; with
+        ``leaves`` also the leaves' sums [2, 2^D] int64.
     """
     device = g.device
     n_feat, n = codes_t.shape
-    quant = scale is not None
     if hist_dtype is None:
-        hist_dtype = torch.int64 if quant else torch.float64
+        hist_dtype = torch.int64 if scale is not None else torch.float64
+    if leaves and hist_dtype.is_floating_point:
+        raise ValueError("`leaves`: the leaves' sums are cut from integer histogram cells")
+    if n_feat == 0:  # nothing to split on: every level stops (code 255), as the reference's
+        return _unsplit(g, h, depth, leaves)
     codes_t = codes_t.contiguous()
     node = torch.zeros(n, dtype=torch.int64, device=device)
-    feats = torch.zeros(depth, dtype=torch.int64, device=device)
-    cuts = torch.full((depth,), N_CODES - 1, dtype=torch.int64, device=device)
-    gains = torch.zeros(depth, dtype=torch.float64, device=device)
-    if n_feat == 0:  # nothing to split on: every level stops (code 255), as the reference's
-        return node, feats, cuts, gains
+    # Written by each level's pick (every level, its last program), read after it: not zeroed.
+    feats, cuts = torch.empty(2, depth, dtype=torch.int64, device=device)
+    gains = torch.empty(depth, dtype=torch.float64, device=device)
+    leaf_sums = torch.empty(2, 1 << depth, dtype=torch.int64, device=device) if leaves else gains
     # Each document's slot in the smaller-children histogram (its parent, or K: left out), as
     # narrow keys for the partition (depth <= 12: K <= 2,048).
     slot = torch.empty(n, dtype=torch.int16, device=device)
-    stopped = torch.zeros(1, dtype=torch.int8, device=device)
+    stopped = torch.empty(1, dtype=torch.int8, device=device)
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     widest = max(1, 1 << (depth - 1))
     # Which child of each node is the smaller, and its (ΣG, ΣH, count): two of each, a level's
     # kernel reading the previous level's while its pick writes its own.
-    small = torch.zeros(2, widest, dtype=torch.int8, device=device)
+    small = torch.empty(2, widest, dtype=torch.int8, device=device)
     valid = valid.to(torch.uint8).contiguous()
-    if noise is not None:
-        noise = noise.to(torch.float64).contiguous()
-    if hot is not None and hist_dtype.is_floating_point:
-        hot = None  # float cells: the filled-in cell would round differently from the sums
+    noise = None if noise is None else noise.to(torch.float64).contiguous()
+    hot = None if hist_dtype.is_floating_point else hot  # float cells: a filled-in cell would round otherwise
     totals = None if hot is None else _totals(g, h, widest)
     raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot)
     hist = raw
-    block_f = max(16, triton.next_power_of_2(n_feat))
+    pack = hist_dtype == torch.int32 and not g.dtype.is_floating_point
     best = torch.empty(3, n_feat, dtype=torch.float64, device=device)
     code = torch.empty(2, n_feat, dtype=torch.int32, device=device)
     scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
@@ -447,15 +481,16 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         n_nodes = 1 << level
         last = level + 1 == depth
         mine, before = level % 2, (level + 1) % 2
-        out = raw if last else torch.empty(3, n_feat, n_nodes, N_CODES, dtype=hist_dtype, device=device)
+        out, next_raw, next_pack = _level_buffers(raw, n_nodes, last=last, leaves=leaves, pack=pack)
         _level_kernel[(n_feat,)](
             out, raw, raw if packed is None else packed, hist, small[before],
-            counter if totals is None else totals[before], counter if hot is None else hot, valid, scale_arg,
-            best if noise is None else noise[level], best, code, counter, feats, cuts, gains, stopped, small[mine],
-            counter if totals is None else totals[mine], level, n_feat, n_nodes, float(l2), float(min_data_in_leaf),
-            float(min_sum_hessian), TINY, CHILDREN=level > 0, PACK=packed is not None, ELIDE=hot is not None,
-            QUANT=not hist_dtype.is_floating_point, HAS_NOISE=noise is not None, LAST=last,
-            TOTALS=totals is not None, BLOCK_F=block_f, num_warps=4)
+            counter if totals is None else totals[before], counter if hot is None else hot, valid, next_raw,
+            next_pack, scale_arg, best if noise is None else noise[level], best, code, counter, feats, cuts, gains,
+            stopped, small[mine],
+            counter if totals is None else totals[mine], leaf_sums, level, n_feat, n_nodes, float(l2),
+            float(min_data_in_leaf), float(min_sum_hessian), TINY, CHILDREN=level > 0, PACK=packed is not None,
+            ELIDE=hot is not None, QUANT=not hist_dtype.is_floating_point, HAS_NOISE=noise is not None, LAST=last,
+            TOTALS=totals is not None, LEAVES=leaves, BLOCK_F=max(16, triton.next_power_of_2(n_feat)), num_warps=4)
         _route_kernel[(triton.cdiv(max(n, 1), block_n),)](
             codes_t, node, slot, small[mine], feats, cuts, level, n, n_nodes, WITH_SLOT=not last,
             BLOCK_N=block_n)
@@ -465,6 +500,36 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         # Documents partitioned by slot, the smaller children first: the histogram reads only
         # those (at most n // 2 documents), never the larger children's codes. Its rows are
         # finished, and the larger children's made, by the next level's kernel.
-        raw, packed = level_histogram_raw(codes_t, slot, g, h, n_nodes, dtype=hist_dtype, block_n=block_n,
-                                          order=smaller_first(slot), n_rows=n // 2, hot=hot)
-    return node, feats, cuts, gains
+        raw, packed = level_histogram_raw(codes_t, slot, g, h, n_nodes, dtype=hist_dtype, out=next_raw,
+                                          block_n=block_n, order=smaller_first(slot), n_rows=n // 2, hot=hot,
+                                          packed=next_pack if pack else None, zeroed=True)
+    return (node, feats, cuts, gains, leaf_sums) if leaves else (node, feats, cuts, gains)
+
+
+def _level_buffers(raw: torch.Tensor, n_nodes: int, *, last: bool, leaves: bool, pack: bool) -> tuple:
+    """(out, next_raw, next_pack) of a level of ``n_nodes`` nodes, none zeroed: its histogram
+    [3, F, K, 256] as its kernel writes it (``raw`` where none is written: the last level,
+    unless its leaves are cut from it), and the next level's histogram (the smaller children
+    of this level's nodes) and packed sums, which this level's kernel zeroes (``raw`` at the
+    last level, unused)."""
+    shape = (3, raw.shape[1], n_nodes, N_CODES)
+    out = raw if last and not leaves else torch.empty(shape, dtype=raw.dtype, device=raw.device)
+    next_raw = raw if last else torch.empty(shape, dtype=raw.dtype, device=raw.device)
+    next_pack = torch.empty(raw.shape[1] * n_nodes * N_CODES, dtype=torch.int64, device=raw.device) \
+        if pack and not last else next_raw
+    return out, next_raw, next_pack
+
+
+def _unsplit(g: torch.Tensor, h: torch.Tensor, depth: int, leaves: bool) -> tuple:
+    """:func:`grow_levels_triton`'s result for a tree with no feature: every level stopped (code
+    255), every document in leaf 0 (with ``leaves``, its sums there)."""
+    device = g.device
+    out = (torch.zeros(g.shape[0], dtype=torch.int64, device=device),
+           torch.zeros(depth, dtype=torch.int64, device=device),
+           torch.full((depth,), N_CODES - 1, dtype=torch.int64, device=device),
+           torch.zeros(depth, dtype=torch.float64, device=device))
+    if not leaves:
+        return out
+    sums = torch.zeros(2, 1 << depth, dtype=torch.int64, device=device)
+    sums[:, 0] = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64)])
+    return (*out, sums)

@@ -136,6 +136,24 @@ for order in (torch.arange(8), flipped):
     fixed_cells = level_histogram_triton(one_code[:, order], node0, g_q, h_q, 1, dtype=torch.int64, block_n=1)
     sums.append([float(float_cells[0, 0, 0, 0]), int(fixed_cells[0, 0, 0, 0])])
 out["permuted_sums"] = sums
+
+# The Triton backend's float round takes its leaves' sums from the last level's pick (cut from
+# the histogram rows); they must be the fixed-point leaf sums over the documents, bit for bit:
+# elided hot codes, a row sample, split noise, a tree that stops, a deeper one.
+from rankkit.kernels.torch_ref import exact_leaf_sums, newton_leaf_values
+sample = torch.randperm(n, generator=gen)[:170]
+cut = {}
+for name, (min_data, rows, depth_, noise_sd) in {"plain": (5, None, 3, 0.0), "rows": (5, sample, 3, 0.0),
+                                                 "noise": (5, None, 3, 20.0), "stops": (241, None, 2, 0.0),
+                                                 "deep": (2, None, 5, 0.0)}.items():
+    p = TreeParams(depth=depth_, min_data_in_leaf=min_data)
+    grower = ObliviousTreeGrower(skewed, valid, p, backend="triton")
+    t = grower.grow(grad, hess, rows=rows, noise_sd=noise_sd, generator=torch.Generator().manual_seed(1))
+    docs = torch.arange(n) if rows is None else rows
+    ref = newton_leaf_values(exact_leaf_sums(t.leaf_index[docs], grad[docs], hess[docs], 1 << depth_), p)
+    cut[name] = {"got": t.leaf_values.tolist(), "ref": ref.tolist(), "codes": t.codes.tolist(),
+                 "backend": grower.backend.name, "hot": grower.state is not None}
+out["cut_leaves"] = cut
 os.environ.pop("RANKKIT_TRITON")
 
 # A boosting run on the Triton kernels (the real route: RANKKIT_TRITON=force, the compiled CPU
@@ -228,6 +246,16 @@ def test_triton_float_histograms_are_the_same_bits_in_any_document_order(interpr
     assert float_a != float_b and fixed_a == fixed_b
 
 
+def test_triton_leaves_cut_from_the_last_level_are_the_fixed_point_leaf_sums(interpreted):
+    cut = interpreted["cut_leaves"]
+    for name, case in cut.items():
+        assert case["backend"] == "triton" and case["hot"], name
+        assert case["got"] == case["ref"], name  # bit for bit
+    assert cut["stops"]["codes"] == [255, 255] and sum(v != 0 for v in cut["stops"]["got"]) == 1
+    assert 255 not in cut["deep"]["codes"] and len(set(cut["deep"]["got"])) > 8  # real leaves
+    assert cut["noise"]["codes"] != cut["plain"]["codes"]
+
+
 def test_triton_boosting_run_grows_the_reference_trees(interpreted):
     # The round's kernels ran on Triton: lambdas, histograms, the levels (rows finished, siblings,
     # split scan and pick in one launch), routing.
@@ -239,7 +267,9 @@ def test_triton_boosting_run_grows_the_reference_trees(interpreted):
         assert calls.get(kernel, 0) >= 6, (kernel, calls)
     # One launch a level (6 depth-3 trees), and no separate finishing of the histograms.
     assert calls.get("_level_kernel", 0) == 3 * 6 and calls.get("_finish_kernel", 0) == 0, calls
-    assert calls.get("_exact_leaf_sums_kernel", 0) == 6  # every tree: fixed-point leaf sums
+    # The quantized trees' fixed-point leaf sums pass over the documents; the float trees' are
+    # cut from their last level's rows.
+    assert calls.get("_exact_leaf_sums_kernel", 0) == 3
     # Each depth-3 tree: the root histogram reads every document, the two children's
     # histograms only the partition's first N // 2 entries (the smaller children).
     grids = interpreted["grids"]["histogram"]
