@@ -111,13 +111,25 @@ def counted(self, *a, **k):
         inside[0] -= 1
 interp.InterpretedFunction.run = counted
 FREE = ("view", "_unsafe_view", "alias", "as_strided", "expand", "t", "transpose", "permute",
-        "unsqueeze", "squeeze", "select", "slice", "detach", "empty", "empty_strided",
+        "unsqueeze", "squeeze", "select", "slice", "detach", "empty", "empty_strided", "empty_like",
         "lift_fresh", "_reshape_alias", "reshape", "unbind", "split", "split_with_sizes")
 SYNCS = ("_local_scalar_dense", "_to_copy_host", "nonzero")
+# The round's one device-to-host copy: its device side (the packing) counted as a GPU runs it,
+# the copy as one launch and one sync; what follows it (the host tree's check and record) runs on
+# the host on a GPU and is not counted.
+import rankkit.boosting.engine as engine_module
+host = [False]
+def on_host(tree, values=()):
+    packed = engine_module._pack_tree(tree, list(values))
+    counts["torch:copy (device to host)"] += 1
+    counts["sync:copy (device to host)"] += 1
+    host[0] = True
+    return engine_module._unpack_tree(packed, tree, len(values))
+engine_module._tree_on_host = on_host
 class Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if not inside[0]:
+        if not inside[0] and not host[0]:
             if name in ("_local_scalar_dense", "nonzero"):
                 counts["sync:" + name] += 1
             elif name not in FREE:
@@ -136,6 +148,7 @@ for label, quant in (("default", False), ("quantized", True)):
     assert engine.backend.name == "triton"
     engine.update()
     counts.clear()
+    host[0] = False
     with Ops():
         engine.update()
     out[label] = dict(counts)
@@ -356,9 +369,10 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
               "A second round of `BoostingEngine.update` (depth 6, k = 10, one eval set) on the "
               "route a CUDA device takes (`RANKKIT_TRITON=force`, CPU tensors under "
               "`TRITON_INTERPRET=1`): Triton launches counted by kernel, the other device work "
-              "as the aten ops dispatched outside the kernels (each one launch on a GPU), and "
-              "`.item()`-like ops (on CPU tensors these include the two reads of the round's "
-              "packed host copy, which on a GPU are host-side after the one sync).", "",
+              "as the aten ops dispatched outside the kernels (each one launch on a GPU), up to "
+              "and including the round's one device-to-host copy (the packing, then the copy: one "
+              "launch and one sync); what follows the copy (the host tree's check and record) runs "
+              "on the host on a GPU and is not counted.", "",
               "| round | Triton launches | torch ops | syncs | Triton kernels |",
               "|---|---:|---:|---:|---|"]
     for label, counts in launches.items():
@@ -518,9 +532,21 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "in the 2026-11-28 profile), bit for bit under the interpreter; the next level's "
         "histogram is zeroed by the level kernel, the buffers its pick writes are not cleared. "
         "Not measured on a GPU.",
+        "* **S5, the float gradients' fixed point in two launches** (2026-12-05; "
+        "`rankkit/kernels/triton/fixed.py`, tests/kernels/triton/test_fixed.py): each program's "
+        "largest |g|, |h|, the shift taken by the last program (as the level kernel's pick), then "
+        "the rounding (half to even) with the root's sums added by integer atomics: the torch "
+        "reference's integers and scale bit for bit (ties, zeros, powers of two, the clamp, NaN), "
+        "its buffers kept for the fit. With the leaves cut by the last pick and the round counted "
+        "only up to its one device-to-host copy (what follows runs on the host on a GPU), the "
+        "default round is 48 launches and 1 sync under the interpreter (125 and 2 in the "
+        "morning's count).",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature), S5 (buffers allocated once, <= 30 "
-        f"launches, a CUDA graph): the round is {still} under the interpreter (the table above).",
+        "program per feature); the rest of S5: <= 30 launches (left: the partition's five sorts, "
+        "the lambda pass's casts, the eval metric's mean, the engine's finite-leaf guard, the "
+        "host copy's packing), the levels' buffers allocated once per fit (they come from torch's "
+        "caching allocator each tree), and a CUDA graph: the round is "
+        f"{still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
         "(host syncs) on every call.",

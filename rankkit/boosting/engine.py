@@ -237,8 +237,8 @@ class BoostingEngine:
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
         # A non-finite leaf is reported after the round's one sync (below); until then the
         # scores take a zero update in its place, so a failed round leaves them as they were.
-        finite = torch.isfinite(tree.leaf_values).all()
-        update = torch.where(finite, tree.leaf_values, torch.zeros_like(tree.leaf_values))
+        finite = tree.leaf_values.abs().amax() < math.inf  # a NaN's amax is NaN: not below
+        update = torch.where(finite, tree.leaf_values, 0.0)
         self.backend.add_tree(self.scores, update, leaf=tree.leaf_index)
         values = []
         for e in self.eval_sets:
@@ -519,11 +519,21 @@ def _tree_on_host(tree: Tree, values: list[torch.Tensor] = ()) -> tuple[Tree, li
     values = list(values)
     if tree.leaf_values.device.type == "cpu":
         return tree, [float(v) for v in values]
-    depth = tree.features.shape[0]
+    return _unpack_tree(_pack_tree(tree, values).cpu(), tree, len(values))
+
+
+def _pack_tree(tree: Tree, values: list[torch.Tensor]) -> torch.Tensor:
+    """The tree's per-level tensors, ``values`` and its leaf values as one float64 tensor on
+    their device (the device side of :func:`_tree_on_host`)."""
     device = tree.leaf_values.device
-    packed = torch.cat([t.to(device, torch.float64).reshape(-1) for t in (
-        tree.features, tree.codes, tree.gains, *values, tree.leaf_values)]).cpu()
-    n_leaves = packed.shape[0] - 3 * depth - len(values)
-    feats, codes, gains, metrics, leaves = packed.split([depth, depth, depth, len(values), n_leaves])
+    return torch.cat([t.to(device, torch.float64).reshape(-1) for t in (
+        tree.features, tree.codes, tree.gains, *values, tree.leaf_values)])
+
+
+def _unpack_tree(packed: torch.Tensor, tree: Tree, n_values: int) -> tuple[Tree, list[float]]:
+    """:func:`_pack_tree`'s host copy as (the host tree, the values as floats)."""
+    depth = tree.features.shape[0]
+    n_leaves = packed.shape[0] - 3 * depth - n_values
+    feats, codes, gains, metrics, leaves = packed.split([depth, depth, depth, n_values, n_leaves])
     return Tree(feats.long(), codes.long(), leaves, gains, tree.leaf_index), metrics.tolist()
 

@@ -381,18 +381,17 @@ class TritonBackend(Backend):
         return grad.float().double(), hess.float().double()
 
     def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
-        """Float gradients in one process: the leaves' sums are cut from the last level's rows
-        by its pick (``grow_levels_triton(leaves=True)``). They are the fixed-point leaf sums'
-        integers (the histograms' 64-bit fixed point has their scale: the same documents' count
-        and largest |g|, |h|), with no pass over the documents."""
-        if scale is not None or tree.reduce is not identity_reduce or leaf_g is not g or leaf_h is not h:
+        """Float gradients in one process: the last level's pick cuts each leaf's sums from its
+        rows and takes its Newton step (``grow_levels_triton(leaves=...)``). The sums are the
+        fixed-point leaf sums' integers (the histograms' 64-bit fixed point has their scale: the
+        same documents' count and largest |g|, |h|), and the steps those of
+        :meth:`leaf_values`, bit for bit, with no pass over the documents and no torch op."""
+        n_feat = tree.codes.shape[0] if features is None else features.numel()
+        if scale is not None or tree.reduce is not identity_reduce or leaf_g is not g or leaf_h is not h or not n_feat:
             return super().grow(tree, g, h, scale, valid, rows, features, noise, leaf_g=leaf_g, leaf_h=leaf_h)
-        g_q, h_q, scale = fixed_point(g, h)
-        node, feats, cuts, gains, sums = self._levels(tree, g_q, h_q, scale, valid, rows=rows, features=features,
-                                                      noise=noise, hist_dtype=torch.int64, leaves=True)
-        # × 2^−S: the same bits as ÷ 2^S (a power of two), the fixed-point sums' own division.
-        values = torch_ref.newton_leaf_values(sums.double() * scale[:, None], tree.params)
-        return node, feats, cuts, gains, values
+        g_q, h_q, scale, root = self._fixed_point(g, h)
+        return self._levels(tree, g_q, h_q, scale, valid, rows=rows, features=features, noise=noise,
+                            hist_dtype=torch.int64, leaves=tree.params.learning_rate, root=root)
 
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
         if tree.reduce is not identity_reduce:
@@ -400,13 +399,22 @@ class TritonBackend(Backend):
         if scale is not None:  # quantized gradients: small integers, int32 cells
             return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid, rows=rows,
                                 features=features, noise=noise, hist_dtype=torch.int32)
-        # Float gradients as 64-bit fixed point (as XGBoost's GPU histograms): integer atomics
-        # add in any order to the same bits, so a GPU tree does not change from run to run.
-        g, h, scale = fixed_point(g, h)
+        g, h, scale, root = self._fixed_point(g, h)
         return self._levels(tree, g, h, scale, valid, rows=rows, features=features, noise=noise,
-                            hist_dtype=torch.int64)
+                            hist_dtype=torch.int64, root=root)
 
-    def _levels(self, tree, g, h, scale, valid, *, rows, features, noise, hist_dtype, leaves=False):
+    def _fixed_point(self, g, h):
+        """Float gradients as 64-bit fixed point (as XGBoost's GPU histograms): integer atomics
+        add in any order to the same bits, so a GPU tree does not change from run to run.
+        :func:`fixed_point`'s numbers in two launches
+        (:class:`~rankkit.kernels.triton.fixed.FixedPoint`, its buffers kept for the fit)."""
+        if self.__dict__.get("_fixed") is None:
+            from rankkit.kernels.triton.fixed import FixedPoint
+
+            self._fixed = FixedPoint(g.device)
+        return self._fixed(g.to(torch.float64), h.to(torch.float64))
+
+    def _levels(self, tree, g, h, scale, valid, *, rows, features, noise, hist_dtype, leaves=None, root=None):
         from rankkit.kernels.triton.tree import grow_levels_triton
 
         codes_t = _sample(tree.codes, rows, features)
@@ -414,7 +422,7 @@ class TritonBackend(Backend):
         p = tree.params
         return grow_levels_triton(codes_t, g, h, scale, valid, depth=p.depth, l2=p.l2,
                                   min_data_in_leaf=p.min_data_in_leaf, min_sum_hessian=p.min_sum_hessian,
-                                  noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaves)
+                                  noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaves, root=root)
 
     def prepare(self, codes, valid_codes, depth):
         """Each feature's most frequent code (:func:`rankkit.kernels.triton.histogram.hot_codes`),

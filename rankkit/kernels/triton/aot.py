@@ -18,6 +18,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel
+from rankkit.kernels.triton.fixed import BLOCK as FIXED_BLOCK
+from rankkit.kernels.triton.fixed import _round_kernel, _scale_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _finish_kernel, _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
@@ -95,7 +97,8 @@ def _level_configs() -> dict:
                  "scale_ptr": "*fp64", "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32",
                  "counter_ptr": "*i32", "feats_ptr": "*i64", "cuts_ptr": "*i64", "gains_ptr": "*fp64",
                  "stopped_ptr": "*i8", "small_ptr": "*i8", "totals_ptr": "*i64", "level": "i32", "n_feat": "i32",
-                 "n_nodes": "i32", "l2": "fp64", "min_data": "fp64", "min_hess": "fp64", "tiny": "fp64"}
+                 "n_nodes": "i32", "l2": "fp64", "min_data": "fp64", "min_hess": "fp64", "tiny": "fp64",
+                 "neg_lr": "fp64"}
         for children in (False, True):
             for noise in (False, True):
                 ce = {"CHILDREN": children, "PACK": pack, "ELIDE": elide, "QUANT": cell != "fp64",
@@ -146,6 +149,14 @@ def _configs() -> dict:
              "part_ptr": "*i64", "N": "i32", "per_program": "i32"}
     ce = {"N_LEAVES": 64, "BLOCK_N": 64}
     out["exact_leaf_sums"] = (_exact_leaf_sums_kernel, _signature(_exact_leaf_sums_kernel, types, ce), ce)
+    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "factor_ptr": "*fp64",
+             "root_ptr": "*i64", "N": "i32", "per_program": "i32", "programs": "i32", "top_shift": "fp64"}
+    ce = {"BLOCK": FIXED_BLOCK, "BLOCK_P": 1024}
+    out["fixed_scale"] = (_scale_kernel, _signature(_scale_kernel, types, ce), ce)
+    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64", "gq_ptr": "*i64", "hq_ptr": "*i64",
+             "root_ptr": "*i64", "N": "i32"}
+    ce = {"BLOCK": FIXED_BLOCK}
+    out["fixed_round"] = (_round_kernel, _signature(_round_kernel, types, ce), ce)
     for short, ptr in FLOATS.items():
         types = {"scores_ptr": ptr, "leaf_values_ptr": "*fp64", "leaf_ptr": "*i64",
                  "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64", "N": "i32"}

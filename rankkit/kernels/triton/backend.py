@@ -3,15 +3,17 @@ kernel, as the torch reference's (:mod:`rankkit.kernels.torch_ref`).
 
 The round on this backend (every decision a device tensor, no host sync inside the tree)::
 
-    lambdas (one launch per length bucket) ─► root histogram (1) ─►
-    per level: split scan (1) ─► pick (1) ─► route + slots (1) ─► partition (sort) ─►
-               smaller children (1) ─► finish (1) ─► siblings (1) ─► leaves (1) ─►
-               score update (1) ─► each eval set's update and NDCG@k (one per length bucket)
+    lambdas (one launch per length bucket) ─► fixed point (2: float gradients) ─►
+    root histogram (1) ─► per level: rows finished + siblings + split scan + pick (1) ─►
+               route + slots (1) ─► partition (sort) ─► smaller children (1) ─►
+    leaves (cut by the last level's pick; quantized: 1) ─► score update (1) ─►
+    each eval set's update and NDCG@k (one per length bucket)
 
 The levels are :func:`rankkit.kernels.triton.tree.grow_levels_triton`, which
 :class:`~rankkit.kernels.backends.TritonBackend` calls directly, as it calls the flat lambda
-pass and the eval kernel; the functions here are the two single kernels it also calls with the
-torch reference's signatures (the leaves' exact sums, the score update).
+pass, the fixed point (:mod:`rankkit.kernels.triton.fixed`) and the eval kernel; the functions
+here are the two single kernels it also calls with the torch reference's signatures (the
+leaves' exact sums, the score update).
 
 Where it runs is decided once per fit by :func:`rankkit.kernels.backends.choose`: Triton importable and
 the tensors on a CUDA device of a CUDA build of torch; ``RANKKIT_TRITON=0`` turns it off, and

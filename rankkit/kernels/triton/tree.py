@@ -80,14 +80,28 @@ def _raw_row(raw_ptr, pack_ptr, hot_ptr, totals_ptr, f, k, n_feat, n_nodes, c,
 
 
 @triton.jit
+def _newton_step(g_sum, h_sum, sg, sh, neg_lr, l2, min_hess):
+    """A leaf's γ = −η ΣG / (ΣH + λ), 0 where ΣH + λ < max(min_sum_hessian, 1e-300), from its
+    fixed-point sums (int64) and their scales 2^−S: the operations of
+    :func:`rankkit.kernels.torch_ref.newton_leaf_values` on the sums as
+    ``TritonBackend.leaf_values`` took them (× 2^−S is exact, so a fused multiply-add rounds
+    as the two operations do)."""
+    d = h_sum.to(tl.float64) * sh + l2
+    step = neg_lr * (g_sum.to(tl.float64) * sg) / tl.maximum(d, 1e-300)
+    return tl.where(d < tl.maximum(min_hess, 1e-300), 0.0, step)
+
+
+@triton.jit
 def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr, small_ptr,
-                totals_ptr, leaf_ptr, level, n_feat, n_nodes, HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr,
-                LAST: tl.constexpr, TOTALS: tl.constexpr, LEAVES: tl.constexpr):
+                totals_ptr, leaf_ptr, scale_ptr, level, n_feat, n_nodes, neg_lr, l2, min_hess,
+                HAS_NOISE: tl.constexpr, BLOCK_F: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr,
+                LEAVES: tl.constexpr):
     """The level's split from the per-feature bests, and the smaller child of each node
     (``small_ptr[k]``: 1 when the right child is the smaller, ties right); with TOTALS also each
     smaller child's (ΣG, ΣH, count) into totals [3, K] int64 (integer cells), what its
-    histogram's elided hot cells are filled from. At the LAST level with LEAVES, each leaf's
-    (ΣG, ΣH) into leaf [2, 2K] int64 (integer cells): node k's cut of the chosen feature's row,
+    histogram's elided hot cells are filled from. At the LAST level with LEAVES (integer cells of
+    fixed-point gradients, ``scale_ptr`` their 2^−S), each leaf's Newton step into leaf [2K]
+    float64 (:func:`_newton_step`) from its (ΣG, ΣH): node k's cut of the chosen feature's row,
     left into leaf k, right into leaf K + k (everything left when the level stopped). Run by the
     level's last program: what the other programs wrote is read past the SM's L1 (``.cg``)."""
     f = tl.arange(0, BLOCK_F)
@@ -114,13 +128,17 @@ def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, st
     c = tl.arange(0, 256)
     plane = tl.cast(n_feat, tl.int64) * n_nodes * 256
     if LAST and LEAVES:
+        sg = tl.load(scale_ptr)
+        sh = tl.load(scale_ptr + 1)
         for k in range(n_nodes):
             row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
-            for ch in tl.static_range(2):
-                cells = tl.load(hist_ptr + ch * plane + row, cache_modifier=".cg").to(tl.int64)
-                part = tl.sum(tl.where(c <= code, cells, 0), 0)
-                tl.store(leaf_ptr + ch * 2 * n_nodes + k, part)
-                tl.store(leaf_ptr + ch * 2 * n_nodes + n_nodes + k, tl.sum(cells, 0) - part)
+            cells_g = tl.load(hist_ptr + row, cache_modifier=".cg").to(tl.int64)
+            cells_h = tl.load(hist_ptr + plane + row, cache_modifier=".cg").to(tl.int64)
+            left_g = tl.sum(tl.where(c <= code, cells_g, 0), 0)
+            left_h = tl.sum(tl.where(c <= code, cells_h, 0), 0)
+            tl.store(leaf_ptr + k, _newton_step(left_g, left_h, sg, sh, neg_lr, l2, min_hess))
+            tl.store(leaf_ptr + n_nodes + k, _newton_step(tl.sum(cells_g, 0) - left_g, tl.sum(cells_h, 0) - left_h,
+                                                          sg, sh, neg_lr, l2, min_hess))
     if not LAST:
         for k in range(n_nodes):
             row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
@@ -180,7 +198,7 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
                   next_raw_ptr, next_pack_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr, counter_ptr, feats_ptr,
                   cuts_ptr, gains_ptr,
                   stopped_ptr, small_ptr, totals_ptr, leaf_ptr, level, n_feat, n_nodes, l2, min_data, min_hess,
-                  tiny, CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
+                  tiny, neg_lr, CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
                   HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr, LEAVES: tl.constexpr,
                   BLOCK_F: tl.constexpr):
     """One level in one launch, one program per feature f, for every node of the level in node
@@ -203,7 +221,7 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
        noisy best; code_ptr[0, f], [1, f] their codes;
     3. the last program to finish (a counter of the tree's finished programs, after a barrier,
        with acquire-release semantics) picks the level's split (:func:`_pick_level`), and at the
-       LAST level with LEAVES the leaves' (ΣG, ΣH).
+       LAST level with LEAVES the leaves' values (``neg_lr`` = −learning rate).
     """
     f = tl.program_id(0)
     c = tl.arange(0, 256)
@@ -257,7 +275,8 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
     done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if done == (level + 1) * n_feat - 1:
         _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, stopped_ptr, small_ptr,
-                    totals_ptr, leaf_ptr, level, n_feat, n_nodes, HAS_NOISE, BLOCK_F, LAST, TOTALS, LEAVES)
+                    totals_ptr, leaf_ptr, scale_ptr, level, n_feat, n_nodes, neg_lr, l2, min_hess, HAS_NOISE,
+                    BLOCK_F, LAST, TOTALS, LEAVES)
 
 
 @triton.jit
@@ -404,21 +423,35 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
     return scores
 
 
-def _totals(g: torch.Tensor, h: torch.Tensor, widest: int) -> torch.Tensor:
-    """[2, 3 · widest] int64: two levels' smaller children's (ΣG, ΣH, count), a level of K nodes
-    reading its first 3K entries as [3, K]; the second holds the root's, which level 0 reads as
-    the previous level's."""
-    totals = torch.empty(2, 3 * widest, dtype=torch.int64, device=g.device)
-    totals[1, :3] = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
-                                 torch.full((), g.shape[0], dtype=torch.int64, device=g.device)])
-    return totals
+def _scratch(n: int, n_feat: int, depth: int, device: torch.device, *, elide: bool) -> tuple:
+    """The levels' scratch, none of it zeroed but the counter (each written before it is read):
+    each document's slot in the smaller-children histogram (its parent, or K: left out; int16
+    keys for the partition, depth <= 12: K <= 2,048), the stopped flag, the count of finished
+    programs, which child of each node is the smaller and its (ΣG, ΣH, count) (two of each, a
+    level's kernel reading the previous level's while its pick writes its own; a level of K
+    nodes reads its first 3K totals as [3, K]; None without ``elide``), and each feature's best
+    scores and codes."""
+    widest = max(1, 1 << (depth - 1))
+    return (torch.empty(n, dtype=torch.int16, device=device), torch.empty(1, dtype=torch.int8, device=device),
+            torch.zeros(1, dtype=torch.int32, device=device), torch.empty(2, widest, dtype=torch.int8, device=device),
+            torch.empty(2, 3 * widest, dtype=torch.int64, device=device) if elide else None,
+            torch.empty(3, n_feat, dtype=torch.float64, device=device),
+            torch.empty(2, n_feat, dtype=torch.int32, device=device))
+
+
+def _root_totals(g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """[3] int64 (Σg, Σh, n) of integer gradients: the root's totals, which level 0 reads as the
+    previous level's smaller children's."""
+    return torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64),
+                        torch.full((), g.shape[0], dtype=torch.int64, device=g.device)])
 
 
 def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        scale: torch.Tensor | None, valid: torch.Tensor, *, depth: int, l2: float,
                        min_data_in_leaf: int, min_sum_hessian: float,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
-                       block_n: int = 256, hot: torch.Tensor | None = None, leaves: bool = False):
+                       block_n: int = 256, hot: torch.Tensor | None = None, leaves: float | None = None,
+                       root: torch.Tensor | None = None):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in
     3–4 launches per level (the partition's sort and the smaller children's histogram, then
     :func:`_level_kernel` and the routing) and no host sync.
@@ -437,60 +470,57 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
             fill in from the node totals instead of adding document by document (the root's from
             three sums, a level's smaller children's from the parent's histogram at the level's
             split); None: no elision.
-        leaves: also each leaf's (Σg, Σh) of the integer g and h, cut from the last level's
-            histogram rows by its pick (integer cells only: exact, no pass over the documents).
+        leaves: a learning rate: also each leaf's Newton step from its (ΣG, ΣH) of the
+            fixed-point g and h (``scale`` their 2^−S), cut from the last level's histogram rows
+            by its pick (integer cells: exact, with no pass over the documents); None: not.
+        root: [3] int64 (Σg, Σh, n) of the integer g and h, where the caller has them
+            (:class:`~rankkit.kernels.triton.fixed.FixedPoint`), or None: summed here when
+            ``hot`` needs them.
     Returns:
         (node [n] int64, feats [D] int64, cuts [D] int64, gains [D] float64): each document's
         leaf, and each level's feature (an index into ``codes_t``), code and gain; with
-        ``leaves`` also the leaves' sums [2, 2^D] int64.
+        ``leaves`` also the leaves' values [2^D] float64.
     """
     device = g.device
     n_feat, n = codes_t.shape
     if hist_dtype is None:
         hist_dtype = torch.int64 if scale is not None else torch.float64
-    if leaves and hist_dtype.is_floating_point:
-        raise ValueError("`leaves`: the leaves' sums are cut from integer histogram cells")
+    if leaves is not None and (hist_dtype.is_floating_point or scale is None):
+        raise ValueError("`leaves`: the leaves' sums are cut from integer cells of fixed-point gradients")
     if n_feat == 0:  # nothing to split on: every level stops (code 255), as the reference's
-        return _unsplit(g, h, depth, leaves)
+        return _unsplit(g, h, depth)
     codes_t = codes_t.contiguous()
     node = torch.zeros(n, dtype=torch.int64, device=device)
     # Written by each level's pick (every level, its last program), read after it: not zeroed.
     feats, cuts = torch.empty(2, depth, dtype=torch.int64, device=device)
     gains = torch.empty(depth, dtype=torch.float64, device=device)
-    leaf_sums = torch.empty(2, 1 << depth, dtype=torch.int64, device=device) if leaves else gains
-    # Each document's slot in the smaller-children histogram (its parent, or K: left out), as
-    # narrow keys for the partition (depth <= 12: K <= 2,048).
-    slot = torch.empty(n, dtype=torch.int16, device=device)
-    stopped = torch.empty(1, dtype=torch.int8, device=device)
-    counter = torch.zeros(1, dtype=torch.int32, device=device)
-    widest = max(1, 1 << (depth - 1))
-    # Which child of each node is the smaller, and its (ΣG, ΣH, count): two of each, a level's
-    # kernel reading the previous level's while its pick writes its own.
-    small = torch.empty(2, widest, dtype=torch.int8, device=device)
+    leaf_values = torch.empty(1 << depth, dtype=torch.float64, device=device) if leaves is not None else gains
     valid = valid.to(torch.uint8).contiguous()
     noise = None if noise is None else noise.to(torch.float64).contiguous()
     hot = None if hist_dtype.is_floating_point else hot  # float cells: a filled-in cell would round otherwise
-    totals = None if hot is None else _totals(g, h, widest)
+    slot, stopped, counter, small, totals, best, code = _scratch(n, n_feat, depth, device, elide=hot is not None)
+    if hot is not None and root is None:
+        root = _root_totals(g, h)
     raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot)
     hist = raw
     pack = hist_dtype == torch.int32 and not g.dtype.is_floating_point
-    best = torch.empty(3, n_feat, dtype=torch.float64, device=device)
-    code = torch.empty(2, n_feat, dtype=torch.int32, device=device)
     scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
     for level in range(depth):
         n_nodes = 1 << level
         last = level + 1 == depth
         mine, before = level % 2, (level + 1) % 2
-        out, next_raw, next_pack = _level_buffers(raw, n_nodes, last=last, leaves=leaves, pack=pack)
+        out, next_raw, next_pack = _level_buffers(raw, n_nodes, last=last, leaves=leaves is not None, pack=pack)
         _level_kernel[(n_feat,)](
             out, raw, raw if packed is None else packed, hist, small[before],
-            counter if totals is None else totals[before], counter if hot is None else hot, valid, next_raw,
+            counter if totals is None else root if level == 0 else totals[before], counter if hot is None else hot,
+            valid, next_raw,
             next_pack, scale_arg, best if noise is None else noise[level], best, code, counter, feats, cuts, gains,
             stopped, small[mine],
-            counter if totals is None else totals[mine], leaf_sums, level, n_feat, n_nodes, float(l2),
-            float(min_data_in_leaf), float(min_sum_hessian), TINY, CHILDREN=level > 0, PACK=packed is not None,
-            ELIDE=hot is not None, QUANT=not hist_dtype.is_floating_point, HAS_NOISE=noise is not None, LAST=last,
-            TOTALS=totals is not None, LEAVES=leaves, BLOCK_F=max(16, triton.next_power_of_2(n_feat)), num_warps=4)
+            counter if totals is None else totals[mine], leaf_values, level, n_feat, n_nodes, float(l2),
+            float(min_data_in_leaf), float(min_sum_hessian), TINY, -float(leaves or 0.0), CHILDREN=level > 0,
+            PACK=packed is not None, ELIDE=hot is not None, QUANT=not hist_dtype.is_floating_point,
+            HAS_NOISE=noise is not None, LAST=last, TOTALS=totals is not None, LEAVES=leaves is not None,
+            BLOCK_F=max(16, triton.next_power_of_2(n_feat)), num_warps=4)
         _route_kernel[(triton.cdiv(max(n, 1), block_n),)](
             codes_t, node, slot, small[mine], feats, cuts, level, n, n_nodes, WITH_SLOT=not last,
             BLOCK_N=block_n)
@@ -503,7 +533,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         raw, packed = level_histogram_raw(codes_t, slot, g, h, n_nodes, dtype=hist_dtype, out=next_raw,
                                           block_n=block_n, order=smaller_first(slot), n_rows=n // 2, hot=hot,
                                           packed=next_pack if pack else None, zeroed=True)
-    return (node, feats, cuts, gains, leaf_sums) if leaves else (node, feats, cuts, gains)
+    return (node, feats, cuts, gains, leaf_values) if leaves is not None else (node, feats, cuts, gains)
 
 
 def _level_buffers(raw: torch.Tensor, n_nodes: int, *, last: bool, leaves: bool, pack: bool) -> tuple:
@@ -520,16 +550,11 @@ def _level_buffers(raw: torch.Tensor, n_nodes: int, *, last: bool, leaves: bool,
     return out, next_raw, next_pack
 
 
-def _unsplit(g: torch.Tensor, h: torch.Tensor, depth: int, leaves: bool) -> tuple:
-    """:func:`grow_levels_triton`'s result for a tree with no feature: every level stopped (code
-    255), every document in leaf 0 (with ``leaves``, its sums there)."""
+def _unsplit(g: torch.Tensor, h: torch.Tensor, depth: int) -> tuple:
+    """:func:`grow_levels_triton`'s levels for a tree with no feature: every level stopped (code
+    255), every document in leaf 0."""
     device = g.device
-    out = (torch.zeros(g.shape[0], dtype=torch.int64, device=device),
-           torch.zeros(depth, dtype=torch.int64, device=device),
-           torch.full((depth,), N_CODES - 1, dtype=torch.int64, device=device),
-           torch.zeros(depth, dtype=torch.float64, device=device))
-    if not leaves:
-        return out
-    sums = torch.zeros(2, 1 << depth, dtype=torch.int64, device=device)
-    sums[:, 0] = torch.stack([g.sum(dtype=torch.int64), h.sum(dtype=torch.int64)])
-    return (*out, sums)
+    return (torch.zeros(g.shape[0], dtype=torch.int64, device=device),
+            torch.zeros(depth, dtype=torch.int64, device=device),
+            torch.full((depth,), N_CODES - 1, dtype=torch.int64, device=device),
+            torch.zeros(depth, dtype=torch.float64, device=device))

@@ -1,0 +1,126 @@
+"""The round's float gradients as 64-bit fixed point, in Triton: two launches, no host sync.
+
+:func:`rankkit.kernels.backends.fixed_point` (the torch reference) turns the round's g and h [n]
+into int64 multiples of 2^−S, S per channel the largest shift with n · max|x| · 2^S ≤ 2^62
+(:func:`rankkit.kernels.torch_ref.fixed_point_factor`), so that every sum of them is exact in
+any order: the GPU histograms' integer atomics give the same tree run after run. In torch that is
+about fourteen launches (the largest |x|, the shift's five element-wise steps, the scaling, the
+rounding and its cast). Here:
+
+* :func:`_scale_kernel`: each program the largest |g| and |h| of its run of documents, written
+  to its own slot; the program that finishes last (an acquire-release counter after a barrier,
+  the count reset for the next call) takes the largest of them, the shift S as the reference
+  computes it, and writes 2^S, 2^−S and the root's document count, and clears the root's sums;
+* :func:`_round_kernel`: x · 2^S rounded half to even (as ``torch.round``) to int64, and each
+  program's sums of its values added to the root's (ΣG, ΣH) (integer atomics: exact), which the
+  first level's hot cells are filled from.
+
+A NaN gradient makes the scale NaN, as the reference's, so that the leaves it reaches are NaN and
+the round says so.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+# Documents per program of both kernels, and at most this many programs write a partial maximum.
+BLOCK = 1024
+MAX_PROGRAMS = 1024
+
+
+@triton.jit
+def _nan_max(x):
+    """The largest of ``x`` [B], NaN if any is (a reduction's maximum may drop a NaN)."""
+    return tl.where(tl.sum((x != x).to(tl.int32), 0) > 0, float("nan"), tl.max(x, 0))
+
+
+@triton.jit
+def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, N, per_program, programs, top_shift,
+                  BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+    """part[pid] = (max|g|, max|h|) of documents pid · per_program …; the last program: factor
+    [4] = (2^S_g, 2^S_h, 2^−S_g, 2^−S_h), S = min(900, ⌊top_shift − log2(max(top, 1e−280))⌋)
+    (``top_shift`` = 62 − log2 n, from the host as the reference takes it), and root [3] =
+    (0, 0, N)."""
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * per_program
+    stop = tl.minimum(start + per_program, N)
+    top_g = tl.zeros([BLOCK], dtype=tl.float64)
+    top_h = tl.zeros([BLOCK], dtype=tl.float64)
+    for c0 in range(start, stop, BLOCK):
+        n = c0 + tl.arange(0, BLOCK)
+        inside = n < stop
+        top_g = tl.maximum(top_g, tl.abs(tl.load(g_ptr + n, mask=inside, other=0.0)), propagate_nan=tl.PropagateNan.ALL)
+        top_h = tl.maximum(top_h, tl.abs(tl.load(h_ptr + n, mask=inside, other=0.0)), propagate_nan=tl.PropagateNan.ALL)
+    tl.store(part_ptr + 2 * pid, _nan_max(top_g))
+    tl.store(part_ptr + 2 * pid + 1, _nan_max(top_h))
+    tl.debug_barrier()
+    done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == programs - 1:
+        p = tl.arange(0, BLOCK_P)
+        have = p < programs
+        for ch in tl.static_range(2):
+            top = _nan_max(tl.load(part_ptr + 2 * p + ch, mask=have, other=0.0, cache_modifier=".cg"))
+            shift = tl.minimum(tl.floor(top_shift - tl.log2(tl.maximum(top, 1e-280))), 900.0)
+            shift = tl.where(top != top, top, shift)  # NaN stays NaN (the reference's clamp keeps it)
+            factor = tl.exp2(shift)
+            tl.store(factor_ptr + ch, factor)
+            tl.store(factor_ptr + 2 + ch, 1.0 / factor)
+            tl.store(root_ptr + ch, 0)
+        tl.store(root_ptr + 2, tl.cast(N, tl.int64))
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _round_kernel(g_ptr, h_ptr, factor_ptr, gq_ptr, hq_ptr, root_ptr, N, BLOCK: tl.constexpr):
+    """g_q, h_q [N] int64 = round(x · 2^S), half to even; their sums added to root [0], [1]."""
+    n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = n < N
+    for ch in tl.static_range(2):
+        if ch == 0:
+            x = tl.load(g_ptr + n, mask=inside, other=0.0) * tl.load(factor_ptr)
+        else:
+            x = tl.load(h_ptr + n, mask=inside, other=0.0) * tl.load(factor_ptr + 1)
+        r = tl.floor(x)
+        d = x - r
+        odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+        fixed = (r + tl.where((d > 0.5) | ((d == 0.5) & odd), 1.0, 0.0)).to(tl.int64)
+        fixed = tl.where(inside, fixed, 0)
+        if ch == 0:
+            tl.store(gq_ptr + n, fixed, mask=inside)
+        else:
+            tl.store(hq_ptr + n, fixed, mask=inside)
+        tl.atomic_add(root_ptr + ch, tl.sum(fixed, 0), sem="relaxed")
+
+
+class FixedPoint:
+    """:func:`rankkit.kernels.backends.fixed_point` in two launches, with the buffers of a fit
+    (a counter, the partial maxima, the factors, the root's sums) allocated once."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.counter = torch.zeros(1, dtype=torch.int32, device=device)
+        self.part = torch.empty(2 * MAX_PROGRAMS, dtype=torch.float64, device=device)
+        self.factor = torch.empty(4, dtype=torch.float64, device=device)
+
+    def __call__(self, g: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                  torch.Tensor]:
+        """(g_q, h_q [n] int64, scale [2] float64 = 2^−S, root [3] int64 = (Σg_q, Σh_q, n)) of
+        float64 g, h [n]: the reference's g_q, h_q and scale, bit for bit. ``scale`` is this
+        object's buffer, valid until its next call (the round's)."""
+        n = g.shape[0]
+        g, h = g.contiguous(), h.contiguous()
+        g_q = torch.empty(n, dtype=torch.int64, device=g.device)
+        h_q = torch.empty_like(g_q)
+        root = torch.empty(3, dtype=torch.int64, device=g.device)
+        programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
+        per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
+        programs = max(1, triton.cdiv(n, per_program))
+        _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, root, n, per_program, programs,
+                                   62.0 - math.log2(max(n, 1)), BLOCK=BLOCK,
+                                   BLOCK_P=max(16, triton.next_power_of_2(programs)))
+        if n:
+            _round_kernel[(triton.cdiv(n, BLOCK),)](g, h, self.factor, g_q, h_q, root, n, BLOCK=BLOCK)
+        return g_q, h_q, self.factor[2:], root

@@ -1,0 +1,73 @@
+"""The round's float gradients as 64-bit fixed point in Triton (rankkit.kernels.triton.fixed), under
+Triton's interpreter (a subprocess: ``TRITON_INTERPRET=1`` before triton is imported), against the
+torch reference (``rankkit.kernels.backends.fixed_point``), bit for bit: the integers, the scale
+2^−S, and the root's sums, on random values over several programs' partial maxima, exact ties
+after the scaling (half to even), all zeros, one document, powers of two (the shift's log2 is
+exact: its floor is where a rounded log2 would differ), values near the float64 ends (the shift's
+clamp at 900), no document, and a NaN (the scale NaN, as the reference's). One object serves all
+the calls: its counter resets itself.
+"""
+from __future__ import annotations
+
+import pytest
+from kernels.triton import interpreted_json
+
+pytest.importorskip("triton")
+
+
+_INTERPRETED = r"""
+import json, math, sys
+import torch
+from rankkit.kernels.backends import fixed_point
+from rankkit.kernels.triton.fixed import BLOCK, FixedPoint
+gen = torch.Generator().manual_seed(0)
+f64 = dict(dtype=torch.float64)
+n = 240
+shift = math.floor(62 - math.log2(n) - math.log2(4.0))
+ties = (torch.randint(-50, 50, (n,), generator=gen).double() + 0.5) * 2.0 ** -shift
+ties[0] = 4.0
+nan = torch.randn(3 * BLOCK, generator=gen, **f64)
+nan[2 * BLOCK + 5] = float("nan")
+cases = {
+    "random": (torch.randn(5 * BLOCK + 7, generator=gen, **f64), torch.rand(5 * BLOCK + 7, generator=gen, **f64)),
+    "ties": (ties, torch.ones(n, **f64)),
+    "zeros": (torch.zeros(9, **f64), torch.zeros(9, **f64)),
+    "one": (torch.tensor([0.3], **f64), torch.tensor([2.0], **f64)),
+    "powers": (torch.tensor([4.0, -1.0, 0.5, 2.0 ** -30], **f64), torch.full((4,), 0.25, **f64)),
+    "ends": (torch.randn(3000, generator=gen, **f64) * 1e300, torch.rand(3000, generator=gen, **f64) * 1e-300),
+    "none": (torch.zeros(0, **f64), torch.zeros(0, **f64)),
+    "nan": (nan, torch.ones(3 * BLOCK, **f64)),
+}
+fixed = FixedPoint(torch.device("cpu"))
+out = {}
+for name, (g, h) in cases.items():
+    ref, got = fixed_point(g, h), fixed(g, h)
+    out[name] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got[:3]],
+                 "root": got[3].tolist(), "sums": [int(ref[0].sum()), int(ref[1].sum()), g.shape[0]]}
+with open(sys.argv[1], "w") as f:
+    json.dump(out, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    return interpreted_json(tmp_path_factory, _INTERPRETED)
+
+
+@pytest.mark.parametrize("name", ["random", "ties", "zeros", "one", "powers", "ends", "none"])
+def test_triton_fixed_point_is_the_reference_bit_for_bit(interpreted, name):
+    case = interpreted[name]
+    assert case["got"] == case["ref"]
+    assert case["root"] == case["sums"]  # (Σg_q, Σh_q, n): the root's totals
+
+
+def test_triton_fixed_point_cases_reach_what_they_check(interpreted):
+    assert interpreted["ends"]["ref"][2][1] == 2.0 ** -900  # the clamp
+    assert all(v % 2 == 0 for v in interpreted["ties"]["ref"][0])  # every x.5 went to its even neighbour
+    assert interpreted["powers"]["ref"][2][0] == 2.0 ** -(62 - 2 - 2)  # log2 4 and log2 4 exact
+
+
+def test_triton_fixed_point_of_a_nan_gradient_has_a_nan_scale(interpreted):
+    case = interpreted["nan"]
+    assert case["got"][2][0] != case["got"][2][0] and case["ref"][2][0] != case["ref"][2][0]
+    assert case["got"][2][1] == case["ref"][2][1]  # the other channel untouched
