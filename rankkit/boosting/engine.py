@@ -237,8 +237,7 @@ class BoostingEngine:
         tree = self._grow(grad, hess, rows, features) if len(self.used) else self._empty_tree()
         # A non-finite leaf is reported after the round's one sync (below); until then the
         # scores take a zero update in its place, so a failed round leaves them as they were.
-        finite = tree.leaf_values.abs().amax() < math.inf  # a NaN's amax is NaN: not below
-        update = torch.where(finite, tree.leaf_values, 0.0)
+        update = self.backend.update_values(tree.leaf_values)
         self.backend.add_tree(self.scores, update, leaf=tree.leaf_index)
         values = []
         for e in self.eval_sets:

@@ -41,6 +41,8 @@ backend's.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rankkit.kernels import cpu, torch_ref
@@ -94,13 +96,14 @@ def choose(device: torch.device | str, requested: str | None = None,
 class Backend:
     """The steps of one boosting round on one device (the torch implementation by default).
 
-    A backend is chosen once per fit (:func:`choose`) and passed down. Its eleven methods, by who
+    A backend is chosen once per fit (:func:`choose`) and passed down. Its twelve methods, by who
     calls them:
 
     * the objective: :meth:`lambdas` (the round's gradients);
-    * the engine: :meth:`codes_layout` (each eval set's codes, once), :meth:`add_tree` (the
-      training scores), :meth:`score_eval_set` (each eval set's update and metric, every round)
-      and :meth:`eval_metric` (a metric with no tree to add);
+    * the engine: :meth:`codes_layout` (each eval set's codes, once), :meth:`update_values`
+      (what the round adds: the leaf values, or zeros if one is not finite), :meth:`add_tree`
+      (the training scores), :meth:`score_eval_set` (each eval set's update and metric, every
+      round) and :meth:`eval_metric` (a metric with no tree to add);
     * the grower: :meth:`prepare` (once per fit), :meth:`quantize` (every tree, with
       ``quantized_grad``) and :meth:`grow` (every tree), which is :meth:`grow_levels` then
       :meth:`leaf_values`; :meth:`leaves_of` routes documents (a row sample's left-out rows,
@@ -182,6 +185,13 @@ class Backend:
         return torch_ref.leaf_of(codes, features, cuts)
 
     # -- the scores ---------------------------------------------------------------------------
+    def update_values(self, values: torch.Tensor) -> torch.Tensor:
+        """What a round adds to the scores: the tree's leaf ``values``, or zeros if any is not
+        finite (the round reports the bad leaf after its one sync, and the scores stay as they
+        were), on the device, with no sync."""
+        finite = values.abs().amax() < math.inf  # a NaN's amax is NaN: not below
+        return torch.where(finite, values, 0.0)
+
     def eval_metric(self, metric, scores: torch.Tensor, layout) -> torch.Tensor | float:
         """``metric(scores, layout)``: the eval metric of one eval set (a 0-dim tensor on the
         device, or a float), the torch path here."""
@@ -390,8 +400,18 @@ class TritonBackend(Backend):
         if scale is not None or tree.reduce is not identity_reduce or leaf_g is not g or leaf_h is not h or not n_feat:
             return super().grow(tree, g, h, scale, valid, rows, features, noise, leaf_g=leaf_g, leaf_h=leaf_h)
         g_q, h_q, scale, root = self._fixed_point(g, h)
-        return self._levels(tree, g_q, h_q, scale, valid, rows=rows, features=features, noise=noise,
-                            hist_dtype=torch.int64, leaves=tree.params.learning_rate, root=root)
+        node, feats, cuts, gains, leaves = self._levels(tree, g_q, h_q, scale, valid, rows=rows, features=features,
+                                                        noise=noise, hist_dtype=torch.int64,
+                                                        leaf_rate=tree.params.learning_rate, root=root)
+        values, update = leaves
+        self._guarded = (values, update)  # the values, and the update the pick guarded
+        return node, feats, cuts, gains, values
+
+    def update_values(self, values):
+        """The update the last level's pick wrote beside ``values`` when it made them (no
+        launch), else the reference's guard."""
+        made = self.__dict__.get("_guarded")
+        return made[1] if made is not None and made[0] is values else super().update_values(values)
 
     def grow_levels(self, tree, g, h, scale, valid, rows, features, noise):
         if tree.reduce is not identity_reduce:
@@ -414,7 +434,7 @@ class TritonBackend(Backend):
             self._fixed = FixedPoint(g.device)
         return self._fixed(g.to(torch.float64), h.to(torch.float64))
 
-    def _levels(self, tree, g, h, scale, valid, *, rows, features, noise, hist_dtype, leaves=None, root=None):
+    def _levels(self, tree, g, h, scale, valid, *, rows, features, noise, hist_dtype, leaf_rate=None, root=None):
         from rankkit.kernels.triton.tree import grow_levels_triton
 
         codes_t = _sample(tree.codes, rows, features)
@@ -422,7 +442,7 @@ class TritonBackend(Backend):
         p = tree.params
         return grow_levels_triton(codes_t, g, h, scale, valid, depth=p.depth, l2=p.l2,
                                   min_data_in_leaf=p.min_data_in_leaf, min_sum_hessian=p.min_sum_hessian,
-                                  noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaves, root=root)
+                                  noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaf_rate, root=root)
 
     def prepare(self, codes, valid_codes, depth):
         """Each feature's most frequent code (:func:`rankkit.kernels.triton.histogram.hot_codes`),

@@ -100,10 +100,12 @@ def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, st
     (``small_ptr[k]``: 1 when the right child is the smaller, ties right); with TOTALS also each
     smaller child's (ΣG, ΣH, count) into totals [3, K] int64 (integer cells), what its
     histogram's elided hot cells are filled from. At the LAST level with LEAVES (integer cells of
-    fixed-point gradients, ``scale_ptr`` their 2^−S), each leaf's Newton step into leaf [2K]
+    fixed-point gradients, ``scale_ptr`` their 2^−S), each leaf's Newton step into leaf [0, 2K]
     float64 (:func:`_newton_step`) from its (ΣG, ΣH): node k's cut of the chosen feature's row,
-    left into leaf k, right into leaf K + k (everything left when the level stopped). Run by the
-    level's last program: what the other programs wrote is read past the SM's L1 (``.cg``)."""
+    left into leaf k, right into leaf K + k (everything left when the level stopped); and the
+    round's update into leaf [1]: the same values, or zeros if any is not finite (the engine's
+    guard, :meth:`rankkit.kernels.backends.Backend.update_values`). Run by the level's last
+    program: what the other programs wrote is read past the SM's L1 (``.cg``)."""
     f = tl.arange(0, BLOCK_F)
     in_f = f < n_feat
     clean = tl.load(best_ptr + f, mask=in_f, other=-float("inf"), cache_modifier=".cg")
@@ -130,15 +132,25 @@ def _pick_level(best_ptr, code_ptr, hist_ptr, feats_ptr, cuts_ptr, gains_ptr, st
     if LAST and LEAVES:
         sg = tl.load(scale_ptr)
         sh = tl.load(scale_ptr + 1)
+        bad = 0
         for k in range(n_nodes):
             row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
             cells_g = tl.load(hist_ptr + row, cache_modifier=".cg").to(tl.int64)
             cells_h = tl.load(hist_ptr + plane + row, cache_modifier=".cg").to(tl.int64)
             left_g = tl.sum(tl.where(c <= code, cells_g, 0), 0)
             left_h = tl.sum(tl.where(c <= code, cells_h, 0), 0)
-            tl.store(leaf_ptr + k, _newton_step(left_g, left_h, sg, sh, neg_lr, l2, min_hess))
-            tl.store(leaf_ptr + n_nodes + k, _newton_step(tl.sum(cells_g, 0) - left_g, tl.sum(cells_h, 0) - left_h,
-                                                          sg, sh, neg_lr, l2, min_hess))
+            for side in tl.static_range(2):
+                if side == 0:
+                    step = _newton_step(left_g, left_h, sg, sh, neg_lr, l2, min_hess)
+                else:
+                    step = _newton_step(tl.sum(cells_g, 0) - left_g, tl.sum(cells_h, 0) - left_h, sg, sh, neg_lr,
+                                        l2, min_hess)
+                tl.store(leaf_ptr + side * n_nodes + k, step)
+                tl.store(leaf_ptr + 2 * n_nodes + side * n_nodes + k, step)  # the update: these values ...
+                bad += (tl.abs(step) < float("inf")) == 0
+        if bad > 0:  # ... or zeros where any is not finite (NaN included)
+            for k in range(2 * n_nodes):
+                tl.store(leaf_ptr + 2 * n_nodes + k, 0.0)
     if not LAST:
         for k in range(n_nodes):
             row = (pick.to(tl.int64) * n_nodes + k) * 256 + c
@@ -479,7 +491,8 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     Returns:
         (node [n] int64, feats [D] int64, cuts [D] int64, gains [D] float64): each document's
         leaf, and each level's feature (an index into ``codes_t``), code and gain; with
-        ``leaves`` also the leaves' values [2^D] float64.
+        ``leaves`` also the leaves' values and the round's update [2, 2^D] float64 (the values,
+        or zeros if any is not finite).
     """
     device = g.device
     n_feat, n = codes_t.shape
@@ -494,7 +507,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     # Written by each level's pick (every level, its last program), read after it: not zeroed.
     feats, cuts = torch.empty(2, depth, dtype=torch.int64, device=device)
     gains = torch.empty(depth, dtype=torch.float64, device=device)
-    leaf_values = torch.empty(1 << depth, dtype=torch.float64, device=device) if leaves is not None else gains
+    leaf_values = torch.empty(2, 1 << depth, dtype=torch.float64, device=device) if leaves is not None else gains
     valid = valid.to(torch.uint8).contiguous()
     noise = None if noise is None else noise.to(torch.float64).contiguous()
     hot = None if hist_dtype.is_floating_point else hot  # float cells: a filled-in cell would round otherwise

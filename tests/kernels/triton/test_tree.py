@@ -154,6 +154,20 @@ for name, (min_data, rows, depth_, noise_sd) in {"plain": (5, None, 3, 0.0), "ro
     cut[name] = {"got": t.leaf_values.tolist(), "ref": ref.tolist(), "codes": t.codes.tolist(),
                  "backend": grower.backend.name, "hot": grower.state is not None}
 out["cut_leaves"] = cut
+# The round's update the pick guarded beside the values: the values, or zeros when one is NaN
+# (a NaN gradient makes the fixed point's scale NaN), handed to the engine with no launch.
+guarded = {}
+for name, bad in (("finite", False), ("nan", True)):
+    grower = ObliviousTreeGrower(skewed, valid, TreeParams(depth=3, min_data_in_leaf=5), backend="triton")
+    g_bad = grad.clone()
+    if bad:
+        g_bad[7] = float("nan")
+    t = grower.grow(g_bad, hess)
+    update = grower.backend.update_values(t.leaf_values)
+    reference = super(type(grower.backend), grower.backend).update_values(t.leaf_values)
+    guarded[name] = {"values": t.leaf_values.tolist(), "update": update.tolist(), "reference": reference.tolist(),
+                     "made": update.data_ptr() == t.leaf_values.data_ptr() + 8 * t.leaf_values.numel()}
+out["guarded"] = guarded
 os.environ.pop("RANKKIT_TRITON")
 
 # A boosting run on the Triton kernels (the real route: RANKKIT_TRITON=force, the compiled CPU
@@ -254,6 +268,13 @@ def test_triton_leaves_cut_from_the_last_level_are_the_fixed_point_leaf_sums(int
     assert cut["stops"]["codes"] == [255, 255] and sum(v != 0 for v in cut["stops"]["got"]) == 1
     assert 255 not in cut["deep"]["codes"] and len(set(cut["deep"]["got"])) > 8  # real leaves
     assert cut["noise"]["codes"] != cut["plain"]["codes"]
+
+
+def test_triton_update_guarded_by_the_pick_is_the_engines_guard(interpreted):
+    finite, nan = interpreted["guarded"]["finite"], interpreted["guarded"]["nan"]
+    assert finite["made"] and nan["made"]  # the pick's buffer, not the reference's ops
+    assert finite["update"] == finite["values"] == finite["reference"]
+    assert any(v != v for v in nan["values"]) and nan["update"] == nan["reference"] == [0.0] * 8
 
 
 def test_triton_boosting_run_grows_the_reference_trees(interpreted):
