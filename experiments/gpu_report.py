@@ -542,10 +542,16 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "only up to its one device-to-host copy (what follows runs on the host on a GPU), the "
         "default round is 43 launches and 1 sync under the interpreter (125 and 2 in the "
         "morning's count).",
+        "* **S2's partition without a sort** (2026-12-05): for integer cells the routing compacts "
+        "the smaller children's documents itself (one add per tile reserves its places; the "
+        "histogram reads the count the adds left on the device), in no fixed order on a GPU, which "
+        "integer sums do not see; float cells, and the shared-memory histogram (whose tiles want "
+        "documents grouped by slot), keep the stable sort. The default round: 38 launches and 1 "
+        "sync under the interpreter (the five sorts gone; on a GPU each was several CUB launches).",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature); the rest of S5: <= 30 launches (left: the partition's five sorts, "
-        "the lambda pass's casts, the eval metric's mean, the host copy's packing, three "
-        "zeroed buffers), the levels' buffers allocated once per fit (they come from torch's "
+        "program per feature); the rest of S5: <= 30 launches (left: the lambda pass's three casts, "
+        "the eval metric's mean, the host copy's packing, three zeroed buffers, the thresholds' "
+        "cast), the levels' buffers allocated once per fit (they come from torch's "
         "caching allocator each tree), and a CUDA graph: the round is "
         f"{still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "

@@ -363,7 +363,7 @@ def _flat_device_inputs(layout, inputs: dict, dtype: torch.dtype, device: torch.
 
 class TritonBackend(Backend):
     """The Triton kernels (:mod:`rankkit.kernels.triton`): the lambda pass on the flat layout
-    (:mod:`~rankkit.kernels.triton.flat_lambdas`), the levels (3–4 launches a level, no host
+    (:mod:`~rankkit.kernels.triton.flat_lambdas`), the levels (3 launches a level, no host
     sync) on integer histograms -- 64-bit fixed point for float gradients, packed int32 cells for
     quantized ones; deterministic: integer atomics -- that read only the smaller children's
     documents and fill each feature's hot code in from the node totals, the two-stage

@@ -52,9 +52,10 @@ def _histogram_configs() -> dict:
         elide = not cell.startswith("fp")  # integer cells elide the hot codes
         for gather, node in ((False, "*i64"), (True, "*i16")):
             types = {"codes_ptr": "*u8", "node_ptr": node, "g_ptr": values, "h_ptr": values,
-                     "out_ptr": f"*{cell}", "order_ptr": "*i64", "hot_ptr": "*i64", "pack_ptr": "*i64", "N": "i32",
-                     "n_rows": "i32", "n_feat": "i32", "n_nodes": "i32"}
-            ce = {"BLOCK_N": 256, "GATHER": gather, "ELIDE": elide, "PACK": cell == "i32"}
+                     "out_ptr": f"*{cell}", "order_ptr": "*i64", "hot_ptr": "*i64", "pack_ptr": "*i64",
+                     "count_ptr": "*i32", "N": "i32", "n_rows": "i32", "n_feat": "i32", "n_nodes": "i32"}
+            # integer cells read the routing's compaction (its count on the device); float cells the sort
+            ce = {"BLOCK_N": 256, "GATHER": gather, "ELIDE": elide, "PACK": cell == "i32", "COUNTED": gather and elide}
             out[f"histogram_{name}" + ("_gather" if gather else "")] = (
                 _histogram_kernel, _signature(_histogram_kernel, types, ce), ce)
     return out
@@ -142,9 +143,11 @@ def _configs() -> dict:
     out.update(_flat_lambda_configs())
     out.update(_level_configs())
     types = {"codes_ptr": "*u8", "node_ptr": "*i64", "slot_ptr": "*i16", "small_ptr": "*i8",
-             "feats_ptr": "*i64", "cuts_ptr": "*i64", "level": "i32", "N": "i32", "n_nodes": "i32"}
-    ce = {"WITH_SLOT": True, "BLOCK_N": 256}
-    out["route"] = (_route_kernel, _signature(_route_kernel, types, ce), ce)
+             "feats_ptr": "*i64", "cuts_ptr": "*i64", "order_ptr": "*i64", "count_ptr": "*i32", "level": "i32",
+             "N": "i32", "n_nodes": "i32"}
+    for compact in (False, True):
+        ce = {"WITH_SLOT": True, "COMPACT": compact, "BLOCK_N": 256}
+        out["route" + ("_compact" if compact else "")] = (_route_kernel, _signature(_route_kernel, types, ce), ce)
     types = {"node_ptr": "*i64", "g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64",
              "part_ptr": "*i64", "N": "i32", "per_program": "i32"}
     ce = {"N_LEAVES": 64, "BLOCK_N": 64}

@@ -5,7 +5,7 @@ The round on this backend (every decision a device tensor, no host sync inside t
 
     lambdas (one launch per length bucket) ─► fixed point (2: float gradients) ─►
     root histogram (1) ─► per level: rows finished + siblings + split scan + pick (1) ─►
-               route + slots (1) ─► partition (sort) ─► smaller children (1) ─►
+               route + slots + the smaller children compacted (1) ─► their histogram (1) ─►
     leaves (cut by the last level's pick; quantized: 1) ─► score update (1) ─►
     each eval set's update and NDCG@k (one per length bucket)
 

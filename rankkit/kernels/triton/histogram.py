@@ -43,17 +43,21 @@ _CELL_DTYPES = (torch.int32, torch.int64, torch.float32, torch.float64)
 
 
 @triton.jit
-def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, hot_ptr, pack_ptr, N, n_rows, n_feat,
-                      n_nodes, BLOCK_N: tl.constexpr, GATHER: tl.constexpr, ELIDE: tl.constexpr, PACK: tl.constexpr):
+def _histogram_kernel(codes_ptr, node_ptr, g_ptr, h_ptr, out_ptr, order_ptr, hot_ptr, pack_ptr, count_ptr, N, n_rows,
+                      n_feat, n_nodes, BLOCK_N: tl.constexpr, GATHER: tl.constexpr, ELIDE: tl.constexpr,
+                      PACK: tl.constexpr, COUNTED: tl.constexpr):
     """Add one tile of documents, every feature, into out [3, F, K, 256]: the documents
     ``tile`` of 0..N−1, or with GATHER the documents ``order[tile]`` of the first ``n_rows``
     entries of ``order`` (a level's smaller children, partitioned to the front). With ELIDE a
     document adds nothing to its feature's hot code ``hot[f]`` (filled in afterwards from the
     node totals). With PACK (int32 cells) g and h go as one 64-bit add h · 2^32 + g into
-    pack [F, K, 256] (two atomics per entry instead of three; unpacked afterwards)."""
+    pack [F, K, 256] (two atomics per entry instead of three; unpacked afterwards). With
+    COUNTED only the first count[0] entries of ``order`` (at most ``n_rows``) are read."""
     cell = out_ptr.dtype.element_ty
     pos = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = pos < n_rows
+    if COUNTED:
+        inside &= pos < tl.load(count_ptr)
     if GATHER:
         n = tl.load(order_ptr + pos, mask=inside, other=0).to(tl.int64)
     else:
@@ -168,13 +172,16 @@ def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.T
                         n_nodes: int, *, dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
                         block_n: int = 256, order: torch.Tensor | None = None, n_rows: int | None = None,
                         hot: torch.Tensor | None = None, packed: torch.Tensor | None = None,
-                        zeroed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        zeroed: bool = False, count: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The adds of :func:`level_histogram_triton` without its finishing launch: (out, packed),
     ``packed`` [F, K, 256] int64 the packed (Σg, Σh) of int32 cells of integer gradients (then
     ``out`` holds only the counts), else None; with ``hot`` the hot cells are still 0. The levels
     (:func:`rankkit.kernels.triton.tree.grow_levels_triton`) finish the rows as they scan them,
     and zero the next level's ``out`` (its counts when packed) and ``packed`` as they go: with
-    ``zeroed`` both are given already zero (no launch to clear them)."""
+    ``zeroed`` both are given already zero (no launch to clear them). ``count``: [1] int32 on
+    the device, how many of ``order``'s first ``n_rows`` entries to read (the routing's
+    compaction), or None: all of them."""
     n_feat, n = codes_t.shape
     if dtype is None:
         dtype = grad.dtype if grad.dtype.is_floating_point else torch.int64
@@ -202,7 +209,7 @@ def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.T
     rows = n if order is None or n_rows is None else min(int(n_rows), n)
     if rows == 0 or n_feat == 0 or n_nodes == 0:
         return out, packed
-    kernel = _shared_kernel(codes_t, node, grad, hess, dtype)
+    kernel = None if count is not None else _shared_kernel(codes_t, node, grad, hess, dtype)
     if kernel is not None:  # S3: shared-memory cells, one global atomic per non-empty cell and block
         kernel(codes_t, node, grad, hess, n_nodes, out, order=order, n_rows=n_rows, hot=hot)
         return out, None
@@ -210,8 +217,8 @@ def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.T
     _histogram_kernel[(triton.cdiv(rows, block_n),)](
         codes_t.contiguous(), node.contiguous(), grad.contiguous(), hess.contiguous(), out,
         node if order is None else order.contiguous(), hot.contiguous() if elide else node,
-        out if packed is None else packed, n, rows, n_feat, n_nodes, BLOCK_N=block_n, GATHER=order is not None,
-        ELIDE=elide, PACK=pack)
+        out if packed is None else packed, node if count is None else count, n, rows, n_feat, n_nodes,
+        BLOCK_N=block_n, GATHER=order is not None, ELIDE=elide, PACK=pack, COUNTED=count is not None)
     return out, packed
 
 

@@ -20,10 +20,11 @@ tensor (no host sync), and :func:`grow_levels_triton` composes them into the sam
   code 255), and which child of each node is the smaller, with its totals;
 * :func:`_route_kernel`: each document's node gains its bit, and its slot in the children's
   histogram (the smaller child of its parent, or the left-out node K);
-* the documents partitioned by slot (:func:`~rankkit.kernels.triton.histogram.smaller_first`,
-  one stable sort of int16 keys), so that the children's histogram reads only the smaller
-  children's documents (at most half of them) through the partition, as XGBoost's and
-  LightGBM's GPU histograms read only the node being built;
+* the smaller children's documents (at most half of them) compacted by the routing (integer
+  cells: one add per tile reserves its places), or partitioned by slot
+  (:func:`~rankkit.kernels.triton.histogram.smaller_first`, one stable sort of int16 keys:
+  float cells and the shared-memory histogram), so that the children's histogram reads only
+  them, as XGBoost's and LightGBM's GPU histograms read only the node being built;
 * :func:`_score_update_kernel`: a tree's leaf value added to each document's score, the leaf
   found from the codes (eval sets) or given (training set).
 
@@ -45,6 +46,7 @@ import triton
 import triton.language as tl
 
 from rankkit.kernels.torch_ref import TINY
+from rankkit.kernels.switches import cuda_histogram_takes
 from rankkit.kernels.triton.histogram import level_histogram_raw, smaller_first
 
 N_CODES = 256
@@ -292,10 +294,13 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
 
 
 @triton.jit
-def _route_kernel(codes_ptr, node_ptr, slot_ptr, small_ptr, feats_ptr, cuts_ptr, level, N,
-                  n_nodes, WITH_SLOT: tl.constexpr, BLOCK_N: tl.constexpr):
+def _route_kernel(codes_ptr, node_ptr, slot_ptr, small_ptr, feats_ptr, cuts_ptr, order_ptr, count_ptr, level, N,
+                  n_nodes, WITH_SLOT: tl.constexpr, COMPACT: tl.constexpr, BLOCK_N: tl.constexpr):
     """node += [code_f > c] · K for the level's (f, c); with WITH_SLOT also each document's
-    slot in the smaller-children histogram (its parent, or K to leave it out)."""
+    slot in the smaller-children histogram (its parent, or K to leave it out); with COMPACT
+    also the smaller children's documents written to order [N] at the places one add to
+    count [1] reserves for the tile (the partition without a sort: in no fixed order on a GPU,
+    which integer cells do not see; in document order under the interpreter)."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = n < N
     f = tl.load(feats_ptr + level)
@@ -308,6 +313,11 @@ def _route_kernel(codes_ptr, node_ptr, slot_ptr, small_ptr, feats_ptr, cuts_ptr,
         small_right = tl.load(small_ptr + parent, mask=inside, other=0) != 0
         slot = tl.where(right == small_right, parent, n_nodes)
         tl.store(slot_ptr + n, slot.to(slot_ptr.dtype.element_ty), mask=inside)
+        if COMPACT:
+            take = (inside & (right == small_right)).to(tl.int32)
+            base = tl.atomic_add(count_ptr, tl.sum(take, 0), sem="relaxed", scope="gpu")
+            at = base + tl.cumsum(take, 0) - take
+            tl.store(order_ptr + at, n.to(tl.int64), mask=take != 0)
 
 
 @triton.jit
@@ -436,16 +446,17 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
 
 
 def _scratch(n: int, n_feat: int, depth: int, device: torch.device, *, elide: bool) -> tuple:
-    """The levels' scratch, none of it zeroed but the counter (each written before it is read):
-    each document's slot in the smaller-children histogram (its parent, or K: left out; int16
-    keys for the partition, depth <= 12: K <= 2,048), the stopped flag, the count of finished
-    programs, which child of each node is the smaller and its (ΣG, ΣH, count) (two of each, a
-    level's kernel reading the previous level's while its pick writes its own; a level of K
-    nodes reads its first 3K totals as [3, K]; None without ``elide``), and each feature's best
-    scores and codes."""
+    """The levels' scratch, none of it zeroed but the counters (each entry written before it is
+    read): each document's slot in the smaller-children histogram (its parent, or K: left out;
+    int16 keys for the partition, depth <= 12: K <= 2,048), the stopped flag, the count of
+    finished programs and each level's count of compacted documents, which child of each node
+    is the smaller and its (ΣG, ΣH, count) (two of each, a level's kernel reading the previous
+    level's while its pick writes its own; a level of K nodes reads its first 3K totals as
+    [3, K]; None without ``elide``), and each feature's best scores and codes."""
     widest = max(1, 1 << (depth - 1))
     return (torch.empty(n, dtype=torch.int16, device=device), torch.empty(1, dtype=torch.int8, device=device),
-            torch.zeros(1, dtype=torch.int32, device=device), torch.empty(2, widest, dtype=torch.int8, device=device),
+            torch.zeros(1 + depth, dtype=torch.int32, device=device),
+            torch.empty(2, widest, dtype=torch.int8, device=device),
             torch.empty(2, 3 * widest, dtype=torch.int64, device=device) if elide else None,
             torch.empty(3, n_feat, dtype=torch.float64, device=device),
             torch.empty(2, n_feat, dtype=torch.int32, device=device))
@@ -464,9 +475,10 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
                        block_n: int = 256, hot: torch.Tensor | None = None, leaves: float | None = None,
                        root: torch.Tensor | None = None):
-    """The levels of one oblivious tree, as the reference's ``_levels_torch``, in
-    3–4 launches per level (the partition's sort and the smaller children's histogram, then
-    :func:`_level_kernel` and the routing) and no host sync.
+    """The levels of one oblivious tree, as the reference's ``_levels_torch``, in 3 launches
+    per level (the smaller children's histogram, :func:`_level_kernel`, the routing, which
+    compacts the next level's smaller children; with float cells or the shared-memory histogram
+    a stable sort partitions them instead) and no host sync.
 
     Args:
         codes_t: [F, n] uint8, the round's features and documents, feature-major.
@@ -511,7 +523,12 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     valid = valid.to(torch.uint8).contiguous()
     noise = None if noise is None else noise.to(torch.float64).contiguous()
     hot = None if hist_dtype.is_floating_point else hot  # float cells: a filled-in cell would round otherwise
+    # The partition without a sort (the routing compacts the smaller children's documents) for
+    # integer cells, whose sums do not depend on the order; a stable sort for float cells, and
+    # for the shared-memory histogram, whose tiles take documents grouped by slot.
+    compact = not hist_dtype.is_floating_point and not cuda_histogram_takes(device)
     slot, stopped, counter, small, totals, best, code = _scratch(n, n_feat, depth, device, elide=hot is not None)
+    order = torch.empty(n if compact else 0, dtype=torch.int64, device=device)
     if hot is not None and root is None:
         root = _root_totals(g, h)
     raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot)
@@ -526,26 +543,27 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         _level_kernel[(n_feat,)](
             out, raw, raw if packed is None else packed, hist, small[before],
             counter if totals is None else root if level == 0 else totals[before], counter if hot is None else hot,
-            valid, next_raw,
-            next_pack, scale_arg, best if noise is None else noise[level], best, code, counter, feats, cuts, gains,
-            stopped, small[mine],
-            counter if totals is None else totals[mine], leaf_values, level, n_feat, n_nodes, float(l2),
+            valid, next_raw, next_pack, scale_arg, best if noise is None else noise[level], best, code, counter, feats,
+            cuts, gains, stopped, small[mine], counter if totals is None else totals[mine], leaf_values, level,
+            n_feat, n_nodes, float(l2),
             float(min_data_in_leaf), float(min_sum_hessian), TINY, -float(leaves or 0.0), CHILDREN=level > 0,
             PACK=packed is not None, ELIDE=hot is not None, QUANT=not hist_dtype.is_floating_point,
             HAS_NOISE=noise is not None, LAST=last, TOTALS=totals is not None, LEAVES=leaves is not None,
             BLOCK_F=max(16, triton.next_power_of_2(n_feat)), num_warps=4)
+        count = counter[1 + level:2 + level]  # the level's compaction (zeroed with the counter)
         _route_kernel[(triton.cdiv(max(n, 1), block_n),)](
-            codes_t, node, slot, small[mine], feats, cuts, level, n, n_nodes, WITH_SLOT=not last,
-            BLOCK_N=block_n)
+            codes_t, node, slot, small[mine], feats, cuts, order if compact else slot, count, level, n, n_nodes,
+            WITH_SLOT=not last, COMPACT=compact and not last, BLOCK_N=block_n)
         if last:
             break
         hist = out
-        # Documents partitioned by slot, the smaller children first: the histogram reads only
-        # those (at most n // 2 documents), never the larger children's codes. Its rows are
-        # finished, and the larger children's made, by the next level's kernel.
+        # The smaller children's documents (at most n // 2): the histogram reads only those,
+        # never the larger children's codes. Its rows are finished, and the larger children's
+        # made, by the next level's kernel.
         raw, packed = level_histogram_raw(codes_t, slot, g, h, n_nodes, dtype=hist_dtype, out=next_raw,
-                                          block_n=block_n, order=smaller_first(slot), n_rows=n // 2, hot=hot,
-                                          packed=next_pack if pack else None, zeroed=True)
+                                          block_n=block_n, order=order if compact else smaller_first(slot),
+                                          n_rows=n // 2, hot=hot, packed=next_pack if pack else None, zeroed=True,
+                                          count=count if compact else None)
     return (node, feats, cuts, gains, leaf_values) if leaves is not None else (node, feats, cuts, gains)
 
 

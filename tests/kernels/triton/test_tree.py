@@ -174,6 +174,7 @@ os.environ.pop("RANKKIT_TRITON")
 # kernels off) against the torch reference run (RANKKIT_TRITON=0).
 from rankkit.boosting.engine import BoostingEngine, BoosterConfig
 from rankkit.data import make_synthetic
+import inspect
 import triton.runtime.interpreter as interp
 
 calls, grids = {}, {}
@@ -182,7 +183,9 @@ def counted(self, *a, **k):
     calls[self.fn.__name__] = calls.get(self.fn.__name__, 0) + 1
     if self.fn.__name__ == "_histogram_kernel":  # (programs, documents per program, N, rows read)
         grid = k["grid"](k) if callable(k["grid"]) else k["grid"]
-        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[8]), int(a[9])])
+        names = list(inspect.signature(self.fn).parameters)
+        grids.setdefault("histogram", []).append([grid[0], k["BLOCK_N"], int(a[names.index("N")]),
+                                                  int(a[names.index("n_rows")])])
     return run(self, *a, **k)
 interp.InterpretedFunction.run = counted
 
