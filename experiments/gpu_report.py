@@ -548,10 +548,19 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "integer sums do not see; float cells, and the shared-memory histogram (whose tiles want "
         "documents grouped by slot), keep the stable sort. The default round: 38 launches and 1 "
         "sync under the interpreter (the five sorts gone; on a GPU each was several CUB launches).",
+        "* **No launch clears a buffer** (2026-12-05): the fixed point's two kernels clear the "
+        "tree's first buffers on their way (the documents' nodes, the levels' counters, the root "
+        "histogram), each level's kernel the next level's histogram; the thresholds' uint8 copy is "
+        "kept while the grower's tensor is the same. The default round: **34 launches and 1 sync** "
+        "under the interpreter. A review found a NaN hessian reaching the leaves as huge finite "
+        "steps (a maximum that dropped NaN) and trees deeper than 8 levels leaving the fixed-point "
+        "sums' bits; both mended, with tests, and the compile test now checks in the PTX that the "
+        "last-program kernels put a barrier after their stores and reads past L1 after their "
+        "acquire-release add.",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature); the rest of S5: <= 30 launches (left: the lambda pass's three casts, "
-        "the eval metric's mean, the host copy's packing, three zeroed buffers, the thresholds' "
-        "cast), the levels' buffers allocated once per fit (they come from torch's "
+        "program per feature); the rest of S5: <= 30 launches (left beside the kernels: the lambda "
+        "pass's three casts, the eval metric's mean (two ops), the host copy's packing (two casts "
+        "and a concatenation) and the copy), the levels' buffers allocated once per fit (they come from torch's "
         "caching allocator each tree), and a CUDA graph: the round is "
         f"{still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "

@@ -319,6 +319,11 @@ class CpuBackend(Backend):
         return cpu.add_tree(scores, values, codes, features, cuts)
 
 
+# The most leaves the Triton round's last pick cuts (as the fixed-point leaf sums' kernel takes;
+# deeper trees take those sums' reference, in float64).
+MAX_CUT_LEAVES = 256
+
+
 def fixed_point(g: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Float gradients [n] as 64-bit fixed-point integers with this round's scales (no host
     sync): x ≈ x_q · 2^−S, S the largest shift with n · max|x| · 2^S ≤ 2^62 (per channel), so no
@@ -397,12 +402,11 @@ class TritonBackend(Backend):
         same documents' count and largest |g|, |h|), and the steps those of
         :meth:`leaf_values`, bit for bit, with no pass over the documents and no torch op."""
         n_feat = tree.codes.shape[0] if features is None else features.numel()
-        if scale is not None or tree.reduce is not identity_reduce or leaf_g is not g or leaf_h is not h or not n_feat:
+        if scale is not None or tree.reduce is not identity_reduce or leaf_g is not g or leaf_h is not h or not n_feat \
+                or (1 << tree.params.depth) > MAX_CUT_LEAVES:
             return super().grow(tree, g, h, scale, valid, rows, features, noise, leaf_g=leaf_g, leaf_h=leaf_h)
-        g_q, h_q, scale, root = self._fixed_point(g, h)
-        node, feats, cuts, gains, leaves = self._levels(tree, g_q, h_q, scale, valid, rows=rows, features=features,
-                                                        noise=noise, hist_dtype=torch.int64,
-                                                        leaf_rate=tree.params.learning_rate, root=root)
+        node, feats, cuts, gains, leaves = self._fixed_levels(tree, g, h, valid, rows=rows, features=features,
+                                                              noise=noise, leaf_rate=tree.params.learning_rate)
         values, update = leaves
         self._guarded = (values, update)  # the values, and the update the pick guarded
         return node, feats, cuts, gains, values
@@ -417,32 +421,47 @@ class TritonBackend(Backend):
         if tree.reduce is not identity_reduce:
             return super().grow_levels(tree, g, h, scale, valid, rows, features, noise)
         if scale is not None:  # quantized gradients: small integers, int32 cells
-            return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid, rows=rows,
-                                features=features, noise=noise, hist_dtype=torch.int32)
-        g, h, scale, root = self._fixed_point(g, h)
-        return self._levels(tree, g, h, scale, valid, rows=rows, features=features, noise=noise,
-                            hist_dtype=torch.int64, root=root)
+            return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid,
+                                codes_t=_sample(tree.codes, rows, features), features=features, noise=noise,
+                                hist_dtype=torch.int32)
+        return self._fixed_levels(tree, g, h, valid, rows=rows, features=features, noise=noise)
 
-    def _fixed_point(self, g, h):
-        """Float gradients as 64-bit fixed point (as XGBoost's GPU histograms): integer atomics
-        add in any order to the same bits, so a GPU tree does not change from run to run.
-        :func:`fixed_point`'s numbers in two launches
-        (:class:`~rankkit.kernels.triton.fixed.FixedPoint`, its buffers kept for the fit)."""
+    def _fixed_levels(self, tree, g, h, valid, *, rows, features, noise, leaf_rate=None):
+        """The levels on float gradients as 64-bit fixed point (as XGBoost's GPU histograms):
+        integer atomics add in any order to the same bits, so a GPU tree does not change from run
+        to run. :func:`fixed_point`'s numbers in two launches
+        (:class:`~rankkit.kernels.triton.fixed.FixedPoint`, its buffers kept for the fit), which
+        also clear the tree's first buffers (no launch of their own)."""
+        from rankkit.kernels.triton.fixed import FixedPoint
+
         if self.__dict__.get("_fixed") is None:
-            from rankkit.kernels.triton.fixed import FixedPoint
-
             self._fixed = FixedPoint(g.device)
-        return self._fixed(g.to(torch.float64), h.to(torch.float64))
+        codes_t = _sample(tree.codes, rows, features)
+        cleared = {"node": torch.empty(codes_t.shape[1], dtype=torch.int64, device=g.device),
+                   "counters": torch.empty(1 + tree.params.depth, dtype=torch.int32, device=g.device),
+                   "cells": torch.empty(3, codes_t.shape[0], 1, N_CODES, dtype=torch.int64, device=g.device)}
+        g_q, h_q, scale, root = self._fixed(g.to(torch.float64), h.to(torch.float64), **cleared)
+        return self._levels(tree, g_q, h_q, scale, valid, codes_t=codes_t, features=features, noise=noise,
+                            hist_dtype=torch.int64, leaf_rate=leaf_rate, root=root, cleared=cleared)
 
-    def _levels(self, tree, g, h, scale, valid, *, rows, features, noise, hist_dtype, leaf_rate=None, root=None):
+    def _levels(self, tree, g, h, scale, valid, *, codes_t, features, noise, hist_dtype, leaf_rate=None, root=None,
+                cleared=None):
         from rankkit.kernels.triton.tree import grow_levels_triton
 
-        codes_t = _sample(tree.codes, rows, features)
         hot = None if tree.state is None else tree.state if features is None else tree.state[features]
         p = tree.params
-        return grow_levels_triton(codes_t, g, h, scale, valid, depth=p.depth, l2=p.l2,
+        return grow_levels_triton(codes_t, g, h, scale, self._valid(valid), depth=p.depth, l2=p.l2,
                                   min_data_in_leaf=p.min_data_in_leaf, min_sum_hessian=p.min_sum_hessian,
-                                  noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaf_rate, root=root)
+                                  noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaf_rate, root=root,
+                                  cleared=cleared)
+
+    def _valid(self, valid):
+        """``valid`` as the level kernel reads it (uint8), converted once while it is the same
+        tensor (the grower's, every tree without a feature sample)."""
+        kept = self.__dict__.get("_valid_u8")
+        if kept is None or kept[0] is not valid or kept[1] != valid._version:
+            kept = self._valid_u8 = (valid, valid._version, valid.to(torch.uint8).contiguous())
+        return kept[2]
 
     def prepare(self, codes, valid_codes, depth):
         """Each feature's most frequent code (:func:`rankkit.kernels.triton.histogram.hot_codes`),

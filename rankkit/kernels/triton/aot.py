@@ -94,7 +94,7 @@ def _level_configs() -> dict:
     for cell, pack, elide in (("i32", True, True), ("i64", False, True), ("fp64", False, False)):
         types = {"hist_ptr": f"*{cell}", "raw_ptr": f"*{cell}", "pack_ptr": "*i64", "parent_ptr": f"*{cell}",
                  "prev_small_ptr": "*i8", "prev_totals_ptr": "*i64", "hot_ptr": "*i64", "valid_ptr": "*u8",
-                 "next_raw_ptr": f"*{cell}", "next_pack_ptr": "*i64", "leaf_ptr": "*i64",
+                 "next_raw_ptr": f"*{cell}", "next_pack_ptr": "*i64", "leaf_ptr": "*fp64",
                  "scale_ptr": "*fp64", "noise_ptr": "*fp64", "best_ptr": "*fp64", "code_ptr": "*i32",
                  "counter_ptr": "*i32", "feats_ptr": "*i64", "cuts_ptr": "*i64", "gains_ptr": "*fp64",
                  "stopped_ptr": "*i8", "small_ptr": "*i8", "totals_ptr": "*i64", "level": "i32", "n_feat": "i32",
@@ -103,13 +103,15 @@ def _level_configs() -> dict:
         for children in (False, True):
             for noise in (False, True):
                 ce = {"CHILDREN": children, "PACK": pack, "ELIDE": elide, "QUANT": cell != "fp64",
-                      "HAS_NOISE": noise, "LAST": False, "TOTALS": elide, "LEAVES": False, "BLOCK_F": 256}
+                      "HAS_NOISE": noise, "LAST": False, "TOTALS": elide, "LEAVES": False, "ZERO_PACK": pack,
+                      "BLOCK_F": 256}
                 name = f"level_{cell}" + ("_children" if children else "_root") + ("_noise" if noise else "")
                 out[name] = (_level_kernel, _signature(_level_kernel, types, ce), ce)
-        if cell == "i64":  # the default round's last level: its pick cuts the leaves' sums
-            ce = {"CHILDREN": True, "PACK": False, "ELIDE": True, "QUANT": True, "HAS_NOISE": False, "LAST": True,
-                  "TOTALS": True, "LEAVES": True, "BLOCK_F": 256}
-            out["level_i64_last_leaves"] = (_level_kernel, _signature(_level_kernel, types, ce), ce)
+        if cell != "fp64":  # the last level: the default round's pick cuts the leaves, the quantized one's not
+            ce = {"CHILDREN": True, "PACK": pack, "ELIDE": True, "QUANT": True, "HAS_NOISE": False, "LAST": True,
+                  "TOTALS": True, "LEAVES": cell == "i64", "ZERO_PACK": False, "BLOCK_F": 256}
+            out[f"level_{cell}_last" + ("_leaves" if cell == "i64" else "")] = (
+                _level_kernel, _signature(_level_kernel, types, ce), ce)
     return out
 
 
@@ -153,11 +155,12 @@ def _configs() -> dict:
     ce = {"N_LEAVES": 64, "BLOCK_N": 64}
     out["exact_leaf_sums"] = (_exact_leaf_sums_kernel, _signature(_exact_leaf_sums_kernel, types, ce), ce)
     types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "factor_ptr": "*fp64",
-             "root_ptr": "*i64", "N": "i32", "per_program": "i32", "programs": "i32", "top_shift": "fp64"}
+             "root_ptr": "*i64", "clear_ptr": "*i32", "N": "i32", "per_program": "i32", "programs": "i32",
+             "top_shift": "fp64", "n_clear": "i32"}
     ce = {"BLOCK": FIXED_BLOCK, "BLOCK_P": 1024}
     out["fixed_scale"] = (_scale_kernel, _signature(_scale_kernel, types, ce), ce)
     types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64", "gq_ptr": "*i64", "hq_ptr": "*i64",
-             "root_ptr": "*i64", "N": "i32"}
+             "root_ptr": "*i64", "node_ptr": "*i64", "cells_ptr": "*i64", "N": "i32", "n_cells": "i32"}
     ce = {"BLOCK": FIXED_BLOCK}
     out["fixed_round"] = (_round_kernel, _signature(_round_kernel, types, ce), ce)
     for short, ptr in FLOATS.items():
@@ -248,7 +251,22 @@ def compile_kernel(name: str, target: GPUTarget = H100, num_warps: int | None = 
         # fire-and-forget) or "atom.global.acq_rel.gpu.add.u64" (ordered, fenced).
         "atomics": sorted(set(re.findall(r"\b((?:atom|red)\.[\w.]+)", compiled.asm["ptx"]))),
         "fences": len(re.findall(r"\bfence\.", compiled.asm["ptx"])),
+        "last_program": last_program_ordered(compiled.asm["ptx"]),
     }
+
+
+def last_program_ordered(ptx: str) -> bool | None:
+    """Whether a kernel that lets its last program read what the others wrote orders it as the
+    PTX memory model needs (as CUDA's grid-wide reductions do): a CTA barrier after the
+    program's last store and before its one acquire-release add, a barrier after that add (its
+    result shared with the CTA's threads), and the reads after it past L1 (``ld.global.cg``).
+    None for a kernel with no acquire-release add (the interpreter, which runs the programs in
+    turn, cannot show this)."""
+    atom = ptx.find("atom.global.gpu.acq_rel.add")
+    if atom < 0:
+        return None
+    before, read = ptx[:atom], ptx.find("ld.global.cg", atom)
+    return before.rfind("bar.sync") > before.rfind("st.global") and read > 0 and "bar.sync" in ptx[atom:read]
 
 
 if __name__ == "__main__":

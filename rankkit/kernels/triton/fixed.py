@@ -15,6 +15,10 @@ rounding and its cast). Here:
   program's sums of its values added to the root's (ΣG, ΣH) (integer atomics: exact), which the
   first level's hot cells are filled from.
 
+On the way the two kernels clear what the tree's first launches accumulate into or read as
+zeros (the documents' nodes, the levels' counters, the root histogram's cells), so that no
+launch of its own clears them (S5: ../shared/design/gpu-round.md).
+
 A NaN gradient makes the scale NaN, as the reference's, so that the leaves it reaches are NaN and
 the round says so.
 """
@@ -38,12 +42,12 @@ def _nan_max(x):
 
 
 @triton.jit
-def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, N, per_program, programs, top_shift,
-                  BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, clear_ptr, N, per_program, programs,
+                  top_shift, n_clear, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
     """part[pid] = (max|g|, max|h|) of documents pid · per_program …; the last program: factor
     [4] = (2^S_g, 2^S_h, 2^−S_g, 2^−S_h), S = min(900, ⌊top_shift − log2(max(top, 1e−280))⌋)
-    (``top_shift`` = 62 − log2 n, from the host as the reference takes it), and root [3] =
-    (0, 0, N)."""
+    (``top_shift`` = 62 − log2 n, from the host as the reference takes it), root [3] =
+    (0, 0, N), and clear [n_clear] int32 zeroed (the levels' counters)."""
     pid = tl.program_id(0)
     start = pid.to(tl.int64) * per_program
     stop = tl.minimum(start + per_program, N)
@@ -70,14 +74,23 @@ def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, N, 
             tl.store(factor_ptr + 2 + ch, 1.0 / factor)
             tl.store(root_ptr + ch, 0)
         tl.store(root_ptr + 2, tl.cast(N, tl.int64))
+        for i0 in range(0, n_clear, BLOCK_P):
+            tl.store(clear_ptr + i0 + p, tl.zeros([BLOCK_P], dtype=tl.int32), mask=i0 + p < n_clear)
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _round_kernel(g_ptr, h_ptr, factor_ptr, gq_ptr, hq_ptr, root_ptr, N, BLOCK: tl.constexpr):
-    """g_q, h_q [N] int64 = round(x · 2^S), half to even; their sums added to root [0], [1]."""
+def _round_kernel(g_ptr, h_ptr, factor_ptr, gq_ptr, hq_ptr, root_ptr, node_ptr, cells_ptr, N, n_cells,
+                  BLOCK: tl.constexpr):
+    """g_q, h_q [N] int64 = round(x · 2^S), half to even; their sums added to root [0], [1];
+    node [N] int64 and cells [n_cells] int64 (the root histogram's) zeroed, the cells a stride
+    of the grid at a time."""
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = n < N
+    tl.store(node_ptr + n, tl.zeros([BLOCK], dtype=tl.int64), mask=inside)
+    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n_cells, tl.num_programs(0).to(tl.int64) * BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        tl.store(cells_ptr + c, tl.zeros([BLOCK], dtype=tl.int64), mask=c < n_cells)
     for ch in tl.static_range(2):
         if ch == 0:
             x = tl.load(g_ptr + n, mask=inside, other=0.0) * tl.load(factor_ptr)
@@ -104,13 +117,21 @@ class FixedPoint:
         self.counter = torch.zeros(1, dtype=torch.int32, device=device)
         self.part = torch.empty(2 * MAX_PROGRAMS, dtype=torch.float64, device=device)
         self.factor = torch.empty(4, dtype=torch.float64, device=device)
+        self.no_counters = torch.empty(0, dtype=torch.int32, device=device)
+        self.no_cells = torch.empty(0, dtype=torch.int64, device=device)
 
-    def __call__(self, g: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                  torch.Tensor]:
+    def __call__(self, g: torch.Tensor, h: torch.Tensor, *, node: torch.Tensor | None = None,
+                 counters: torch.Tensor | None = None, cells: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(g_q, h_q [n] int64, scale [2] float64 = 2^−S, root [3] int64 = (Σg_q, Σh_q, n)) of
         float64 g, h [n]: the reference's g_q, h_q and scale, bit for bit. ``scale`` is this
-        object's buffer, valid until its next call (the round's)."""
+        object's buffer, valid until its next call (the round's). The tree's first buffers are
+        zeroed on the way, so that no launch clears them: ``node`` [n] int64, ``counters`` int32
+        and ``cells`` int64 (contiguous; None: none)."""
         n = g.shape[0]
+        counters = self.no_counters if counters is None else counters
+        cells = self.no_cells if cells is None else cells
+        node = torch.empty(n, dtype=torch.int64, device=g.device) if node is None else node
         g, h = g.contiguous(), h.contiguous()
         g_q = torch.empty(n, dtype=torch.int64, device=g.device)
         h_q = torch.empty_like(g_q)
@@ -118,9 +139,9 @@ class FixedPoint:
         programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
         per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
         programs = max(1, triton.cdiv(n, per_program))
-        _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, root, n, per_program, programs,
-                                   62.0 - math.log2(max(n, 1)), BLOCK=BLOCK,
+        _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, root, counters, n, per_program,
+                                   programs, 62.0 - math.log2(max(n, 1)), counters.numel(), BLOCK=BLOCK,
                                    BLOCK_P=max(16, triton.next_power_of_2(programs)))
-        if n:
-            _round_kernel[(triton.cdiv(n, BLOCK),)](g, h, self.factor, g_q, h_q, root, n, BLOCK=BLOCK)
+        _round_kernel[(max(1, triton.cdiv(n, BLOCK)),)](g, h, self.factor, g_q, h_q, root, node, cells, n,
+                                                        cells.numel(), BLOCK=BLOCK)
         return g_q, h_q, self.factor[2:], root

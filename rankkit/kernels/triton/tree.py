@@ -89,7 +89,7 @@ def _newton_step(g_sum, h_sum, sg, sh, neg_lr, l2, min_hess):
     ``TritonBackend.leaf_values`` took them (× 2^−S is exact, so a fused multiply-add rounds
     as the two operations do)."""
     d = h_sum.to(tl.float64) * sh + l2
-    step = neg_lr * (g_sum.to(tl.float64) * sg) / tl.maximum(d, 1e-300)
+    step = neg_lr * (g_sum.to(tl.float64) * sg) / tl.maximum(d, 1e-300, propagate_nan=tl.PropagateNan.ALL)
     return tl.where(d < tl.maximum(min_hess, 1e-300), 0.0, step)
 
 
@@ -214,7 +214,7 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
                   stopped_ptr, small_ptr, totals_ptr, leaf_ptr, level, n_feat, n_nodes, l2, min_data, min_hess,
                   tiny, neg_lr, CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
                   HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr, LEAVES: tl.constexpr,
-                  BLOCK_F: tl.constexpr):
+                  ZERO_PACK: tl.constexpr, BLOCK_F: tl.constexpr):
     """One level in one launch, one program per feature f, for every node of the level in node
     order:
 
@@ -226,7 +226,8 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
        smaller child's row; written to hist (the next level's parents, or at the LAST level
        with LEAVES the rows the leaves' sums are cut from); and unless LAST the same rows of
        next_raw (the next level's histogram, [3, F, K, 256]) and next_pack ([F, K, 256] int64,
-       with PACK) zeroed, so that no launch clears them;
+       with ZERO_PACK: the next level's histogram packs, whatever this level's did) zeroed, so
+       that no launch clears them;
     2. the split scan over the codes: the cumulative (G, H, count) (integer scans for quantized
        histograms, scaled once), the Newton score of both children summed over the nodes in node
        order, the min-data / min-hessian masks, the optional noise (CatBoost's
@@ -266,7 +267,7 @@ def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_
             tl.store(hist_ptr + plane + row, row_h)
             tl.store(hist_ptr + 2 * plane + row, row_n)
         if not LAST:
-            _zero_row(next_raw_ptr, next_pack_ptr, row, plane, PACK)
+            _zero_row(next_raw_ptr, next_pack_ptr, row, plane, ZERO_PACK)
         # Summed over the nodes in node order (the reference's fixed order).
         node_gain, node_bad = _scan_row(row_g, row_h, row_n, sg, sh, l2, min_data, min_hess, tiny, QUANT)
         gain += node_gain
@@ -445,7 +446,8 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
     return scores
 
 
-def _scratch(n: int, n_feat: int, depth: int, device: torch.device, *, elide: bool) -> tuple:
+def _scratch(n: int, n_feat: int, depth: int, device: torch.device, *, elide: bool,
+             counters: torch.Tensor | None = None) -> tuple:
     """The levels' scratch, none of it zeroed but the counters (each entry written before it is
     read): each document's slot in the smaller-children histogram (its parent, or K: left out;
     int16 keys for the partition, depth <= 12: K <= 2,048), the stopped flag, the count of
@@ -455,7 +457,7 @@ def _scratch(n: int, n_feat: int, depth: int, device: torch.device, *, elide: bo
     [3, K]; None without ``elide``), and each feature's best scores and codes."""
     widest = max(1, 1 << (depth - 1))
     return (torch.empty(n, dtype=torch.int16, device=device), torch.empty(1, dtype=torch.int8, device=device),
-            torch.zeros(1 + depth, dtype=torch.int32, device=device),
+            torch.zeros(1 + depth, dtype=torch.int32, device=device) if counters is None else counters,
             torch.empty(2, widest, dtype=torch.int8, device=device),
             torch.empty(2, 3 * widest, dtype=torch.int64, device=device) if elide else None,
             torch.empty(3, n_feat, dtype=torch.float64, device=device),
@@ -474,7 +476,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        min_data_in_leaf: int, min_sum_hessian: float,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
                        block_n: int = 256, hot: torch.Tensor | None = None, leaves: float | None = None,
-                       root: torch.Tensor | None = None):
+                       root: torch.Tensor | None = None, cleared: dict | None = None):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in 3 launches
     per level (the smaller children's histogram, :func:`_level_kernel`, the routing, which
     compacts the next level's smaller children; with float cells or the shared-memory histogram
@@ -500,6 +502,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         root: [3] int64 (Σg, Σh, n) of the integer g and h, where the caller has them
             (:class:`~rankkit.kernels.triton.fixed.FixedPoint`), or None: summed here when
             ``hot`` needs them.
+        cleared: buffers a kernel before the levels zeroed (FixedPoint's), so that no launch
+            clears them here: "node" [n] int64, "counters" [1 + D] int32, "cells" [3, F, 1, 256]
+            (the root histogram, ``hist_dtype``); None: zeroed here.
     Returns:
         (node [n] int64, feats [D] int64, cuts [D] int64, gains [D] float64): each document's
         leaf, and each level's feature (an index into ``codes_t``), code and gain; with
@@ -513,9 +518,11 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     if leaves is not None and (hist_dtype.is_floating_point or scale is None):
         raise ValueError("`leaves`: the leaves' sums are cut from integer cells of fixed-point gradients")
     if n_feat == 0:  # nothing to split on: every level stops (code 255), as the reference's
+        if leaves is not None:
+            raise ValueError("`leaves`: a tree with no feature has no level to cut its leaves from")
         return _unsplit(g, h, depth)
     codes_t = codes_t.contiguous()
-    node = torch.zeros(n, dtype=torch.int64, device=device)
+    node = torch.zeros(n, dtype=torch.int64, device=device) if cleared is None else cleared["node"]
     # Written by each level's pick (every level, its last program), read after it: not zeroed.
     feats, cuts = torch.empty(2, depth, dtype=torch.int64, device=device)
     gains = torch.empty(depth, dtype=torch.float64, device=device)
@@ -523,15 +530,15 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     valid = valid.to(torch.uint8).contiguous()
     noise = None if noise is None else noise.to(torch.float64).contiguous()
     hot = None if hist_dtype.is_floating_point else hot  # float cells: a filled-in cell would round otherwise
-    # The partition without a sort (the routing compacts the smaller children's documents) for
-    # integer cells, whose sums do not depend on the order; a stable sort for float cells, and
-    # for the shared-memory histogram, whose tiles take documents grouped by slot.
+    # Integer sums do not depend on the order; the shared-memory histogram's tiles want slots grouped.
     compact = not hist_dtype.is_floating_point and not cuda_histogram_takes(device)
-    slot, stopped, counter, small, totals, best, code = _scratch(n, n_feat, depth, device, elide=hot is not None)
+    slot, stopped, counter, small, totals, best, code = _scratch(
+        n, n_feat, depth, device, elide=hot is not None, counters=None if cleared is None else cleared["counters"])
     order = torch.empty(n if compact else 0, dtype=torch.int64, device=device)
     if hot is not None and root is None:
         root = _root_totals(g, h)
-    raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot)
+    raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
+                                      out=None if cleared is None else cleared["cells"], zeroed=cleared is not None)
     hist = raw
     pack = hist_dtype == torch.int32 and not g.dtype.is_floating_point
     scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
@@ -549,6 +556,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
             float(min_data_in_leaf), float(min_sum_hessian), TINY, -float(leaves or 0.0), CHILDREN=level > 0,
             PACK=packed is not None, ELIDE=hot is not None, QUANT=not hist_dtype.is_floating_point,
             HAS_NOISE=noise is not None, LAST=last, TOTALS=totals is not None, LEAVES=leaves is not None,
+            ZERO_PACK=pack,
             BLOCK_F=max(16, triton.next_power_of_2(n_feat)), num_warps=4)
         count = counter[1 + level:2 + level]  # the level's compaction (zeroed with the counter)
         _route_kernel[(triton.cdiv(max(n, 1), block_n),)](
@@ -557,9 +565,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         if last:
             break
         hist = out
-        # The smaller children's documents (at most n // 2): the histogram reads only those,
-        # never the larger children's codes. Its rows are finished, and the larger children's
-        # made, by the next level's kernel.
+        # The smaller children's documents (at most n // 2) only; the next level's kernel finishes it.
         raw, packed = level_histogram_raw(codes_t, slot, g, h, n_nodes, dtype=hist_dtype, out=next_raw,
                                           block_n=block_n, order=order if compact else smaller_first(slot),
                                           n_rows=n // 2, hot=hot, packed=next_pack if pack else None, zeroed=True,

@@ -140,6 +140,7 @@ out["permuted_sums"] = sums
 # The Triton backend's float round takes its leaves' sums from the last level's pick (cut from
 # the histogram rows); they must be the fixed-point leaf sums over the documents, bit for bit:
 # elided hot codes, a row sample, split noise, a tree that stops, a deeper one.
+from rankkit.kernels import torch_ref
 from rankkit.kernels.torch_ref import exact_leaf_sums, newton_leaf_values
 sample = torch.randperm(n, generator=gen)[:170]
 cut = {}
@@ -157,17 +158,27 @@ out["cut_leaves"] = cut
 # The round's update the pick guarded beside the values: the values, or zeros when one is NaN
 # (a NaN gradient makes the fixed point's scale NaN), handed to the engine with no launch.
 guarded = {}
-for name, bad in (("finite", False), ("nan", True)):
-    grower = ObliviousTreeGrower(skewed, valid, TreeParams(depth=3, min_data_in_leaf=5), backend="triton")
-    g_bad = grad.clone()
-    if bad:
-        g_bad[7] = float("nan")
-    t = grower.grow(g_bad, hess)
+for name, (channel, bad) in {"finite": (0, None), "nan": (0, float("nan")), "nan_hess": (1, float("nan")),
+                             "inf_hess": (1, float("inf"))}.items():
+    p = TreeParams(depth=3, min_data_in_leaf=5)
+    grower = ObliviousTreeGrower(skewed, valid, p, backend="triton")
+    values = [grad.clone(), hess.clone()]
+    if bad is not None:
+        values[channel][7] = bad
+    t = grower.grow(*values)
     update = grower.backend.update_values(t.leaf_values)
     reference = super(type(grower.backend), grower.backend).update_values(t.leaf_values)
+    torch_values = ObliviousTreeGrower(skewed, valid, p, backend="torch").grow(*values).leaf_values
     guarded[name] = {"values": t.leaf_values.tolist(), "update": update.tolist(), "reference": reference.tolist(),
+                     "torch_nan": torch.isnan(torch_values).tolist(),
                      "made": update.data_ptr() == t.leaf_values.data_ptr() + 8 * t.leaf_values.numel()}
 out["guarded"] = guarded
+# Deeper than the pick cuts (512 leaves): the backend's levels, then the reference's leaves.
+p = TreeParams(depth=9, min_data_in_leaf=1)
+grower = ObliviousTreeGrower(skewed, valid, p, backend="triton")
+t = grower.grow(grad, hess)
+ref = newton_leaf_values(torch_ref.leaf_sums(t.leaf_index, grad, hess, 1 << 9), p)
+out["deep9"] = {"got": t.leaf_values.tolist(), "ref": ref.tolist(), "codes": t.codes.tolist()}
 os.environ.pop("RANKKIT_TRITON")
 
 # A boosting run on the Triton kernels (the real route: RANKKIT_TRITON=force, the compiled CPU
@@ -274,10 +285,23 @@ def test_triton_leaves_cut_from_the_last_level_are_the_fixed_point_leaf_sums(int
 
 
 def test_triton_update_guarded_by_the_pick_is_the_engines_guard(interpreted):
-    finite, nan = interpreted["guarded"]["finite"], interpreted["guarded"]["nan"]
-    assert finite["made"] and nan["made"]  # the pick's buffer, not the reference's ops
+    guarded = interpreted["guarded"]
+    assert all(case["made"] for case in guarded.values())  # the pick's buffer, not the reference's ops
+    finite = guarded["finite"]
     assert finite["update"] == finite["values"] == finite["reference"]
-    assert any(v != v for v in nan["values"]) and nan["update"] == nan["reference"] == [0.0] * 8
+    # A NaN gradient or hessian: a NaN leaf as on the torch path (so the round reports it; the
+    # fixed point's NaN scale reaches every leaf, the float sums only the document's), and no
+    # update. An infinite hessian: NaN leaves here too (the fixed point has no finite scale for
+    # it), where the torch path's float sums give its leaf a step of 0.
+    for name in ("nan", "nan_hess", "inf_hess"):
+        case = guarded[name]
+        assert any(v != v for v in case["values"]) and any(case["torch_nan"]) == (name != "inf_hess"), name
+        assert case["update"] == case["reference"] == [0.0] * 8, name
+
+
+def test_triton_trees_deeper_than_the_pick_cuts_take_the_reference_leaves(interpreted):
+    deep = interpreted["deep9"]
+    assert deep["got"] == deep["ref"] and 255 not in deep["codes"]
 
 
 def test_triton_boosting_run_grows_the_reference_trees(interpreted):
