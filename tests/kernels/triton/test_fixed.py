@@ -5,7 +5,8 @@ torch reference (``rankkit.kernels.backends.fixed_point``), bit for bit: the int
 after the scaling (half to even), all zeros, one document, powers of two (the shift's log2 is
 exact: its floor is where a rounded log2 would differ), values near the float64 ends (the shift's
 clamp at 900), no document, and a NaN (the scale NaN, as the reference's). One object serves all
-the calls: its counter resets itself.
+the calls: its counter resets itself. On the way it clears the buffers it is given (the tree's
+first: nodes, counters, the root histogram's cells, more of them than documents).
 """
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ for name, (g, h) in cases.items():
     ref, got = fixed_point(g, h), fixed(g, h)
     out[name] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got[:3]],
                  "root": got[3].tolist(), "sums": [int(ref[0].sum()), int(ref[1].sum()), g.shape[0]]}
+# The tree's first buffers cleared on the way (no launch of their own clears them).
+node = torch.full((5 * BLOCK + 7,), 7, dtype=torch.int64)
+counters = torch.full((7,), 7, dtype=torch.int32)
+cells = torch.full((3, 40, 1, 256), 7, dtype=torch.int64)  # more cells than the grid's documents
+fixed(*cases["random"], node=node, counters=counters, cells=cells)
+out["cleared"] = [int(node.abs().sum()), int(counters.abs().sum()), int(cells.abs().sum())]
 with open(sys.argv[1], "w") as f:
     json.dump(out, f)
 """
@@ -71,3 +78,7 @@ def test_triton_fixed_point_of_a_nan_gradient_has_a_nan_scale(interpreted):
     case = interpreted["nan"]
     assert case["got"][2][0] != case["got"][2][0] and case["ref"][2][0] != case["ref"][2][0]
     assert case["got"][2][1] == case["ref"][2][1]  # the other channel untouched
+
+
+def test_triton_fixed_point_clears_the_trees_first_buffers(interpreted):
+    assert interpreted["cleared"] == [0, 0, 0]
