@@ -17,7 +17,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel
+from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel, _mean_kernel
 from rankkit.kernels.triton.fixed import BLOCK as FIXED_BLOCK
 from rankkit.kernels.triton.fixed import _round_kernel, _scale_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
@@ -75,6 +75,15 @@ def _flat_lambda_configs() -> dict:
                 out[f"flat_lambda_{name}_{block}_{short}"] = (
                     _flat_lambda_kernel, _signature(_flat_lambda_kernel, types, ce), ce)
                 WARPS[f"flat_lambda_{name}_{block}_{short}"] = warps_for(block)
+    ce = {"BLOCK": 1024}
+    out["eval_mean"] = (_mean_kernel, _signature(_mean_kernel, {"values_ptr": "*fp64", "out_ptr": "*fp64", "n": "i32"},
+                                                 ce), ce)
+    # The booster's float32 lambdas read from its float64 scores and written as float64 (no cast).
+    types = {"s_ptr": "*fp64", "y_ptr": "*fp32", "gain_ptr": "*fp32", "w_ptr": "*fp32", "offsets_ptr": "*i64",
+             "queries_ptr": "*i32", "grad_ptr": "*fp64", "hess_ptr": "*fp64", "k": "i32", "sigma": "fp32"}
+    ce = {"WEIGHTING": 1, "HAS_WEIGHTS": True, "NORMALIZE": True, "BLOCK": MAX_BLOCK, "BLOCK_C": 128, "K_PAD": 16}
+    out["flat_lambda_ndcg_mixed"] = (_flat_lambda_kernel, _signature(_flat_lambda_kernel, types, ce), ce)
+    WARPS["flat_lambda_ndcg_mixed"] = warps_for(MAX_BLOCK)
     types = {"scores_ptr": "*fp64", "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64",
              "values_ptr": "*fp64", "y_ptr": "*fp64", "gain_ptr": "*fp64", "offsets_ptr": "*i64",
              "queries_ptr": "*i32", "out_ptr": "*fp64", "N": "i32", "k": "i32", "empty": "fp64"}

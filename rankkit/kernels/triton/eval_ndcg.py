@@ -8,8 +8,8 @@ the new scores in registers (their float32 values, as the torch metric ranks the
 lower label first, the worst case, as :func:`rankkit.metrics.planned_ndcg`) and writes
 DCG@k / IDCG@k from each document's gain over its query's ideal DCG, computed once per data set
 (:func:`rankkit.boosting.objectives.flat_ndcg_inputs`); a query with nothing relevant scores
-``empty``. The mean is one torch reduction of the per-query values in query order: the same
-bits every run.
+``empty``. The mean is one more program's sum of the per-query values in a fixed order
+(:func:`_mean_kernel`): the same bits every run.
 
 Notation: N documents, Q queries, F features, D levels, k the cutoff.
 """
@@ -49,11 +49,21 @@ def _eval_ndcg_kernel(scores_ptr, codes_ptr, feats_ptr, cuts_ptr, values_ptr, y_
     tl.store(out_ptr + tl.load(queries_ptr + tl.program_id(0)), tl.where(top > 0.0, dcg, empty))
 
 
+@triton.jit
+def _mean_kernel(values_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out[0] = the mean of values [n] (0 when n is 0), one program summing BLOCK lanes in order."""
+    acc = tl.zeros([BLOCK], dtype=tl.float64)
+    for c0 in range(0, n, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        acc += tl.load(values_ptr + c, mask=c < n, other=0.0)
+    tl.store(out_ptr, tl.sum(acc, 0) / tl.maximum(n, 1).to(tl.float64))
+
+
 def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torch.Tensor, cuts: torch.Tensor,
                      values: torch.Tensor, *, labels: torch.Tensor, gains: torch.Tensor, offsets: torch.Tensor,
                      buckets: list[tuple[int, torch.Tensor]], cutoff: int, empty: float = 1.0) -> torch.Tensor:
     """Add a tree to ``scores`` in place and return the mean NDCG@cutoff (a 0-dim float64 tensor
-    on the device; no host sync): one launch per length bucket and one reduction.
+    on the device; no host sync): one launch per length bucket and one for the mean.
 
     Args:
         scores: [N] float64 eval scores (updated in place).
@@ -82,4 +92,6 @@ def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torc
             scores, codes_t, feats, cut, values.to(torch.float64).contiguous(), labels, gains, offsets, queries,
             per_query, scores.shape[0], cutoff, float(empty), DEPTH=int(feats.shape[0]), BLOCK=block, K_PAD=k_pad,
             num_warps=warps_for(block))
-    return per_query[:n_queries].sum() / max(n_queries, 1)
+    mean = torch.empty((), dtype=torch.float64, device=scores.device)
+    _mean_kernel[(1,)](per_query, mean, n_queries, BLOCK=1024)
+    return mean

@@ -87,8 +87,8 @@ def _column_tile(s_ptr, y_ptr, gain_ptr, w_ptr, grad_ptr, hess_ptr, start, c0, n
     t_idx = tl.arange(0, K_PAD)
     c = c0 + tl.arange(0, BLOCK_C)
     in_c = c < n
-    s_c = tl.load(s_ptr + start + c, mask=in_c, other=0.0)
     y_c = tl.load(y_ptr + start + c, mask=in_c, other=0.0)
+    s_c = tl.load(s_ptr + start + c, mask=in_c, other=0.0).to(y_c.dtype)
     # The column's rank where it is in the top k, else K_PAD (after every row).
     b = tl.min(tl.where((sel[:, None] == c[None, :]) & rows[:, None], t_idx[:, None], K_PAD), 0)
     sgn = tl.where(y_r[:, None] > y_c[None, :], 1.0, tl.where(y_r[:, None] < y_c[None, :], -1.0, 0.0))
@@ -121,8 +121,10 @@ def _scale_query(grad_ptr, hess_ptr, start, n, factor, BLOCK_C: tl.constexpr):
     for c0 in range(0, n, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
         in_c = c < n
-        tl.store(grad_ptr + start + c, tl.load(grad_ptr + start + c, mask=in_c, other=0.0) * factor, mask=in_c)
-        tl.store(hess_ptr + start + c, tl.load(hess_ptr + start + c, mask=in_c, other=0.0) * factor, mask=in_c)
+        grad = tl.load(grad_ptr + start + c, mask=in_c, other=0.0).to(factor.dtype)
+        hess = tl.load(hess_ptr + start + c, mask=in_c, other=0.0).to(factor.dtype)
+        tl.store(grad_ptr + start + c, grad * factor, mask=in_c)
+        tl.store(hess_ptr + start + c, hess * factor, mask=in_c)
 
 
 @triton.jit
@@ -130,16 +132,18 @@ def _flat_lambda_kernel(s_ptr, y_ptr, gain_ptr, w_ptr, offsets_ptr, queries_ptr,
                         k, sigma,
                         WEIGHTING: tl.constexpr, HAS_WEIGHTS: tl.constexpr, NORMALIZE: tl.constexpr,
                         BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, K_PAD: tl.constexpr):
-    """grad, hess of the documents of query ``queries[program]`` (at most BLOCK of them)."""
+    """grad, hess of the documents of query ``queries[program]`` (at most BLOCK of them), in the
+    labels' dtype: float64 scores over float32 labels are rounded as they are read, and float64
+    grad / hess hold float32 values (each read back as float32: the same arithmetic)."""
     start, n, j, real = _query(offsets_ptr, queries_ptr, BLOCK)
-    s = tl.load(s_ptr + start + j, mask=real, other=0.0)
     y = tl.load(y_ptr + start + j, mask=real, other=0.0)
+    s = tl.load(s_ptr + start + j, mask=real, other=0.0).to(y.dtype)
     kk = tl.minimum(k, n)
     sel = _select_top(s, y, real, kk, BLOCK, K_PAD)
     t_idx = tl.arange(0, K_PAD)
     rows = t_idx < kk
-    s_r = tl.load(s_ptr + start + sel, mask=rows, other=0.0)
     y_r = tl.load(y_ptr + start + sel, mask=rows, other=0.0)
+    s_r = tl.load(s_ptr + start + sel, mask=rows, other=0.0).to(y_r.dtype)
     g_r = tl.load(gain_ptr + start + sel, mask=rows, other=0.0) if WEIGHTING == 1 else s_r
     w_r = tl.load(w_ptr + start + sel, mask=rows, other=0.0) if HAS_WEIGHTS else s_r
     d_r = 1.0 / tl.log2(t_idx.to(s_r.dtype) + 2.0)  # every row ranks below k
@@ -153,8 +157,10 @@ def _flat_lambda_kernel(s_ptr, y_ptr, gain_ptr, w_ptr, offsets_ptr, queries_ptr,
         row_h += dh
         abs_sum += da
     tl.debug_barrier()  # the column sums are written: the rows add theirs
-    tl.store(grad_ptr + start + sel, tl.load(grad_ptr + start + sel, mask=rows, other=0.0) + row_g, mask=rows)
-    tl.store(hess_ptr + start + sel, tl.load(hess_ptr + start + sel, mask=rows, other=0.0) + row_h, mask=rows)
+    tl.store(grad_ptr + start + sel, tl.load(grad_ptr + start + sel, mask=rows, other=0.0).to(row_g.dtype) + row_g,
+             mask=rows)
+    tl.store(hess_ptr + start + sel, tl.load(hess_ptr + start + sel, mask=rows, other=0.0).to(row_h.dtype) + row_h,
+             mask=rows)
     if NORMALIZE:  # LightGBM's log2(1 + S) / S, S = 2σ Σ|λ| over the query's pairs (unweighted)
         total = 2.0 * sigma * tl.sum(abs_sum, 0)
         factor = tl.where(total > 0.0, tl.log2(1.0 + total) / tl.where(total > 0.0, total, 1.0), 1.0)
@@ -209,12 +215,14 @@ def check_flat(scores: torch.Tensor, offsets: torch.Tensor, cutoff: int, **same:
 def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: torch.Tensor,
                         buckets: list[tuple[int, torch.Tensor]], *, gains: torch.Tensor | None, cutoff: int,
                         sigma: float = 1.0, normalize: bool = False,
-                        weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(grad, hess) [N] in the dtype of ``scores`` of the pairwise lambda objective over flat
-    queries: one launch per length bucket, no host sync.
+                        weights: torch.Tensor | None = None,
+                        out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad, hess) [N] of the pairwise lambda objective over flat queries, computed in the
+    labels' dtype: one launch per length bucket, no host sync.
 
     Args:
-        scores, labels: [N] float32 or float64 (labels in the scores' dtype).
+        scores, labels: [N] float32 or float64, labels in the scores' dtype; or float64 scores
+            over float32 labels, rounded to float32 as the kernel reads them (no cast launched).
         offsets: [Q + 1] int64 on the device, the queries' bounds.
         buckets: :func:`length_buckets` of ``offsets``.
         gains: [N] each document's NDCG gain over its query's ideal DCG@cutoff, in the scores'
@@ -222,13 +230,20 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
         cutoff: k, at most :data:`TOPK_MAX` (a query shorter than k ranks all its documents).
         sigma, normalize: the kernel's options.
         weights: [N] per-document weights (a pair weighs their mean), or None.
+        out_dtype: grad's and hess's dtype (None: the labels'); float64 over float32 labels
+            holds the float32 values (``.double()`` of them, with no launch).
     """
-    check_flat(scores, offsets, cutoff, labels=labels, gains=gains, weights=weights)
+    if scores.dtype == torch.float64 and labels.dtype == torch.float32:  # rounded as they are read
+        check_tensor(scores, "scores", ndim=1, kind="float")
+        check_tensor(labels, "labels", shape=tuple(scores.shape), kind="float")
+        check_flat(labels, offsets, cutoff, gains=gains, weights=weights)
+    else:
+        check_flat(scores, offsets, cutoff, labels=labels, gains=gains, weights=weights)
     scores, labels = scores.contiguous(), labels.contiguous()
     gains = None if gains is None else gains.contiguous()
     weights = None if weights is None else weights.contiguous()
     n = scores.shape[0]
-    grad = torch.empty(n, dtype=scores.dtype, device=scores.device)
+    grad = torch.empty(n, dtype=labels.dtype if out_dtype is None else out_dtype, device=scores.device)
     hess = torch.empty_like(grad)
     k_pad = max(16, triton.next_power_of_2(cutoff))
     for block, queries in buckets:

@@ -98,6 +98,19 @@ for k, weighting, normalize, weighted in CASES:
                                   gains=gains, cutoff=inputs["cutoff"], sigma=SIGMA, normalize=normalize,
                                   weights=None if w is None else w.to(dtype))
         row[str(dtype)] = [t.double().tolist() for t in got]
+        if dtype == torch.float32:  # float64 scores over float32 labels, float64 out: no cast launched
+            mixed = flat_lambdas_triton(scores.double(), inputs["labels"].to(dtype), inputs["offsets"], buckets,
+                                        gains=gains, cutoff=inputs["cutoff"], sigma=SIGMA, normalize=normalize,
+                                        weights=None if w is None else w.to(dtype), out_dtype=torch.float64)
+            row["mixed"] = [[t.dtype == torch.float64 for t in mixed], [t.tolist() for t in mixed]]
+            # Scores equal in float32 but not in float64 rank as float32 ties (labels, then order).
+            tied = scores.double().clone()
+            tied[1::2] = tied[0::2][:len(tied[1::2])] + 1e-12
+            both = [flat_lambdas_triton(s, inputs["labels"].to(dtype), inputs["offsets"], buckets, gains=gains,
+                                        cutoff=inputs["cutoff"], sigma=SIGMA, normalize=normalize,
+                                        weights=None if w is None else w.to(dtype), out_dtype=torch.float64)
+                    for s in (tied, tied.float())]
+            row["tied"] = [[t.tolist() for t in pair] for pair in both]
     ref = cpu.lambdas(scores, inputs["labels"], inputs["offsets"],
                       gains=inputs["gains"] if weighting == "ndcg" else None, cutoff=inputs["cutoff"],
                       max_len=inputs["max_len"], sigma=SIGMA, normalize=normalize,
@@ -160,6 +173,9 @@ def test_triton_flat_lambdas_equal_the_float64_double_loop(interpreted, case):
         single = [torch.tensor(t, dtype=torch.float64) for t in row["torch.float32"]]
         for s, w in zip(single, want):
             torch.testing.assert_close(s, w, rtol=2e-4, atol=2e-6)
+        # Read from float64 scores and written to float64: the float32 run's values, bit for bit.
+        assert row["mixed"][0] == [True, True] and row["mixed"][1] == row["torch.float32"]
+        assert row["tied"][0] == row["tied"][1]  # rounded as read: float32 ties, as the float32 run
 
 
 def test_triton_flat_lambdas_buckets_hold_every_query_once(interpreted):
