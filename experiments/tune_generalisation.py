@@ -181,7 +181,9 @@ def main(argv=None) -> None:
     print(body)
     if args.write:
         name = "mq2008" if args.data == "mq2008" else Path(args.data).name.replace("-", "_")
-        write_section(f"tune_generalisation_{args.config}_{name}", body)
+        # a section per study size: 10 trials (the first readings) keep theirs
+        write_section(f"tune_generalisation_{args.config}_{name}" + (f"_t{args.trials}" if args.trials != 10 else ""),
+                      body)
 
 
 if __name__ == "__main__":

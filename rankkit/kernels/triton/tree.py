@@ -210,11 +210,10 @@ def _zero_row(raw_ptr, pack_ptr, row, plane, PACK: tl.constexpr):
 @triton.jit
 def _level_kernel(hist_ptr, raw_ptr, pack_ptr, parent_ptr, prev_small_ptr, prev_totals_ptr, hot_ptr, valid_ptr,
                   next_raw_ptr, next_pack_ptr, scale_ptr, noise_ptr, best_ptr, code_ptr, counter_ptr, feats_ptr,
-                  cuts_ptr, gains_ptr,
-                  stopped_ptr, small_ptr, totals_ptr, leaf_ptr, level, n_feat, n_nodes, l2, min_data, min_hess,
-                  tiny, neg_lr, CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr, QUANT: tl.constexpr,
-                  HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr, LEAVES: tl.constexpr,
-                  ZERO_PACK: tl.constexpr, BLOCK_F: tl.constexpr):
+                  cuts_ptr, gains_ptr, stopped_ptr, small_ptr, totals_ptr, leaf_ptr, level, n_feat, n_nodes, l2,
+                  min_data, min_hess, tiny, neg_lr, CHILDREN: tl.constexpr, PACK: tl.constexpr, ELIDE: tl.constexpr,
+                  QUANT: tl.constexpr, HAS_NOISE: tl.constexpr, LAST: tl.constexpr, TOTALS: tl.constexpr,
+                  LEAVES: tl.constexpr, ZERO_PACK: tl.constexpr, BLOCK_F: tl.constexpr):
     """One level in one launch, one program per feature f, for every node of the level in node
     order:
 
