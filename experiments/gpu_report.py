@@ -114,6 +114,7 @@ FREE = ("view", "_unsafe_view", "alias", "as_strided", "expand", "t", "transpose
         "unsqueeze", "squeeze", "select", "slice", "detach", "empty", "empty_strided", "empty_like",
         "lift_fresh", "_reshape_alias", "reshape", "unbind", "split", "split_with_sizes")
 SYNCS = ("_local_scalar_dense", "_to_copy_host", "nonzero")
+ALLOCS = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "full", "new_empty", "new_zeros")
 # The round's one device-to-host copy: its device side (the packing) counted as a GPU runs it,
 # the copy as one launch and one sync; what follows it (the host tree's check and record) runs on
 # the host on a GPU and is not counted.
@@ -134,6 +135,8 @@ class Ops(TorchDispatchMode):
                 counts["sync:" + name] += 1
             elif name not in FREE:
                 counts["torch:" + name] += 1
+            if name in ALLOCS:
+                counts["alloc:" + name] += 1
         return func(*args, **(kwargs or {}))
 
 from rankkit.boosting.engine import BoostingEngine, BoosterConfig
@@ -372,14 +375,16 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
               "as the aten ops dispatched outside the kernels (each one launch on a GPU), up to "
               "and including the round's one device-to-host copy (the packing, then the copy: one "
               "launch and one sync); what follows the copy (the host tree's check and record) runs "
-              "on the host on a GPU and is not counted.", "",
-              "| round | Triton launches | torch ops | syncs | Triton kernels |",
-              "|---|---:|---:|---:|---|"]
+              "on the host on a GPU and is not counted. Allocations: the device tensors the round "
+              "makes (from torch's caching allocator, no `cudaMalloc` after the first rounds).", "",
+              "| round | Triton launches | torch ops | syncs | allocations | Triton kernels |",
+              "|---|---:|---:|---:|---:|---|"]
     for label, counts in launches.items():
         tri = {k[7:]: v for k, v in counts.items() if k.startswith("triton:")}
         ops = sum(v for k, v in counts.items() if k.startswith("torch:"))
         syncs = sum(v for k, v in counts.items() if k.startswith("sync:"))
-        lines.append(f"| {label} | {sum(tri.values())} | {ops} | {syncs} | "
+        allocs = sum(v for k, v in counts.items() if k.startswith("alloc:"))
+        lines.append(f"| {label} | {sum(tri.values())} | {ops} | {syncs} | {allocs} | "
                      + ", ".join(f"`{k}` × {v}" for k, v in sorted(tri.items())) + " |")
     top_ops = collections.Counter({k[6:]: v for k, v in launches["default"].items() if k.startswith("torch:")})
     lines += ["", "The torch ops of the default round, most frequent first: "
@@ -561,8 +566,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "acquire-release add.",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
         "program per feature); the rest of S5: the quantized round's launches (its stochastic "
-        "rounding and leaf sums are torch ops), no allocation after the first round (the levels' "
-        "buffers come from torch's caching allocator each tree), and a CUDA graph: the round is "
+        "rounding and leaf sums are torch ops), no allocation after the first round (the round's "
+        "tensors, the tree's returned ones included, come from torch's caching allocator: 31 a "
+        "default round), and a CUDA graph: the round is "
         f"{still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
