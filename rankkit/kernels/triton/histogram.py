@@ -178,7 +178,7 @@ def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.T
     ``packed`` [F, K, 256] int64 the packed (Σg, Σh) of int32 cells of integer gradients (then
     ``out`` holds only the counts), else None; with ``hot`` the hot cells are still 0. The levels
     (:func:`rankkit.kernels.triton.tree.grow_levels_triton`) finish the rows as they scan them,
-    and zero the next level's ``out`` (its counts when packed) and ``packed`` as they go: with
+    and zero the next level's ``out`` and ``packed`` as they go: with
     ``zeroed`` both are given already zero (no launch to clear them). ``count``: [1] int32 on
     the device, how many of ``order``'s first ``n_rows`` entries to read (the routing's
     compaction), or None: all of them."""
