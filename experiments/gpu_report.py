@@ -530,7 +530,7 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "program per feature; the program that finishes last (an acquire-release counter after a "
         "barrier, as CUDA's last-block reductions; its reads bypass L1) picks the level's split. "
         "The levels are the torch reference's under the interpreter (tests/kernels/triton/test_tree.py); "
-        "compiled for sm_90 with 76–96 registers and no spills. 17 fewer launches a depth-6 round "
+        "compiled for sm_90 with 70–96 registers and no spills. 17 fewer launches a depth-6 round "
         "(41 → 24 Triton launches). The float round's leaves: the last level's pick cuts each "
         "leaf's fixed-point (ΣG, ΣH) from the chosen feature's rows, the same integers as the "
         "fixed-point leaf sums (whose kernel read node, g and h of every document: 2.1 ms a round "
