@@ -1,9 +1,10 @@
 """rankkit.kernels.shared_histogram (S3), checked without a GPU: the CUDA C compiles for sm_90
 through NVRTC without spills; its Triton twin equals the torch reference under Triton's
 interpreter (gathered through the partition, with tiles over many slots, hot cells elided, int32
-and int64 cells, int32 quantized and 64-bit fixed-point gradients); the first-contact check keeps
-a kernel that agrees with the twin and falls back with one warning otherwise; the switch is off
-unless asked for."""
+and int64 cells, int32 quantized and 64-bit fixed-point gradients), and the Triton levels grown
+through it (the twin standing in) are the reference's; the first-contact check keeps a kernel that
+agrees with the twin and falls back with one warning otherwise; the switch is off unless asked
+for."""
 from __future__ import annotations
 
 import ctypes
@@ -62,6 +63,29 @@ out["level_histogram_triton through the shared kernel"] = bool(torch.equal(full,
 root = torch.zeros(len(node), dtype=torch.int64)
 got = private_histogram_twin(codes, root, g, h, 1, torch.zeros(3, codes.shape[0], 1, 256, dtype=torch.int64))
 out["root"] = bool(torch.equal(got, build_histograms(codes, root, g.long(), h.long(), 1)))
+# The levels through the shared kernel (the twin standing in): the partition sorted by slot, as its
+# tiles want, and each level's kernel clearing all three channels of the next level's cells (the
+# kernel adds g and h unpacked, even into int32 cells): the torch reference's levels.
+from rankkit.boosting.tree import ObliviousTreeGrower, TreeParams, quantize_gradients
+from rankkit.kernels.triton import tree as triton_tree
+triton_tree.cuda_histogram_takes = lambda device: True
+gen = torch.Generator().manual_seed(5)
+codes2 = torch.randint(0, 12, (300, 4), generator=gen, dtype=torch.uint8)
+codes2[torch.rand(300, generator=gen) < 0.8, 0] = 3  # a hot code
+valid2 = torch.zeros(4, 256, dtype=torch.bool)
+valid2[:, 1:12] = True
+grad2, hess2 = torch.randn(300, generator=gen, dtype=torch.float64), torch.rand(300, generator=gen, dtype=torch.float64)
+p = TreeParams(depth=3, min_data_in_leaf=5, quantized_grad=True)
+grower = ObliviousTreeGrower(codes2, valid2, p, backend="torch")
+gq, hq, scale = quantize_gradients(grad2, hess2 + 0.1, 4, torch.Generator().manual_seed(0))
+ref = grower.backend.grow_levels(grower, gq, hq, scale, valid2, None, None, None)
+for cells in ("int32", "int64"):
+    got = triton_tree.grow_levels_triton(grower.codes, gq.to(torch.int32), hq.to(torch.int32), scale, valid2, depth=3,
+                                         l2=p.l2, min_data_in_leaf=5, min_sum_hessian=p.min_sum_hessian,
+                                         hist_dtype=getattr(torch, cells), hot=histogram.hot_codes(grower.codes))
+    out[f"levels through the shared kernel, {cells} cells"] = all(torch.equal(a.long(), b.long())
+                                                                  for a, b in zip(ref[:3], got[:3]))
+out["levels split"] = 255 not in ref[2].tolist()
 json.dump(out, open(sys.argv[-1], "w"))
 """
 
