@@ -435,15 +435,11 @@ class TritonBackend(Backend):
         to run. :func:`fixed_point`'s numbers in two launches
         (:class:`~rankkit.kernels.triton.fixed.FixedPoint`, its buffers kept for the fit), which
         also clear the tree's first buffers (no launch of their own)."""
-        from rankkit.kernels.triton.fixed import FixedPoint
-
-        if self.__dict__.get("_fixed") is None:
-            self._fixed = FixedPoint(g.device)
         codes_t = _sample(tree.codes, rows, features)
         cleared = {"node": torch.empty(codes_t.shape[1], dtype=torch.int64, device=g.device),
                    "counters": torch.empty(1 + tree.params.depth, dtype=torch.int32, device=g.device),
                    "cells": torch.empty(3, codes_t.shape[0], 1, N_CODES, dtype=torch.int64, device=g.device)}
-        g_q, h_q, scale, root = self._fixed(g.to(torch.float64), h.to(torch.float64), **cleared)
+        g_q, h_q, scale, root = self._fixed_point()(g.to(torch.float64), h.to(torch.float64), **cleared)
         return self._levels(tree, g_q, h_q, scale, valid, codes_t=codes_t, features=features, noise=noise,
                             hist_dtype=torch.int64, leaf_rate=leaf_rate, root=root, cleared=cleared)
 
@@ -474,10 +470,28 @@ class TritonBackend(Backend):
         return hot_codes(codes)
 
     def leaf_values(self, tree, node, g, h):
+        """Fixed-point leaf sums (deterministic) and their Newton steps in three launches (the
+        factors, the programs' partial sums, one program for the rest), with the round's update
+        beside them (:meth:`update_values`): one process, at most 256 leaves; else the reference."""
         p, n_leaves = tree.params, 1 << tree.params.depth
-        if tree.reduce is identity_reduce and n_leaves <= 256:  # fixed-point sums: deterministic
-            return torch_ref.newton_leaf_values(triton_backend.exact_leaf_sums(node, g, h, n_leaves), p)
-        return super().leaf_values(tree, node, g, h)
+        if tree.reduce is not identity_reduce or n_leaves > MAX_CUT_LEAVES or not node.shape[0]:
+            return super().leaf_values(tree, node, g, h)
+        from rankkit.kernels.triton.tree import exact_leaf_values_triton
+
+        g, h = g.to(torch.float64), h.to(torch.float64)
+        values, update = exact_leaf_values_triton(node, g, h, n_leaves, factors=self._fixed_point().factors(g, h),
+                                                  learning_rate=p.learning_rate, l2=p.l2,
+                                                  min_sum_hessian=p.min_sum_hessian)
+        self._guarded = (values, update)
+        return values
+
+    def _fixed_point(self):
+        """The fit's :class:`~rankkit.kernels.triton.fixed.FixedPoint` (its buffers kept)."""
+        from rankkit.kernels.triton.fixed import FixedPoint
+
+        if self.__dict__.get("_fixed") is None:
+            self._fixed = FixedPoint(self.device)
+        return self._fixed
 
     def score_eval_set(self, metric, scores, layout, values, codes, features, cuts):
         """The tree's update and NDCG@k in one kernel per length bucket

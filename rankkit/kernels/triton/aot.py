@@ -23,7 +23,8 @@ from rankkit.kernels.triton.fixed import _round_kernel, _scale_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _finish_kernel, _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
-from rankkit.kernels.triton.tree import _exact_leaf_sums_kernel, _level_kernel, _route_kernel, _score_update_kernel
+from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _leaf_values_kernel, _level_kernel, _route_kernel,
+                                         _score_update_kernel)
 
 H100 = GPUTarget("cuda", 90, 32)
 FLOATS = {"fp32": "*fp32", "fp64": "*fp64"}
@@ -163,6 +164,10 @@ def _configs() -> dict:
              "part_ptr": "*i64", "N": "i32", "per_program": "i32"}
     ce = {"N_LEAVES": 64, "BLOCK_N": 64}
     out["exact_leaf_sums"] = (_exact_leaf_sums_kernel, _signature(_exact_leaf_sums_kernel, types, ce), ce)
+    types = {"part_ptr": "*i64", "factor_ptr": "*fp64", "out_ptr": "*fp64", "programs": "i32", "neg_lr": "fp64",
+             "l2": "fp64", "min_hess": "fp64"}
+    ce = {"N_LEAVES": 64}
+    out["leaf_values"] = (_leaf_values_kernel, _signature(_leaf_values_kernel, types, ce), ce)
     types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "factor_ptr": "*fp64",
              "root_ptr": "*i64", "clear_ptr": "*i32", "N": "i32", "per_program": "i32", "programs": "i32",
              "top_shift": "fp64", "n_clear": "i32"}

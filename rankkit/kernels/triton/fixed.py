@@ -118,7 +118,22 @@ class FixedPoint:
         self.part = torch.empty(2 * MAX_PROGRAMS, dtype=torch.float64, device=device)
         self.factor = torch.empty(4, dtype=torch.float64, device=device)
         self.no_counters = torch.empty(0, dtype=torch.int32, device=device)
+        self.root = torch.empty(3, dtype=torch.int64, device=device)  # the root's sums where no one reads them
         self.no_cells = torch.empty(0, dtype=torch.int64, device=device)
+
+    def factors(self, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """[4] float64 (2^S_g, 2^S_h, 2^−S_g, 2^−S_h) of float64 g, h [n] in one launch: the
+        reference's :func:`~rankkit.kernels.torch_ref.fixed_point_factor` of their largest |g|,
+        |h| and n. This object's buffer, valid until its next call."""
+        n = g.shape[0]
+        g, h = g.contiguous(), h.contiguous()
+        programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
+        per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
+        programs = max(1, triton.cdiv(n, per_program))
+        _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, self.root, self.no_counters, n,
+                                   per_program, programs, 62.0 - math.log2(max(n, 1)), 0, BLOCK=BLOCK,
+                                   BLOCK_P=max(16, triton.next_power_of_2(programs)))
+        return self.factor
 
     def __call__(self, g: torch.Tensor, h: torch.Tensor, *, node: torch.Tensor | None = None,
                  counters: torch.Tensor | None = None, cells: torch.Tensor | None = None

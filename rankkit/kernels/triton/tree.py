@@ -419,6 +419,48 @@ def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.T
     return part.sum(0).double() / factor[:, None]
 
 
+@triton.jit
+def _leaf_values_kernel(part_ptr, factor_ptr, out_ptr, programs, neg_lr, l2, min_hess, N_LEAVES: tl.constexpr):
+    """One program: the leaves' fixed-point sums (part [programs, 2, N_LEAVES] int64, summed over
+    the programs: exact), their Newton steps (:func:`_newton_step`, the scales 2^−S from factor
+    [4]) into out [0], and the round's update into out [1]: the steps, or zeros if one is not
+    finite."""
+    leaves = tl.arange(0, N_LEAVES)
+    g = tl.zeros([N_LEAVES], dtype=tl.int64)
+    h = tl.zeros([N_LEAVES], dtype=tl.int64)
+    for p in range(programs):
+        g += tl.load(part_ptr + p * 2 * N_LEAVES + leaves)
+        h += tl.load(part_ptr + p * 2 * N_LEAVES + N_LEAVES + leaves)
+    step = _newton_step(g, h, tl.load(factor_ptr + 2), tl.load(factor_ptr + 3), neg_lr, l2, min_hess)
+    tl.store(out_ptr + leaves, step)
+    bad = tl.sum((~(tl.abs(step) < float("inf"))).to(tl.int32), 0)
+    tl.store(out_ptr + N_LEAVES + leaves, tl.where(bad > 0, 0.0, step))
+
+
+def exact_leaf_values_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leaves: int, *,
+                             factors: torch.Tensor, learning_rate: float, l2: float,
+                             min_sum_hessian: float) -> torch.Tensor:
+    """[2, n_leaves] float64: the leaves' Newton steps from their fixed-point sums, bit for bit
+    ``newton_leaf_values(exact_leaf_sums(node, grad, hess))`` of the torch reference (one
+    process), and the round's update (the steps, or zeros if one is not finite), in two launches
+    after ``factors`` ([4], :meth:`~rankkit.kernels.triton.fixed.FixedPoint.factors` of grad and
+    hess): the programs' partial sums, then one program for the rest. ``n_leaves`` a power of two
+    at most :data:`MAX_FUSED_LEAVES`, at least one document."""
+    if n_leaves > MAX_FUSED_LEAVES or n_leaves & (n_leaves - 1) or node.shape[0] == 0:
+        raise ValueError(f"`n_leaves` must be a power of two <= {MAX_FUSED_LEAVES} (got {n_leaves}), over documents")
+    n, block_n = node.shape[0], max(16, 4096 // n_leaves)
+    programs = min(LEAF_SUM_PROGRAMS, triton.cdiv(n, block_n))
+    per_program = triton.cdiv(triton.cdiv(n, programs), block_n) * block_n
+    programs = triton.cdiv(n, per_program)
+    part = torch.empty(programs, 2, n_leaves, dtype=torch.int64, device=grad.device)
+    _exact_leaf_sums_kernel[(programs,)](node.contiguous(), grad.contiguous(), hess.contiguous(), factors, part, n,
+                                         per_program, N_LEAVES=n_leaves, BLOCK_N=block_n)
+    out = torch.empty(2, n_leaves, dtype=torch.float64, device=grad.device)
+    _leaf_values_kernel[(1,)](part, factors, out, programs, -float(learning_rate), float(l2), float(min_sum_hessian),
+                              N_LEAVES=n_leaves)
+    return out
+
+
 def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
                         leaf: torch.Tensor | None = None, codes_t: torch.Tensor | None = None,
                         features: torch.Tensor | None = None, cuts: torch.Tensor | None = None,

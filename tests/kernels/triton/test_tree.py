@@ -109,6 +109,24 @@ out["leaf_sums"] = {
     "programs": [exact_leaf_sums_triton(leaf8, grad, hess, 8, block_n=16).tolist(),
                  exact_leaf_sums(leaf8, grad, hess, 8).tolist()]}
 
+# The quantized round's leaves in three launches (the factors, the partial sums, one program for the
+# Newton steps and the guarded update): the reference's, bit for bit; a NaN hessian gives NaN leaves
+# and no update.
+from rankkit.kernels.torch_ref import newton_leaf_values as _newton
+from rankkit.kernels.triton.fixed import FixedPoint
+from rankkit.kernels.triton.tree import exact_leaf_values_triton
+fixed = FixedPoint(torch.device("cpu"))
+p8 = TreeParams(depth=3, min_data_in_leaf=5, learning_rate=0.3, l2=0.7)
+hess_nan = hess.clone()
+hess_nan[3] = float("nan")
+leaf_values = {}
+leaf_cases = {"random": (grad.float().double(), hess), "ties": (ties, hess), "nan_hess": (grad, hess_nan)}
+for name, (gg, hh) in leaf_cases.items():
+    got = exact_leaf_values_triton(leaf8, gg, hh, 8, factors=fixed.factors(gg, hh), learning_rate=p8.learning_rate,
+                                   l2=p8.l2, min_sum_hessian=p8.min_sum_hessian)
+    leaf_values[name] = {"got": got.tolist(), "ref": _newton(exact_leaf_sums(leaf8, gg, hh, 8), p8).tolist()}
+out["leaf_values"] = leaf_values
+
 # Deterministic float histograms: the Triton backend's tree on float gradients is the same bits
 # when the documents come in another order (64-bit fixed-point atomics); float64 cells are not
 # (a fixture whose sums depend on the order of the additions).
@@ -261,6 +279,15 @@ def test_triton_score_update_interpreted_equals_leaf_of(interpreted):
 def test_triton_exact_leaf_sums_interpreted_equal_the_reference_bit_for_bit(interpreted):
     for name, (got, ref) in interpreted["leaf_sums"].items():
         assert got == ref, name
+
+
+def test_triton_quantized_leaves_in_three_launches_are_the_reference_bit_for_bit(interpreted):
+    cases = interpreted["leaf_values"]
+    for name in ("random", "ties"):
+        values, update = cases[name]["got"]
+        assert values == cases[name]["ref"] == update, name
+    values, update = cases["nan_hess"]["got"]
+    assert any(v != v for v in values) and any(v != v for v in cases["nan_hess"]["ref"]) and update == [0.0] * 8
 
 
 def test_triton_float_histograms_are_the_same_bits_in_any_document_order(interpreted):
