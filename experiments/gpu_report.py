@@ -565,8 +565,8 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "last-program kernels put a barrier after their stores and reads past L1 after their "
         "acquire-release add.",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature); the rest of S5: the quantized round's launches (its stochastic "
-        "rounding is torch ops; its leaves are three launches since 2026-12-05), no allocation after the first round (the round's "
+        "program per feature); the rest of S5: the quantized round's launches (since 2026-12-05 its "
+        "stochastic rounding and its leaves are three launches each), no allocation after the first round (the round's "
         "tensors, the tree's returned ones included, come from torch's caching allocator: 31 a "
         "default round), and a CUDA graph: the round is "
         f"{still} under the interpreter (the table above).",

@@ -414,6 +414,16 @@ class TritonBackend(Backend):
         self._guarded = (values, update)  # the values, and the update the pick guarded
         return node, feats, cuts, gains, values
 
+    def quantize(self, g, h, n_bins, generator, *, shard=None):
+        """One process: :class:`~rankkit.kernels.triton.fixed.FixedPoint`'s three launches (the
+        same draws and integers as the reference; a shard's scales need every rank's), the
+        root's sums kept for the levels."""
+        if shard is not None or not g.shape[0] or g.dtype != torch.float64 or h.dtype != torch.float64:
+            return super().quantize(g, h, n_bins, generator, shard=shard)
+        g_q, h_q, scale, root = self._fixed_point().quantize(g, h, n_bins, generator)
+        self._quantized_root = (g_q, root)
+        return g_q, h_q, scale
+
     def update_values(self, values):
         """The update the last level's pick wrote beside ``values`` when it made them (no
         launch), else the reference's guard."""
@@ -424,9 +434,10 @@ class TritonBackend(Backend):
         if tree.reduce is not identity_reduce:
             return super().grow_levels(tree, g, h, scale, valid, rows, features, noise)
         if scale is not None:  # quantized gradients: small integers, int32 cells
+            kept = self.__dict__.get("_quantized_root")  # the root's sums, where quantize made g
             return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid,
                                 codes_t=_sample(tree.codes, rows, features), features=features, noise=noise,
-                                hist_dtype=torch.int32)
+                                hist_dtype=torch.int32, root=kept[1] if kept is not None and kept[0] is g else None)
         return self._fixed_levels(tree, g, h, valid, rows=rows, features=features, noise=noise)
 
     def _fixed_levels(self, tree, g, h, valid, *, rows, features, noise, leaf_rate=None):

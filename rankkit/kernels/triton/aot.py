@@ -19,7 +19,7 @@ from triton.compiler import ASTSource
 
 from rankkit.kernels.triton.eval_ndcg import _eval_ndcg_kernel, _mean_kernel
 from rankkit.kernels.triton.fixed import BLOCK as FIXED_BLOCK
-from rankkit.kernels.triton.fixed import _round_kernel, _scale_kernel
+from rankkit.kernels.triton.fixed import _quantize_round_kernel, _quantize_scale_kernel, _round_kernel, _scale_kernel
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _finish_kernel, _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
@@ -125,6 +125,31 @@ def _level_configs() -> dict:
     return out
 
 
+def _fixed_configs() -> dict:
+    """The round's gradients as integers (:mod:`rankkit.kernels.triton.fixed`): the fixed point's and
+    ``quantized_grad``'s scales (the last program's) and roundings."""
+    out = {}
+    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "factor_ptr": "*fp64",
+             "root_ptr": "*i64", "clear_ptr": "*i32", "N": "i32", "per_program": "i32", "programs": "i32",
+             "top_shift": "fp64", "n_clear": "i32"}
+    ce = {"BLOCK": FIXED_BLOCK, "BLOCK_P": 1024}
+    out["fixed_scale"] = (_scale_kernel, _signature(_scale_kernel, types, ce), ce)
+    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64", "gq_ptr": "*i64", "hq_ptr": "*i64",
+             "root_ptr": "*i64", "node_ptr": "*i64", "cells_ptr": "*i64", "N": "i32", "n_cells": "i32"}
+    ce = {"BLOCK": FIXED_BLOCK}
+    out["fixed_round"] = (_round_kernel, _signature(_round_kernel, types, ce), ce)
+    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "scale_ptr": "*fp64",
+             "root_ptr": "*i64", "N": "i32", "per_program": "i32", "programs": "i32", "half_bins": "fp64",
+             "bins": "fp64"}
+    ce = {"BLOCK": FIXED_BLOCK, "BLOCK_P": 1024}
+    out["fixed_scale_quantized"] = (_quantize_scale_kernel, _signature(_quantize_scale_kernel, types, ce), ce)
+    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "u_ptr": "*fp64", "scale_ptr": "*fp64", "gq_ptr": "*i32",
+             "hq_ptr": "*i32", "root_ptr": "*i64", "N": "i32"}
+    ce = {"BLOCK": FIXED_BLOCK}
+    out["fixed_round_quantized"] = (_quantize_round_kernel, _signature(_quantize_round_kernel, types, ce), ce)
+    return out
+
+
 def _configs() -> dict:
     """kernel name -> (kernel, signature, constexprs), every configuration the trainers launch,
     in float32 and float64 where the scores' dtype reaches the kernel."""
@@ -168,15 +193,7 @@ def _configs() -> dict:
              "l2": "fp64", "min_hess": "fp64"}
     ce = {"N_LEAVES": 64}
     out["leaf_values"] = (_leaf_values_kernel, _signature(_leaf_values_kernel, types, ce), ce)
-    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "factor_ptr": "*fp64",
-             "root_ptr": "*i64", "clear_ptr": "*i32", "N": "i32", "per_program": "i32", "programs": "i32",
-             "top_shift": "fp64", "n_clear": "i32"}
-    ce = {"BLOCK": FIXED_BLOCK, "BLOCK_P": 1024}
-    out["fixed_scale"] = (_scale_kernel, _signature(_scale_kernel, types, ce), ce)
-    types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "factor_ptr": "*fp64", "gq_ptr": "*i64", "hq_ptr": "*i64",
-             "root_ptr": "*i64", "node_ptr": "*i64", "cells_ptr": "*i64", "N": "i32", "n_cells": "i32"}
-    ce = {"BLOCK": FIXED_BLOCK}
-    out["fixed_round"] = (_round_kernel, _signature(_round_kernel, types, ce), ce)
+    out.update(_fixed_configs())
     for short, ptr in FLOATS.items():
         types = {"scores_ptr": ptr, "leaf_values_ptr": "*fp64", "leaf_ptr": "*i64",
                  "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64", "N": "i32"}

@@ -21,6 +21,11 @@ launch of its own clears them (S5: ../shared/design/gpu-round.md).
 
 A NaN gradient makes the scale NaN, as the reference's, so that the leaves it reaches are NaN and
 the round says so.
+
+``quantized_grad``'s stochastic rounding (:meth:`FixedPoint.quantize`) takes the same shape: the
+scales from the programs' maxima by the last one, the reference's ``torch.rand`` draws, then the
+rounding with the root's sums; and the quantized round's leaf sums take their factors from
+:meth:`FixedPoint.factors` (one launch).
 """
 from __future__ import annotations
 
@@ -108,6 +113,56 @@ def _round_kernel(g_ptr, h_ptr, factor_ptr, gq_ptr, hq_ptr, root_ptr, node_ptr, 
         tl.atomic_add(root_ptr + ch, tl.sum(fixed, 0), sem="relaxed")
 
 
+@triton.jit
+def _quantize_scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, scale_ptr, root_ptr, N, per_program, programs,
+                           half_bins, bins, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+    """``quantized_grad``'s scales: part[pid] = (max|g|, max|h|) of the program's documents; the
+    last program: scale [2] = (max|g| / (B/2), max|h| / B), 1 where not above 0 (NaN included),
+    as :func:`rankkit.kernels.torch_ref.quantize_gradients`; root [3] = (0, 0, N)."""
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * per_program
+    stop = tl.minimum(start + per_program, N)
+    top_g = tl.zeros([BLOCK], dtype=tl.float64)
+    top_h = tl.zeros([BLOCK], dtype=tl.float64)
+    for c0 in range(start, stop, BLOCK):
+        n = c0 + tl.arange(0, BLOCK)
+        inside = n < stop
+        top_g = tl.maximum(top_g, tl.abs(tl.load(g_ptr + n, mask=inside, other=0.0)), propagate_nan=tl.PropagateNan.ALL)
+        top_h = tl.maximum(top_h, tl.abs(tl.load(h_ptr + n, mask=inside, other=0.0)), propagate_nan=tl.PropagateNan.ALL)
+    tl.store(part_ptr + 2 * pid, _nan_max(top_g))
+    tl.store(part_ptr + 2 * pid + 1, _nan_max(top_h))
+    tl.debug_barrier()
+    done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == programs - 1:
+        p = tl.arange(0, BLOCK_P)
+        have = p < programs
+        for ch in tl.static_range(2):
+            top = _nan_max(tl.load(part_ptr + 2 * p + ch, mask=have, other=0.0, cache_modifier=".cg"))
+            top = top / (half_bins if ch == 0 else bins)
+            tl.store(scale_ptr + ch, tl.where(top > 0.0, top, 1.0))
+            tl.store(root_ptr + ch, 0)
+        tl.store(root_ptr + 2, tl.cast(N, tl.int64))
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _quantize_round_kernel(g_ptr, h_ptr, u_ptr, scale_ptr, gq_ptr, hq_ptr, root_ptr, N, BLOCK: tl.constexpr):
+    """g_q, h_q [N] int32 = ⌊x / s + u⌋ (u [2, N] the round's draws), their sums added to root [0], [1]."""
+    n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = n < N
+    for ch in tl.static_range(2):
+        if ch == 0:
+            x = tl.load(g_ptr + n, mask=inside, other=0.0) / tl.load(scale_ptr)
+        else:
+            x = tl.load(h_ptr + n, mask=inside, other=0.0) / tl.load(scale_ptr + 1)
+        q = tl.where(inside, tl.floor(x + tl.load(u_ptr + ch * N + n, mask=inside, other=0.0)).to(tl.int32), 0)
+        if ch == 0:
+            tl.store(gq_ptr + n, q, mask=inside)
+        else:
+            tl.store(hq_ptr + n, q, mask=inside)
+        tl.atomic_add(root_ptr + ch, tl.sum(q.to(tl.int64), 0), sem="relaxed")
+
+
 class FixedPoint:
     """:func:`rankkit.kernels.backends.fixed_point` in two launches, with the buffers of a fit
     (a counter, the partial maxima, the factors, the root's sums) allocated once."""
@@ -120,6 +175,28 @@ class FixedPoint:
         self.no_counters = torch.empty(0, dtype=torch.int32, device=device)
         self.root = torch.empty(3, dtype=torch.int64, device=device)  # the root's sums where no one reads them
         self.no_cells = torch.empty(0, dtype=torch.int64, device=device)
+
+    def quantize(self, g: torch.Tensor, h: torch.Tensor, n_bins: int, generator: torch.Generator | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`rankkit.kernels.torch_ref.quantize_gradients` of float64 g, h [n] (one process, at
+        least one document) in three launches, its draws the same (one ``torch.rand`` from
+        ``generator``): (g_q, h_q [n] int32, scale [2] float64, root [3] int64 = (Σg_q, Σh_q, n)),
+        bit for bit. ``scale`` is a new tensor; ``root`` too."""
+        n = g.shape[0]
+        g, h = g.contiguous(), h.contiguous()
+        scale = torch.empty(2, dtype=torch.float64, device=g.device)
+        root = torch.empty(3, dtype=torch.int64, device=g.device)
+        programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
+        per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
+        programs = max(1, triton.cdiv(n, per_program))
+        _quantize_scale_kernel[(programs,)](g, h, self.part, self.counter, scale, root, n, per_program, programs,
+                                            n_bins / 2, float(n_bins), BLOCK=BLOCK,
+                                            BLOCK_P=max(16, triton.next_power_of_2(programs)))
+        u = torch.rand(2, n, generator=generator, dtype=torch.float64, device=g.device)
+        g_q = torch.empty(n, dtype=torch.int32, device=g.device)
+        h_q = torch.empty_like(g_q)
+        _quantize_round_kernel[(triton.cdiv(n, BLOCK),)](g, h, u, scale, g_q, h_q, root, n, BLOCK=BLOCK)
+        return g_q, h_q, scale, root
 
     def factors(self, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """[4] float64 (2^S_g, 2^S_h, 2^−S_g, 2^−S_h) of float64 g, h [n] in one launch: the

@@ -45,6 +45,17 @@ for name, (g, h) in cases.items():
     ref, got = fixed_point(g, h), fixed(g, h)
     out[name] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got[:3]],
                  "root": got[3].tolist(), "sums": [int(ref[0].sum()), int(ref[1].sum()), g.shape[0]]}
+# quantized_grad's stochastic rounding in three launches: the reference's draws and integers.
+from rankkit.kernels.torch_ref import quantize_gradients
+quantized = {}
+for name, (g, h) in {"random": cases["random"], "zeros": cases["zeros"], "nan": cases["nan"]}.items():
+    for bins in (4, 16):
+        ref = quantize_gradients(g, h, bins, torch.Generator().manual_seed(7))
+        got = fixed.quantize(g, h, bins, torch.Generator().manual_seed(7))
+        quantized[f"{name} {bins}"] = {"ref": [t.tolist() for t in ref], "got": [t.tolist() for t in got[:3]],
+                                       "dtypes": [str(t.dtype) for t in got], "root": got[3].tolist(),
+                                       "sums": [int(ref[0].long().sum()), int(ref[1].long().sum()), g.shape[0]]}
+out["quantized"] = quantized
 # The tree's first buffers cleared on the way (no launch of their own clears them).
 node = torch.full((5 * BLOCK + 7,), 7, dtype=torch.int64)
 counters = torch.full((7,), 7, dtype=torch.int32)
@@ -82,3 +93,16 @@ def test_triton_fixed_point_of_a_nan_gradient_has_a_nan_scale(interpreted):
 
 def test_triton_fixed_point_clears_the_trees_first_buffers(interpreted):
     assert interpreted["cleared"] == [0, 0, 0]
+
+
+def test_triton_quantized_gradients_are_the_references_bit_for_bit(interpreted):
+    for name, case in interpreted["quantized"].items():
+        assert case["dtypes"] == ["torch.int32", "torch.int32", "torch.float64", "torch.int64"], name
+        if name.startswith("nan"):  # the NaN document's integer is undefined on both sides: the rest and the scales
+            got, ref = case["got"], case["ref"]
+            keep = [i for i in range(len(ref[0])) if i != 2 * 1024 + 5]
+            assert [got[0][i] for i in keep] == [ref[0][i] for i in keep] and got[1:] == ref[1:], name
+            continue
+        assert case["got"] == case["ref"], name
+        assert case["root"] == case["sums"], name
+    assert interpreted["quantized"]["zeros 4"]["ref"][2] == [1.0, 1.0]  # no gradient: the scales are 1
