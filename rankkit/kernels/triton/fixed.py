@@ -47,12 +47,10 @@ def _nan_max(x):
 
 
 @triton.jit
-def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, clear_ptr, N, per_program, programs,
-                  top_shift, n_clear, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
-    """part[pid] = (max|g|, max|h|) of documents pid · per_program …; the last program: factor
-    [4] = (2^S_g, 2^S_h, 2^−S_g, 2^−S_h), S = min(900, ⌊top_shift − log2(max(top, 1e−280))⌋)
-    (``top_shift`` = 62 − log2 n, from the host as the reference takes it), root [3] =
-    (0, 0, N), and clear [n_clear] int32 zeroed (the levels' counters)."""
+def _partial_maxima(g_ptr, h_ptr, part_ptr, counter_ptr, N, per_program, programs, BLOCK: tl.constexpr):
+    """part[pid] = (max|g|, max|h|) of documents pid · per_program … (NaN if one is), then one
+    acquire-release add to the counter after a barrier: True in the program that finishes last,
+    which then sees every program's maxima (read them past L1, ``.cg``)."""
     pid = tl.program_id(0)
     start = pid.to(tl.int64) * per_program
     stop = tl.minimum(start + per_program, N)
@@ -67,11 +65,20 @@ def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, cle
     tl.store(part_ptr + 2 * pid + 1, _nan_max(top_h))
     tl.debug_barrier()
     done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-    if done == programs - 1:
+    return done == programs - 1
+
+
+@triton.jit
+def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, clear_ptr, N, per_program, programs,
+                  top_shift, n_clear, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+    """part[pid] = (max|g|, max|h|) of documents pid · per_program …; the last program: factor
+    [4] = (2^S_g, 2^S_h, 2^−S_g, 2^−S_h), S = min(900, ⌊top_shift − log2(max(top, 1e−280))⌋)
+    (``top_shift`` = 62 − log2 n, from the host as the reference takes it), root [3] =
+    (0, 0, N), and clear [n_clear] int32 zeroed (the levels' counters)."""
+    if _partial_maxima(g_ptr, h_ptr, part_ptr, counter_ptr, N, per_program, programs, BLOCK):
         p = tl.arange(0, BLOCK_P)
-        have = p < programs
         for ch in tl.static_range(2):
-            top = _nan_max(tl.load(part_ptr + 2 * p + ch, mask=have, other=0.0, cache_modifier=".cg"))
+            top = _nan_max(tl.load(part_ptr + 2 * p + ch, mask=p < programs, other=0.0, cache_modifier=".cg"))
             shift = tl.minimum(tl.floor(top_shift - tl.log2(tl.maximum(top, 1e-280))), 900.0)
             shift = tl.where(top != top, top, shift)  # NaN stays NaN (the reference's clamp keeps it)
             factor = tl.exp2(shift)
@@ -119,25 +126,10 @@ def _quantize_scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, scale_ptr, root_
     """``quantized_grad``'s scales: part[pid] = (max|g|, max|h|) of the program's documents; the
     last program: scale [2] = (max|g| / (B/2), max|h| / B), 1 where not above 0 (NaN included),
     as :func:`rankkit.kernels.torch_ref.quantize_gradients`; root [3] = (0, 0, N)."""
-    pid = tl.program_id(0)
-    start = pid.to(tl.int64) * per_program
-    stop = tl.minimum(start + per_program, N)
-    top_g = tl.zeros([BLOCK], dtype=tl.float64)
-    top_h = tl.zeros([BLOCK], dtype=tl.float64)
-    for c0 in range(start, stop, BLOCK):
-        n = c0 + tl.arange(0, BLOCK)
-        inside = n < stop
-        top_g = tl.maximum(top_g, tl.abs(tl.load(g_ptr + n, mask=inside, other=0.0)), propagate_nan=tl.PropagateNan.ALL)
-        top_h = tl.maximum(top_h, tl.abs(tl.load(h_ptr + n, mask=inside, other=0.0)), propagate_nan=tl.PropagateNan.ALL)
-    tl.store(part_ptr + 2 * pid, _nan_max(top_g))
-    tl.store(part_ptr + 2 * pid + 1, _nan_max(top_h))
-    tl.debug_barrier()
-    done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-    if done == programs - 1:
+    if _partial_maxima(g_ptr, h_ptr, part_ptr, counter_ptr, N, per_program, programs, BLOCK):
         p = tl.arange(0, BLOCK_P)
-        have = p < programs
         for ch in tl.static_range(2):
-            top = _nan_max(tl.load(part_ptr + 2 * p + ch, mask=have, other=0.0, cache_modifier=".cg"))
+            top = _nan_max(tl.load(part_ptr + 2 * p + ch, mask=p < programs, other=0.0, cache_modifier=".cg"))
             top = top / (half_bins if ch == 0 else bins)
             tl.store(scale_ptr + ch, tl.where(top > 0.0, top, 1.0))
             tl.store(root_ptr + ch, 0)
@@ -163,6 +155,14 @@ def _quantize_round_kernel(g_ptr, h_ptr, u_ptr, scale_ptr, gq_ptr, hq_ptr, root_
         tl.atomic_add(root_ptr + ch, tl.sum(q.to(tl.int64), 0), sem="relaxed")
 
 
+def _grid(n: int) -> tuple[int, int]:
+    """(programs, documents per program, a multiple of BLOCK) of the partial maxima over n
+    documents: at most :data:`MAX_PROGRAMS`, at least one."""
+    programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
+    per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
+    return max(1, triton.cdiv(n, per_program)), per_program
+
+
 class FixedPoint:
     """:func:`rankkit.kernels.backends.fixed_point` in two launches, with the buffers of a fit
     (a counter, the partial maxima, the factors, the root's sums) allocated once."""
@@ -186,9 +186,7 @@ class FixedPoint:
         g, h = g.contiguous(), h.contiguous()
         scale = torch.empty(2, dtype=torch.float64, device=g.device)
         root = torch.empty(3, dtype=torch.int64, device=g.device)
-        programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
-        per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
-        programs = max(1, triton.cdiv(n, per_program))
+        programs, per_program = _grid(n)
         _quantize_scale_kernel[(programs,)](g, h, self.part, self.counter, scale, root, n, per_program, programs,
                                             n_bins / 2, float(n_bins), BLOCK=BLOCK,
                                             BLOCK_P=max(16, triton.next_power_of_2(programs)))
@@ -204,9 +202,7 @@ class FixedPoint:
         |h| and n. This object's buffer, valid until its next call."""
         n = g.shape[0]
         g, h = g.contiguous(), h.contiguous()
-        programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
-        per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
-        programs = max(1, triton.cdiv(n, per_program))
+        programs, per_program = _grid(n)
         _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, self.root, self.no_counters, n,
                                    per_program, programs, 62.0 - math.log2(max(n, 1)), 0, BLOCK=BLOCK,
                                    BLOCK_P=max(16, triton.next_power_of_2(programs)))
@@ -228,9 +224,7 @@ class FixedPoint:
         g_q = torch.empty(n, dtype=torch.int64, device=g.device)
         h_q = torch.empty_like(g_q)
         root = torch.empty(3, dtype=torch.int64, device=g.device)
-        programs = max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
-        per_program = triton.cdiv(triton.cdiv(max(n, 1), programs), BLOCK) * BLOCK
-        programs = max(1, triton.cdiv(n, per_program))
+        programs, per_program = _grid(n)
         _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, root, counters, n, per_program,
                                    programs, 62.0 - math.log2(max(n, 1)), counters.numel(), BLOCK=BLOCK,
                                    BLOCK_P=max(16, triton.next_power_of_2(programs)))

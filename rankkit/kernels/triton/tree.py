@@ -409,14 +409,21 @@ def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.T
     if not n:
         return torch.zeros(2, n_leaves, dtype=torch.float64, device=grad.device)
     # Two stages, no atomics: each program's partial sums, then one sum over the programs.
+    return _leaf_partials(node, grad, hess, factor, n_leaves, block_n).sum(0).double() / factor[:, None]
+
+
+def _leaf_partials(node, grad, hess, factor, n_leaves: int, block_n: int) -> torch.Tensor:
+    """[programs, 2, n_leaves] int64: each program's fixed-point (Σg, Σh) per leaf over its run of
+    documents (:func:`_exact_leaf_sums_kernel`, ``factor`` [≥ 2] the 2^S), at most
+    :data:`LEAF_SUM_PROGRAMS` programs; at least one document."""
+    n = node.shape[0]
     programs = min(LEAF_SUM_PROGRAMS, triton.cdiv(n, block_n))
     per_program = triton.cdiv(triton.cdiv(n, programs), block_n) * block_n
     programs = triton.cdiv(n, per_program)
     part = torch.empty(programs, 2, n_leaves, dtype=torch.int64, device=grad.device)
-    _exact_leaf_sums_kernel[(programs,)](
-        node.contiguous(), grad.contiguous(), hess.contiguous(), factor, part, n, per_program,
-        N_LEAVES=n_leaves, BLOCK_N=block_n)
-    return part.sum(0).double() / factor[:, None]
+    _exact_leaf_sums_kernel[(programs,)](node.contiguous(), grad.contiguous(), hess.contiguous(), factor, part, n,
+                                         per_program, N_LEAVES=n_leaves, BLOCK_N=block_n)
+    return part
 
 
 @triton.jit
@@ -448,16 +455,10 @@ def exact_leaf_values_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch
     at most :data:`MAX_FUSED_LEAVES`, at least one document."""
     if n_leaves > MAX_FUSED_LEAVES or n_leaves & (n_leaves - 1) or node.shape[0] == 0:
         raise ValueError(f"`n_leaves` must be a power of two <= {MAX_FUSED_LEAVES} (got {n_leaves}), over documents")
-    n, block_n = node.shape[0], max(16, 4096 // n_leaves)
-    programs = min(LEAF_SUM_PROGRAMS, triton.cdiv(n, block_n))
-    per_program = triton.cdiv(triton.cdiv(n, programs), block_n) * block_n
-    programs = triton.cdiv(n, per_program)
-    part = torch.empty(programs, 2, n_leaves, dtype=torch.int64, device=grad.device)
-    _exact_leaf_sums_kernel[(programs,)](node.contiguous(), grad.contiguous(), hess.contiguous(), factors, part, n,
-                                         per_program, N_LEAVES=n_leaves, BLOCK_N=block_n)
+    part = _leaf_partials(node, grad, hess, factors, n_leaves, max(16, 4096 // n_leaves))
     out = torch.empty(2, n_leaves, dtype=torch.float64, device=grad.device)
-    _leaf_values_kernel[(1,)](part, factors, out, programs, -float(learning_rate), float(l2), float(min_sum_hessian),
-                              N_LEAVES=n_leaves)
+    _leaf_values_kernel[(1,)](part, factors, out, part.shape[0], -float(learning_rate), float(l2),
+                              float(min_sum_hessian), N_LEAVES=n_leaves)
     return out
 
 
