@@ -97,6 +97,7 @@ import warnings
 warnings.simplefilter("ignore")
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+import torch.utils._pytree as pytree
 import triton.runtime.interpreter as interp
 
 counts = collections.Counter()
@@ -112,32 +113,39 @@ def counted(self, *a, **k):
 interp.InterpretedFunction.run = counted
 FREE = ("view", "_unsafe_view", "alias", "as_strided", "expand", "t", "transpose", "permute",
         "unsqueeze", "squeeze", "select", "slice", "detach", "empty", "empty_strided", "empty_like",
-        "lift_fresh", "_reshape_alias", "reshape", "unbind", "split", "split_with_sizes")
+        "lift_fresh", "_reshape_alias", "reshape", "unbind", "split", "split_with_sizes", "resize_")
 SYNCS = ("_local_scalar_dense", "_to_copy_host", "nonzero")
-ALLOCS = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "full", "new_empty", "new_zeros")
+def storages(tree):
+    return {t.untyped_storage().data_ptr() for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)}
 # The round's one device-to-host copy: its device side (the packing) counted as a GPU runs it,
 # the copy as one launch and one sync; what follows it (the host tree's check and record) runs on
 # the host on a GPU and is not counted.
 import rankkit.boosting.engine as engine_module
 host = [False]
-def on_host(tree, values=()):
-    packed = engine_module._pack_tree(tree, list(values))
+def on_host(tree, values=(), backend=None):
+    packed = engine_module._pack_tree(tree, list(values), backend.pack)
     counts["torch:copy (device to host)"] += 1
     counts["sync:copy (device to host)"] += 1
     host[0] = True
-    return engine_module._unpack_tree(packed, tree, len(values))
+    return engine_module._unpack_tree(packed.clone(), tree, len(values))
 engine_module._tree_on_host = on_host
 class Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
+        out = func(*args, **(kwargs or {}))
         if not inside[0] and not host[0]:
             if name in ("_local_scalar_dense", "nonzero"):
                 counts["sync:" + name] += 1
             elif name not in FREE:
                 counts["torch:" + name] += 1
-            if name in ALLOCS:
-                counts["alloc:" + name] += 1
-        return func(*args, **(kwargs or {}))
+            # An allocation: an output holding memory that no input holds (a view, an in-place
+            # or out= op returns an input's storage).
+            given = storages((args, kwargs))
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() and \
+                        t.untyped_storage().data_ptr() not in given:
+                    counts["alloc:" + name] += 1
+        return out
 
 from rankkit.boosting.engine import BoostingEngine, BoosterConfig
 from rankkit.data import make_synthetic
@@ -375,8 +383,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
               "as the aten ops dispatched outside the kernels (each one launch on a GPU), up to "
               "and including the round's one device-to-host copy (the packing, then the copy: one "
               "launch and one sync); what follows the copy (the host tree's check and record) runs "
-              "on the host on a GPU and is not counted. Allocations: the device tensors the round "
-              "makes (from torch's caching allocator, no `cudaMalloc` after the first rounds).", "",
+              "on the host on a GPU and is not counted. Allocations: the outputs of those ops that hold "
+              "memory none of their inputs holds (a view, an in-place or `out=` op returns an "
+              "input's); the Triton kernels write into buffers they are given.", "",
               "| round | Triton launches | torch ops | syncs | allocations | Triton kernels |",
               "|---|---:|---:|---:|---:|---|"]
     for label, counts in launches.items():
@@ -564,11 +573,20 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "sums' bits; both mended, with tests, and the compile test now checks in the PTX that the "
         "last-program kernels put a barrier after their stores and reads past L1 after their "
         "acquire-release add.",
+        "* **No allocation after the first round** (2026-12-05): every buffer of the Triton round "
+        "(the lambdas, the fixed point, the levels' scratch and histograms, the leaves, each eval "
+        "set's metric) comes from one `rankkit.kernels.workspace.Workspace` per fit and is the same tensor every round; the "
+        "round's tree and metrics are packed for the host copy by one kernel into the fit's "
+        "buffer (`triton.pack`, was two casts and a `cat`). `BoostingEngine.update` returns the "
+        "host copy of the tree (its leaf index stays on the device until the next round). The "
+        "interpreted tests start every buffer as NaN or −1 (`RANKKIT_POISON_WORKSPACE=1`), so a "
+        "read before a write shows (a sabotage, the quantized round's node index not zeroed, fails "
+        "three tests). The count now takes every op's new memory as an allocation (it counted "
+        "factory calls only, and missed the casts and the concatenation).",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature); the rest of S5: the quantized round's launches (since 2026-12-05 its "
-        "stochastic rounding and its leaves are three launches each), no allocation after the first round (the round's "
-        "tensors, the tree's returned ones included, come from torch's caching allocator: 31 a "
-        "default round), and a CUDA graph: the round is "
+        "program per feature); the rest of S5: the quantized round's launches and allocations (the "
+        "lambda pass's four float64 → float32 → float64 casts; its stochastic rounding and its "
+        "leaves are three launches each), and a CUDA graph: the round is "
         f"{still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "

@@ -51,7 +51,7 @@ from rankkit.boosting.tree import (
 )
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
-from rankkit.kernels.backends import Backend, choose
+from rankkit.kernels.backends import Backend, cat_float64, choose
 from rankkit.clicks.debiasing import make_debiasing
 
 
@@ -215,7 +215,11 @@ class BoostingEngine:
 
     # -- one round ----------------------------------------------------------------------------
     def update(self) -> Tree:
-        """Grow one tree, add it to the scores of the training and eval sets, and score them."""
+        """Grow one tree, add it to the scores of the training and eval sets, and score them.
+
+        Returns the tree: its levels and leaf values on the host (as the model keeps them), and
+        ``leaf_index``, each training document's leaf, where the scores live (on a GPU, a
+        buffer of the fit: valid until the next round)."""
         c = self.config
         # Fewer threads while other processes hold the cores (n_jobs=None): the governor of the
         # Lightning fit that owns this engine, or of the estimator's threads() block.
@@ -247,7 +251,7 @@ class BoostingEngine:
             else:
                 values.append(self.backend.eval_metric(self.metric, e.scores, e.layout))
         # The round's one host synchronisation: the tree and the eval metrics in one copy.
-        host_tree, values = _tree_on_host(tree, values)
+        host_tree, values = _tree_on_host(tree, values, self.backend)
         check_leaf_values(host_tree.leaf_values, self.n_rounds)
         # Only the host copy is kept, without the [N] leaf index: memory stays flat in the rounds
         # (each kept index cost 8 bytes per document per round, 30 GB over 1,000 MSLR rounds).
@@ -258,7 +262,7 @@ class BoostingEngine:
         if self.eval_sets:
             self._track_best(self.history[self.eval_sets[-1].name][c.eval_metric])
         self.n_rounds += 1
-        return tree
+        return host_tree
 
     def _track_best(self, curve: list[float]) -> None:
         """The best round so far on ``curve`` (the last eval set's metric), read as a trailing
@@ -511,22 +515,27 @@ def _noise_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_len
     return (grad.square().sum() / hess.sum().clamp_min(1e-300)) * (strength * m / (1.0 + m))
 
 
-def _tree_on_host(tree: Tree, values: list[torch.Tensor] = ()) -> tuple[Tree, list[float]]:
+def _tree_on_host(tree: Tree, values: list[torch.Tensor] = (), backend: Backend | None = None
+                  ) -> tuple[Tree, list[float]]:
     """The tree's per-level tensors and leaf values on the CPU, and the 0-dim tensors
     ``values`` (the eval metrics) as floats, in one device-to-host copy (the round's one
-    sync); the document leaves stay where they are."""
+    sync), packed by the ``backend`` (:meth:`~rankkit.kernels.backends.Backend.pack`); the
+    document leaves stay where they are. The copy is a new tensor, also on the CPU where the
+    backend's buffers are the fit's (``keeps_buffers``: the next round overwrites them)."""
     values = list(values)
-    if tree.leaf_values.device.type == "cpu":
+    if tree.leaf_values.device.type == "cpu" and not (backend is not None and backend.keeps_buffers):
         return tree, [float(v) for v in values]
-    return _unpack_tree(_pack_tree(tree, values).cpu(), tree, len(values))
+    packed = _pack_tree(tree, values, None if backend is None else backend.pack)
+    return _unpack_tree(packed.clone() if packed.device.type == "cpu" else packed.cpu(), tree, len(values))
 
 
-def _pack_tree(tree: Tree, values: list[torch.Tensor]) -> torch.Tensor:
+def _pack_tree(tree: Tree, values: list[torch.Tensor], pack=None) -> torch.Tensor:
     """The tree's per-level tensors, ``values`` and its leaf values as one float64 tensor on
-    their device (the device side of :func:`_tree_on_host`)."""
+    their device (the device side of :func:`_tree_on_host`), by ``pack`` (None: the torch
+    reference's)."""
     device = tree.leaf_values.device
-    return torch.cat([t.to(device, torch.float64).reshape(-1) for t in (
-        tree.features, tree.codes, tree.gains, *values, tree.leaf_values)])
+    parts = [t.to(device).reshape(-1) for t in (tree.features, tree.codes, tree.gains, *values, tree.leaf_values)]
+    return (pack or cat_float64)(parts)
 
 
 def _unpack_tree(packed: torch.Tensor, tree: Tree, n_values: int) -> tuple[Tree, list[float]]:

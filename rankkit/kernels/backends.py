@@ -48,6 +48,7 @@ import torch
 from rankkit.kernels import cpu, torch_ref
 from rankkit.kernels.switches import BACKENDS, Switches, read_switches, triton_takes
 from rankkit.kernels.torch_ref import N_CODES, identity_reduce
+from rankkit.kernels.workspace import Workspace
 from rankkit.kernels.triton import backend as triton_backend
 
 
@@ -93,17 +94,23 @@ def choose(device: torch.device | str, requested: str | None = None,
     return {"torch": TorchBackend, "cpu": CpuBackend, "triton": TritonBackend}[name](device, s)
 
 
+def cat_float64(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors ``parts``, flattened, cast to float64 and concatenated."""
+    return torch.cat([p.to(torch.float64).reshape(-1) for p in parts])
+
+
 class Backend:
     """The steps of one boosting round on one device (the torch implementation by default).
 
-    A backend is chosen once per fit (:func:`choose`) and passed down. Its twelve methods, by who
+    A backend is chosen once per fit (:func:`choose`) and passed down. Its thirteen methods, by who
     calls them:
 
     * the objective: :meth:`lambdas` (the round's gradients);
     * the engine: :meth:`codes_layout` (each eval set's codes, once), :meth:`update_values`
       (what the round adds: the leaf values, or zeros if one is not finite), :meth:`add_tree`
       (the training scores), :meth:`score_eval_set` (each eval set's update and metric, every
-      round) and :meth:`eval_metric` (a metric with no tree to add);
+      round), :meth:`eval_metric` (a metric with no tree to add) and :meth:`pack` (the round's
+      tree and metrics in one tensor, for its one device-to-host copy);
     * the grower: :meth:`prepare` (once per fit), :meth:`quantize` (every tree, with
       ``quantized_grad``) and :meth:`grow` (every tree), which is :meth:`grow_levels` then
       :meth:`leaf_values`; :meth:`leaves_of` routes documents (a row sample's left-out rows,
@@ -119,6 +126,8 @@ class Backend:
     """
 
     name = "torch"
+    #: Whether what a round returns on the device lives in buffers the next round reuses.
+    keeps_buffers = False
 
     def __init__(self, device: torch.device | str = "cpu", switches: Switches | None = None):
         self.device = torch.device(device)
@@ -131,6 +140,11 @@ class Backend:
     def lambdas(self, objective, scores: torch.Tensor, layout) -> tuple[torch.Tensor, torch.Tensor]:
         """(grad, hess) [N] float64 of ``objective`` at ``scores`` [N] on ``layout``'s queries."""
         return objective.torch_gradients(scores, layout, triton=False)
+
+    def pack(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """``parts`` (the round's tree and eval metrics) as one float64 tensor on their device,
+        for the round's one device-to-host copy."""
+        return cat_float64(parts)
 
     # -- the tree -----------------------------------------------------------------------------
     def codes_layout(self, codes: torch.Tensor) -> torch.Tensor:
@@ -376,6 +390,7 @@ class TritonBackend(Backend):
     (:mod:`~rankkit.kernels.triton.eval_ndcg`)."""
 
     name = "triton"
+    keeps_buffers = True
 
     def lambdas(self, objective, scores, layout):
         """The flat kernel (:mod:`rankkit.kernels.triton.flat_lambdas`: one program per query,
@@ -395,7 +410,8 @@ class TritonBackend(Backend):
                                          scores.detach().to(dtype).contiguous(), flat["labels"], flat["offsets"],
                                          flat["buckets"], gains=flat["gains"], cutoff=inputs["cutoff"],
                                          sigma=inputs["sigma"], normalize=inputs["normalize"],
-                                         weights=flat["weights"], out_dtype=torch.float64)
+                                         weights=flat["weights"], out_dtype=torch.float64,
+                                         workspace=self._workspace().scope("lambdas"))
         return (grad, hess) if dtype == torch.float32 else (grad.float().double(), hess.float().double())
 
     def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
@@ -447,9 +463,10 @@ class TritonBackend(Backend):
         (:class:`~rankkit.kernels.triton.fixed.FixedPoint`, its buffers kept for the fit), which
         also clear the tree's first buffers (no launch of their own)."""
         codes_t = _sample(tree.codes, rows, features)
-        cleared = {"node": torch.empty(codes_t.shape[1], dtype=torch.int64, device=g.device),
-                   "counters": torch.empty(1 + tree.params.depth, dtype=torch.int32, device=g.device),
-                   "cells": torch.empty(3, codes_t.shape[0], 1, N_CODES, dtype=torch.int64, device=g.device)}
+        ws = self._workspace().scope("cleared")
+        cleared = {"node": ws.empty("node", codes_t.shape[1], torch.int64, g.device),
+                   "counters": ws.empty("counters", 1 + tree.params.depth, torch.int32, g.device),
+                   "cells": ws.empty("cells", (3, codes_t.shape[0], 1, N_CODES), torch.int64, g.device)}
         g_q, h_q, scale, root = self._fixed_point()(g.to(torch.float64), h.to(torch.float64), **cleared)
         return self._levels(tree, g_q, h_q, scale, valid, codes_t=codes_t, features=features, noise=noise,
                             hist_dtype=torch.int64, leaf_rate=leaf_rate, root=root, cleared=cleared)
@@ -463,7 +480,7 @@ class TritonBackend(Backend):
         return grow_levels_triton(codes_t, g, h, scale, self._valid(valid), depth=p.depth, l2=p.l2,
                                   min_data_in_leaf=p.min_data_in_leaf, min_sum_hessian=p.min_sum_hessian,
                                   noise=noise, hist_dtype=hist_dtype, hot=hot, leaves=leaf_rate, root=root,
-                                  cleared=cleared)
+                                  cleared=cleared, workspace=self._workspace().scope("levels"))
 
     def _valid(self, valid):
         """``valid`` as the level kernel reads it (uint8), converted once while it is the same
@@ -492,7 +509,8 @@ class TritonBackend(Backend):
         g, h = g.to(torch.float64), h.to(torch.float64)
         values, update = exact_leaf_values_triton(node, g, h, n_leaves, factors=self._fixed_point().factors(g, h),
                                                   learning_rate=p.learning_rate, l2=p.l2,
-                                                  min_sum_hessian=p.min_sum_hessian)
+                                                  min_sum_hessian=p.min_sum_hessian,
+                                                  workspace=self._workspace().scope("leaves"))
         self._guarded = (values, update)
         return values
 
@@ -501,8 +519,16 @@ class TritonBackend(Backend):
         from rankkit.kernels.triton.fixed import FixedPoint
 
         if self.__dict__.get("_fixed") is None:
-            self._fixed = FixedPoint(self.device)
+            self._fixed = FixedPoint(self.device, self._workspace().scope("fixed"))
         return self._fixed
+
+    def _workspace(self):
+        """The fit's :class:`~rankkit.kernels.workspace.Workspace`: every buffer of the
+        round kept from round to round (none allocated after the first round); what a round
+        returns on the device is valid until the next round."""
+        if self.__dict__.get("_buffers") is None:
+            self._buffers = Workspace()
+        return self._buffers
 
     def score_eval_set(self, metric, scores, layout, values, codes, features, cuts):
         """The tree's update and NDCG@k in one kernel per length bucket
@@ -519,7 +545,16 @@ class TritonBackend(Backend):
         flat = _flat_device_inputs(layout, inputs, torch.float64, self.device)
         return eval_ndcg_triton(scores, codes, features, cuts, values, labels=flat["labels"], gains=flat["gains"],
                                 offsets=flat["offsets"], buckets=flat["buckets"], cutoff=inputs["cutoff"],
-                                empty=metric.empty)
+                                empty=metric.empty, workspace=self._workspace().scope("eval", scores.data_ptr()))
+
+    def pack(self, parts):
+        """One launch into the fit's buffer (:func:`~rankkit.kernels.triton.pack.pack_float64`;
+        more than its eight parts: the reference)."""
+        from rankkit.kernels.triton.pack import MAX_PARTS, pack_float64
+
+        if len(parts) > MAX_PARTS:
+            return super().pack(parts)
+        return pack_float64([p.contiguous() for p in parts], workspace=self._workspace().scope("pack"))
 
     def add_tree(self, scores, values, *, leaf=None, codes=None, features=None, cuts=None):
         if leaf is None and (features is None or features.numel() == 0):

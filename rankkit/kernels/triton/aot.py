@@ -23,6 +23,8 @@ from rankkit.kernels.triton.fixed import _quantize_round_kernel, _quantize_scale
 from rankkit.kernels.triton.flat_lambdas import MAX_BLOCK, _flat_lambda_kernel, warps_for
 from rankkit.kernels.triton.histogram import _finish_kernel, _histogram_kernel
 from rankkit.kernels.triton.lambdas import _lambda_kernel, _rank_kernel, _topk_kernel
+from rankkit.kernels.triton.pack import BLOCK as PACK_BLOCK
+from rankkit.kernels.triton.pack import _pack_kernel
 from rankkit.kernels.triton.tree import (_exact_leaf_sums_kernel, _leaf_values_kernel, _level_kernel, _route_kernel,
                                          _score_update_kernel)
 
@@ -200,6 +202,11 @@ def _configs() -> dict:
         ce = {"DEPTH": 6, "FROM_CODES": True, "BLOCK_N": 1024}
         out[f"score_update_{short}"] = (_score_update_kernel,
                                         _signature(_score_update_kernel, types, ce), ce)
+    # The round's tree for the host copy: features and codes (int64), gains, a metric, the leaves.
+    types = {"out_ptr": "*fp64", "p0": "*i64", "p1": "*i64", "p2": "*fp64", "p3": "*fp64", "p4": "*fp64",
+             "p5": "*fp64", "p6": "*fp64", "p7": "*fp64", **{f"n{i}": "i32" for i in range(8)}}
+    ce = {"BLOCK": PACK_BLOCK}
+    out["pack"] = (_pack_kernel, _signature(_pack_kernel, types, ce), ce)
     return out
 
 

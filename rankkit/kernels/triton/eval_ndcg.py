@@ -22,6 +22,7 @@ import triton.language as tl
 from rankkit.infra.checks import check_tensor
 
 from rankkit.kernels.triton.flat_lambdas import _query, _select_top, check_flat, warps_for
+from rankkit.kernels.workspace import workspace_or_fresh
 
 
 @triton.jit
@@ -61,7 +62,8 @@ def _mean_kernel(values_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torch.Tensor, cuts: torch.Tensor,
                      values: torch.Tensor, *, labels: torch.Tensor, gains: torch.Tensor, offsets: torch.Tensor,
-                     buckets: list[tuple[int, torch.Tensor]], cutoff: int, empty: float = 1.0) -> torch.Tensor:
+                     buckets: list[tuple[int, torch.Tensor]], cutoff: int, empty: float = 1.0,
+                     workspace=None) -> torch.Tensor:
     """Add a tree to ``scores`` in place and return the mean NDCG@cutoff (a 0-dim float64 tensor
     on the device; no host sync): one launch per length bucket and one for the mean.
 
@@ -75,6 +77,9 @@ def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torc
         offsets: [Q + 1] int64 on the device; buckets: :func:`~rankkit.kernels.triton.flat_lambdas.length_buckets`.
         cutoff: k, 1 to :data:`~rankkit.kernels.triton.flat_lambdas.TOPK_MAX`.
         empty: the NDCG of a query with nothing relevant.
+        workspace: a :class:`~rankkit.kernels.workspace.Workspace` (or scope) that keeps
+            the per-query values and the mean from call to call (the mean is then valid until
+            the next call); None: new tensors.
     """
     if scores.dtype != torch.float64 or not scores.is_contiguous():
         raise ValueError("`scores` must be contiguous float64 (updated in place)")
@@ -83,7 +88,8 @@ def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torc
     if codes_t.shape[1] != scores.shape[0]:
         raise ValueError(f"`codes_t` has to be [F, {scores.shape[0]}] (feature-major), got {tuple(codes_t.shape)}")
     n_queries = offsets.shape[0] - 1
-    per_query = torch.empty(max(n_queries, 1), dtype=torch.float64, device=scores.device)
+    ws = workspace_or_fresh(workspace)
+    per_query = ws.empty("per_query", max(n_queries, 1), torch.float64, scores.device)
     k_pad = max(16, triton.next_power_of_2(cutoff))
     feats = features.to(torch.int64).contiguous()
     cut = cuts.to(torch.int64).contiguous()
@@ -92,6 +98,6 @@ def eval_ndcg_triton(scores: torch.Tensor, codes_t: torch.Tensor, features: torc
             scores, codes_t, feats, cut, values.to(torch.float64).contiguous(), labels, gains, offsets, queries,
             per_query, scores.shape[0], cutoff, float(empty), DEPTH=int(feats.shape[0]), BLOCK=block, K_PAD=k_pad,
             num_warps=warps_for(block))
-    mean = torch.empty((), dtype=torch.float64, device=scores.device)
+    mean = ws.empty("mean", (), torch.float64, scores.device)
     _mean_kernel[(1,)](per_query, mean, n_queries, BLOCK=1024)
     return mean

@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from rankkit.kernels.workspace import workspace_or_fresh
+
 # Documents per program of both kernels, and at most this many programs write a partial maximum.
 BLOCK = 1024
 MAX_PROGRAMS = 1024
@@ -165,10 +167,13 @@ def _grid(n: int) -> tuple[int, int]:
 
 class FixedPoint:
     """:func:`rankkit.kernels.backends.fixed_point` in two launches, with the buffers of a fit
-    (a counter, the partial maxima, the factors, the root's sums) allocated once."""
+    (a counter, the partial maxima, the factors, the root's sums) allocated once; its results
+    come from ``workspace`` (a :class:`~rankkit.kernels.workspace.Workspace` or scope:
+    valid until the next call; None: new tensors every call)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, workspace=None):
         self.device = device
+        self.workspace = workspace_or_fresh(workspace)
         self.counter = torch.zeros(1, dtype=torch.int32, device=device)
         self.part = torch.empty(2 * MAX_PROGRAMS, dtype=torch.float64, device=device)
         self.factor = torch.empty(4, dtype=torch.float64, device=device)
@@ -181,18 +186,18 @@ class FixedPoint:
         """:func:`rankkit.kernels.torch_ref.quantize_gradients` of float64 g, h [n] (one process, at
         least one document) in three launches, its draws the same (one ``torch.rand`` from
         ``generator``): (g_q, h_q [n] int32, scale [2] float64, root [3] int64 = (Σg_q, Σh_q, n)),
-        bit for bit. ``scale`` is a new tensor; ``root`` too."""
-        n = g.shape[0]
+        bit for bit, from the workspace."""
+        n, ws = g.shape[0], self.workspace
         g, h = g.contiguous(), h.contiguous()
-        scale = torch.empty(2, dtype=torch.float64, device=g.device)
-        root = torch.empty(3, dtype=torch.int64, device=g.device)
+        scale = ws.empty("quantize.scale", 2, torch.float64, g.device)
+        root = ws.empty("quantize.root", 3, torch.int64, g.device)
         programs, per_program = _grid(n)
         _quantize_scale_kernel[(programs,)](g, h, self.part, self.counter, scale, root, n, per_program, programs,
                                             n_bins / 2, float(n_bins), BLOCK=BLOCK,
                                             BLOCK_P=max(16, triton.next_power_of_2(programs)))
-        u = torch.rand(2, n, generator=generator, dtype=torch.float64, device=g.device)
-        g_q = torch.empty(n, dtype=torch.int32, device=g.device)
-        h_q = torch.empty_like(g_q)
+        u = torch.rand(2, n, generator=generator, out=ws.empty("quantize.draws", (2, n), torch.float64, g.device))
+        g_q = ws.empty("quantize.g", n, torch.int32, g.device)
+        h_q = ws.empty("quantize.h", n, torch.int32, g.device)
         _quantize_round_kernel[(triton.cdiv(n, BLOCK),)](g, h, u, scale, g_q, h_q, root, n, BLOCK=BLOCK)
         return g_q, h_q, scale, root
 
@@ -219,11 +224,12 @@ class FixedPoint:
         n = g.shape[0]
         counters = self.no_counters if counters is None else counters
         cells = self.no_cells if cells is None else cells
-        node = torch.empty(n, dtype=torch.int64, device=g.device) if node is None else node
+        ws = self.workspace
+        node = ws.empty("node", n, torch.int64, g.device) if node is None else node
         g, h = g.contiguous(), h.contiguous()
-        g_q = torch.empty(n, dtype=torch.int64, device=g.device)
-        h_q = torch.empty_like(g_q)
-        root = torch.empty(3, dtype=torch.int64, device=g.device)
+        g_q = ws.empty("g", n, torch.int64, g.device)
+        h_q = ws.empty("h", n, torch.int64, g.device)
+        root = ws.empty("root", 3, torch.int64, g.device)
         programs, per_program = _grid(n)
         _scale_kernel[(programs,)](g, h, self.part, self.counter, self.factor, root, counters, n, per_program,
                                    programs, 62.0 - math.log2(max(n, 1)), counters.numel(), BLOCK=BLOCK,

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from rankkit.infra.checks import check_tensor
+from rankkit.kernels.workspace import workspace_or_fresh
 
 # Cutoffs up to this take the flat kernel (k selection passes in registers).
 TOPK_MAX = 32
@@ -216,7 +217,7 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
                         buckets: list[tuple[int, torch.Tensor]], *, gains: torch.Tensor | None, cutoff: int,
                         sigma: float = 1.0, normalize: bool = False,
                         weights: torch.Tensor | None = None,
-                        out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        out_dtype: torch.dtype | None = None, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad, hess) [N] of the pairwise lambda objective over flat queries, computed in the
     labels' dtype: one launch per length bucket, no host sync.
 
@@ -232,6 +233,9 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
         weights: [N] per-document weights (a pair weighs their mean), or None.
         out_dtype: grad's and hess's dtype (None: the labels'); float64 over float32 labels
             holds the float32 values (``.double()`` of them, with no launch).
+        workspace: a :class:`~rankkit.kernels.workspace.Workspace` (or scope) that keeps
+            grad and hess from call to call (they are then valid until the next call); None:
+            new tensors.
     """
     if scores.dtype == torch.float64 and labels.dtype == torch.float32:  # rounded as they are read
         check_tensor(scores, "scores", ndim=1, kind="float")
@@ -243,8 +247,9 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
     gains = None if gains is None else gains.contiguous()
     weights = None if weights is None else weights.contiguous()
     n = scores.shape[0]
-    grad = torch.empty(n, dtype=labels.dtype if out_dtype is None else out_dtype, device=scores.device)
-    hess = torch.empty_like(grad)
+    ws = workspace_or_fresh(workspace)
+    grad = ws.empty("grad", n, labels.dtype if out_dtype is None else out_dtype, scores.device)
+    hess = ws.empty("hess", n, grad.dtype, scores.device)
     k_pad = max(16, triton.next_power_of_2(cutoff))
     for block, queries in buckets:
         _flat_lambda_kernel[(queries.shape[0],)](

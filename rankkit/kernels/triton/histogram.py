@@ -204,8 +204,10 @@ def level_histogram_raw(codes_t: torch.Tensor, node: torch.Tensor, grad: torch.T
     pack = dtype == torch.int32 and not grad.dtype.is_floating_point
     if not pack:
         packed = None
-    elif packed is None or not zeroed:
+    elif packed is None:
         packed = torch.zeros(n_feat * n_nodes * N_CODES, dtype=torch.int64, device=out.device)
+    elif not zeroed:
+        packed.zero_()
     rows = n if order is None or n_rows is None else min(int(n_rows), n)
     if rows == 0 or n_feat == 0 or n_nodes == 0:
         return out, packed

@@ -48,6 +48,7 @@ import triton.language as tl
 from rankkit.kernels.torch_ref import TINY
 from rankkit.kernels.switches import cuda_histogram_takes
 from rankkit.kernels.triton.histogram import level_histogram_raw, smaller_first
+from rankkit.kernels.workspace import workspace_or_fresh
 
 N_CODES = 256
 
@@ -409,10 +410,11 @@ def exact_leaf_sums_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.T
     if not n:
         return torch.zeros(2, n_leaves, dtype=torch.float64, device=grad.device)
     # Two stages, no atomics: each program's partial sums, then one sum over the programs.
-    return _leaf_partials(node, grad, hess, factor, n_leaves, block_n).sum(0).double() / factor[:, None]
+    part = _leaf_partials(node, grad, hess, factor, n_leaves, block_n, workspace_or_fresh(None))
+    return part.sum(0).double() / factor[:, None]
 
 
-def _leaf_partials(node, grad, hess, factor, n_leaves: int, block_n: int) -> torch.Tensor:
+def _leaf_partials(node, grad, hess, factor, n_leaves: int, block_n: int, ws) -> torch.Tensor:
     """[programs, 2, n_leaves] int64: each program's fixed-point (Σg, Σh) per leaf over its run of
     documents (:func:`_exact_leaf_sums_kernel`, ``factor`` [≥ 2] the 2^S), at most
     :data:`LEAF_SUM_PROGRAMS` programs; at least one document."""
@@ -420,7 +422,7 @@ def _leaf_partials(node, grad, hess, factor, n_leaves: int, block_n: int) -> tor
     programs = min(LEAF_SUM_PROGRAMS, triton.cdiv(n, block_n))
     per_program = triton.cdiv(triton.cdiv(n, programs), block_n) * block_n
     programs = triton.cdiv(n, per_program)
-    part = torch.empty(programs, 2, n_leaves, dtype=torch.int64, device=grad.device)
+    part = ws.empty("part", (programs, 2, n_leaves), torch.int64, grad.device)
     _exact_leaf_sums_kernel[(programs,)](node.contiguous(), grad.contiguous(), hess.contiguous(), factor, part, n,
                                          per_program, N_LEAVES=n_leaves, BLOCK_N=block_n)
     return part
@@ -446,17 +448,20 @@ def _leaf_values_kernel(part_ptr, factor_ptr, out_ptr, programs, neg_lr, l2, min
 
 def exact_leaf_values_triton(node: torch.Tensor, grad: torch.Tensor, hess: torch.Tensor, n_leaves: int, *,
                              factors: torch.Tensor, learning_rate: float, l2: float,
-                             min_sum_hessian: float) -> torch.Tensor:
+                             min_sum_hessian: float, workspace=None) -> torch.Tensor:
     """[2, n_leaves] float64: the leaves' Newton steps from their fixed-point sums, bit for bit
     ``newton_leaf_values(exact_leaf_sums(node, grad, hess))`` of the torch reference (one
     process), and the round's update (the steps, or zeros if one is not finite), in two launches
     after ``factors`` ([4], :meth:`~rankkit.kernels.triton.fixed.FixedPoint.factors` of grad and
     hess): the programs' partial sums, then one program for the rest. ``n_leaves`` a power of two
-    at most :data:`MAX_FUSED_LEAVES`, at least one document."""
+    at most :data:`MAX_FUSED_LEAVES`, at least one document. ``workspace``: the
+    :class:`~rankkit.kernels.workspace.Workspace` (or scope) that keeps the buffers, the
+    result included (valid until the next call); None: new tensors."""
     if n_leaves > MAX_FUSED_LEAVES or n_leaves & (n_leaves - 1) or node.shape[0] == 0:
         raise ValueError(f"`n_leaves` must be a power of two <= {MAX_FUSED_LEAVES} (got {n_leaves}), over documents")
-    part = _leaf_partials(node, grad, hess, factors, n_leaves, max(16, 4096 // n_leaves))
-    out = torch.empty(2, n_leaves, dtype=torch.float64, device=grad.device)
+    ws = workspace_or_fresh(workspace)
+    part = _leaf_partials(node, grad, hess, factors, n_leaves, max(16, 4096 // n_leaves), ws)
+    out = ws.empty("leaves", (2, n_leaves), torch.float64, grad.device)
     _leaf_values_kernel[(1,)](part, factors, out, part.shape[0], -float(learning_rate), float(l2),
                               float(min_sum_hessian), N_LEAVES=n_leaves)
     return out
@@ -488,22 +493,23 @@ def score_update_triton(scores: torch.Tensor, leaf_values: torch.Tensor, *,
     return scores
 
 
-def _scratch(n: int, n_feat: int, depth: int, device: torch.device, *, elide: bool,
-             counters: torch.Tensor | None = None) -> tuple:
-    """The levels' scratch, none of it zeroed but the counters (each entry written before it is
+def _scratch(ws, n: int, n_feat: int, depth: int, device: torch.device, *, elide: bool,
+             counters: torch.Tensor, compact: bool) -> tuple:
+    """The levels' scratch, none of it zeroed (each entry written before it is
     read): each document's slot in the smaller-children histogram (its parent, or K: left out;
     int16 keys for the partition, depth <= 12: K <= 2,048), the stopped flag, the count of
     finished programs and each level's count of compacted documents, which child of each node
     is the smaller and its (ΣG, ΣH, count) (two of each, a level's kernel reading the previous
     level's while its pick writes its own; a level of K nodes reads its first 3K totals as
-    [3, K]; None without ``elide``), and each feature's best scores and codes."""
+    [3, K]; None without ``elide``), each feature's best scores and codes, and the compacted
+    documents of the next level's smaller children (empty without ``compact``)."""
     widest = max(1, 1 << (depth - 1))
-    return (torch.empty(n, dtype=torch.int16, device=device), torch.empty(1, dtype=torch.int8, device=device),
-            torch.zeros(1 + depth, dtype=torch.int32, device=device) if counters is None else counters,
-            torch.empty(2, widest, dtype=torch.int8, device=device),
-            torch.empty(2, 3 * widest, dtype=torch.int64, device=device) if elide else None,
-            torch.empty(3, n_feat, dtype=torch.float64, device=device),
-            torch.empty(2, n_feat, dtype=torch.int32, device=device))
+    return (ws.empty("slot", n, torch.int16, device), ws.empty("stopped", 1, torch.int8, device), counters,
+            ws.empty("small", (2, widest), torch.int8, device),
+            ws.empty("totals", (2, 3 * widest), torch.int64, device) if elide else None,
+            ws.empty("best", (3, n_feat), torch.float64, device),
+            ws.empty("code", (2, n_feat), torch.int32, device),
+            ws.empty("order", n if compact else 0, torch.int64, device))
 
 
 def _root_totals(g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -518,7 +524,7 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
                        min_data_in_leaf: int, min_sum_hessian: float,
                        noise: torch.Tensor | None = None, hist_dtype: torch.dtype | None = None,
                        block_n: int = 256, hot: torch.Tensor | None = None, leaves: float | None = None,
-                       root: torch.Tensor | None = None, cleared: dict | None = None):
+                       root: torch.Tensor | None = None, cleared: dict | None = None, workspace=None):
     """The levels of one oblivious tree, as the reference's ``_levels_torch``, in 3 launches
     per level (the smaller children's histogram, :func:`_level_kernel`, the routing, which
     compacts the next level's smaller children; with float cells or the shared-memory histogram
@@ -547,6 +553,9 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
         cleared: buffers a kernel before the levels zeroed (FixedPoint's), so that no launch
             clears them here: "node" [n] int64, "counters" [1 + D] int32, "cells" [3, F, 1, 256]
             (the root histogram, ``hist_dtype``); None: zeroed here.
+        workspace: a :class:`~rankkit.kernels.workspace.Workspace` (or scope) whose
+            buffers the levels use and return (valid until the next call: a fit's rounds then
+            allocate nothing after the first); None: new tensors.
     Returns:
         (node [n] int64, feats [D] int64, cuts [D] int64, gains [D] float64): each document's
         leaf, and each level's feature (an index into ``codes_t``), code and gain; with
@@ -564,31 +573,31 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
             raise ValueError("`leaves`: a tree with no feature has no level to cut its leaves from")
         return _unsplit(g, h, depth)
     codes_t = codes_t.contiguous()
-    node = torch.zeros(n, dtype=torch.int64, device=device) if cleared is None else cleared["node"]
-    # Written by each level's pick (every level, its last program), read after it: not zeroed.
-    feats, cuts = torch.empty(2, depth, dtype=torch.int64, device=device)
-    gains = torch.empty(depth, dtype=torch.float64, device=device)
-    leaf_values = torch.empty(2, 1 << depth, dtype=torch.float64, device=device) if leaves is not None else gains
+    ws = workspace_or_fresh(workspace)
+    cleared = _first_buffers(ws, n, n_feat, depth, hist_dtype, device) if cleared is None else cleared
+    node = cleared["node"]
+    feats, cuts, gains, leaf_values = _outputs(ws, depth, leaves is not None, device)
     valid = valid.to(torch.uint8).contiguous()
     noise = None if noise is None else noise.to(torch.float64).contiguous()
     hot = None if hist_dtype.is_floating_point else hot  # float cells: a filled-in cell would round otherwise
     # Integer sums do not depend on the order; the shared-memory histogram's tiles want slots grouped.
     compact = not hist_dtype.is_floating_point and not cuda_histogram_takes(device)
-    slot, stopped, counter, small, totals, best, code = _scratch(
-        n, n_feat, depth, device, elide=hot is not None, counters=None if cleared is None else cleared["counters"])
-    order = torch.empty(n if compact else 0, dtype=torch.int64, device=device)
+    slot, stopped, counter, small, totals, best, code, order = _scratch(
+        ws, n, n_feat, depth, device, elide=hot is not None, counters=cleared["counters"], compact=compact)
     if hot is not None and root is None:
         root = _root_totals(g, h)
-    raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
-                                      out=None if cleared is None else cleared["cells"], zeroed=cleared is not None)
-    hist = raw
     pack = hist_dtype == torch.int32 and not g.dtype.is_floating_point
+    raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
+                                      out=cleared["cells"], zeroed=cleared.get("zeroed", True),
+                                      packed=ws.empty("root_pack", n_feat * N_CODES, torch.int64, device))
+    hist = raw
     scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
     for level in range(depth):
         n_nodes = 1 << level
         last = level + 1 == depth
         mine, before = level % 2, (level + 1) % 2
-        out, next_raw, next_pack = _level_buffers(raw, n_nodes, last=last, leaves=leaves is not None, pack=pack)
+        out, next_raw, next_pack = _level_buffers(ws.scope(level), raw, n_nodes, last=last, leaves=leaves is not None,
+                                                  pack=pack)
         _level_kernel[(n_feat,)](
             out, raw, raw if packed is None else packed, hist, small[before],
             counter if totals is None else root if level == 0 else totals[before], counter if hot is None else hot,
@@ -615,16 +624,34 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     return (node, feats, cuts, gains, leaf_values) if leaves is not None else (node, feats, cuts, gains)
 
 
-def _level_buffers(raw: torch.Tensor, n_nodes: int, *, last: bool, leaves: bool, pack: bool) -> tuple:
+def _outputs(ws, depth: int, leaves: bool, device: torch.device) -> tuple:
+    """(feats, cuts [D] int64, gains [D] float64, the leaves and the update [2, 2^D] float64, or
+    gains without ``leaves``), written by each level's pick (its last program) before they are
+    read: not zeroed."""
+    feats, cuts = ws.empty("feats_cuts", (2, depth), torch.int64, device)
+    gains = ws.empty("gains", depth, torch.float64, device)
+    return feats, cuts, gains, ws.empty("leaves", (2, 1 << depth), torch.float64, device) if leaves else gains
+
+
+def _first_buffers(ws, n: int, n_feat: int, depth: int, hist_dtype: torch.dtype, device: torch.device) -> dict:
+    """What the levels accumulate into from their first launch, where no kernel before them
+    cleared it: the documents' nodes and the levels' counters zeroed here, the root's cells by
+    its histogram (``zeroed`` False)."""
+    return {"node": ws.empty("node", n, torch.int64, device).zero_(),
+            "counters": ws.empty("counters", 1 + depth, torch.int32, device).zero_(),
+            "cells": ws.empty("cells", (3, n_feat, 1, N_CODES), hist_dtype, device), "zeroed": False}
+
+
+def _level_buffers(ws, raw: torch.Tensor, n_nodes: int, *, last: bool, leaves: bool, pack: bool) -> tuple:
     """(out, next_raw, next_pack) of a level of ``n_nodes`` nodes, none zeroed: its histogram
     [3, F, K, 256] as its kernel writes it (``raw`` where none is written: the last level,
     unless its leaves are cut from it), and the next level's histogram (the smaller children
     of this level's nodes) and packed sums, which this level's kernel zeroes (``raw`` at the
     last level, unused)."""
     shape = (3, raw.shape[1], n_nodes, N_CODES)
-    out = raw if last and not leaves else torch.empty(shape, dtype=raw.dtype, device=raw.device)
-    next_raw = raw if last else torch.empty(shape, dtype=raw.dtype, device=raw.device)
-    next_pack = torch.empty(raw.shape[1] * n_nodes * N_CODES, dtype=torch.int64, device=raw.device) \
+    out = raw if last and not leaves else ws.empty("hist", shape, raw.dtype, raw.device)
+    next_raw = raw if last else ws.empty("next", shape, raw.dtype, raw.device)
+    next_pack = ws.empty("next_pack", raw.shape[1] * n_nodes * N_CODES, torch.int64, raw.device) \
         if pack and not last else next_raw
     return out, next_raw, next_pack
 

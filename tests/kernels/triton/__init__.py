@@ -21,6 +21,8 @@ def run_script(code: str, *args: str, interpret: bool) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RANKKIT_TRITON")}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
+        # Every kernel buffer starts as a value no kernel writes: a read before a write shows.
+        env["RANKKIT_POISON_WORKSPACE"] = os.environ.get("POISON", "1")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env,
