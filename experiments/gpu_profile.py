@@ -136,7 +136,7 @@ def _phase_targets(engine):
     return [("lambdas", engine.objective, "gradients"), ("tree (levels and leaves)", engine.backend, "grow"),
             ("train scores", engine.backend, "add_tree"),
             ("eval set: scores + metric", engine.backend, "score_eval_set"),
-            ("host copy (the sync)", engine_module, "_tree_on_host")]
+            ("host copy (the sync)", engine_module, "_round_on_host")]
 
 
 @contextlib.contextmanager

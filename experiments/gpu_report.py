@@ -122,13 +122,13 @@ def storages(tree):
 # the host on a GPU and is not counted.
 import rankkit.boosting.engine as engine_module
 host = [False]
-def on_host(tree, values=(), backend=None):
-    packed = engine_module._pack_tree(tree, list(values), backend.pack)
+copy_to_host = engine_module._round_on_host
+def on_host(tree, values, packed):
     counts["torch:copy (device to host)"] += 1
     counts["sync:copy (device to host)"] += 1
     host[0] = True
-    return engine_module._unpack_tree(packed.clone(), tree, len(values))
-engine_module._tree_on_host = on_host
+    return copy_to_host(tree, values, packed)
+engine_module._round_on_host = on_host
 class Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -583,11 +583,24 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "read before a write shows (a sabotage, the quantized round's node index not zeroed, fails "
         "three tests). The count now takes every op's new memory as an allocation (it counted "
         "factory calls only, and missed the casts and the concatenation).",
+        "* **The round as a CUDA graph** (2026-12-05, `rankkit/kernels/graph.py`): a static round "
+        "(one process, nothing drawn on the host: no row or feature sample, bootstrap, split noise "
+        "or `quantized_grad`, no debiasing or exact Newton, a built-in objective that draws "
+        "nothing) runs its first round eagerly, then is captured once (`torch.cuda.graph` on a "
+        "side stream) and replayed every round after; the round's Python runs only at the "
+        "capture (`Backend.run_round`, the seam's fourteenth method; `RANKKIT_CUDA_GRAPH=0` "
+        "turns it off, and a capture that fails warns once and runs eagerly). Proven under the "
+        "interpreter by a stand-in capture that records the round's Triton launches without "
+        "running them (refusing any torch op, as a capture refuses a sync) and replays exactly "
+        "those: five rounds grow the eager run's trees, scores and eval history bit for bit "
+        "(tests/kernels/test_graph.py; replaying all but the first launch fails it). **Not run on "
+        "a GPU**: the CUDA test there is guarded to a CUDA device, and experiments/bench_gpu.py "
+        "now times the default round with and without the graph.",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
         "program per feature); the rest of S5: the quantized round's launches and allocations (the "
         "lambda pass's four float64 → float32 → float64 casts; its stochastic rounding and its "
-        "leaves are three launches each), and a CUDA graph: the round is "
-        f"{still} under the interpreter (the table above).",
+        "leaves are three launches each; its `torch.rand` keeps it out of the graph): the rounds "
+        f"are {still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
         "(host syncs) on every call.",

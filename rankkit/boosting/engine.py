@@ -228,6 +228,26 @@ class BoostingEngine:
         else:
             threads.tick()
         self._seed_round()
+        tree, values, packed = self.backend.run_round(self._device_round, static=self._static)
+        # The round's one host synchronisation: the tree and the eval metrics in one copy.
+        host_tree, values = _round_on_host(tree, values, packed)
+        check_leaf_values(host_tree.leaf_values, self.n_rounds)
+        # Only the host copy is kept, without the [N] leaf index: memory stays flat in the rounds
+        # (each kept index cost 8 bytes per document per round, 30 GB over 1,000 MSLR rounds).
+        self.trees.append(host_tree._replace(leaf_index=None))
+        self._record(host_tree)
+        for e, value in zip(self.eval_sets, values):
+            self.history[e.name][c.eval_metric].append(value)
+        if self.eval_sets:
+            self._track_best(self.history[self.eval_sets[-1].name][c.eval_metric])
+        self.n_rounds += 1
+        return host_tree
+
+    def _device_round(self) -> tuple[Tree, list[torch.Tensor], torch.Tensor | None]:
+        """The round's device work: the gradients, the tree, the training and eval sets' scores
+        and metrics, and the tree and metrics packed for the host copy (None: on the host
+        already). On a GPU the backend may replay it as a CUDA graph (``static``)."""
+        c = self.config
         scores = self.debiasing.scores(self.scores)
         try:
             grad, hess = self.objective.gradients(scores, self.layout, backend=self.backend)
@@ -250,19 +270,20 @@ class BoostingEngine:
                                                           tree.features, tree.codes))
             else:
                 values.append(self.backend.eval_metric(self.metric, e.scores, e.layout))
-        # The round's one host synchronisation: the tree and the eval metrics in one copy.
-        host_tree, values = _tree_on_host(tree, values, self.backend)
-        check_leaf_values(host_tree.leaf_values, self.n_rounds)
-        # Only the host copy is kept, without the [N] leaf index: memory stays flat in the rounds
-        # (each kept index cost 8 bytes per document per round, 30 GB over 1,000 MSLR rounds).
-        self.trees.append(host_tree._replace(leaf_index=None))
-        self._record(host_tree)
-        for e, value in zip(self.eval_sets, values):
-            self.history[e.name][c.eval_metric].append(value)
-        if self.eval_sets:
-            self._track_best(self.history[self.eval_sets[-1].name][c.eval_metric])
-        self.n_rounds += 1
-        return host_tree
+        return tree, values, _pack_round(tree, values, self.backend)
+
+    @functools.cached_property
+    def _static(self) -> bool:
+        """Whether every round makes the same device work from the same buffers, with nothing
+        drawn or decided on the host and no user code (what a CUDA graph replays): one process,
+        no sampling, bootstrap, split noise, quantization, exact Newton, debiasing, a built-in
+        objective that draws nothing, and a feature to split on."""
+        c = self.config
+        options = getattr(self.objective, "options", None)
+        return (self.reduce is identity_reduce and c.subsample == 1.0 and c.colsample == 1.0
+                and c.bagging_temperature == 0 and c.random_strength == 0 and not c.quantized_grad
+                and not c.exact_newton and not c.unbiased and isinstance(options, dict)
+                and "generator" not in options and bool(len(self.used)))
 
     def _track_best(self, curve: list[float]) -> None:
         """The best round so far on ``curve`` (the last eval set's metric), read as a trailing
@@ -515,23 +536,30 @@ def _noise_sd(grad: torch.Tensor, hess: torch.Tensor, strength: float, model_len
     return (grad.square().sum() / hess.sum().clamp_min(1e-300)) * (strength * m / (1.0 + m))
 
 
-def _tree_on_host(tree: Tree, values: list[torch.Tensor] = (), backend: Backend | None = None
-                  ) -> tuple[Tree, list[float]]:
-    """The tree's per-level tensors and leaf values on the CPU, and the 0-dim tensors
-    ``values`` (the eval metrics) as floats, in one device-to-host copy (the round's one
-    sync), packed by the ``backend`` (:meth:`~rankkit.kernels.backends.Backend.pack`); the
-    document leaves stay where they are. The copy is a new tensor, also on the CPU where the
+def _pack_round(tree: Tree, values: list[torch.Tensor], backend: Backend | None = None) -> torch.Tensor | None:
+    """The device side of the round's copy to the host: the tree and the 0-dim tensors
+    ``values`` (the eval metrics) packed by the ``backend``
+    (:meth:`~rankkit.kernels.backends.Backend.pack`); None for a tree on the CPU, unless the
     backend's buffers are the fit's (``keeps_buffers``: the next round overwrites them)."""
-    values = list(values)
     if tree.leaf_values.device.type == "cpu" and not (backend is not None and backend.keeps_buffers):
+        return None
+    return _pack_tree(tree, values, None if backend is None else backend.pack)
+
+
+def _round_on_host(tree: Tree, values: list[torch.Tensor], packed: torch.Tensor | None
+                   ) -> tuple[Tree, list[float]]:
+    """The tree's per-level tensors and leaf values on the CPU and the eval metrics as floats,
+    from ``packed`` (:func:`_pack_round`) in one device-to-host copy, the round's one sync (a
+    new tensor, on the CPU too); the document leaves stay where they are."""
+    if packed is None:
         return tree, [float(v) for v in values]
-    packed = _pack_tree(tree, values, None if backend is None else backend.pack)
     return _unpack_tree(packed.clone() if packed.device.type == "cpu" else packed.cpu(), tree, len(values))
+
 
 
 def _pack_tree(tree: Tree, values: list[torch.Tensor], pack=None) -> torch.Tensor:
     """The tree's per-level tensors, ``values`` and its leaf values as one float64 tensor on
-    their device (the device side of :func:`_tree_on_host`), by ``pack`` (None: the torch
+    their device (the device side of :func:`_round_on_host`), by ``pack`` (None: the torch
     reference's)."""
     device = tree.leaf_values.device
     parts = [t.to(device).reshape(-1) for t in (tree.features, tree.codes, tree.gains, *values, tree.leaf_values)]

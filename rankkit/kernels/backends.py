@@ -48,6 +48,7 @@ import torch
 from rankkit.kernels import cpu, torch_ref
 from rankkit.kernels.switches import BACKENDS, Switches, read_switches, triton_takes
 from rankkit.kernels.torch_ref import N_CODES, identity_reduce
+from rankkit.kernels.graph import RoundGraph
 from rankkit.kernels.workspace import Workspace
 from rankkit.kernels.triton import backend as triton_backend
 
@@ -102,15 +103,16 @@ def cat_float64(parts: list[torch.Tensor]) -> torch.Tensor:
 class Backend:
     """The steps of one boosting round on one device (the torch implementation by default).
 
-    A backend is chosen once per fit (:func:`choose`) and passed down. Its thirteen methods, by who
+    A backend is chosen once per fit (:func:`choose`) and passed down. Its fourteen methods, by who
     calls them:
 
     * the objective: :meth:`lambdas` (the round's gradients);
     * the engine: :meth:`codes_layout` (each eval set's codes, once), :meth:`update_values`
       (what the round adds: the leaf values, or zeros if one is not finite), :meth:`add_tree`
       (the training scores), :meth:`score_eval_set` (each eval set's update and metric, every
-      round), :meth:`eval_metric` (a metric with no tree to add) and :meth:`pack` (the round's
-      tree and metrics in one tensor, for its one device-to-host copy);
+      round), :meth:`eval_metric` (a metric with no tree to add), :meth:`pack` (the round's
+      tree and metrics in one tensor, for its one device-to-host copy) and :meth:`run_round`
+      (the round's device work, once per round: a CUDA graph's replay on the Triton backend);
     * the grower: :meth:`prepare` (once per fit), :meth:`quantize` (every tree, with
       ``quantized_grad``) and :meth:`grow` (every tree), which is :meth:`grow_levels` then
       :meth:`leaf_values`; :meth:`leaves_of` routes documents (a row sample's left-out rows,
@@ -145,6 +147,12 @@ class Backend:
         """``parts`` (the round's tree and eval metrics) as one float64 tensor on their device,
         for the round's one device-to-host copy."""
         return cat_float64(parts)
+
+    def run_round(self, step, *, static: bool):
+        """What ``step`` (the round's device work) returns, its work done: ``step()`` here.
+        ``static``: every round makes the same launches from the same buffers with nothing
+        decided on the host (a backend may then replay a captured graph)."""
+        return step()
 
     # -- the tree -----------------------------------------------------------------------------
     def codes_layout(self, codes: torch.Tensor) -> torch.Tensor:
@@ -546,6 +554,16 @@ class TritonBackend(Backend):
         return eval_ndcg_triton(scores, codes, features, cuts, values, labels=flat["labels"], gains=flat["gains"],
                                 offsets=flat["offsets"], buckets=flat["buckets"], cutoff=inputs["cutoff"],
                                 empty=metric.empty, workspace=self._workspace().scope("eval", scores.data_ptr()))
+
+    def run_round(self, step, *, static):
+        """A static round on a CUDA device of a CUDA build: the first round eagerly, then one
+        CUDA graph captured and replayed (:class:`~rankkit.kernels.graph.RoundGraph`;
+        ``RANKKIT_CUDA_GRAPH=0``: eagerly); else ``step()``."""
+        graph = self.__dict__.get("round_graph")
+        if graph is None:
+            graph = self.round_graph = RoundGraph(self.device) if static and self.device.type == "cuda" \
+                and torch.version.cuda is not None and self.switches.cuda_graph != "off" else False
+        return graph(step) if graph and static else step()
 
     def pack(self, parts):
         """One launch into the fit's buffer (:func:`~rankkit.kernels.triton.pack.pack_float64`;

@@ -42,21 +42,24 @@ class Switches:
     cpu_lambdas: str = "auto"
     triton: str = "auto"
     cuda_histogram: str = "auto"
+    cuda_graph: str = "auto"
 
 
 def read_switches(environ: Mapping[str, str] | None = None) -> Switches:
     """Every ``RANKKIT_*`` switch of the kernels, read now from ``environ`` (default
     ``os.environ``) by one rule.
 
-    >>> read_switches({"RANKKIT_TRITON": "Force", "RANKKIT_CPU_LAMBDAS": "0"})
-    Switches(backend='auto', cpu_kernel='auto', cpu_lambdas='off', triton='force', cuda_histogram='auto')
+    >>> s = read_switches({"RANKKIT_TRITON": "Force", "RANKKIT_CPU_LAMBDAS": "0"})
+    >>> s.triton, s.cpu_lambdas, s.backend, s.cuda_graph
+    ('force', 'off', 'auto', 'auto')
     """
     env = os.environ if environ is None else environ
     return Switches(backend=_switch(env, "RANKKIT_BACKEND", BACKENDS),
                     cpu_kernel=_switch(env, "RANKKIT_CPU_KERNEL"),
                     cpu_lambdas=_switch(env, "RANKKIT_CPU_LAMBDAS"),
                     triton=_switch(env, "RANKKIT_TRITON", ("force",)),
-                    cuda_histogram=_switch(env, "RANKKIT_CUDA_HISTOGRAM"))
+                    cuda_histogram=_switch(env, "RANKKIT_CUDA_HISTOGRAM"),
+                    cuda_graph=_switch(env, "RANKKIT_CUDA_GRAPH"))
 
 
 def library_override(environ: Mapping[str, str] | None = None) -> str | None:

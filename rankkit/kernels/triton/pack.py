@@ -1,7 +1,7 @@
 """The round's tree and eval metrics as one float64 buffer, for its one device-to-host copy.
 
 The round ends with one copy to the host: each level's feature, code and gain, the eval sets'
-metrics and the leaf values (:func:`rankkit.boosting.engine._tree_on_host`). In torch that is
+metrics and the leaf values (:func:`rankkit.boosting.engine._round_on_host`). In torch that is
 a cast per integer part and a concatenation, each a new tensor; here it is one launch into a
 buffer kept for the fit.
 """

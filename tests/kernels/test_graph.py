@@ -1,0 +1,174 @@
+"""The round as a CUDA graph (rankkit.kernels.graph): the first rounds eager, then one capture
+and replays that hand back what the capture's round returned; a capture that fails gives one
+warning and eager rounds. Under Triton's interpreter a stand-in capture records the round's
+Triton launches without running them (and refuses any torch op on the way, as a real capture
+refuses a sync) and a replay runs exactly those launches again, as a GPU replays a graph: the
+Triton backend's static round then grows the eager run's trees, bit for bit, with its Python run
+once. A non-static round is never captured; on a CUDA machine the real capture is taken."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rankkit.kernels.graph import RoundGraph
+
+
+def _fake_capture(log):
+    def capture(step, device):
+        log.append("capture")
+        result = step()
+        return (lambda: log.append("replay")), result
+    return capture
+
+
+def test_the_first_rounds_are_eager_then_one_capture_and_replays():
+    log, calls = [], []
+
+    def step():
+        calls.append(1)
+        return object()
+
+    graph = RoundGraph("cpu", warmup=2, capture=_fake_capture(log))
+    first, second = graph(step), graph(step)
+    assert len(calls) == 2 and log == [] and first is not second  # eager
+    third = graph(step)
+    assert log == ["capture", "replay"] and len(calls) == 3  # the capture runs step's Python once
+    assert graph(step) is third and graph(step) is third  # replays: step's result, step not called
+    assert log == ["capture", "replay", "replay", "replay"] and len(calls) == 3
+    assert (graph.rounds, graph.replays, graph.failed) == (5, 3, None)
+    assert RoundGraph("cpu", warmup=0).warmup == 1  # the first round always runs eagerly (it allocates)
+
+
+def test_a_capture_that_fails_warns_once_and_the_rounds_run_eagerly():
+    calls = []
+
+    def capture(step, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    graph = RoundGraph("cpu", capture=capture)
+    graph(lambda: calls.append("eager"))
+    with pytest.warns(RuntimeWarning, match="RANKKIT_CUDA_GRAPH: the boosting round could not be captured.*"
+                                            "not permitted when stream is capturing"):
+        graph(lambda: calls.append("eager"))
+    with warnings_as_errors():
+        graph(lambda: calls.append("eager"))
+    assert calls == ["eager"] * 3 and graph.replays == 0 and "RuntimeError" in graph.failed
+
+
+class warnings_as_errors:
+    def __enter__(self):
+        import warnings
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        self._catch.__exit__(*exc)
+
+
+_INTERPRETED = r"""
+import json, os, sys
+os.environ["RANKKIT_TRITON"] = "force"
+os.environ["RANKKIT_CPU_KERNEL"] = "0"
+import warnings
+warnings.simplefilter("ignore")
+import torch
+import triton.runtime.interpreter as interp
+from torch.utils._python_dispatch import TorchDispatchMode
+from rankkit.boosting.engine import BoostingEngine, BoosterConfig
+from rankkit.data import make_synthetic
+from rankkit.kernels.graph import RoundGraph
+
+FREE = {"view", "_unsafe_view", "alias", "as_strided", "expand", "t", "transpose", "permute", "unsqueeze",
+        "squeeze", "select", "slice", "detach", "reshape", "split", "split_with_sizes", "unbind"}
+class Refuse(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name not in FREE:
+            raise RuntimeError(f"{name} while capturing")
+        return func(*args, **(kwargs or {}))
+
+def capture(step, device):
+    # Record the Triton launches without running them, refuse torch ops; replay = run the launches.
+    launches, run = [], interp.InterpretedFunction.run
+    interp.InterpretedFunction.run = lambda self, *a, **k: launches.append((self, a, k))
+    try:
+        with Refuse():
+            result = step()
+    finally:
+        interp.InterpretedFunction.run = run
+    def replay():
+        for self, a, k in launches:
+            run(self, *a, **k)
+    return replay, result
+
+data = make_synthetic(14, (2, 30), 6, seed=3)
+valid = make_synthetic(5, (2, 30), 6, seed=4)
+out = {}
+for label, overrides in {"static": {}, "sampled": dict(subsample=0.8)}.items():
+    for mode in ("eager", "graph"):
+        engine = BoostingEngine(data.features, data.labels, data.sizes,
+                                BoosterConfig(depth=3, min_data_in_leaf=2, k=5, seed=1, **overrides))
+        engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+        assert engine.backend.name == "triton"
+        if mode == "graph":
+            engine.backend.round_graph = RoundGraph("cpu", capture=capture)
+        trees = [engine.update() for _ in range(5)]
+        graph = engine.backend.round_graph
+        out[f"{label}/{mode}"] = {
+            "trees": [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist(), t.gains.tolist()] for t in trees],
+            "history": engine.history, "scores": engine.scores.tolist(), "static": engine._static,
+            "graph": None if not graph else [graph.rounds, graph.replays, graph.failed]}
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    pytest.importorskip("triton")
+    from kernels.triton import interpreted_json
+
+    return interpreted_json(tmp_path_factory, _INTERPRETED)
+
+
+def test_a_replayed_static_round_grows_the_eager_runs_trees_bit_for_bit(interpreted):
+    eager, graph = interpreted["static/eager"], interpreted["static/graph"]
+    assert eager["static"] and graph["graph"] == [5, 4, None]  # round 1 eager, then the capture's replay and 3
+    assert graph["trees"] == eager["trees"]
+    assert graph["history"] == eager["history"] and graph["scores"] == eager["scores"]
+    assert len({str(t[:2]) for t in eager["trees"]}) > 1  # the rounds grow different trees
+
+
+def test_a_round_with_host_draws_is_not_static_and_never_replayed(interpreted):
+    sampled = interpreted["sampled/graph"]
+    assert not sampled["static"] and sampled["graph"][1] == 0
+    assert sampled["trees"] == interpreted["sampled/eager"]["trees"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.version.cuda is None, reason="needs a CUDA device")
+def test_on_a_gpu_the_static_round_is_captured_and_grows_the_eager_trees(monkeypatch):
+    pytest.importorskip("triton")
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+    from rankkit.data import make_synthetic
+
+    data = make_synthetic(200, (2, 60), 12, seed=0)
+    runs = {}
+    for switch in ("0", "auto"):
+        monkeypatch.setenv("RANKKIT_CUDA_GRAPH", switch)
+        engine = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=6), device="cuda")
+        engine.add_eval_set(data.features, data.labels, data.sizes)
+        trees = [engine.update() for _ in range(6)]
+        runs[switch] = ([(t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()) for t in trees],
+                        engine.backend.round_graph)
+    assert runs["auto"][1].replays == 5 and runs["auto"][1].failed is None, runs["auto"][1]
+    assert runs["0"][1] is False
+    assert runs["auto"][0] == runs["0"][0]
+
+
+def test_the_switch_turns_the_graph_off():
+    from rankkit.kernels.switches import read_switches
+
+    assert read_switches({"RANKKIT_CUDA_GRAPH": "0"}).cuda_graph == "off"
+    assert read_switches({}).cuda_graph == "auto"
+    with pytest.raises(ValueError, match="RANKKIT_CUDA_GRAPH='sometimes'"):
+        read_switches({"RANKKIT_CUDA_GRAPH": "sometimes"})
