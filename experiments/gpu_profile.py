@@ -107,7 +107,13 @@ def engine_for(train, valid, device, **options):
     from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 
     config = BoosterConfig(**{"depth": 6, "learning_rate": 0.1, "min_data_in_leaf": 20, "k": 10, **options})
-    engine = BoostingEngine(train.features, train.labels, train.sizes, config, device=device)
+    # Eager rounds (no CUDA graph): the profile times the round's phases, whose Python a replay
+    # skips; experiments/bench_gpu.py times the round with the graph and without.
+    os.environ["RANKKIT_CUDA_GRAPH"] = "0"
+    try:
+        engine = BoostingEngine(train.features, train.labels, train.sizes, config, device=device)
+    finally:
+        os.environ.pop("RANKKIT_CUDA_GRAPH")
     engine.add_eval_set(valid.features, valid.labels, valid.sizes)
     return engine
 

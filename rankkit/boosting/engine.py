@@ -126,6 +126,7 @@ class BoostingEngine:
         # The one choice of kernels for this fit: every step of a round asks this object.
         self.backend = backend if isinstance(backend, Backend) else choose(self.device, backend)
         self.reduce: Reduce = reduce or identity_reduce
+        self.round_state: dict = {}  # what the backend keeps for this engine's rounds (a CUDA graph)
         self.parallel = None
         if distributed or (distributed is None and reduce is None and dp.world()[1] > 1):
             self.parallel = self.reduce = _all_reduce(config, len(labels))
@@ -228,7 +229,9 @@ class BoostingEngine:
         else:
             threads.tick()
         self._seed_round()
-        tree, values, packed = self.backend.run_round(self._device_round, static=self._static)
+        # A static round's shape: an eval set added later is a new round to capture.
+        shape = (len(self.eval_sets),) if self._static else None
+        tree, values, packed = self.backend.run_round(self._device_round, static=shape, state=self.round_state)
         # The round's one host synchronisation: the tree and the eval metrics in one copy.
         host_tree, values = _round_on_host(tree, values, packed)
         check_leaf_values(host_tree.leaf_values, self.n_rounds)

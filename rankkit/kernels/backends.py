@@ -148,10 +148,13 @@ class Backend:
         for the round's one device-to-host copy."""
         return cat_float64(parts)
 
-    def run_round(self, step, *, static: bool):
+    def run_round(self, step, *, static, state: dict):
         """What ``step`` (the round's device work) returns, its work done: ``step()`` here.
-        ``static``: every round makes the same launches from the same buffers with nothing
-        decided on the host (a backend may then replay a captured graph)."""
+        ``static``: None, or a key (the round's shape: the number of eval sets) while every
+        round of that key makes the same launches from the same buffers with nothing decided
+        on the host (a backend may then replay a captured graph; another key, another graph).
+        ``state``: the caller's own dict, where a backend keeps what belongs to that caller's
+        rounds (a backend may serve several engines)."""
         return step()
 
     # -- the tree -----------------------------------------------------------------------------
@@ -395,7 +398,11 @@ class TritonBackend(Backend):
     quantized ones; deterministic: integer atomics -- that read only the smaller children's
     documents and fill each feature's hot code in from the node totals, the two-stage
     fixed-point leaf sums, the score updates and each eval set's update and NDCG@k in one kernel
-    (:mod:`~rankkit.kernels.triton.eval_ndcg`)."""
+    (:mod:`~rankkit.kernels.triton.eval_ndcg`).
+
+    Every buffer of the round is the fit's (:meth:`_workspace`): what :meth:`lambdas`,
+    :meth:`grow` and the other methods return on the device is overwritten by their next call
+    (copy what must outlive it)."""
 
     name = "triton"
     keeps_buffers = True
@@ -555,15 +562,21 @@ class TritonBackend(Backend):
                                 offsets=flat["offsets"], buckets=flat["buckets"], cutoff=inputs["cutoff"],
                                 empty=metric.empty, workspace=self._workspace().scope("eval", scores.data_ptr()))
 
-    def run_round(self, step, *, static):
-        """A static round on a CUDA device of a CUDA build: the first round eagerly, then one
-        CUDA graph captured and replayed (:class:`~rankkit.kernels.graph.RoundGraph`;
-        ``RANKKIT_CUDA_GRAPH=0``: eagerly); else ``step()``."""
-        graph = self.__dict__.get("round_graph")
+    def run_round(self, step, *, static, state):
+        """With ``RANKKIT_CUDA_GRAPH=1``, a static round on a CUDA device of a CUDA build: the
+        first round eagerly, then one CUDA graph captured and replayed
+        (:class:`~rankkit.kernels.graph.RoundGraph`, kept in the caller's ``state``); else
+        ``step()``. Opt-in until a GPU run has measured it (docs/gpu.md). A backend that serves
+        several engines runs their rounds eagerly: their buffers are shared (a shape one engine
+        changes would leave the other's graph pointing at freed memory)."""
+        owner = self.__dict__.setdefault("_round_owner", state)
+        if owner is not state:
+            owner["graph"] = state["graph"] = False
+        graph = state.get("graph")
         if graph is None:
-            graph = self.round_graph = RoundGraph(self.device) if static and self.device.type == "cuda" \
-                and torch.version.cuda is not None and self.switches.cuda_graph != "off" else False
-        return graph(step) if graph and static else step()
+            graph = state["graph"] = RoundGraph(self.device) if self.device.type == "cuda" \
+                and torch.version.cuda is not None and self.switches.cuda_graph == "on" else False
+        return graph(step, key=static) if graph and static is not None else step()
 
     def pack(self, parts):
         """One launch into the fit's buffer (:func:`~rankkit.kernels.triton.pack.pack_float64`;

@@ -15,8 +15,10 @@ per-round Python value reaches a kernel. The round's Python runs only at the cap
 
 The rounds: the first ``warmup`` eagerly (Triton compiles, the workspace allocates, the lambda
 pass's inputs are copied to the device once), then one capture and its replay, then replays. A
-capture that fails gives one warning and eager rounds from then on. ``RANKKIT_CUDA_GRAPH=0``
-turns it off.
+capture that fails gives one warning and eager rounds from then on. Opt-in
+(``RANKKIT_CUDA_GRAPH=1``) until a GPU run has measured it faster and equal
+(experiments/bench_gpu.py times the round both ways, tests/kernels/test_graph.py compares the
+trees on a CUDA machine).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def cuda_graph(step: Callable[[], Any], device: torch.device) -> tuple[Callable[
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.graph(graph, stream=stream):
+    # thread_local: another thread's CUDA calls (a data loader's) may go on during the capture.
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
         result = step()
     torch.cuda.current_stream(device).wait_stream(stream)
     return graph.replay, result
@@ -47,7 +50,8 @@ class RoundGraph:
             give one that records the Triton launches under the interpreter).
 
     Attributes:
-        rounds, replays: the rounds run, and how many of them were replays.
+        rounds, replays: the rounds run since the round's shape (``key``) last changed, and how
+            many of them were replays.
         failed: why the capture failed (then every round is eager), or None.
     """
 
@@ -59,12 +63,17 @@ class RoundGraph:
         self.rounds = self.replays = 0
         self.failed: str | None = None
         self._captured: tuple[Callable[[], None], Any] | None = None
+        self._key: Any = None
 
     def __repr__(self) -> str:
         return f"RoundGraph({self.device}, rounds={self.rounds}, replays={self.replays}, failed={self.failed!r})"
 
-    def __call__(self, step: Callable[[], Any]) -> Any:
-        """What ``step`` returns, its device work done (by ``step`` itself, or by a replay)."""
+    def __call__(self, step: Callable[[], Any], key: Any = None) -> Any:
+        """What ``step`` returns, its device work done (by ``step`` itself, or by a replay).
+        ``key``: the round's shape; a new key drops the graph and starts again (eager rounds,
+        then a capture)."""
+        if key != self._key:
+            self._key, self._captured, self.rounds, self.replays = key, None, 0, 0
         self.rounds += 1
         if self.failed is not None or self.rounds <= self.warmup:
             return step()

@@ -37,6 +37,12 @@ def test_the_first_rounds_are_eager_then_one_capture_and_replays():
     assert log == ["capture", "replay", "replay", "replay"] and len(calls) == 3
     assert (graph.rounds, graph.replays, graph.failed) == (5, 3, None)
     assert RoundGraph("cpu", warmup=0).warmup == 1  # the first round always runs eagerly (it allocates)
+    # Another shape (key): the graph is dropped, the warm-up and the capture start again.
+    log.clear()
+    graph(step, key="two eval sets")
+    graph(step, key="two eval sets")
+    graph(step, key="two eval sets")
+    assert log == ["capture", "replay"] and (graph.rounds, graph.replays) == (3, 1) and len(calls) == 6
 
 
 def test_a_capture_that_fails_warns_once_and_the_rounds_run_eagerly():
@@ -105,20 +111,44 @@ def capture(step, device):
 data = make_synthetic(14, (2, 30), 6, seed=3)
 valid = make_synthetic(5, (2, 30), 6, seed=4)
 out = {}
-for label, overrides in {"static": {}, "sampled": dict(subsample=0.8)}.items():
+for label, overrides in {"static": {}, "sampled": dict(subsample=0.8), "added": {}}.items():
     for mode in ("eager", "graph"):
         engine = BoostingEngine(data.features, data.labels, data.sizes,
                                 BoosterConfig(depth=3, min_data_in_leaf=2, k=5, seed=1, **overrides))
         engine.add_eval_set(valid.features, valid.labels, valid.sizes)
         assert engine.backend.name == "triton"
         if mode == "graph":
-            engine.backend.round_graph = RoundGraph("cpu", capture=capture)
-        trees = [engine.update() for _ in range(5)]
-        graph = engine.backend.round_graph
+            engine.round_state["graph"] = RoundGraph("cpu", capture=capture)
+        trees = [engine.update() for _ in range(2 if label == "added" else 5)]
+        if label == "added":  # a second eval set after two rounds: a new shape, captured again
+            engine.add_eval_set(data.features, data.labels, data.sizes)
+            trees += [engine.update() for _ in range(4)]
+        graph = engine.round_state.get("graph")
         out[f"{label}/{mode}"] = {
             "trees": [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist(), t.gains.tolist()] for t in trees],
             "history": engine.history, "scores": engine.scores.tolist(), "static": engine._static,
             "graph": None if not graph else [graph.rounds, graph.replays, graph.failed]}
+# Two engines on one backend (its workspace shared), rounds in turn, each with its own graph.
+from rankkit.kernels.backends import TritonBackend
+shared = TritonBackend("cpu")
+pair = {}
+for lr in (0.1, 0.3):
+    pair[lr] = BoostingEngine(data.features, data.labels, data.sizes,
+                              BoosterConfig(depth=3, min_data_in_leaf=2, k=5, seed=1, learning_rate=lr), backend=shared)
+    pair[lr].add_eval_set(valid.features, valid.labels, valid.sizes)
+    pair[lr].round_state["graph"] = RoundGraph("cpu", capture=capture)
+grown = {lr: [] for lr in pair}
+for _ in range(4):
+    for lr, engine in pair.items():
+        t = engine.update()
+        grown[lr].append([t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()])
+for lr, engine in pair.items():
+    alone = BoostingEngine(data.features, data.labels, data.sizes,
+                           BoosterConfig(depth=3, min_data_in_leaf=2, k=5, seed=1, learning_rate=lr))
+    alone.add_eval_set(valid.features, valid.labels, valid.sizes)
+    out[f"shared/{lr}"] = {"grown": grown[lr], "alone": [[t.features.tolist(), t.codes.tolist(),
+                           t.leaf_values.tolist()] for t in (alone.update() for _ in range(4))],
+                           "graph": engine.round_state["graph"]}
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -139,6 +169,35 @@ def test_a_replayed_static_round_grows_the_eager_runs_trees_bit_for_bit(interpre
     assert len({str(t[:2]) for t in eager["trees"]}) > 1  # the rounds grow different trees
 
 
+def test_an_eval_set_added_later_is_a_new_round_captured_again(interpreted):
+    eager, graph = interpreted["added/eager"], interpreted["added/graph"]
+    assert graph["graph"] == [4, 3, None]  # since the new shape: one eager round, the capture, two replays
+    assert graph["trees"] == eager["trees"] and graph["history"] == eager["history"]
+    assert len(eager["history"]) == 2 and len(eager["history"]["valid_1"]["ndcg@10"]) == 4
+
+
+@pytest.mark.parametrize("lr", ["0.1", "0.3"])
+def test_engines_sharing_a_backend_run_their_rounds_eagerly(interpreted, lr):
+    run = interpreted[f"shared/{lr}"]  # their buffers are the backend's: no graph for either
+    assert run["graph"] is False and run["grown"] == run["alone"]
+
+
+@pytest.mark.parametrize("options", [dict(subsample=0.8), dict(colsample=0.5), dict(bagging_temperature=1.0),
+                                     dict(random_strength=0.5), dict(quantized_grad=True), dict(exact_newton=True),
+                                     dict(objective="xendcg"), dict(objective="listmle"),
+                                     dict(objective="pointwise"), dict(objective="_loss")])
+def test_a_round_that_draws_on_the_host_or_runs_user_code_is_not_static(options):
+    from rankkit.boosting.engine import BoosterConfig, BoostingEngine
+    from rankkit.data import make_synthetic
+
+    data = make_synthetic(6, (2, 9), 4, seed=0)
+    if options.get("objective") == "_loss":  # a custom loss: the user's code may do anything
+        options = dict(objective=lambda scores, labels, mask: (scores * mask).pow(2).sum(1))
+    static = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=2))._static
+    engine = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=2, **options))
+    assert static and not engine._static
+
+
 def test_a_round_with_host_draws_is_not_static_and_never_replayed(interpreted):
     sampled = interpreted["sampled/graph"]
     assert not sampled["static"] and sampled["graph"][1] == 0
@@ -153,16 +212,16 @@ def test_on_a_gpu_the_static_round_is_captured_and_grows_the_eager_trees(monkeyp
 
     data = make_synthetic(200, (2, 60), 12, seed=0)
     runs = {}
-    for switch in ("0", "auto"):
+    for switch in ("0", "1"):
         monkeypatch.setenv("RANKKIT_CUDA_GRAPH", switch)
         engine = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=6), device="cuda")
         engine.add_eval_set(data.features, data.labels, data.sizes)
         trees = [engine.update() for _ in range(6)]
         runs[switch] = ([(t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()) for t in trees],
-                        engine.backend.round_graph)
-    assert runs["auto"][1].replays == 5 and runs["auto"][1].failed is None, runs["auto"][1]
+                        engine.round_state.get("graph"))
+    assert runs["1"][1].replays == 5 and runs["1"][1].failed is None, runs["1"][1]
     assert runs["0"][1] is False
-    assert runs["auto"][0] == runs["0"][0]
+    assert runs["1"][0] == runs["0"][0]
 
 
 def test_the_switch_turns_the_graph_off():
