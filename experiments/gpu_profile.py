@@ -103,13 +103,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def engine_for(train, valid, device, **options):
+def engine_for(train, valid, device, graph: str = "0", **options):
     from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 
     config = BoosterConfig(**{"depth": 6, "learning_rate": 0.1, "min_data_in_leaf": 20, "k": 10, **options})
-    # Eager rounds (no CUDA graph): the profile times the round's phases, whose Python a replay
-    # skips; experiments/bench_gpu.py times the round with the graph and without.
-    os.environ["RANKKIT_CUDA_GRAPH"] = "0"
+    # Eager rounds (no CUDA graph) unless ``graph`` is "1": the profile times the round's phases,
+    # whose Python a replay skips; graph_rounds times the round both ways.
+    os.environ["RANKKIT_CUDA_GRAPH"] = graph
     try:
         engine = BoostingEngine(train.features, train.labels, train.sizes, config, device=device)
     finally:
@@ -277,6 +277,28 @@ def lambda_variants(engine, device, repeats: int) -> dict:
     return out
 
 
+def graph_rounds(train, valid, device, rounds: int = 8) -> dict:
+    """ms per round (median) eager and as a CUDA graph (``RANKKIT_CUDA_GRAPH=1``), each after two
+    rounds (the graph's first eager, its second the capture), and whether both grew the same
+    trees."""
+    out, grown = {}, {}
+    for mode, switch in (("eager", "0"), ("graph", "1")):
+        engine = engine_for(train, valid, device, graph=switch)
+        trees = [engine.update() for _ in range(2)]
+        times = []
+        for _ in range(rounds):
+            sync(device)
+            t0 = time.perf_counter()
+            trees.append(engine.update())
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        out[f"{mode}_ms"] = 1e3 * statistics.median(times)
+        grown[mode] = [(t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()) for t in trees]
+        out[f"{mode}_state"] = repr(engine.round_state.get("graph"))
+    out["same_trees"] = grown["eager"] == grown["graph"]
+    return out
+
+
 def round_k_none(train, valid, device) -> dict:
     engine = engine_for(train, valid, device, k=None)
     engine.update()
@@ -304,6 +326,10 @@ def tables(record: dict) -> str:
         lines += [f"  {k:44s} {v:9.3f}" for k, v in record["lambda_variants"].items()]
     if record.get("k_none"):
         lines.append(f"engine round with k=None: {record['k_none']['round_ms']:.2f} ms")
+    if record.get("graph"):
+        g = record["graph"]
+        lines.append(f"round eager {g['eager_ms']:.3f} ms, as a CUDA graph {g['graph_ms']:.3f} ms "
+                     f"(RANKKIT_CUDA_GRAPH=1; same trees: {g['same_trees']}; {g['graph_state']})")
     for name in ("quantized", "default"):
         prof = record.get(f"kernels_{name}")
         if not prof:
@@ -390,6 +416,7 @@ def main(argv=None) -> dict | None:
 
     record["kernels_quantized"] = run.step("kernels (quantized)", 30, quantized)
     record["k_none"] = run.step("round with k=None", 20, lambda: round_k_none(train, valid, device))
+    record["graph"] = run.step("round as a CUDA graph", 30, lambda: graph_rounds(train, valid, device))
     text = tables(record)
     print(text, flush=True)
     if args.out:

@@ -598,11 +598,15 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "(tests/kernels/test_graph.py; replaying all but the first launch fails it). **Not run on "
         "a GPU**: the CUDA test there is guarded to a CUDA device, and experiments/bench_gpu.py "
         "now times the default round with and without it.",
+        "* The quantized round's lambda pass rounds its float64 results to float32 values in the "
+        "kernel (`flat_lambdas_triton(round32=True)`, bit for bit `.float().double()` of them; "
+        "was four casts, each a launch and an allocation): the quantized round 36 launches, 1 "
+        "sync, no allocation (2026-12-05).",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature); the rest of S5: the quantized round's launches and allocations (the "
-        "lambda pass's four float64 → float32 → float64 casts; its stochastic rounding and its "
-        "leaves are three launches each; its `torch.rand` keeps it out of the graph): the rounds "
-        f"are {still} under the interpreter (the table above).",
+        "program per feature); the rest of S5 for the quantized round: four buffers zeroed by "
+        "launches of their own (the fixed point's kernels clear them in the default round; "
+        "`Backend.quantize` is not told the tree's shape), and its `torch.rand`, which keeps it "
+        f"out of the graph: the rounds are {still} under the interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
         "(host syncs) on every call.",

@@ -418,16 +418,16 @@ class TritonBackend(Backend):
 
         dtype = torch.float32 if inputs["float32_scores"] else torch.float64
         flat = _flat_device_inputs(layout, inputs, dtype, self.device)
-        # float32 values, as the torch path's (quantized_grad: float64 rounded to float32): with
-        # float32 scores the kernel reads the float64 ones and writes float64 holding its float32
-        # results (no cast launched).
+        # float32 values, as the torch path's (quantized_grad: float64 rounded to float32, in the
+        # kernel): with float32 scores the kernel reads the float64 ones and writes float64
+        # holding its float32 results (no cast launched).
         grad, hess = flat_lambdas_triton(scores.detach().contiguous() if dtype == torch.float32 else
                                          scores.detach().to(dtype).contiguous(), flat["labels"], flat["offsets"],
                                          flat["buckets"], gains=flat["gains"], cutoff=inputs["cutoff"],
                                          sigma=inputs["sigma"], normalize=inputs["normalize"],
                                          weights=flat["weights"], out_dtype=torch.float64,
-                                         workspace=self._workspace().scope("lambdas"))
-        return (grad, hess) if dtype == torch.float32 else (grad.float().double(), hess.float().double())
+                                         round32=dtype == torch.float64, workspace=self._workspace().scope("lambdas"))
+        return grad, hess
 
     def grow(self, tree, g, h, scale, valid, rows, features, noise, *, leaf_g, leaf_h):
         """Float gradients in one process: the last level's pick cuts each leaf's sums from its

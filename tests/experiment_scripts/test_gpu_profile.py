@@ -30,7 +30,10 @@ def test_gpu_profile_smoke_run_on_the_cpu(tmp_path):
                                "--repeats", "2"])
     assert all(step["ok"] for step in record["steps"].values()), record["steps"]
     assert set(record["steps"]) == {"warm-up (2 rounds)", "memory per round", "phases", "kernels (default)",
-                                    "lambda variants", "kernels (quantized)", "round with k=None"}
+                                    "lambda variants", "kernels (quantized)", "round with k=None",
+                                    "round as a CUDA graph"}
+    graph = record["graph"]  # on the CPU no graph: both runs eager, the same trees
+    assert graph["same_trees"] and graph["eager_ms"] > 0 and graph["graph_ms"] > 0
     phases = record["phases"]
     assert {"lambdas", "tree (levels and leaves)", "train scores", "eval set: scores + metric",
             "host copy (the sync)"} <= set(phases)

@@ -66,7 +66,8 @@ def _histogram_configs() -> dict:
 
 def _flat_lambda_configs() -> dict:
     """The flat lambda kernel in float32 and float64 at the narrowest, a middle and the widest
-    length bucket, NDCG@10 normalised and weighted (the heaviest variant) and RankNet."""
+    length bucket, NDCG@10 normalised and weighted (the heaviest variant) and RankNet; float64 at
+    the widest with its results rounded to float32 values (``quantized_grad``'s pass)."""
     out = {}
     for short, ptr in FLOATS.items():
         types = {"s_ptr": ptr, "y_ptr": ptr, "gain_ptr": ptr, "w_ptr": ptr, "offsets_ptr": "*i64",
@@ -74,7 +75,7 @@ def _flat_lambda_configs() -> dict:
         for block in (16, 2048, MAX_BLOCK):
             for name, weighting, extra in (("ndcg", 1, True), ("ranknet", 0, False)):
                 ce = {"WEIGHTING": weighting, "HAS_WEIGHTS": extra, "NORMALIZE": extra, "BLOCK": block,
-                      "BLOCK_C": min(block, 128), "K_PAD": 16}
+                      "BLOCK_C": min(block, 128), "K_PAD": 16, "ROUND32": short == "fp64" and block == MAX_BLOCK}
                 out[f"flat_lambda_{name}_{block}_{short}"] = (
                     _flat_lambda_kernel, _signature(_flat_lambda_kernel, types, ce), ce)
                 WARPS[f"flat_lambda_{name}_{block}_{short}"] = warps_for(block)
@@ -84,7 +85,8 @@ def _flat_lambda_configs() -> dict:
     # The booster's float32 lambdas read from its float64 scores and written as float64 (no cast).
     types = {"s_ptr": "*fp64", "y_ptr": "*fp32", "gain_ptr": "*fp32", "w_ptr": "*fp32", "offsets_ptr": "*i64",
              "queries_ptr": "*i32", "grad_ptr": "*fp64", "hess_ptr": "*fp64", "k": "i32", "sigma": "fp32"}
-    ce = {"WEIGHTING": 1, "HAS_WEIGHTS": True, "NORMALIZE": True, "BLOCK": MAX_BLOCK, "BLOCK_C": 128, "K_PAD": 16}
+    ce = {"WEIGHTING": 1, "HAS_WEIGHTS": True, "NORMALIZE": True, "BLOCK": MAX_BLOCK, "BLOCK_C": 128, "K_PAD": 16,
+          "ROUND32": False}
     out["flat_lambda_ndcg_mixed"] = (_flat_lambda_kernel, _signature(_flat_lambda_kernel, types, ce), ce)
     WARPS["flat_lambda_ndcg_mixed"] = warps_for(MAX_BLOCK)
     types = {"scores_ptr": "*fp64", "codes_ptr": "*u8", "feats_ptr": "*i64", "cuts_ptr": "*i64",

@@ -117,25 +117,30 @@ def _column_tile(s_ptr, y_ptr, gain_ptr, w_ptr, grad_ptr, hess_ptr, start, c0, n
 
 
 @triton.jit
-def _scale_query(grad_ptr, hess_ptr, start, n, factor, BLOCK_C: tl.constexpr):
-    """grad, hess of one query times ``factor``."""
+def _scale_query(grad_ptr, hess_ptr, start, n, factor, BLOCK_C: tl.constexpr, ROUND32: tl.constexpr):
+    """grad, hess of one query times ``factor`` (rounded to float32 values with ``ROUND32``)."""
     for c0 in range(0, n, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
         in_c = c < n
-        grad = tl.load(grad_ptr + start + c, mask=in_c, other=0.0).to(factor.dtype)
-        hess = tl.load(hess_ptr + start + c, mask=in_c, other=0.0).to(factor.dtype)
-        tl.store(grad_ptr + start + c, grad * factor, mask=in_c)
-        tl.store(hess_ptr + start + c, hess * factor, mask=in_c)
+        grad = tl.load(grad_ptr + start + c, mask=in_c, other=0.0).to(factor.dtype) * factor
+        hess = tl.load(hess_ptr + start + c, mask=in_c, other=0.0).to(factor.dtype) * factor
+        if ROUND32:
+            grad, hess = grad.to(tl.float32).to(factor.dtype), hess.to(tl.float32).to(factor.dtype)
+        tl.store(grad_ptr + start + c, grad, mask=in_c)
+        tl.store(hess_ptr + start + c, hess, mask=in_c)
 
 
 @triton.jit
 def _flat_lambda_kernel(s_ptr, y_ptr, gain_ptr, w_ptr, offsets_ptr, queries_ptr, grad_ptr, hess_ptr,
                         k, sigma,
                         WEIGHTING: tl.constexpr, HAS_WEIGHTS: tl.constexpr, NORMALIZE: tl.constexpr,
-                        BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, K_PAD: tl.constexpr):
+                        BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, K_PAD: tl.constexpr,
+                        ROUND32: tl.constexpr):
     """grad, hess of the documents of query ``queries[program]`` (at most BLOCK of them), in the
     labels' dtype: float64 scores over float32 labels are rounded as they are read, and float64
-    grad / hess hold float32 values (each read back as float32: the same arithmetic)."""
+    grad / hess hold float32 values (each read back as float32: the same arithmetic). With
+    ``ROUND32`` the finished float64 values are rounded to float32 values (``quantized_grad``'s
+    float64 pass, as ``.float().double()`` after it)."""
     start, n, j, real = _query(offsets_ptr, queries_ptr, BLOCK)
     y = tl.load(y_ptr + start + j, mask=real, other=0.0)
     s = tl.load(s_ptr + start + j, mask=real, other=0.0).to(y.dtype)
@@ -166,7 +171,10 @@ def _flat_lambda_kernel(s_ptr, y_ptr, gain_ptr, w_ptr, offsets_ptr, queries_ptr,
         total = 2.0 * sigma * tl.sum(abs_sum, 0)
         factor = tl.where(total > 0.0, tl.log2(1.0 + total) / tl.where(total > 0.0, total, 1.0), 1.0)
         tl.debug_barrier()
-        _scale_query(grad_ptr, hess_ptr, start, n, factor, BLOCK_C)
+        _scale_query(grad_ptr, hess_ptr, start, n, factor, BLOCK_C, ROUND32)
+    elif ROUND32:
+        tl.debug_barrier()
+        _scale_query(grad_ptr, hess_ptr, start, n, tl.full([], 1.0, y_r.dtype), BLOCK_C, ROUND32)
 
 
 def warps_for(block: int) -> int:
@@ -217,7 +225,8 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
                         buckets: list[tuple[int, torch.Tensor]], *, gains: torch.Tensor | None, cutoff: int,
                         sigma: float = 1.0, normalize: bool = False,
                         weights: torch.Tensor | None = None,
-                        out_dtype: torch.dtype | None = None, workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
+                        out_dtype: torch.dtype | None = None, round32: bool = False,
+                        workspace=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad, hess) [N] of the pairwise lambda objective over flat queries, computed in the
     labels' dtype: one launch per length bucket, no host sync.
 
@@ -233,6 +242,9 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
         weights: [N] per-document weights (a pair weighs their mean), or None.
         out_dtype: grad's and hess's dtype (None: the labels'); float64 over float32 labels
             holds the float32 values (``.double()`` of them, with no launch).
+        round32: the finished values rounded to float32 values (float64 in and out: the
+            booster's ``quantized_grad`` pass, as ``.float().double()`` of its results, with no
+            launch of its own).
         workspace: a :class:`~rankkit.kernels.workspace.Workspace` (or scope) that keeps
             grad and hess from call to call (they are then valid until the next call); None:
             new tensors.
@@ -256,5 +268,5 @@ def flat_lambdas_triton(scores: torch.Tensor, labels: torch.Tensor, offsets: tor
             scores, labels, scores if gains is None else gains, scores if weights is None else weights,
             offsets, queries, grad, hess, cutoff, float(sigma),
             WEIGHTING=0 if gains is None else 1, HAS_WEIGHTS=weights is not None, NORMALIZE=bool(normalize),
-            BLOCK=block, BLOCK_C=min(block, BLOCK_C), K_PAD=k_pad, num_warps=warps_for(block))
+            BLOCK=block, BLOCK_C=min(block, BLOCK_C), K_PAD=k_pad, ROUND32=bool(round32), num_warps=warps_for(block))
     return grad, hess

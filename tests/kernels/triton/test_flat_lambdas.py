@@ -98,6 +98,11 @@ for k, weighting, normalize, weighted in CASES:
                                   gains=gains, cutoff=inputs["cutoff"], sigma=SIGMA, normalize=normalize,
                                   weights=None if w is None else w.to(dtype))
         row[str(dtype)] = [t.double().tolist() for t in got]
+        if dtype == torch.float64:  # quantized_grad's pass: the float64 results as float32 values, in the kernel
+            rounded = flat_lambdas_triton(scores.to(dtype), inputs["labels"].to(dtype), inputs["offsets"], buckets,
+                                          gains=gains, cutoff=inputs["cutoff"], sigma=SIGMA, normalize=normalize,
+                                          weights=None if w is None else w.to(dtype), round32=True)
+            row["round32"] = [[t.tolist() for t in rounded], [t.float().double().tolist() for t in got]]
         if dtype == torch.float32:  # float64 scores over float32 labels, float64 out: no cast launched
             mixed = flat_lambdas_triton(scores.double(), inputs["labels"].to(dtype), inputs["offsets"], buckets,
                                         gains=gains, cutoff=inputs["cutoff"], sigma=SIGMA, normalize=normalize,
@@ -169,6 +174,8 @@ def test_triton_flat_lambdas_equal_the_float64_double_loop(interpreted, case):
         torch.testing.assert_close(g, c, rtol=1e-12, atol=1e-13)  # the compiled CPU pass too
         assert float(w.abs().sum()) > 0  # the case has pairs
     assert abs(float(got[0].sum())) < 1e-9  # λ sums to zero over each query's pairs
+    assert row["round32"][0] == row["round32"][1]  # round32: .float().double() of the float64 run, bit for bit
+    assert row["round32"][0] != row["torch.float64"]
     if case in SINGLE:
         single = [torch.tensor(t, dtype=torch.float64) for t in row["torch.float32"]]
         for s, w in zip(single, want):
