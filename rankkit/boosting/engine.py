@@ -559,11 +559,10 @@ def _round_on_host(tree: Tree, values: list[torch.Tensor], packed: torch.Tensor 
     return _unpack_tree(packed.clone() if packed.device.type == "cpu" else packed.cpu(), tree, len(values))
 
 
-
 def _pack_tree(tree: Tree, values: list[torch.Tensor], pack=None) -> torch.Tensor:
     """The tree's per-level tensors, ``values`` and its leaf values as one float64 tensor on
-    their device (the device side of :func:`_round_on_host`), by ``pack`` (None: the torch
-    reference's)."""
+    their device (what :func:`_pack_round` hands :func:`_round_on_host`), by ``pack`` (None:
+    the torch reference's)."""
     device = tree.leaf_values.device
     parts = [t.to(device).reshape(-1) for t in (tree.features, tree.codes, tree.gains, *values, tree.leaf_values)]
     return (pack or cat_float64)(parts)
