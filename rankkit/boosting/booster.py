@@ -339,9 +339,12 @@ class LambdaMART(BaseEstimator):
         for name, options in TREE_CANDIDATES.items():  # binned once: the candidates share the codes
             engines[name] = engine_for(replace(config, **options), bins_of=first)
             first = first or engines[name]
+        first = None
         race = SuccessiveHalving(TREE_CANDIDATES)
 
         def advance(name: str, rounds: int) -> None:
+            for out in [n for n in engines if n not in race.alive]:  # a cut candidate's scores and
+                del engines[out]                                       # buffers go (a GPU's too)
             engine = engines[name]
             while len(engine.trees) < rounds and not engine.should_stop:
                 engine.update()

@@ -148,3 +148,32 @@ def test_run_advances_scores_and_cuts_each_stage_in_order():
     assert race.scores_["c"] == {"score": 0.2, "stage": 1, "trees": 2}
     quiet = SuccessiveHalving(list(quality))
     assert quiet.run((2, 4), advance, score) == "b"  # no report: the same race
+
+
+def test_the_race_lets_go_of_the_candidates_it_cuts(pbm_logs, monkeypatch):
+    """A candidate cut at a stage's end is dropped (its scores, gradients and, on a GPU, its
+    round's buffers): during stage 2 only the two kept candidates' engines are alive."""
+    import gc
+    import weakref
+
+    made, alive_in_stage_2 = [], []
+    init, update = BoostingEngine.__init__, BoostingEngine.update
+
+    def recording(engine, *a, **k):
+        init(engine, *a, **k)
+        made.append(weakref.ref(engine))
+
+    def counting(engine):
+        if len(engine.trees) >= 2:  # stage 1 ends at 2 rounds (early_stopping_rounds=2)
+            gc.collect()
+            alive_in_stage_2.append(sum(ref() is not None for ref in made))
+        return update(engine)
+
+    monkeypatch.setattr(BoostingEngine, "__init__", recording)
+    monkeypatch.setattr(BoostingEngine, "update", counting)
+    train, vali = pbm_logs
+    LambdaMART(unbiased="auto", n_estimators=8, early_stopping_rounds=2, depth=2, min_data_in_leaf=5, n_positions=8,
+               seed=1).fit(train.sessions.features, train.clicks, group=train.sessions.sizes, position=train.position,
+                           eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes],
+                           eval_position=[vali.position])
+    assert len(made) == len(TREE_CANDIDATES) > 2 and alive_in_stage_2 and max(alive_in_stage_2) == 2
