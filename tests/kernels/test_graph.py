@@ -149,6 +149,16 @@ for lr, engine in pair.items():
     out[f"shared/{lr}"] = {"grown": grown[lr], "alone": [[t.features.tolist(), t.codes.tolist(),
                            t.leaf_values.tolist()] for t in (alone.update() for _ in range(4))],
                            "graph": engine.round_state["graph"]}
+# Two eval sets, each with its own metric buffer (scoped by its scores): the Triton backend's
+# quantized run (bit for bit the reference's trees) against the torch backend's.
+other = make_synthetic(7, (2, 30), 6, seed=5)
+for backend in ("triton", "torch"):
+    engine = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(
+        depth=3, min_data_in_leaf=2, k=5, seed=1, quantized_grad=True), backend=backend)
+    engine.add_eval_set(valid.features, valid.labels, valid.sizes)
+    engine.add_eval_set(other.features, other.labels, other.sizes)
+    out[f"two/{backend}"] = {"trees": [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()]
+                                       for t in (engine.update() for _ in range(4))], "history": engine.history}
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -196,6 +206,15 @@ def test_a_round_that_draws_on_the_host_or_runs_user_code_is_not_static(options)
     static = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=2))._static
     engine = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=2, **options))
     assert static and not engine._static
+
+
+def test_two_eval_sets_on_the_triton_backend_score_as_the_torch_backends(interpreted):
+    triton_run, torch_run = interpreted["two/triton"], interpreted["two/torch"]
+    assert triton_run["trees"] == torch_run["trees"]  # quantized: bit for bit
+    for name in ("valid_0", "valid_1"):
+        got, want = (torch.tensor(r["history"][name]["ndcg@10"], dtype=torch.float64) for r in (triton_run, torch_run))
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)  # the torch metric sums in float32
+    assert triton_run["history"]["valid_0"] != triton_run["history"]["valid_1"]
 
 
 def test_a_round_with_host_draws_is_not_static_and_never_replayed(interpreted):
