@@ -125,7 +125,9 @@ class ObliviousTreeGrower:
     def grow(self, grad: torch.Tensor, hess: torch.Tensor, *, rows: torch.Tensor | None = None,
              features: torch.Tensor | None = None, noise_sd: float | torch.Tensor = 0.0,
              generator: torch.Generator | None = None) -> Tree:
-        """One tree fitted to grad/hess [N] (float64) on ``rows`` and ``features``.
+        """One tree fitted to grad/hess [N] (float64) on ``rows`` and ``features``. On the
+        Triton backend its tensors are the fit's buffers, which the next ``grow`` overwrites
+        (copy what must outlive it; ``BoostingEngine.update`` returns a host copy).
 
         Args:
             grad, hess: [N] per-document first and second derivatives (zero weight = 0).
