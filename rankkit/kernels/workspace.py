@@ -13,6 +13,7 @@ fresh CPU memory is often zeros, which would hide such a read).
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -20,7 +21,10 @@ import torch
 
 class Workspace:
     """Buffers by name: :meth:`empty` gives the same tensor every call with the same name while
-    its shape, dtype and device stay (a new one, kept in its place, when they change).
+    its shape, dtype and device stay. A buffer only grows: a name asked for with fewer entries
+    (a round's row sample, which changes its document count every round) gets a view of the
+    memory it holds, and new memory (a quarter more than asked) only when it needs more, or
+    another dtype or device.
 
     Args:
         keep: False: every call allocates (a function called without a workspace).
@@ -28,7 +32,8 @@ class Workspace:
 
     def __init__(self, *, keep: bool = True):
         self.keep = keep
-        self.buffers: dict[tuple, torch.Tensor] = {}
+        self.buffers: dict = {}  # name -> the tensor last handed out
+        self.bases: dict = {}  # name -> the flat memory behind it
         self.allocations = 0
         self.poison = os.environ.get("RANKKIT_POISON_WORKSPACE", "") == "1"
 
@@ -38,16 +43,22 @@ class Workspace:
     def empty(self, name, shape, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """The buffer ``name`` (any hashable) of ``shape``, not zeroed."""
         shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list, torch.Size)) else (shape,)))
+        device = torch.device(device)
         kept = self.buffers.get(name) if self.keep else None
-        if kept is not None and tuple(kept.shape) == shape and kept.dtype == dtype \
-                and kept.device == torch.device(device):
+        if kept is not None and tuple(kept.shape) == shape and kept.dtype == dtype and kept.device == device:
             return kept
-        out = torch.empty(shape, dtype=dtype, device=device)
-        self.allocations += 1
-        if self.poison:
-            out.fill_(True if dtype == torch.bool else float("nan") if dtype.is_floating_point else -1)
+        numel = math.prod(shape)
+        base = self.bases.get(name) if self.keep else None
+        if base is None or base.dtype != dtype or base.device != device or base.numel() < numel:
+            # Growing: a quarter more, so that a row sample's next larger round fits.
+            grown = base is not None and base.dtype == dtype and base.device == device
+            base = torch.empty(max(numel + (numel // 4 if grown else 0), 1), dtype=dtype, device=device)
+            self.allocations += 1
+            if self.poison:
+                base.fill_(True if dtype == torch.bool else float("nan") if dtype.is_floating_point else -1)
+        out = base[:numel].view(shape)
         if self.keep:
-            self.buffers[name] = out
+            self.buffers[name], self.bases[name] = out, base
         return out
 
     def scope(self, *prefix) -> "Scope":

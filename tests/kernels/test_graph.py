@@ -119,7 +119,9 @@ for label, overrides in {"static": {}, "sampled": dict(subsample=0.8), "added": 
         assert engine.backend.name == "triton"
         if mode == "graph":
             engine.round_state["graph"] = RoundGraph("cpu", capture=capture)
-        trees = [engine.update() for _ in range(2 if label == "added" else 5)]
+        trees = [engine.update()]
+        after_first = engine.backend._workspace().allocations
+        trees += [engine.update() for _ in range(1 if label == "added" else 4)]
         if label == "added":  # a second eval set after two rounds: a new shape, captured again
             engine.add_eval_set(data.features, data.labels, data.sizes)
             trees += [engine.update() for _ in range(4)]
@@ -127,6 +129,7 @@ for label, overrides in {"static": {}, "sampled": dict(subsample=0.8), "added": 
         out[f"{label}/{mode}"] = {
             "trees": [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist(), t.gains.tolist()] for t in trees],
             "history": engine.history, "scores": engine.scores.tolist(), "static": engine._static,
+            "allocations": [after_first, engine.backend._workspace().allocations],
             "graph": None if not graph else [graph.rounds, graph.replays, graph.failed]}
 # Two engines on one backend (its workspace shared), rounds in turn, each with its own graph.
 from rankkit.kernels.backends import TritonBackend
@@ -177,6 +180,12 @@ def test_a_replayed_static_round_grows_the_eager_runs_trees_bit_for_bit(interpre
     assert graph["trees"] == eager["trees"]
     assert graph["history"] == eager["history"] and graph["scores"] == eager["scores"]
     assert len({str(t[:2]) for t in eager["trees"]}) > 1  # the rounds grow different trees
+    # Device memory flat from round 2 on: the workspace allocates in the first round only.
+    first, last = eager["allocations"]
+    assert first > 20 and last == first, eager["allocations"]
+    # A row sample changes the document count every round: views of the largest round's memory.
+    sampled = interpreted["sampled/eager"]["allocations"]
+    assert sampled[1] - sampled[0] <= 5, sampled  # a round past every one before grows 5 buffers, once
 
 
 def test_an_eval_set_added_later_is_a_new_round_captured_again(interpreted):

@@ -16,13 +16,19 @@ def test_a_name_gives_the_same_buffer_while_its_shape_dtype_and_device_stay():
     assert ws.empty("a", (3, 4), torch.float64, "cpu") is a
     assert ws.empty("a", [3, 4], torch.float64, torch.device("cpu")) is a  # a list, a device object
     assert ws.allocations == 1
-    b = ws.empty("a", (4, 3), torch.float64, "cpu")  # another shape: a new buffer, kept instead
-    assert b is not a and ws.empty("a", (4, 3), torch.float64, "cpu") is b
+    b = ws.empty("a", (4, 3), torch.float64, "cpu")  # another shape, as many entries: the same memory
+    assert b is not a and ws.empty("a", (4, 3), torch.float64, "cpu") is b and b.data_ptr() == a.data_ptr()
+    small = ws.empty("a", (5,), torch.float64, "cpu")  # fewer entries (a row sample): a view, no allocation
+    assert small.shape == (5,) and small.data_ptr() == a.data_ptr() and ws.allocations == 1
+    big = ws.empty("a", (13,), torch.float64, "cpu")  # more: new memory with a quarter to spare, kept
+    assert big.data_ptr() != a.data_ptr() and ws.allocations == 2 and ws.bases["a"].numel() == 16
+    assert ws.empty("a", (16,), torch.float64, "cpu").data_ptr() == big.data_ptr() and ws.allocations == 2
     c = ws.empty("a", (4, 3), torch.int32, "cpu")  # another dtype
-    assert c is not b and c.dtype == torch.int32
+    assert c.dtype == torch.int32 and ws.allocations == 3
     assert ws.empty("n", 5, torch.int64, "cpu").shape == (5,)  # an int shape
     assert ws.empty("scalar", (), torch.float64, "cpu").shape == ()
-    assert ws.allocations == 5
+    assert ws.empty("none", (0, 3), torch.float64, "cpu").shape == (0, 3)
+    assert ws.allocations == 6
 
 
 def test_scopes_keep_names_apart_and_share_the_store():
@@ -33,6 +39,7 @@ def test_scopes_keep_names_apart_and_share_the_store():
     assert ws.scope("eval", 1).empty("mean", (), torch.float64, "cpu") is x
     assert one.scope("level").empty("mean", (), torch.float64, "cpu") is not x
     assert ws.buffers[("eval", 1, "mean")] is x
+    assert ws.empty(("eval", 1, "mean"), (), torch.float64, "cpu") is x
 
 
 def test_without_a_workspace_every_call_allocates():
