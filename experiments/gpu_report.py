@@ -575,7 +575,8 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "acquire-release add.",
         "* **No allocation after the first round** (2026-12-05): every buffer of the Triton round "
         "(the lambdas, the fixed point, the levels' scratch and histograms, the leaves, each eval "
-        "set's metric) comes from one `rankkit.kernels.workspace.Workspace` per fit and is the same tensor every round; the "
+        "set's metric) comes from one `rankkit.kernels.workspace.Workspace` per fit and is the same tensor every round (a "
+        "row sample, whose document count changes every round, gets views of memory that only grows); the "
         "round's tree and metrics are packed for the host copy by one kernel into the fit's "
         "buffer (`triton.pack`, was two casts and a `cat`). `BoostingEngine.update` returns the "
         "host copy of the tree (its leaf index stays on the device until the next round). The "

@@ -51,7 +51,7 @@ from rankkit.boosting.tree import (
 )
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
-from rankkit.kernels.backends import Backend, cat_float64, choose
+from rankkit.kernels.backends import Backend, RoundState, cat_float64, choose
 from rankkit.clicks.debiasing import make_debiasing
 
 
@@ -126,7 +126,7 @@ class BoostingEngine:
         # The one choice of kernels for this fit: every step of a round asks this object.
         self.backend = backend if isinstance(backend, Backend) else choose(self.device, backend)
         self.reduce: Reduce = reduce or identity_reduce
-        self.round_state: dict = {}  # what the backend keeps for this engine's rounds (a CUDA graph)
+        self.round_state = RoundState()  # what the backend keeps for this engine's rounds (a CUDA graph)
         self.parallel = None
         if distributed or (distributed is None and reduce is None and dp.world()[1] > 1):
             self.parallel = self.reduce = _all_reduce(config, len(labels))

@@ -42,6 +42,7 @@ backend's.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -93,6 +94,11 @@ def choose(device: torch.device | str, requested: str | None = None,
     else:
         name = "triton" if triton_takes(device, s) else "torch"
     return {"torch": TorchBackend, "cpu": CpuBackend, "triton": TritonBackend}[name](device, s)
+
+
+class RoundState(dict):
+    """What a backend keeps for one engine's rounds (:meth:`Backend.run_round`): a dict that a
+    backend can hold a weak reference to."""
 
 
 def cat_float64(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -153,8 +159,8 @@ class Backend:
         ``static``: None, or a key (the round's shape: the number of eval sets) while every
         round of that key makes the same launches from the same buffers with nothing decided
         on the host (a backend may then replay a captured graph; another key, another graph).
-        ``state``: the caller's own dict, where a backend keeps what belongs to that caller's
-        rounds (a backend may serve several engines)."""
+        ``state``: the caller's own :class:`RoundState`, where a backend keeps what belongs to
+        that caller's rounds (a backend may serve several engines)."""
         return step()
 
     # -- the tree -----------------------------------------------------------------------------
@@ -569,7 +575,10 @@ class TritonBackend(Backend):
         ``step()``. Opt-in until a GPU run has measured it (docs/gpu.md). A backend that serves
         several engines runs their rounds eagerly: their buffers are shared (a shape one engine
         changes would leave the other's graph pointing at freed memory)."""
-        owner = self.__dict__.setdefault("_round_owner", state)
+        owner = self.__dict__.get("_round_owner")
+        owner = None if owner is None else owner()
+        if owner is None:  # the first engine, or the one after it is gone
+            self._round_owner, owner = weakref.ref(state), state
         if owner is not state:
             owner["graph"] = state["graph"] = False
         graph = state.get("graph")
@@ -594,5 +603,5 @@ class TritonBackend(Backend):
                                            features=features, cuts=cuts)
 
 
-__all__ = ["BACKENDS", "Backend", "CpuBackend", "fixed_point", "Switches", "TorchBackend", "TritonBackend", "choose",
-           "cpu_takes", "read_switches", "triton_takes", "N_CODES"]
+__all__ = ["BACKENDS", "Backend", "CpuBackend", "RoundState", "fixed_point", "Switches", "TorchBackend",
+           "TritonBackend", "choose", "cpu_takes", "read_switches", "triton_takes", "N_CODES"]

@@ -162,6 +162,15 @@ for backend in ("triton", "torch"):
     engine.add_eval_set(other.features, other.labels, other.sizes)
     out[f"two/{backend}"] = {"trees": [[t.features.tolist(), t.codes.tolist(), t.leaf_values.tolist()]
                                        for t in (engine.update() for _ in range(4))], "history": engine.history}
+# The backend's first engine gone, the next one on it may replay its rounds.
+import gc
+pair.clear(); engine = None; gc.collect()
+later = BoostingEngine(data.features, data.labels, data.sizes, BoosterConfig(depth=3, min_data_in_leaf=2, k=5, seed=1),
+                       backend=shared)
+later.round_state["graph"] = RoundGraph("cpu", capture=capture)
+for _ in range(3):
+    later.update()
+out["shared/later"] = later.round_state["graph"].replays
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -199,6 +208,7 @@ def test_an_eval_set_added_later_is_a_new_round_captured_again(interpreted):
 def test_engines_sharing_a_backend_run_their_rounds_eagerly(interpreted, lr):
     run = interpreted[f"shared/{lr}"]  # their buffers are the backend's: no graph for either
     assert run["graph"] is False and run["grown"] == run["alone"]
+    assert interpreted["shared/later"] == 2  # once both are gone, the next engine on it replays
 
 
 @pytest.mark.parametrize("options", [dict(subsample=0.8), dict(colsample=0.5), dict(bagging_temperature=1.0),
