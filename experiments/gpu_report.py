@@ -601,13 +601,16 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         "now times the default round with and without it.",
         "* The quantized round's lambda pass rounds its float64 results to float32 values in the "
         "kernel (`flat_lambdas_triton(round32=True)`, bit for bit `.float().double()` of them; "
-        "was four casts, each a launch and an allocation): the quantized round 36 launches, 1 "
-        "sync, no allocation (2026-12-05).",
+        "was four casts, each a launch and an allocation), and its stochastic rounding's kernels "
+        "clear the tree's first buffers on their way (the nodes, the counters, the root's int32 "
+        "cells and packed sums, in the previous quantized tree's shape; were four launches): the "
+        "quantized round 32 launches, 1 sync, no allocation (2026-12-05).",
         "* Not done: the split search parallel over (feature, node) (a level's kernel has one "
-        "program per feature); the rest of S5 for the quantized round: four buffers zeroed by "
-        "launches of their own (the fixed point's kernels clear them in the default round; "
-        "`Backend.quantize` is not told the tree's shape), and its `torch.rand`, which keeps it "
-        f"out of the graph: the rounds are {still} under the interpreter (the table above).",
+        "program per feature: about 63 node iterations over six levels, modelled at 1–2 µs each, "
+        "roughly 0.1 ms of a round; splitting the nodes would change the gains' summation order "
+        "and the parity with the reference, splitting the codes would not); the quantized round's "
+        f"`torch.rand`, which keeps it out of the graph: the rounds are {still} under the "
+        "interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
         "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
         "(host syncs) on every call.",

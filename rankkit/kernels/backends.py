@@ -457,9 +457,25 @@ class TritonBackend(Backend):
         root's sums kept for the levels."""
         if shard is not None or not g.shape[0] or g.dtype != torch.float64 or h.dtype != torch.float64:
             return super().quantize(g, h, n_bins, generator, shard=shard)
-        g_q, h_q, scale, root = self._fixed_point().quantize(g, h, n_bins, generator)
-        self._quantized_root = (g_q, root)
+        clear = self._quantized_clear(g.shape[0], g.device)
+        g_q, h_q, scale, root = self._fixed_point().quantize(g, h, n_bins, generator, clear=clear)
+        self._quantized_root = (g_q, root, clear)
         return g_q, h_q, scale
+
+    def _quantized_clear(self, n: int, device) -> dict | None:
+        """The tree's first buffers for the quantize kernels to zero on their way (the previous
+        quantized tree's shape: features, depth), or None before the first such tree."""
+        shape = self.__dict__.get("_quantized_shape")
+        return None if shape is None else self._quantized_buffers(n, *shape, device)
+
+    def _quantized_buffers(self, n: int, n_feat: int, depth: int, device) -> dict:
+        """A quantized tree's first buffers: the documents' nodes, the levels' counters, the root's
+        int32 cells and packed sums (the fit's, not zeroed)."""
+        ws = self._workspace().scope("quantized cleared")
+        return {"node": ws.empty("node", n, torch.int64, device),
+                "counters": ws.empty("counters", 1 + depth, torch.int32, device),
+                "cells": ws.empty("cells", (3, n_feat, 1, N_CODES), torch.int32, device),
+                "pack": ws.empty("pack", n_feat * N_CODES, torch.int64, device)}
 
     def update_values(self, values):
         """The update the last level's pick wrote beside ``values`` when it made them (no
@@ -471,10 +487,19 @@ class TritonBackend(Backend):
         if tree.reduce is not identity_reduce:
             return super().grow_levels(tree, g, h, scale, valid, rows, features, noise)
         if scale is not None:  # quantized gradients: small integers, int32 cells
-            kept = self.__dict__.get("_quantized_root")  # the root's sums, where quantize made g
-            return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid,
-                                codes_t=_sample(tree.codes, rows, features), features=features, noise=noise,
-                                hist_dtype=torch.int32, root=kept[1] if kept is not None and kept[0] is g else None)
+            codes_t = _sample(tree.codes, rows, features)
+            kept = self.__dict__.get("_quantized_root")  # the root's sums and what it cleared, where quantize made g
+            mine = kept is not None and kept[0] is g
+            n_feat, depth = codes_t.shape[0], tree.params.depth
+            self._quantized_shape = (n_feat, depth)  # what the next quantize clears
+            cleared = kept[2] if mine and kept[2] is not None and kept[2]["cells"].shape[1] == n_feat \
+                and kept[2]["counters"].numel() == 1 + depth and kept[2]["node"].numel() == g.shape[0] else None
+            if cleared is None:  # the first tree (or another shape): zeroed here, the cells by the root histogram
+                cleared = dict(self._quantized_buffers(g.shape[0], n_feat, depth, g.device), zeroed=False)
+                cleared["node"].zero_(), cleared["counters"].zero_()
+            return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid, codes_t=codes_t,
+                                features=features, noise=noise, hist_dtype=torch.int32,
+                                root=kept[1] if mine else None, cleared=cleared)
         return self._fixed_levels(tree, g, h, valid, rows=rows, features=features, noise=noise)
 
     def _fixed_levels(self, tree, g, h, valid, *, rows, features, noise, leaf_rate=None):

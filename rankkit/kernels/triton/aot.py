@@ -143,12 +143,13 @@ def _fixed_configs() -> dict:
     ce = {"BLOCK": FIXED_BLOCK}
     out["fixed_round"] = (_round_kernel, _signature(_round_kernel, types, ce), ce)
     types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "part_ptr": "*fp64", "counter_ptr": "*i32", "scale_ptr": "*fp64",
-             "root_ptr": "*i64", "N": "i32", "per_program": "i32", "programs": "i32", "half_bins": "fp64",
-             "bins": "fp64"}
+             "root_ptr": "*i64", "clear_ptr": "*i32", "N": "i32", "per_program": "i32", "programs": "i32",
+             "half_bins": "fp64", "bins": "fp64", "n_clear": "i32"}
     ce = {"BLOCK": FIXED_BLOCK, "BLOCK_P": 1024}
     out["fixed_scale_quantized"] = (_quantize_scale_kernel, _signature(_quantize_scale_kernel, types, ce), ce)
     types = {"g_ptr": "*fp64", "h_ptr": "*fp64", "u_ptr": "*fp64", "scale_ptr": "*fp64", "gq_ptr": "*i32",
-             "hq_ptr": "*i32", "root_ptr": "*i64", "N": "i32"}
+             "hq_ptr": "*i32", "root_ptr": "*i64", "node_ptr": "*i64", "cells_ptr": "*i32", "pack_ptr": "*i64",
+             "N": "i32", "n_node": "i32", "n_cells": "i32", "n_pack": "i32"}
     ce = {"BLOCK": FIXED_BLOCK}
     out["fixed_round_quantized"] = (_quantize_round_kernel, _signature(_quantize_round_kernel, types, ce), ce)
     return out

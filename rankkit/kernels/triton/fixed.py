@@ -123,11 +123,12 @@ def _round_kernel(g_ptr, h_ptr, factor_ptr, gq_ptr, hq_ptr, root_ptr, node_ptr, 
 
 
 @triton.jit
-def _quantize_scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, scale_ptr, root_ptr, N, per_program, programs,
-                           half_bins, bins, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+def _quantize_scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, scale_ptr, root_ptr, clear_ptr, N, per_program,
+                           programs, half_bins, bins, n_clear, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
     """``quantized_grad``'s scales: part[pid] = (max|g|, max|h|) of the program's documents; the
     last program: scale [2] = (max|g| / (B/2), max|h| / B), 1 where not above 0 (NaN included),
-    as :func:`rankkit.kernels.torch_ref.quantize_gradients`; root [3] = (0, 0, N)."""
+    as :func:`rankkit.kernels.torch_ref.quantize_gradients`; root [3] = (0, 0, N); clear
+    [n_clear] int32 zeroed (the levels' counters)."""
     if _partial_maxima(g_ptr, h_ptr, part_ptr, counter_ptr, N, per_program, programs, BLOCK):
         p = tl.arange(0, BLOCK_P)
         for ch in tl.static_range(2):
@@ -136,14 +137,26 @@ def _quantize_scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, scale_ptr, root_
             tl.store(scale_ptr + ch, tl.where(top > 0.0, top, 1.0))
             tl.store(root_ptr + ch, 0)
         tl.store(root_ptr + 2, tl.cast(N, tl.int64))
+        for i0 in range(0, n_clear, BLOCK_P):
+            tl.store(clear_ptr + i0 + p, tl.zeros([BLOCK_P], dtype=tl.int32), mask=i0 + p < n_clear)
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _quantize_round_kernel(g_ptr, h_ptr, u_ptr, scale_ptr, gq_ptr, hq_ptr, root_ptr, N, BLOCK: tl.constexpr):
-    """g_q, h_q [N] int32 = ⌊x / s + u⌋ (u [2, N] the round's draws), their sums added to root [0], [1]."""
+def _quantize_round_kernel(g_ptr, h_ptr, u_ptr, scale_ptr, gq_ptr, hq_ptr, root_ptr, node_ptr, cells_ptr, pack_ptr,
+                           N, n_node, n_cells, n_pack, BLOCK: tl.constexpr):
+    """g_q, h_q [N] int32 = ⌊x / s + u⌋ (u [2, N] the round's draws), their sums added to root [0], [1];
+    node [n_node] int64, cells [n_cells] int32 and pack [n_pack] int64 (the root histogram's cells
+    and packed sums) zeroed, the cells a stride of the grid at a time."""
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = n < N
+    tl.store(node_ptr + n, tl.zeros([BLOCK], dtype=tl.int64), mask=n < n_node)
+    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n_cells, tl.num_programs(0).to(tl.int64) * BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        tl.store(cells_ptr + c, tl.zeros([BLOCK], dtype=tl.int32), mask=c < n_cells)
+    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n_pack, tl.num_programs(0).to(tl.int64) * BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        tl.store(pack_ptr + c, tl.zeros([BLOCK], dtype=tl.int64), mask=c < n_pack)
     for ch in tl.static_range(2):
         if ch == 0:
             x = tl.load(g_ptr + n, mask=inside, other=0.0) / tl.load(scale_ptr)
@@ -181,24 +194,29 @@ class FixedPoint:
         self.root = torch.empty(3, dtype=torch.int64, device=device)  # the root's sums where no one reads them
         self.no_cells = torch.empty(0, dtype=torch.int64, device=device)
 
-    def quantize(self, g: torch.Tensor, h: torch.Tensor, n_bins: int, generator: torch.Generator | None
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def quantize(self, g: torch.Tensor, h: torch.Tensor, n_bins: int, generator: torch.Generator | None, *,
+                 clear: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """:func:`rankkit.kernels.torch_ref.quantize_gradients` of float64 g, h [n] (one process, at
         least one document) in three launches, its draws the same (one ``torch.rand`` from
         ``generator``): (g_q, h_q [n] int32, scale [2] float64, root [3] int64 = (Σg_q, Σh_q, n)),
-        bit for bit, from the workspace."""
+        bit for bit, from the workspace. ``clear``: the tree's first buffers, zeroed on the way
+        ("node" int64, "counters" int32, "cells" int32, "pack" int64; contiguous), or None."""
         n, ws = g.shape[0], self.workspace
+        clear = clear or {}
+        node, counters = clear.get("node", self.no_cells), clear.get("counters", self.no_counters)
+        cells, pack = clear.get("cells", self.no_counters), clear.get("pack", self.no_cells)
         g, h = g.contiguous(), h.contiguous()
         scale = ws.empty("quantize.scale", 2, torch.float64, g.device)
         root = ws.empty("quantize.root", 3, torch.int64, g.device)
         programs, per_program = _grid(n)
-        _quantize_scale_kernel[(programs,)](g, h, self.part, self.counter, scale, root, n, per_program, programs,
-                                            n_bins / 2, float(n_bins), BLOCK=BLOCK,
+        _quantize_scale_kernel[(programs,)](g, h, self.part, self.counter, scale, root, counters, n, per_program,
+                                            programs, n_bins / 2, float(n_bins), counters.numel(), BLOCK=BLOCK,
                                             BLOCK_P=max(16, triton.next_power_of_2(programs)))
         u = torch.rand(2, n, generator=generator, out=ws.empty("quantize.draws", (2, n), torch.float64, g.device))
         g_q = ws.empty("quantize.g", n, torch.int32, g.device)
         h_q = ws.empty("quantize.h", n, torch.int32, g.device)
-        _quantize_round_kernel[(triton.cdiv(n, BLOCK),)](g, h, u, scale, g_q, h_q, root, n, BLOCK=BLOCK)
+        _quantize_round_kernel[(triton.cdiv(n, BLOCK),)](g, h, u, scale, g_q, h_q, root, node, cells, pack, n,
+                                                         node.numel(), cells.numel(), pack.numel(), BLOCK=BLOCK)
         return g_q, h_q, scale, root
 
     def factors(self, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:

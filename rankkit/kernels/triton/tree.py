@@ -552,7 +552,8 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
             ``hot`` needs them.
         cleared: buffers a kernel before the levels zeroed (FixedPoint's), so that no launch
             clears them here: "node" [n] int64, "counters" [1 + D] int32, "cells" [3, F, 1, 256]
-            (the root histogram, ``hist_dtype``); None: zeroed here.
+            (the root histogram, ``hist_dtype``) and, for int32 cells of integer gradients,
+            "pack" [F · 256] int64 (the root's packed sums); None: zeroed here.
         workspace: a :class:`~rankkit.kernels.workspace.Workspace` (or scope) whose
             buffers the levels use and return (valid until the next call: a fit's rounds then
             allocate nothing after the first); None: new tensors.
@@ -589,7 +590,8 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     pack = hist_dtype == torch.int32 and not g.dtype.is_floating_point
     raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
                                       out=cleared["cells"], zeroed=cleared.get("zeroed", True),
-                                      packed=ws.empty("root_pack", n_feat * N_CODES, torch.int64, device))
+                                      packed=cleared.get("pack", ws.empty("root_pack", n_feat * N_CODES, torch.int64,
+                                                                          device)))
     hist = raw
     scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
     for level in range(depth):

@@ -62,6 +62,14 @@ counters = torch.full((7,), 7, dtype=torch.int32)
 cells = torch.full((3, 40, 1, 256), 7, dtype=torch.int64)  # more cells than the grid's documents
 fixed(*cases["random"], node=node, counters=counters, cells=cells)
 out["cleared"] = [int(node.abs().sum()), int(counters.abs().sum()), int(cells.abs().sum())]
+# ... and the quantized round's: its int32 root cells and their packed sums too, the draws unchanged.
+clear = {"node": torch.full((3 * BLOCK + 5,), 7, dtype=torch.int64), "counters": torch.full((7,), 7, dtype=torch.int32),
+         "cells": torch.full((3, 40, 1, 256), 7, dtype=torch.int32), "pack": torch.full((40 * 256,), 7)}
+g, h = cases["random"]
+got = fixed.quantize(g, h, 16, torch.Generator().manual_seed(7), clear=clear)
+ref = quantize_gradients(g, h, 16, torch.Generator().manual_seed(7))
+out["quantized_cleared"] = {"left": [int(t.abs().sum()) for t in clear.values()],
+                            "same": [got[0].tolist() == ref[0].tolist(), got[1].tolist() == ref[1].tolist()]}
 with open(sys.argv[1], "w") as f:
     json.dump(out, f)
 """
@@ -93,6 +101,11 @@ def test_triton_fixed_point_of_a_nan_gradient_has_a_nan_scale(interpreted):
 
 def test_triton_fixed_point_clears_the_trees_first_buffers(interpreted):
     assert interpreted["cleared"] == [0, 0, 0]
+
+
+def test_triton_quantized_rounding_clears_the_trees_first_buffers(interpreted):
+    cleared = interpreted["quantized_cleared"]
+    assert cleared["left"] == [0, 0, 0, 0] and cleared["same"] == [True, True]
 
 
 def test_triton_quantized_gradients_are_the_references_bit_for_bit(interpreted):
