@@ -585,13 +585,11 @@ def grow_levels_triton(codes_t: torch.Tensor, g: torch.Tensor, h: torch.Tensor,
     compact = not hist_dtype.is_floating_point and not cuda_histogram_takes(device)
     slot, stopped, counter, small, totals, best, code, order = _scratch(
         ws, n, n_feat, depth, device, elide=hot is not None, counters=cleared["counters"], compact=compact)
-    if hot is not None and root is None:
-        root = _root_totals(g, h)
+    root = _root_totals(g, h) if hot is not None and root is None else root
     pack = hist_dtype == torch.int32 and not g.dtype.is_floating_point
     raw, packed = level_histogram_raw(codes_t, node, g, h, 1, dtype=hist_dtype, block_n=block_n, hot=hot,
-                                      out=cleared["cells"], zeroed=cleared.get("zeroed", True),
-                                      packed=cleared.get("pack", ws.empty("root_pack", n_feat * N_CODES, torch.int64,
-                                                                          device)))
+                                      out=cleared["cells"], packed=cleared.get("pack"),
+                                      zeroed=cleared.get("zeroed", True))
     hist = raw
     scale_arg = best if scale is None else scale.to(torch.float64).contiguous()
     for level in range(depth):
@@ -637,11 +635,12 @@ def _outputs(ws, depth: int, leaves: bool, device: torch.device) -> tuple:
 
 def _first_buffers(ws, n: int, n_feat: int, depth: int, hist_dtype: torch.dtype, device: torch.device) -> dict:
     """What the levels accumulate into from their first launch, where no kernel before them
-    cleared it: the documents' nodes and the levels' counters zeroed here, the root's cells by
-    its histogram (``zeroed`` False)."""
+    cleared it: the documents' nodes and the levels' counters zeroed here, the root's cells and
+    packed sums by its histogram (``zeroed`` False)."""
     return {"node": ws.empty("node", n, torch.int64, device).zero_(),
             "counters": ws.empty("counters", 1 + depth, torch.int32, device).zero_(),
-            "cells": ws.empty("cells", (3, n_feat, 1, N_CODES), hist_dtype, device), "zeroed": False}
+            "cells": ws.empty("cells", (3, n_feat, 1, N_CODES), hist_dtype, device),
+            "pack": ws.empty("root_pack", n_feat * N_CODES, torch.int64, device), "zeroed": False}
 
 
 def _level_buffers(ws, raw: torch.Tensor, n_nodes: int, *, last: bool, leaves: bool, pack: bool) -> tuple:
