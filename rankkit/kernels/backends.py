@@ -496,7 +496,8 @@ class TritonBackend(Backend):
                 and kept[2]["counters"].numel() == 1 + depth and kept[2]["node"].numel() == g.shape[0] else None
             if cleared is None:  # the first tree (or another shape): zeroed here, the cells by the root histogram
                 cleared = dict(self._quantized_buffers(g.shape[0], n_feat, depth, g.device), zeroed=False)
-                cleared["node"].zero_(), cleared["counters"].zero_()
+                cleared["node"].zero_()
+                cleared["counters"].zero_()
             return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid, codes_t=codes_t,
                                 features=features, noise=noise, hist_dtype=torch.int32,
                                 root=kept[1] if mine else None, cleared=cleared)
