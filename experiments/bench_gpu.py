@@ -343,8 +343,10 @@ def main(argv=None):
             ("default_graph", "default, as a CUDA graph (RANKKIT_CUDA_GRAPH=1)", _config(args), "1"),
             ("quantized_grad", "quantized_grad", _config(args, quantized_grad=True), "0")):
         os.environ["RANKKIT_CUDA_GRAPH"] = graph  # read when the engine's backend is made
-        seconds, engine, peak = time_rounds(train, valid, config, device, args.rounds)
-        os.environ.pop("RANKKIT_CUDA_GRAPH")
+        try:
+            seconds, engine, peak = time_rounds(train, valid, config, device, args.rounds)
+        finally:
+            os.environ.pop("RANKKIT_CUDA_GRAPH")
         record[f"round_{name}_graph"] = repr(engine.round_state.get("graph"))
         record[f"round_{name}_ms"], record[f"round_{name}_peak_mib"] = seconds * 1e3, peak
         rows.append(f"| round, depth {args.depth}, eval set, {label} | {seconds * 1e3:,.2f} | "

@@ -490,12 +490,11 @@ class TritonBackend(Backend):
             codes_t = _sample(tree.codes, rows, features)
             kept = self.__dict__.get("_quantized_root")  # the root's sums and what it cleared, where quantize made g
             mine = kept is not None and kept[0] is g
-            n_feat, depth = codes_t.shape[0], tree.params.depth
-            self._quantized_shape = (n_feat, depth)  # what the next quantize clears
-            cleared = kept[2] if mine and kept[2] is not None and kept[2]["cells"].shape[1] == n_feat \
-                and kept[2]["counters"].numel() == 1 + depth and kept[2]["node"].numel() == g.shape[0] else None
-            if cleared is None:  # the first tree (or another shape): zeroed here, the cells by the root histogram
-                cleared = dict(self._quantized_buffers(g.shape[0], n_feat, depth, g.device), zeroed=False)
+            self._quantized_shape = (codes_t.shape[0], tree.params.depth)  # what the next quantize clears
+            cleared = self._quantized_buffers(g.shape[0], *self._quantized_shape, g.device)
+            if not (mine and kept[2] is not None and all(kept[2][k] is cleared[k] for k in cleared)):
+                # the first tree (or another shape): zeroed here, the cells by the root histogram
+                cleared = dict(cleared, zeroed=False)
                 cleared["node"].zero_()
                 cleared["counters"].zero_()
             return self._levels(tree, g.to(torch.int32), h.to(torch.int32), scale, valid, codes_t=codes_t,

@@ -71,6 +71,25 @@ def _partial_maxima(g_ptr, h_ptr, part_ptr, counter_ptr, N, per_program, program
 
 
 @triton.jit
+def _last_epilogue(root_ptr, clear_ptr, counter_ptr, N, n_clear, BLOCK_P: tl.constexpr):
+    """The last program's end: root[2] = N, clear [n_clear] int32 zeroed (the levels'
+    counters), and the programs' counter reset for the next call."""
+    p = tl.arange(0, BLOCK_P)
+    tl.store(root_ptr + 2, tl.cast(N, tl.int64))
+    for i0 in range(0, n_clear, BLOCK_P):
+        tl.store(clear_ptr + i0 + p, tl.zeros([BLOCK_P], dtype=tl.int32), mask=i0 + p < n_clear)
+    tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _clear_strided(ptr, n, BLOCK: tl.constexpr):
+    """ptr [n] zeroed, a stride of the grid at a time (any integer dtype)."""
+    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n, tl.num_programs(0).to(tl.int64) * BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        tl.store(ptr + c, tl.zeros([BLOCK], dtype=ptr.dtype.element_ty), mask=c < n)
+
+
+@triton.jit
 def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, clear_ptr, N, per_program, programs,
                   top_shift, n_clear, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
     """part[pid] = (max|g|, max|h|) of documents pid · per_program …; the last program: factor
@@ -87,10 +106,7 @@ def _scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, factor_ptr, root_ptr, cle
             tl.store(factor_ptr + ch, factor)
             tl.store(factor_ptr + 2 + ch, 1.0 / factor)
             tl.store(root_ptr + ch, 0)
-        tl.store(root_ptr + 2, tl.cast(N, tl.int64))
-        for i0 in range(0, n_clear, BLOCK_P):
-            tl.store(clear_ptr + i0 + p, tl.zeros([BLOCK_P], dtype=tl.int32), mask=i0 + p < n_clear)
-        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+        _last_epilogue(root_ptr, clear_ptr, counter_ptr, N, n_clear, BLOCK_P)
 
 
 @triton.jit
@@ -102,9 +118,7 @@ def _round_kernel(g_ptr, h_ptr, factor_ptr, gq_ptr, hq_ptr, root_ptr, node_ptr, 
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = n < N
     tl.store(node_ptr + n, tl.zeros([BLOCK], dtype=tl.int64), mask=inside)
-    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n_cells, tl.num_programs(0).to(tl.int64) * BLOCK):
-        c = c0 + tl.arange(0, BLOCK)
-        tl.store(cells_ptr + c, tl.zeros([BLOCK], dtype=tl.int64), mask=c < n_cells)
+    _clear_strided(cells_ptr, n_cells, BLOCK)
     for ch in tl.static_range(2):
         if ch == 0:
             x = tl.load(g_ptr + n, mask=inside, other=0.0) * tl.load(factor_ptr)
@@ -136,10 +150,7 @@ def _quantize_scale_kernel(g_ptr, h_ptr, part_ptr, counter_ptr, scale_ptr, root_
             top = top / (half_bins if ch == 0 else bins)
             tl.store(scale_ptr + ch, tl.where(top > 0.0, top, 1.0))
             tl.store(root_ptr + ch, 0)
-        tl.store(root_ptr + 2, tl.cast(N, tl.int64))
-        for i0 in range(0, n_clear, BLOCK_P):
-            tl.store(clear_ptr + i0 + p, tl.zeros([BLOCK_P], dtype=tl.int32), mask=i0 + p < n_clear)
-        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+        _last_epilogue(root_ptr, clear_ptr, counter_ptr, N, n_clear, BLOCK_P)
 
 
 @triton.jit
@@ -151,12 +162,8 @@ def _quantize_round_kernel(g_ptr, h_ptr, u_ptr, scale_ptr, gq_ptr, hq_ptr, root_
     n = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = n < N
     tl.store(node_ptr + n, tl.zeros([BLOCK], dtype=tl.int64), mask=n < n_node)
-    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n_cells, tl.num_programs(0).to(tl.int64) * BLOCK):
-        c = c0 + tl.arange(0, BLOCK)
-        tl.store(cells_ptr + c, tl.zeros([BLOCK], dtype=tl.int32), mask=c < n_cells)
-    for c0 in range(tl.program_id(0).to(tl.int64) * BLOCK, n_pack, tl.num_programs(0).to(tl.int64) * BLOCK):
-        c = c0 + tl.arange(0, BLOCK)
-        tl.store(pack_ptr + c, tl.zeros([BLOCK], dtype=tl.int64), mask=c < n_pack)
+    _clear_strided(cells_ptr, n_cells, BLOCK)
+    _clear_strided(pack_ptr, n_pack, BLOCK)
     for ch in tl.static_range(2):
         if ch == 0:
             x = tl.load(g_ptr + n, mask=inside, other=0.0) / tl.load(scale_ptr)
