@@ -545,6 +545,8 @@ SCORER = [
          r"RANKKIT_TRITON=force on cpu tensors needs Triton's interpreter: set TRITON_INTERPRET=1"),
     Case("backend-env-switch", lambda tmp: _backends().read_switches({"RANKKIT_TRITON": "maybe"}), ValueError,
          r"environment variable RANKKIT_TRITON='maybe': expected one of auto, 0/off, 1/on, force"),
+    Case("backend-env-graph", lambda tmp: _backends().read_switches({"RANKKIT_CUDA_GRAPH": "sometimes"}), ValueError,
+         r"environment variable RANKKIT_CUDA_GRAPH='sometimes': expected one of auto, 0/off, 1/on"),
     Case("backend-env-name", lambda tmp: _backends().read_switches({"RANKKIT_BACKEND": "gpu"}), ValueError,
          r"environment variable RANKKIT_BACKEND='gpu': expected one of auto, 0/off, 1/on, torch, cpu, triton"),
     Case("engine-backend-unknown", lambda tmp: _engine(backend="numba"), ValueError, r"`backend` has to be one of"),
@@ -1243,6 +1245,10 @@ TRITON = [
                                              labels=_X.double(), gains=_X.double(), offsets=_OFFSETS, buckets=[],
                                              cutoff=3),
          ValueError, r"`codes_t` has to be \[F, 3\] \(feature-major\), got \(3, 1\)"),
+    Case("pack-parts-none", new_entry("rankkit.kernels.triton.pack.pack_float64", []),
+         ValueError, r"`parts`: 1 to 8 tensors, got 0"),
+    Case("pack-part-strided", new_entry("rankkit.kernels.triton.pack.pack_float64", [_X, torch.zeros(4, 2).t()]),
+         ValueError, r"`parts\[1\]` has to be a contiguous tensor on cpu \(as parts\[0\]\), got cpu, not contiguous"),
 ] if importlib.util.find_spec("triton") else []
 
 CASES = CASES + ESTIMATOR + KERNEL + METRICS + MODULES + CLI + WAVE3 + CUSTOM + TUNE + CLICKS + TRITON

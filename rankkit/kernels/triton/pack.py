@@ -48,8 +48,11 @@ def pack_float64(parts: list[torch.Tensor], workspace=None) -> torch.Tensor:
     if not parts or len(parts) > MAX_PARTS:
         raise ValueError(f"`parts`: 1 to {MAX_PARTS} tensors, got {len(parts)}")
     device = parts[0].device
-    if any(p.device != device or not p.is_contiguous() for p in parts):
-        raise ValueError("`parts` have to be contiguous tensors on one device")
+    for i, p in enumerate(parts):
+        if not isinstance(p, torch.Tensor) or p.device != device or not p.is_contiguous():
+            raise ValueError(f"`parts[{i}]` has to be a contiguous tensor on {device} (as parts[0]), got "
+                             f"{type(p).__name__ if not isinstance(p, torch.Tensor) else p.device}"
+                             f"{'' if not isinstance(p, torch.Tensor) or p.is_contiguous() else ', not contiguous'}")
     out = workspace_or_fresh(workspace).empty("packed", sum(p.numel() for p in parts), torch.float64, device)
     args = []
     for i in range(MAX_PARTS):

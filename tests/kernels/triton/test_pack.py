@@ -60,4 +60,5 @@ def test_bad_parts_are_refused(interpreted):
     errors = interpreted["errors"]
     assert set(errors) == {"none", "nine", "strided"}
     assert "1 to 8 tensors, got 0" in errors["none"] and "got 9" in errors["nine"]
-    assert "contiguous" in errors["strided"]
+    assert "`parts[0]` has to be a contiguous tensor on cpu" in errors["strided"]
+    assert errors["strided"].endswith("not contiguous")
