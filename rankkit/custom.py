@@ -1219,8 +1219,18 @@ def _prefix_order(mask: torch.Tensor) -> torch.Tensor | None:
     return torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
 
 
+def _all_finite(values: torch.Tensor) -> bool:
+    """Whether every entry is finite, read from their sum in the usual case (a non-finite entry
+    makes the sum inf or NaN; a sum that overflows only sends the check to ``isfinite``): on
+    the CPU a sum is one vectorised pass, ``isfinite(...).all()`` two slow ones (88 against
+    3.5 µs on MQ2008's [471, 121])."""
+    if values.numel() == 0 or math.isfinite(float(values.sum())):
+        return True
+    return bool(torch.isfinite(values).all())
+
+
 def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:
-    if bool(torch.isfinite(grad).all()):  # padding is 0: one pass in the usual case
+    if _all_finite(grad):  # padding is 0: one pass in the usual case
         return
     bad = ~torch.isfinite(grad) & mask
     if bool(bad.any()):
@@ -1232,8 +1242,8 @@ def _check_grad(grad: torch.Tensor, mask: torch.Tensor, name: str) -> None:
 def positive_surrogate(hess: torch.Tensor, grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The diagonal made positive: |h| where finite; where not, the largest finite |h| of the
     query, or |grad| if the query has none."""
-    if hess.device.type == "cpu" and bool(torch.isfinite(hess).all()):  # the usual case, in two passes
-        return hess.abs().masked_fill(~mask, 0.0)                      # (on a GPU: no sync, the passes below)
+    if hess.device.type == "cpu" and _all_finite(hess):  # the usual case, in two passes (on a GPU: no
+        return hess.abs() * mask                        # sync, the passes below); finite: x * False = 0
     finite = torch.isfinite(hess) & mask
     h = torch.where(finite, hess.abs(), 0.0)
     top = h.amax(1, keepdim=True) if h.numel() else h

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import rankkit.custom
 from rankkit import LambdaMART
 from rankkit.boosting import LambdaMARTModule
-from rankkit.custom import (PRODUCT_ENTRIES, NumpyObjective, PairwiseLoss, ProbabilityLoss, TorchLoss, as_objective,
-                            fresh, pairwise, positive_surrogate, qualified_name)
+from rankkit.custom import (PRODUCT_ENTRIES, NumpyObjective, PairwiseLoss, ProbabilityLoss, TorchLoss, _all_finite,
+                            as_objective, fresh, pairwise, positive_surrogate, qualified_name)
 from rankkit.data import make_synthetic
 from rankkit.training.datamodule import RankingDataModule
 from rankkit.examples.losses import (declared_ranknet, declared_squared_hinge, ranknet, smoothed_softmax,
@@ -297,6 +297,19 @@ def test_surrogate_of_negative_and_non_finite_diagonals():
     out = positive_surrogate(h, g, m)
     assert out.tolist() == [[2.0, 1.0, 2.0], [0.5, 3.0, 0.0]]
 
+
+
+def test_finiteness_read_from_the_sum_falls_back_where_the_sum_overflows():
+    big = torch.full((2, 3), 1e308, dtype=torch.float64)  # finite entries whose sum is inf
+    assert _all_finite(big) and _all_finite(big[:0])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        x = big.clone()
+        x[1, 2] = bad
+        assert not _all_finite(x)
+    mixed = torch.tensor([float("inf"), -float("inf")], dtype=torch.float64)  # the sum is NaN
+    assert not _all_finite(mixed)
+    m = torch.ones(2, 3, dtype=torch.bool)
+    assert positive_surrogate(-big, big, m).tolist() == big.tolist()  # the usual case's branch, overflowing
 
 # -- what a bad loss gets ----------------------------------------------------------------------------------
 def test_a_loss_that_reads_padding_is_refused_on_the_first_call():
