@@ -326,8 +326,8 @@ class LambdaMART(BaseEstimator):
 
         Every candidate stops early as a plain fit would (``early_stopping_rounds`` on the
         eval sets), and is scored at the trees it would keep. With early stopping the stages
-        end at ``early_stopping_rounds`` and twice that (or a third and two thirds of
-        ``n_estimators``, whichever is fewer): a stage ends when its candidates reach its
+        end at a third and two thirds of ``early_stopping_rounds`` (or of ``n_estimators``,
+        whichever is fewer): a stage ends when its candidates reach its
         rounds or have stopped."""
         if not evals or eval_position is None or len(eval_position) == 0 or eval_position[0] is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: pass eval_set=[(X_val, "

@@ -163,7 +163,7 @@ class BoosterConfig:
           ``n_estimators``, the best two two thirds, the best one the rest (the rounds of
           (C + 3) / 3 fits for C candidates: 2.33). Each candidate stops early as a plain fit
           does and is scored at the trees it keeps; with ``early_stopping_rounds`` = E the
-          stages end at E and 2E rounds when that is fewer
+          stages end at E/3 and 2E/3 rounds (rounded up) when that is fewer
           (:func:`rankkit.clicks.race.race_rounds`). ``unbiased_choice_`` says which won,
           ``unbiased_scores_`` what each scored at its last stage (and which stage that was).
 

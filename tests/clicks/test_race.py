@@ -60,9 +60,10 @@ def test_auto_says_each_stage_of_its_race_under_verbose(pbm_logs, capsys):
 @pytest.mark.parametrize("stages", [None, (12, 24)])
 def test_the_race_stops_each_candidate_early_and_scores_its_kept_trees(pbm_logs, monkeypatch, stages):
     """With early stopping, no candidate grows past its own stopping point, the stages end at
-    E and 2E rounds, and each is scored at the trees a plain fit of it keeps. With longer
-    stages (12, 24), candidates stop inside them."""
-    assert race_rounds(300, 2) == (2, 4) and race_rounds(6, None) == (2, 4) and race_rounds(2, None) == (1, 1)
+    E/3 and 2E/3 rounds (rounded up), and each is scored at the trees a plain fit of it keeps.
+    With longer stages (12, 24), candidates stop inside them."""
+    assert race_rounds(300, 2) == (1, 2) and race_rounds(300, 30) == (10, 20) and race_rounds(300, 31) == (11, 21)
+    assert race_rounds(6, None) == (2, 4) and race_rounds(2, None) == (1, 1) and race_rounds(30, 30) == (10, 20)
     if stages is not None:
         monkeypatch.setattr(booster_module, "race_rounds", lambda n, e: stages)
     train, vali = pbm_logs
@@ -91,7 +92,7 @@ def test_the_race_stops_each_candidate_early_and_scores_its_kept_trees(pbm_logs,
         entry = model.unbiased_scores_[name]
         # a plain fit of the candidate: to its own stop, and to the rounds of its last stage
         plain = LambdaMART(**{**kw, **options}).fit(x, y, group=group, position=position, **fit)
-        end = (stages or (2, 4))[entry["stage"] - 1]
+        end = (stages or race_rounds(300, 2))[entry["stage"] - 1]
         staged = LambdaMART(**{**kw, **options, "n_estimators": end}).fit(x, y, group=group, position=position, **fit)
         stopped_at = len(plain.evals_result_["valid_0"]["ndcg@10"])
         expected = stopped_at if name == model.unbiased_choice_ else min(end, stopped_at)
@@ -164,7 +165,7 @@ def test_the_race_lets_go_of_the_candidates_it_cuts(pbm_logs, monkeypatch):
         made.append(weakref.ref(engine))
 
     def counting(engine):
-        if len(engine.trees) >= 2:  # stage 1 ends at 2 rounds (early_stopping_rounds=2)
+        if 2 <= len(engine.trees) < 4:  # stage 2: rounds 2 to 4 (early_stopping_rounds=6: E/3, 2E/3)
             gc.collect()
             alive_in_stage_2.append(sum(ref() is not None for ref in made))
         return update(engine)
@@ -172,7 +173,7 @@ def test_the_race_lets_go_of_the_candidates_it_cuts(pbm_logs, monkeypatch):
     monkeypatch.setattr(BoostingEngine, "__init__", recording)
     monkeypatch.setattr(BoostingEngine, "update", counting)
     train, vali = pbm_logs
-    LambdaMART(unbiased="auto", n_estimators=8, early_stopping_rounds=2, depth=2, min_data_in_leaf=5, n_positions=8,
+    LambdaMART(unbiased="auto", n_estimators=8, early_stopping_rounds=6, depth=2, min_data_in_leaf=5, n_positions=8,
                seed=1).fit(train.sessions.features, train.clicks, group=train.sessions.sizes, position=train.position,
                            eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes],
                            eval_position=[vali.position])
