@@ -19,6 +19,7 @@ kept, the rounds the race grew over all its candidates and the test NDCG@10 on t
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -31,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
 
 from rankkit.boosting import LambdaMART  # noqa: E402
+from rankkit.boosting import booster as booster_module  # noqa: E402
 from rankkit.clicks.race import TREE_CANDIDATES  # noqa: E402
 from rankkit.boosting.engine import BoostingEngine  # noqa: E402
 from rankkit.data import load_mq2008, pad  # noqa: E402
@@ -126,10 +128,17 @@ def main(argv=None) -> int:
     p.add_argument("--stop", type=int, default=30, help="early_stopping_rounds")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--stage-ends", default=None, metavar="A,B",
+                   help="end the race's stages at A·E and B·E rounds (E = --stop) instead of the library's rule "
+                        "(E/3 and 2E/3 since 2026-12-05; '1,2' is the rule before)")
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
+    if args.stage_ends:
+        a, b = (float(v) for v in args.stage_ends.split(","))
+        booster_module.race_rounds = lambda n, e: (max(1, min(n // 3, math.ceil(a * e))),
+                                                   max(1, min(2 * n // 3, math.ceil(b * e))))
     rows = [run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
     body = (f"## Learning from clicks: what the race costs (issue 49)\n\nCommand: `{command_line(__file__, argv)}` "
             f"({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), each time the median of {args.repeats} fits "
