@@ -46,7 +46,7 @@ from _report import command_line, write_section  # noqa: E402
 from unbiased import K_SHOWN, booster, click_models, load, test_ndcg, train_lightgbm  # noqa: E402
 
 from rankkit.clicks.metrics import ClickLikelihood, explained_clicks  # noqa: E402
-from rankkit.clicks.race import TREE_CANDIDATES  # noqa: E402
+from rankkit.clicks.race import TREE_BLENDS, TREE_CANDIDATES  # noqa: E402
 from rankkit.data.clicks import simulate_clicks  # noqa: E402
 from rankkit.training.clicks import production_ranker, production_scores  # noqa: E402
 
@@ -122,6 +122,16 @@ def skip_above(scores, session, clicks, bucket) -> float:
     return right / max(total, 1.0)
 
 
+class _Averaged:
+    """The mean of fitted models' scores (what ``averaged`` ensembles score)."""
+
+    def __init__(self, models):
+        self.models = models
+
+    def predict(self, x):
+        return sum(np.asarray(m.predict(x), dtype=np.float64) for m in self.models) / len(self.models)
+
+
 def run(name: str, fold: int, seed: int, args, done: set):
     """One record per click model of (data set, fold, seed) not in ``done``."""
     args.seed = seed
@@ -138,9 +148,13 @@ def run(name: str, fold: int, seed: int, args, done: set):
         vrows, train_metric = _rows(vlog), ClickLikelihood(log.sessions.features, log.clicks, log.sessions.sizes,
                                                            log.position, n_positions=K_SHOWN)
         record = {"data": name, "fold": fold, "seed": seed, "click": label, "candidates": {}}
+        models = {}
         for candidate, options in TREE_CANDIDATES.items():
-            m = booster(args, n_positions=K_SHOWN, **options).fit(log.sessions.features, log.clicks,
-                                                                  group=log.sessions.sizes, position=log.position)
+            models[candidate] = booster(args, n_positions=K_SHOWN, **options).fit(
+                log.sessions.features, log.clicks, group=log.sessions.sizes, position=log.position)
+        for blend, parts in TREE_BLENDS.items():  # the mean of the parts' scores, as the race keeps it
+            models[blend] = _Averaged([models[p] for p in parts])
+        for candidate, m in models.items():
             v = torch.as_tensor(m.predict(vlog.sessions.features.numpy()), dtype=torch.float64)
             record["candidates"][candidate] = {
                 "test": test_ndcg(m.predict(test.features.numpy()), test),
@@ -152,24 +166,26 @@ def run(name: str, fold: int, seed: int, args, done: set):
         yield record
 
 
-def _picked(record: dict, criterion: str) -> float:
-    """Test NDCG@10 of the candidate ``criterion`` scores highest in ``record``."""
+def _picked(record: dict, criterion: str, names) -> float:
+    """Test NDCG@10 of the candidate of ``names`` that ``criterion`` scores highest in ``record``."""
     candidates = record["candidates"]
-    return candidates[max(candidates, key=lambda name: candidates[name][criterion])]["test"]
+    return candidates[max(names, key=lambda name: candidates[name][criterion])]["test"]
 
 
 def table(records: list[dict]) -> str:
     cells = collections.defaultdict(list)
     for r in records:
         cells[(r["data"], r["click"])].append(r)
-    names = list(TREE_CANDIDATES)
+    names, blends = list(TREE_CANDIDATES), list(TREE_BLENDS)
     head = ["data", "clicks", "runs", *(f"picked by {c}" for c in CRITERIA), "best of the four",
-            *(f"{n} alone" for n in names), "LightGBM position"]
+            *(f"{n} alone" for n in names + blends), "picked by likelihood, the blend a candidate",
+            "LightGBM position"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
     for (data, click), rs in sorted(cells.items()):
-        columns = [[_picked(r, c) for r in rs] for c in CRITERIA]
+        columns = [[_picked(r, c, names) for r in rs] for c in CRITERIA]
         columns.append([max(r["candidates"][n]["test"] for n in names) for r in rs])
-        columns += [[r["candidates"][n]["test"] for r in rs] for n in names]
+        columns += [[r["candidates"][n]["test"] for r in rs] for n in names + blends]
+        columns.append([_picked(r, "likelihood", names + blends) for r in rs])
         columns.append([r["LightGBM position"] for r in rs])
         lines.append("| " + " | ".join([data, click, str(len(rs)), *(f"{statistics.mean(c):.4f}" for c in columns)])
                      + " |")

@@ -27,10 +27,10 @@ from sklearn.utils.validation import check_is_fitted
 from rankkit.boosting._inputs import FeatureMatrix, query_sizes, vector
 from rankkit.boosting.config import BoosterConfig
 from rankkit.boosting.engine import BoostingEngine
-from rankkit.boosting.ensemble import ObliviousEnsemble
+from rankkit.boosting.ensemble import ObliviousEnsemble, averaged
 from rankkit.clicks.metrics import ClickLikelihood
 from rankkit.clicks.propensity import PositionIds
-from rankkit.clicks.race import TREE_CANDIDATES, SuccessiveHalving, race_rounds
+from rankkit.clicks.race import TREE_BLENDS, TREE_CANDIDATES, SuccessiveHalving, race_rounds
 from rankkit.custom import RecordedName, is_custom, qualified_name
 from rankkit.data.dataset import RankingDataset, pad
 from rankkit.infra import checks as _checks
@@ -281,12 +281,11 @@ class LambdaMART(BaseEstimator):
                 delattr(self, attr)
         if ids is not None:
             self.position_ids_ = ids.ids.numpy().copy()
-        if config.unbiased == "auto":
-            engine = self._race(config, engine_for, evals, eval_position, ids)
-        else:
-            engine = engine_for(config)
-        self._boost(engine, config)
-        self._finish(engine, config, matrix)
+        engines = self._race(config, engine_for, evals, eval_position, ids) if config.unbiased == "auto" \
+            else [engine_for(config)]
+        for engine in engines:  # a blend's parts each grow to their own stop
+            self._boost(engine, config)
+        self._finish(engines, config, matrix)
         return self
 
     def _boost(self, engine: BoostingEngine, config: BoosterConfig) -> None:
@@ -320,15 +319,18 @@ class LambdaMART(BaseEstimator):
         early = config.early_stopping_rounds is not None and engine.eval_sets
         return engine.best_round + 1 if early else len(engine.trees)
 
-    def _race(self, config: BoosterConfig, engine_for, evals, eval_position, ids: PositionIds) -> BoostingEngine:
+    def _race(self, config: BoosterConfig, engine_for, evals, eval_position, ids: PositionIds
+              ) -> list[BoostingEngine]:
         """``unbiased="auto"``: the candidates' successive-halving race on the validation click
-        log (see ``unbiased``); returns the winner's engine, its trees grown so far.
+        log (see ``unbiased``); returns the winner's engines (two for a blend of
+        :data:`TREE_BLENDS`), their trees grown so far.
 
         Every candidate stops early as a plain fit would (``early_stopping_rounds`` on the
-        eval sets), and is scored at the trees it would keep. With early stopping the stages
-        end at a third and two thirds of ``early_stopping_rounds`` (or of ``n_estimators``,
-        whichever is fewer): a stage ends when its candidates reach its
-        rounds or have stopped."""
+        eval sets), and is scored at the trees it would keep (a blend at its parts' kept
+        trees, averaged). With early stopping the stages end at a third and two thirds of
+        ``early_stopping_rounds`` (or of ``n_estimators``, whichever is fewer): a stage ends
+        when its candidates reach its rounds or have stopped. A run is dropped once no candidate
+        still racing needs it."""
         if not evals or eval_position is None or len(eval_position) == 0 or eval_position[0] is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: pass eval_set=[(X_val, "
                              "clicks_val)] with eval_qid (or eval_group) and eval_position=[position_val]")
@@ -340,18 +342,23 @@ class LambdaMART(BaseEstimator):
             engines[name] = engine_for(replace(config, **options), bins_of=first)
             first = first or engines[name]
         first = None
-        race = SuccessiveHalving(TREE_CANDIDATES)
+        race = SuccessiveHalving([*TREE_CANDIDATES, *TREE_BLENDS])
+
+        def parts(name: str) -> tuple[str, ...]:
+            return TREE_BLENDS.get(name, (name,))
 
         def advance(name: str, rounds: int) -> None:
-            for out in [n for n in engines if n not in race.alive]:  # a cut candidate's scores and
-                del engines[out]                                       # buffers go (a GPU's too)
-            engine = engines[name]
-            while len(engine.trees) < rounds and not engine.should_stop:
-                engine.update()
+            needed = {p for n in race.alive for p in parts(n)}
+            for out in [n for n in engines if n not in needed]:  # a cut run's scores and
+                del engines[out]                                  # buffers go (a GPU's too)
+            for p in parts(name):
+                while len(engines[p].trees) < rounds and not engines[p].should_stop:
+                    engines[p].update()
 
         def score(name: str) -> tuple[float, dict]:
-            trees = self._kept_trees(engines[name], config)
-            return metric(engines[name].to_ensemble(trees)), {"trees": trees}
+            kept = [self._kept_trees(engines[p], config) for p in parts(name)]
+            return metric(averaged([engines[p].to_ensemble(k) for p, k in zip(parts(name), kept)])), \
+                {"trees": sum(kept)}
 
         def report(stage: int, rounds: int, ranked: list[str]) -> None:
             if self.verbose:  # the race takes several naive fits: say each stage as it ends
@@ -364,29 +371,38 @@ class LambdaMART(BaseEstimator):
         race.run(race_rounds(self.n_estimators, config.early_stopping_rounds), advance, score, report)
         self.unbiased_scores_ = race.scores_
         self.unbiased_choice_ = race.choice_
-        return engines[race.choice_]
+        return [engines[p] for p in parts(race.choice_)]
 
-    def _finish(self, engine: BoostingEngine, config: BoosterConfig, matrix: FeatureMatrix) -> None:
-        """The fitted attributes of a trained ``engine``."""
-        n_trees = self._kept_trees(engine, config)
+    def _finish(self, engines: list[BoostingEngine], config: BoosterConfig, matrix: FeatureMatrix) -> None:
+        """The fitted attributes of the trained ``engines``: one run, or the parts of a blend
+        (the mean of their scores, one ensemble; their histories under their names)."""
+        kept = [self._kept_trees(engine, config) for engine in engines]
         try:  # the model kept passes what `load` checks: no score of it is inf in float32
-            ensemble = engine.to_ensemble(n_trees).validate()
+            ensemble = averaged([engine.to_ensemble(n) for engine, n in zip(engines, kept)]).validate()
         except ValueError as e:
             hint = f"; lower `learning_rate` (got {config.learning_rate!r})" if "leaf_values" in str(e) else ""
             raise ValueError(f"the trained model cannot score in float32 ({e}){hint}") from None
-        self.binner_ = engine.binner
+        engine = engines[0]
+        self.binner_ = engine.binner  # the parts of a blend share the bins
         self.n_features_in_ = matrix.n_features
         if matrix.names is not None:
             self.feature_names_in_ = matrix.names
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        self.best_iteration_ = n_trees - 1
-        self.best_score_ = engine.best_score if engine.eval_sets else None
-        self.evals_result_ = engine.history
+        self.best_iteration_ = sum(kept) - 1
         self.ensemble_ = ensemble
-        self._set_importance(*engine.importances(n_trees))
-        for name, value in engine.debiasing.fitted().items():  # propensities_, propensity_clip_, position_bias_
-            setattr(self, name, value)
+        if len(engines) == 1:
+            self.best_score_ = engine.best_score if engine.eval_sets else None
+            self.evals_result_ = engine.history
+        else:  # no one round is best for a blend: each part's curve, e.g. "position valid_0"
+            self.best_score_ = None
+            self.evals_result_ = {f"{e.config.unbiased} {name}": curves for e in engines
+                                  for name, curves in e.history.items()}
+        importances = [e.importances(n) for e, n in zip(engines, kept)]
+        self._set_importance(sum(g for g, _ in importances) / len(engines), sum(s for _, s in importances))
+        for e in engines:  # propensities_, propensity_clip_, position_bias_ (a blend's parts set different ones)
+            for name, value in e.debiasing.fitted().items():
+                setattr(self, name, value)
 
     def _config(self) -> BoosterConfig:
         params = self.get_params()

@@ -118,3 +118,28 @@ class ObliviousEnsemble(nn.Module):
             flat = leaf + torch.arange(t, device=x.device) * n_leaves
             out = out + self.leaf_values[start:start + t].reshape(-1)[flat].sum(-1)
         return out
+
+
+def averaged(parts: list[ObliviousEnsemble]) -> ObliviousEnsemble:
+    """One ensemble scoring the mean of ``parts``' scores: their trees one after another, each
+    leaf value divided by the number of parts, and the mean bias (the blend that
+    ``LambdaMART(unbiased="auto")`` may keep, :data:`rankkit.clicks.race.TREE_BLENDS`). One part
+    is returned as it is. The parts need the same feature count and depth.
+
+    >>> a = ObliviousEnsemble(1, torch.tensor([[0]]), torch.tensor([[0.5]]), torch.tensor([[0.0, 2.0]]), bias=1.0)
+    >>> b = ObliviousEnsemble(1, torch.tensor([[0]]), torch.tensor([[1.5]]), torch.tensor([[0.0, 4.0]]), bias=3.0)
+    >>> averaged([a, b])(torch.tensor([[1.0], [2.0]]))  # ((1 + 2) + (3 + 0)) / 2, ((1 + 2) + (3 + 4)) / 2
+    tensor([3., 5.])
+    """
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    for i, part in enumerate(parts):
+        if part.n_features != first.n_features or part.depth != first.depth:
+            raise ValueError(f"`parts[{i}]` has {part.n_features} features and depth {part.depth}, "
+                             f"parts[0] {first.n_features} and {first.depth}: only like ensembles average")
+    share = 1.0 / len(parts)
+    return ObliviousEnsemble(first.n_features, torch.cat([p.features for p in parts]),
+                             torch.cat([p.thresholds for p in parts]),
+                             torch.cat([p.leaf_values * share for p in parts]),
+                             torch.stack([p.bias for p in parts]).mean())

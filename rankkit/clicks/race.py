@@ -33,8 +33,8 @@ from rankkit.clicks.metrics import explained_clicks
 from rankkit.data.dataset import PaddedBatch
 from rankkit.scorers import score_lists
 
-__all__ = ["NEURAL_CANDIDATES", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving", "epoch_stage_ends",
-           "race_rounds"]
+__all__ = ["NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving",
+           "epoch_stage_ends", "race_rounds"]
 
 #: ``LambdaMART(unbiased="auto")``'s candidates, as changes to the booster's config. Unbiased
 #: LambdaMART at p = 0 is left out: below naive training at strong position bias
@@ -42,6 +42,13 @@ __all__ = ["NEURAL_CANDIDATES", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveH
 TREE_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": True, "bias_p": 1.0},
                    "position": {"unbiased": "position"}, "ips": {"unbiased": "ips"}}
 #: The neural rankers' candidates: (unbiased, bias_p) of each.
+#: ``LambdaMART(unbiased="auto")``'s candidates that average the scores of two of
+#: :data:`TREE_CANDIDATES`' runs (:func:`rankkit.boosting.ensemble.averaged`): they race on the
+#: runs their parts grow anyway, and a winning blend grows both to their own early stops. The
+#: additive position bias and the inverse propensities go wrong in different places: on the
+#: unbiased grid's logs their average was above each alone in 7 of 8 cells and above LightGBM's
+#: ``position=`` in all 8 (docs/benchmarks.md, "Which click criterion picks the race's winner").
+TREE_BLENDS = {"position+ips": ("position", "ips")}
 NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
                      "dla": ("dla", 1.0), "ips": ("ips", 1.0)}
 

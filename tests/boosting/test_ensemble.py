@@ -30,3 +30,21 @@ def test_ensemble_checks_its_buffers_and_input():
     assert m(torch.zeros(4, 3)).tolist() == [1.5] * 4
     with pytest.raises(ValueError, match="N, 3"):
         m(torch.zeros(4, 2))
+
+
+def test_averaged_scores_the_mean_of_its_parts_and_refuses_unlike_ones():
+    from rankkit.boosting.ensemble import averaged
+
+    g = torch.Generator().manual_seed(0)
+
+    def random_ensemble(trees, depth=3, features=4):
+        return ObliviousEnsemble(features, torch.randint(0, features, (trees, depth), generator=g),
+                                 torch.randn(trees, depth, generator=g), torch.randn(trees, 1 << depth, generator=g),
+                                 bias=float(torch.randn(1, generator=g)))
+
+    parts = [random_ensemble(5), random_ensemble(2), random_ensemble(7)]
+    x = torch.randn(50, 4, generator=g)
+    torch.testing.assert_close(averaged(parts)(x), sum(p(x) for p in parts) / 3, rtol=1e-5, atol=1e-5)
+    assert averaged(parts[:1]) is parts[0]
+    with pytest.raises(ValueError, match=r"`parts\[1\]` has 4 features and depth 2"):
+        averaged([parts[0], random_ensemble(2, depth=2)])

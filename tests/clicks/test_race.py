@@ -9,7 +9,7 @@ import pytest
 from rankkit.boosting import LambdaMART
 from rankkit.boosting import booster as booster_module, engine as engine_module
 from rankkit.boosting.engine import fit_binner, transform
-from rankkit.clicks.race import TREE_CANDIDATES, race_rounds
+from rankkit.clicks.race import TREE_BLENDS, TREE_CANDIDATES, race_rounds
 from rankkit.boosting.engine import BoostingEngine
 from rankkit.clicks.race import SuccessiveHalving
 
@@ -21,19 +21,20 @@ def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
     model = LambdaMART(unbiased="auto", **kw).fit(
         x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
         eval_group=[vali.sessions.sizes], eval_position=[vali.position])
-    assert model.unbiased_choice_ in TREE_CANDIDATES
-    assert set(model.unbiased_scores_) == set(TREE_CANDIDATES)
+    assert set(model.unbiased_scores_) == set(TREE_CANDIDATES) | set(TREE_BLENDS)
     stages = {c: v["stage"] for c, v in model.unbiased_scores_.items()}
     finalists = [c for c, stage in stages.items() if stage == 2]
-    assert sorted(stages.values()) == [1, 1, 2, 2] and model.unbiased_choice_ in finalists
+    assert sorted(stages.values()) == [1, 1, 1, 2, 2] and model.unbiased_choice_ in finalists
     other = next(c for c in finalists if c != model.unbiased_choice_)
     assert model.unbiased_scores_[model.unbiased_choice_]["score"] >= model.unbiased_scores_[other]["score"]
-    assert {v["trees"] for v in model.unbiased_scores_.values()} == {2, 4}
-    plain = LambdaMART(**TREE_CANDIDATES[model.unbiased_choice_], **{**kw, "seed": 3}).fit(
+    for name, entry in model.unbiased_scores_.items():  # a blend is scored at both parts' trees
+        assert entry["trees"] == (2 if name in TREE_BLENDS else 1) * 2 * entry["stage"]
+    parts = TREE_BLENDS.get(model.unbiased_choice_, (model.unbiased_choice_,))
+    plain = [LambdaMART(**TREE_CANDIDATES[p], **{**kw, "seed": 3}).fit(
         x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
-        eval_group=[vali.sessions.sizes])
-    np.testing.assert_array_equal(model.predict(x), plain.predict(x))
-    assert model.best_iteration_ == 5
+        eval_group=[vali.sessions.sizes]) for p in parts]
+    np.testing.assert_allclose(model.predict(x), sum(m.predict(x) for m in plain) / len(plain), rtol=1e-6, atol=1e-6)
+    assert model.best_iteration_ == 6 * len(parts) - 1
     path = tmp_path / "auto.safetensors"
     model.save(path)
     loaded = LambdaMART.load(path)
@@ -42,6 +43,46 @@ def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
     # refitting with another mode leaves no stale choice behind
     model.set_params(unbiased=False).fit(x, y, group=group)
     assert not hasattr(model, "unbiased_choice_")
+
+
+def test_a_blend_that_wins_grows_both_parts_to_their_own_stops(pbm_logs, monkeypatch, tmp_path):
+    """The blend "position+ips" (forced to win by a criterion that counts trees) is the mean of
+    plain early-stopped fits of its parts, one ensemble holding both parts' trees; its history is
+    each part's, its best score None, and it saves and loads as any model."""
+    class MostTrees:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, ensemble):
+            return float(len(ensemble.features))
+
+    monkeypatch.setattr(booster_module, "ClickLikelihood", MostTrees)
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(n_estimators=40, early_stopping_rounds=3, depth=2, min_data_in_leaf=5, n_positions=8, seed=3,
+              learning_rate=0.5)
+    fit = dict(eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes])
+    model = LambdaMART(unbiased="auto", **kw).fit(x, y, group=group, position=position,
+                                                  eval_position=[vali.position], **fit)
+    assert model.unbiased_choice_ == "position+ips"
+    parts = [LambdaMART(**TREE_CANDIDATES[p], **kw).fit(x, y, group=group, position=position, **fit)
+             for p in TREE_BLENDS["position+ips"]]
+    assert all(p.best_iteration_ + 1 < len(p.evals_result_["valid_0"]["ndcg@10"]) for p in parts)  # both stopped
+    np.testing.assert_allclose(model.predict(x), (parts[0].predict(x) + parts[1].predict(x)) / 2, rtol=1e-5,
+                               atol=1e-6)
+    assert len(model.ensemble_.features) == model.best_iteration_ + 1 == sum(p.best_iteration_ + 1 for p in parts)
+    assert model.best_score_ is None
+    assert model.evals_result_ == {"position valid_0": parts[0].evals_result_["valid_0"],
+                                   "ips valid_0": parts[1].evals_result_["valid_0"]}
+    np.testing.assert_array_equal(model.position_bias_, parts[0].position_bias_)
+    np.testing.assert_array_equal(model.propensities_["clicked"], parts[1].propensities_["clicked"])
+    np.testing.assert_allclose(model.feature_importance_split_, parts[0].feature_importance_split_
+                               + parts[1].feature_importance_split_)
+    path = tmp_path / "blend.safetensors"
+    model.save(path)
+    loaded = LambdaMART.load(path)
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
+    assert loaded.unbiased_choice_ == "position+ips"
 
 
 def test_auto_says_each_stage_of_its_race_under_verbose(pbm_logs, capsys):

@@ -56,6 +56,8 @@ def test_the_table_reports_what_each_criterion_picks():
     record = {"data": "d", "click": "c", "LightGBM position": 0.5,
               "candidates": {"naive": candidate(0.1, 1.0), "pairwise p=1": candidate(0.2, 0.0),
                              "position": candidate(0.3, 0.0), "ips": candidate(0.4, 0.0)}}
+    record["candidates"]["position+ips"] = candidate(0.35, 2.0)
     row = table([record]).splitlines()[2].split(" | ")
     assert row[3:3 + len(CRITERIA)] == ["0.1000"] * len(CRITERIA)  # each criterion picked naive
     assert row[3 + len(CRITERIA)] == "0.4000" and row[-1] == "0.5000 |"  # the best of the four, LightGBM
+    assert row[-3] == "0.3500" and row[-2] == "0.3500"  # the blend alone, and picked once it races
