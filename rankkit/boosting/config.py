@@ -159,14 +159,15 @@ class BoosterConfig:
           (``TREE_BLENDS``; a winning blend grows both to their own stops, and the model holds
           both halves' trees; ``best_score_`` is then None and ``evals_result_`` holds each
           part's curve as ``"position valid_0"``, ...), inside this one ``fit``, by how well
-          each explains a **validation click log** (the first ``eval_set``, its sessions from ``eval_qid`` /
-          ``eval_group``, and ``eval_position``) once every position has its own click offset
+          each explains a **validation click log** (the first ``eval_set``, its sessions from
+          ``eval_qid`` / ``eval_group``, and ``eval_position``) once every position has its own click offset
           (:class:`rankkit.clicks.metrics.ClickLikelihood`, which assumes no click model). No true
           label is read. The candidates race by successive halving: all grow a third of
           ``n_estimators``, the best two two thirds, the best one the rest (the rounds of
           (C + 3) / 3 fits for the C = 4 runs: 2.33; 2.67 when the blend wins). Each candidate
-          stops early as a plain fit does and is scored at the trees it keeps; with ``early_stopping_rounds`` = E the
-          stages end at E/3 and 2E/3 rounds (rounded up) when that is fewer
+          stops early as a plain fit does and is scored at the trees it keeps; with
+          ``early_stopping_rounds`` = E the stages end at E/3 and 2E/3 rounds (rounded up) when
+          that is fewer
           (:func:`rankkit.clicks.race.race_rounds`). ``unbiased_choice_`` says which won,
           ``unbiased_scores_`` what each scored at its last stage (and which stage that was).
 

@@ -17,7 +17,9 @@ the second, the best one the rest.
 
 The two candidate lists differ where measurement said so (docs/benchmarks.md, "Learning from
 clicks"): Unbiased LambdaMART at p = 1 for the trees and at p = 0 for the neural rankers, and DLA,
-whose propensity model is trained by gradient with the ranker, for the neural rankers only.
+whose propensity model is trained by gradient with the ranker, for the neural rankers only. The trees
+also race the mean of two runs' scores (:data:`TREE_BLENDS`), which costs them nothing until it wins;
+a neural blend would need a scorer of two networks, and has not been built.
 """
 from __future__ import annotations
 
@@ -41,7 +43,6 @@ __all__ = ["NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace
 #: (docs/benchmarks.md, "Learning from clicks": 0.68 against naive's 0.70 at η = 2).
 TREE_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": True, "bias_p": 1.0},
                    "position": {"unbiased": "position"}, "ips": {"unbiased": "ips"}}
-#: The neural rankers' candidates: (unbiased, bias_p) of each.
 #: ``LambdaMART(unbiased="auto")``'s candidates that average the scores of two of
 #: :data:`TREE_CANDIDATES`' runs (:func:`rankkit.boosting.ensemble.averaged`): they race on the
 #: runs their parts grow anyway, and a winning blend grows both to their own early stops. The
@@ -49,6 +50,7 @@ TREE_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": Tr
 #: unbiased grid's logs their average was above each alone in 7 of 8 cells and above LightGBM's
 #: ``position=`` in all 8 (docs/benchmarks.md, "Which click criterion picks the race's winner").
 TREE_BLENDS = {"position+ips": ("position", "ips")}
+#: The neural rankers' candidates: (unbiased, bias_p) of each.
 NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
                      "dla": ("dla", 1.0), "ips": ("ips", 1.0)}
 
@@ -56,8 +58,9 @@ NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "positi
 def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[int, int]:
     """The rounds at which the trees' two stages end: a third and two thirds of
     ``n_estimators``, or, with early stopping after E rounds, a third and two thirds of E when
-    fewer. The race then adds to its winner's own fit about 4E/3 rounds (the first stage's
-    four candidates and the second's runner-up), while a naive early-stopped fit grows at least
+    fewer. The race then adds to its winner's own fit about 4E/3 rounds (the first stage's four
+    runs and the second stage's runner-up; a little more where a blend and a run outside it meet
+    in the second stage), while a naive early-stopped fit grows at least
     E + 1: the whole race stays within about 3x a naive fit where the winner alone trains about
     as long as naive (MQ2008, five folds, η = 1 and 2: the same winner as stages of E and 2E in
     8 of 10 logs, a better one in the other 2; docs/benchmarks.md, "what the race costs")."""
