@@ -43,11 +43,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
-from unbiased import K_SHOWN, booster, click_models, load, test_ndcg, train_lightgbm  # noqa: E402
+from unbiased import K_SHOWN, booster, click_logs, click_models, load, test_ndcg, train_lightgbm  # noqa: E402
 
-from rankkit.clicks.metrics import ClickLikelihood, explained_clicks  # noqa: E402
+from rankkit.clicks.metrics import ClickLikelihood, centred_scores, explained_clicks, maximised  # noqa: E402
 from rankkit.clicks.race import TREE_BLENDS, TREE_CANDIDATES  # noqa: E402
-from rankkit.data.clicks import simulate_clicks  # noqa: E402
 from rankkit.training.clicks import production_ranker, production_scores  # noqa: E402
 
 CRITERIA = ("likelihood", "slopes", "conditional logit", "skip-above pairs", "likelihood on the training log")
@@ -60,41 +59,18 @@ def _rows(vlog):
     return session, vlog.clicks.double(), vlog.position.long().clamp(max=K_SHOWN - 1)
 
 
-def _centred(scores, session):
-    n = int(session.max()) + 1
-    total = torch.zeros(n, dtype=torch.float64).index_add_(0, session, scores)
-    count = torch.zeros(n, dtype=torch.float64).index_add_(0, session, torch.ones_like(scores))
-    z = scores - (total / count)[session]
-    return z / z.std().clamp(min=1e-12)
-
-
-def _fitted(params, loss) -> float:
-    opt = torch.optim.LBFGS(params, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14,
-                            line_search_fn="strong_wolfe")
-
-    def closure():
-        opt.zero_grad()
-        value = loss()
-        value.backward()
-        return value
-
-    opt.step(closure)
-    with torch.no_grad():
-        return -float(loss())
-
-
 def slopes(scores, session, clicks, bucket) -> float:
     """Mean log-likelihood per row of sigmoid(a_pos z + b_pos), a_pos ≥ 0."""
-    z = _centred(scores, session)
+    z = centred_scores(scores, session)
     a = torch.zeros(K_SHOWN, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(K_SHOWN, dtype=torch.float64, requires_grad=True)
-    return _fitted([a, b], lambda: F.binary_cross_entropy_with_logits(F.softplus(a[bucket]) * z + b[bucket], clicks))
+    return maximised([a, b], lambda: F.binary_cross_entropy_with_logits(F.softplus(a[bucket]) * z + b[bucket], clicks))
 
 
 def conditional_logit(scores, session, clicks, bucket) -> float:
     """Mean log-likelihood per click of each click as a softmax draw over its session's rows."""
     n = int(session.max()) + 1
-    z = _centred(scores, session)
+    z = centred_scores(scores, session)
     a = torch.zeros(1, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(K_SHOWN, dtype=torch.float64, requires_grad=True)
     per_session = torch.zeros(n, dtype=torch.float64).index_add_(0, session, clicks)
@@ -105,7 +81,7 @@ def conditional_logit(scores, session, clicks, bucket) -> float:
         lse = torch.zeros(n, dtype=torch.float64).index_add_(0, session, (u - top[session]).exp()).log() + top
         return -((clicks * u).sum() - (per_session * lse).sum()) / clicks.sum().clamp(min=1)
 
-    return _fitted([a, b], loss)
+    return maximised([a, b], loss)
 
 
 def skip_above(scores, session, clicks, bucket) -> float:
@@ -141,10 +117,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
     for label, model in click_models(args, top):
         if (name, fold, seed, label) in done:
             continue
-        log = simulate_clicks(train, prod_train, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
-                              seed=seed, drop_unclicked=True)
-        vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
-                               seed=seed + 1000, drop_unclicked=True)
+        log, vlog = click_logs(train, vali, prod_train, prod_vali, model, args.sessions, seed)
         vrows, train_metric = _rows(vlog), ClickLikelihood(log.sessions.features, log.clicks, log.sessions.sizes,
                                                            log.position, n_positions=K_SHOWN)
         record = {"data": name, "fold": fold, "seed": seed, "click": label, "candidates": {}}

@@ -234,6 +234,17 @@ def click_models(args, top):
     return out
 
 
+def click_logs(train, vali, prod_train, prod_vali, model, sessions: int, seed: int):
+    """(training log, validation log): ``model``'s clicks on the production ranker's top
+    :data:`K_SHOWN` of every training and validation query, ``sessions`` a query, sessions
+    without a click dropped; seeded by ``seed`` (the validation log by ``seed`` + 1000)."""
+    log = simulate_clicks(train, prod_train, model=model, sessions_per_query=sessions, k=K_SHOWN, seed=seed,
+                          drop_unclicked=True)
+    vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=sessions, k=K_SHOWN, seed=seed + 1000,
+                           drop_unclicked=True)
+    return log, vlog
+
+
 def run(name: str, fold: int, seed: int, args, done: set):
     """Yields one record per click model of (data set, fold, seed) not in ``done``."""
     import xgboost as xgb
@@ -253,10 +264,7 @@ def run(name: str, fold: int, seed: int, args, done: set):
     for label, model in click_models(args, top):
         if (name, fold, seed, label) in done:
             continue
-        log = simulate_clicks(train, prod_train, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
-                              seed=seed, drop_unclicked=True)
-        vlog = simulate_clicks(vali, prod_vali, model=model, sessions_per_query=args.sessions, k=K_SHOWN,
-                               seed=seed + 1000, drop_unclicked=True)
+        log, vlog = click_logs(train, vali, prod_train, prod_vali, model, args.sessions, seed)
         metric = ClickLogMetric(vlog.aggregate(), vali.features, n_positions=K_SHOWN, clip=args.clip,
                                 em={"hidden": (16,), "iterations": args.em_iterations, "lr": 1e-2, "seed": seed})
         logs[label] = (model, log, metric)

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -53,7 +55,8 @@ from rankkit.infra.checks import check_choice, check_int, check_k, check_number,
 from rankkit.metrics import ndcg
 
 __all__ = ["CLICK_MODELS", "ClickLikelihood", "ClickLogMetric", "SessionClickMetric", "cascade_relevance",
-           "counterfactual_ndcg", "explained_clicks", "ips_relevance", "multiple_click_ratio", "ranker_scores"]
+           "centred_scores", "counterfactual_ndcg", "explained_clicks", "ips_relevance", "maximised",
+           "multiple_click_ratio", "ranker_scores"]
 
 CLICK_MODELS = ("auto", "pbm", "cascade")
 
@@ -356,20 +359,33 @@ def explained_clicks(scores, clicks, session, bucket, n_positions: int) -> float
         session: [N] long, each row's session 0..S-1; bucket: [N] long, its position bucket
             in 0..n_positions − 1.
     """
-    s = torch.as_tensor(scores).double().reshape(-1)
     clicks = torch.as_tensor(clicks).double().reshape(-1)
+    z = centred_scores(scores, session)
+    a = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # the slope is softplus(a) >= 0
+    b = torch.zeros(n_positions, dtype=torch.float64, requires_grad=True)
+    fitted = maximised([a, b], lambda: F.binary_cross_entropy_with_logits(F.softplus(a) * z + b[bucket], clicks))
+    # The slope's floor, 0 (the positions alone), lies at a = −∞ of the softplus, which L-BFGS
+    # only approaches (to about 1e-12). Its likelihood in closed form (each bucket's click rate)
+    # is the exact score of a ranker that explains nothing.
+    return max(fitted, _positions_only(clicks, bucket, n_positions))
+
+
+def centred_scores(scores, session: torch.Tensor) -> torch.Tensor:
+    """[N] float64 scores minus their session's mean, over their standard deviation on the log
+    (what :func:`explained_clicks` reads: a ranker's offsets and scale do not count)."""
+    s = torch.as_tensor(scores).double().reshape(-1)
     n_sessions = int(session.max()) + 1 if len(session) else 0
     total = torch.zeros(n_sessions, dtype=torch.float64).index_add_(0, session, s)
     count = torch.zeros(n_sessions, dtype=torch.float64).index_add_(0, session, torch.ones_like(s))
     z = s - (total / count.clamp(min=1))[session]
-    z = z / z.std().clamp(min=1e-12) if len(z) > 1 else z
-    a = torch.zeros(1, dtype=torch.float64, requires_grad=True)  # the slope is softplus(a) >= 0
-    b = torch.zeros(n_positions, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([a, b], max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14,
-                            line_search_fn="strong_wolfe")
+    return z / z.std().clamp(min=1e-12) if len(z) > 1 else z
 
-    def loss():
-        return F.binary_cross_entropy_with_logits(F.softplus(a) * z + b[bucket], clicks)
+
+def maximised(params: list[torch.Tensor], loss: Callable[[], torch.Tensor]) -> float:
+    """−``loss()`` at its minimum over ``params`` by L-BFGS (strong Wolfe line search, up to 200
+    iterations): the fitted log-likelihood of a click model whose negative mean is ``loss``."""
+    opt = torch.optim.LBFGS(params, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-14,
+                            line_search_fn="strong_wolfe")
 
     def closure():
         opt.zero_grad()
@@ -379,11 +395,7 @@ def explained_clicks(scores, clicks, session, bucket, n_positions: int) -> float
 
     opt.step(closure)
     with torch.no_grad():
-        fitted = -float(loss())
-    # The slope's floor, 0 (the positions alone), lies at a = −∞ of the softplus, which L-BFGS
-    # only approaches (to about 1e-12). Its likelihood in closed form (each bucket's click rate)
-    # is the exact score of a ranker that explains nothing.
-    return max(fitted, _positions_only(clicks, bucket, n_positions))
+        return -float(loss())
 
 
 def _positions_only(clicks: torch.Tensor, bucket: torch.Tensor, n_positions: int) -> float:
