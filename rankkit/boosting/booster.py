@@ -135,7 +135,8 @@ class LambdaMART(BaseEstimator):
         n_features_in_: F.
         feature_names_in_: [F] the column names of a DataFrame ``X`` (absent otherwise).
         best_iteration_: 0-based index of the best round (the model keeps best_iteration_ + 1
-            trees); the last round without an eval set.
+            trees); the last round without an eval set. For the blend ``unbiased="auto"`` may
+            keep, the trees of both parts it holds, minus 1.
         best_score_: the best eval metric, or None.
         evals_result_: ``{"valid_0": {"ndcg@10": [...]}, ...}``, one value per round.
         backend_: the kernels that grew the trees, chosen once per fit by
@@ -152,7 +153,7 @@ class LambdaMART(BaseEstimator):
             ``position`` in increasing order (numpy int64); the i-th has the i-th propensity or
             bias (:class:`rankkit.clicks.propensity.PositionIds`).
         unbiased_choice_: with ``unbiased="auto"``, the debiasing chosen (``"naive"``,
-            ``"pairwise p=1"``, ``"position"`` or ``"ips"``);
+            ``"pairwise p=1"``, ``"position"``, ``"ips"`` or the blend ``"position+ips"``);
             ``unbiased_scores_``: ``{candidate: {"score": the validation log's click
             log-likelihood per row, "stage": 1 or 2, "trees": the trees scored}}`` at the last
             stage each candidate reached (compare scores of one stage only).
@@ -282,8 +283,8 @@ class LambdaMART(BaseEstimator):
         if ids is not None:
             self.position_ids_ = ids.ids.numpy().copy()
         engines = self._race(config, engine_for, evals, eval_position, ids) if config.unbiased == "auto" \
-            else [engine_for(config)]
-        for engine in engines:  # a blend's parts each grow to their own stop
+            else {"": engine_for(config)}
+        for engine in engines.values():  # a blend's parts each grow to their own stop
             self._boost(engine, config)
         self._finish(engines, config, matrix)
         return self
@@ -320,10 +321,10 @@ class LambdaMART(BaseEstimator):
         return engine.best_round + 1 if early else len(engine.trees)
 
     def _race(self, config: BoosterConfig, engine_for, evals, eval_position, ids: PositionIds
-              ) -> list[BoostingEngine]:
+              ) -> dict[str, BoostingEngine]:
         """``unbiased="auto"``: the candidates' successive-halving race on the validation click
-        log (see ``unbiased``); returns the winner's engines (two for a blend of
-        :data:`TREE_BLENDS`), their trees grown so far.
+        log (see ``unbiased``); returns the winner's engines by candidate name (two for a blend
+        of :data:`TREE_BLENDS`), their trees grown so far.
 
         Every candidate stops early as a plain fit would (``early_stopping_rounds`` on the
         eval sets), and is scored at the trees it would keep (a blend at its parts' kept
@@ -371,11 +372,13 @@ class LambdaMART(BaseEstimator):
         race.run(race_rounds(self.n_estimators, config.early_stopping_rounds), advance, score, report)
         self.unbiased_scores_ = race.scores_
         self.unbiased_choice_ = race.choice_
-        return [engines[p] for p in parts(race.choice_)]
+        return {p: engines[p] for p in parts(race.choice_)}
 
-    def _finish(self, engines: list[BoostingEngine], config: BoosterConfig, matrix: FeatureMatrix) -> None:
-        """The fitted attributes of the trained ``engines``: one run, or the parts of a blend
-        (the mean of their scores, one ensemble; their histories under their names)."""
+    def _finish(self, runs: dict[str, BoostingEngine], config: BoosterConfig, matrix: FeatureMatrix) -> None:
+        """The fitted attributes of the trained engines ``runs`` (by candidate name): one run, or
+        the parts of a blend (the mean of their scores, one ensemble; their histories under
+        their names)."""
+        engines = list(runs.values())
         kept = [self._kept_trees(engine, config) for engine in engines]
         try:  # the model kept passes what `load` checks: no score of it is inf in float32
             ensemble = averaged([engine.to_ensemble(n) for engine, n in zip(engines, kept)]).validate()
@@ -396,7 +399,7 @@ class LambdaMART(BaseEstimator):
             self.evals_result_ = engine.history
         else:  # no one round is best for a blend: each part's curve, e.g. "position valid_0"
             self.best_score_ = None
-            self.evals_result_ = {f"{e.config.unbiased} {name}": curves for e in engines
+            self.evals_result_ = {f"{part} {name}": curves for part, e in runs.items()
                                   for name, curves in e.history.items()}
         importances = [e.importances(n) for e, n in zip(engines, kept)]
         self._set_importance(sum(g for g, _ in importances) / len(engines), sum(s for _, s in importances))

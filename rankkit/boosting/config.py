@@ -164,7 +164,8 @@ class BoosterConfig:
           (:class:`rankkit.clicks.metrics.ClickLikelihood`, which assumes no click model). No true
           label is read. The candidates race by successive halving: all grow a third of
           ``n_estimators``, the best two two thirds, the best one the rest (the rounds of
-          (C + 3) / 3 fits for the C = 4 runs: 2.33; 2.67 when the blend wins). Each candidate
+          (C + 3) / 3 fits for the C = 4 runs: 2.33, and up to 3 when the blend reaches the second
+          stage beside a run outside it). Each candidate
           stops early as a plain fit does and is scored at the trees it keeps; with
           ``early_stopping_rounds`` = E the stages end at E/3 and 2E/3 rounds (rounded up) when
           that is fewer

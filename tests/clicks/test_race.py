@@ -85,6 +85,38 @@ def test_a_blend_that_wins_grows_both_parts_to_their_own_stops(pbm_logs, monkeyp
     assert loaded.unbiased_choice_ == "position+ips"
 
 
+def test_a_live_blend_grows_its_parts_after_they_are_cut(pbm_logs, monkeypatch):
+    """A race whose second stage keeps the blend and naive (a schedule that ranks by a fixed
+    order): the blend's parts, cut themselves, still grow to the second stage's end for it, and
+    the blend that wins is the mean of the parts' plain fits."""
+    order = ["position+ips", "naive", "pairwise p=1", "position", "ips"]
+
+    class FixedOrder(SuccessiveHalving):
+        def rank(self, *, stage_over: bool) -> str:
+            self.alive = sorted(self.alive, key=order.index)
+            if stage_over and not self.over:
+                self.alive = self.alive[:self.keep[self.stage]]
+                self.stage += 1
+            self.choice_ = self.alive[0]
+            return self.choice_
+
+    monkeypatch.setattr(booster_module, "SuccessiveHalving", FixedOrder)
+    train, vali = pbm_logs
+    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
+    kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
+    model = LambdaMART(unbiased="auto", **kw).fit(
+        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
+        eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    scores = model.unbiased_scores_
+    assert model.unbiased_choice_ == "position+ips" and scores["naive"]["stage"] == 2
+    assert scores["position"]["stage"] == scores["ips"]["stage"] == 1
+    assert scores["position+ips"] == {**scores["position+ips"], "stage": 2, "trees": 4 + 4}  # stage 2 ends at 4
+    plain = [LambdaMART(**TREE_CANDIDATES[p], **kw).fit(x, y, group=group, position=position)
+             for p in TREE_BLENDS["position+ips"]]
+    np.testing.assert_allclose(model.predict(x), (plain[0].predict(x) + plain[1].predict(x)) / 2, rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_auto_says_each_stage_of_its_race_under_verbose(pbm_logs, capsys):
     train, vali = pbm_logs
     x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
@@ -128,18 +160,25 @@ def test_the_race_stops_each_candidate_early_and_scores_its_kept_trees(pbm_logs,
     raced = list(grown)
     assert binned == [1] and len(transforms) == 2  # the candidates share the bins: training set and eval set once
     assert len(raced) < 300  # the 300-round race without stopping grows 700
-    stopped = 0
+    stopped, ends, kept_at = 0, stages or race_rounds(300, 2), {}
+    scores, choice = model.unbiased_scores_, model.unbiased_choice_
     for name, options in TREE_CANDIDATES.items():
-        entry = model.unbiased_scores_[name]
-        # a plain fit of the candidate: to its own stop, and to the rounds of its last stage
+        entry = scores[name]
+        # a plain fit of the run: to its own stop, and to the rounds of its last stage (or of the last
+        # stage of a blend holding it: a live blend grows its parts)
         plain = LambdaMART(**{**kw, **options}).fit(x, y, group=group, position=position, **fit)
-        end = (stages or race_rounds(300, 2))[entry["stage"] - 1]
-        staged = LambdaMART(**{**kw, **options, "n_estimators": end}).fit(x, y, group=group, position=position, **fit)
+        last = max([entry["stage"]] + [scores[b]["stage"] for b, parts in TREE_BLENDS.items() if name in parts])
         stopped_at = len(plain.evals_result_["valid_0"]["ndcg@10"])
-        expected = stopped_at if name == model.unbiased_choice_ else min(end, stopped_at)
-        stopped += stopped_at < end
-        assert raced.count(options["unbiased"]) == expected
-        assert entry["trees"] == staged.best_iteration_ + 1
+        won = name == choice or name in TREE_BLENDS.get(choice, ())
+        stopped += stopped_at < ends[last - 1]
+        assert raced.count(options["unbiased"]) == (stopped_at if won else min(ends[last - 1], stopped_at))
+        for stage in (1, 2):
+            staged = LambdaMART(**{**kw, **options, "n_estimators": ends[stage - 1]}).fit(
+                x, y, group=group, position=position, **fit)
+            kept_at[name, stage] = staged.best_iteration_ + 1
+        assert entry["trees"] == kept_at[name, entry["stage"]]
+    for blend, parts in TREE_BLENDS.items():  # scored at its parts' kept trees at its own last stage
+        assert scores[blend]["trees"] == sum(kept_at[p, scores[blend]["stage"]] for p in parts)
     assert stopped >= (2 if stages else 0)  # the stretched stages see candidates stop inside them
 
 
@@ -193,8 +232,9 @@ def test_run_advances_scores_and_cuts_each_stage_in_order():
 
 
 def test_the_race_lets_go_of_the_candidates_it_cuts(pbm_logs, monkeypatch):
-    """A candidate cut at a stage's end is dropped (its scores, gradients and, on a GPU, its
-    round's buffers): during stage 2 only the two kept candidates' engines are alive."""
+    """A run no candidate still racing needs is dropped at a stage's end (its scores, gradients
+    and, on a GPU, its round's buffers): during stage 2 only the engines of the two kept
+    candidates are alive (their runs: a blend's two parts)."""
     import gc
     import weakref
 
@@ -214,8 +254,11 @@ def test_the_race_lets_go_of_the_candidates_it_cuts(pbm_logs, monkeypatch):
     monkeypatch.setattr(BoostingEngine, "__init__", recording)
     monkeypatch.setattr(BoostingEngine, "update", counting)
     train, vali = pbm_logs
-    LambdaMART(unbiased="auto", n_estimators=8, early_stopping_rounds=6, depth=2, min_data_in_leaf=5, n_positions=8,
-               seed=1).fit(train.sessions.features, train.clicks, group=train.sessions.sizes, position=train.position,
-                           eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes],
-                           eval_position=[vali.position])
-    assert len(made) == len(TREE_CANDIDATES) > 2 and alive_in_stage_2 and max(alive_in_stage_2) == 2
+    model = LambdaMART(unbiased="auto", n_estimators=8, early_stopping_rounds=6, depth=2, min_data_in_leaf=5,
+                       n_positions=8, seed=1).fit(
+        train.sessions.features, train.clicks, group=train.sessions.sizes, position=train.position,
+        eval_set=[(vali.sessions.features, vali.clicks)], eval_group=[vali.sessions.sizes],
+        eval_position=[vali.position])
+    kept = [name for name, entry in model.unbiased_scores_.items() if entry["stage"] == 2]
+    runs = {p for name in kept for p in TREE_BLENDS.get(name, (name,))}
+    assert len(made) == len(TREE_CANDIDATES) > len(runs) and alive_in_stage_2 and max(alive_in_stage_2) == len(runs)
