@@ -1114,6 +1114,10 @@ TUNE = [
          r"feature count"),
 ]
 
+# Two small ensembles of other depths, for `averaged` (the blend of unbiased="auto").
+_ENSEMBLE = ObliviousEnsemble(2, torch.tensor([[1]]), torch.tensor([[0.5]]), torch.tensor([[-1.0, 1.0]]))
+_ENSEMBLE_DEEP = ObliviousEnsemble(2, torch.tensor([[0, 1]]), torch.tensor([[0.5, 0.5]]), torch.zeros(1, 4))
+
 # Learning from clicks, round 2 (LambdaMART's unbiased modes; rankkit.clicks.metrics).
 CLICKS = [
     Case("clicks-unbiased-unknown", fit(params={"unbiased": "yes"}), ValueError,
@@ -1217,6 +1221,12 @@ CLICKS = [
                      r"got 'modle'"),
     Case("clicks-split-unknown-model", new_entry("rankkit.training.clicks.click_split", dataset(), None, model="dbn"),
          ValueError, r"`clicks.model` has to be one of \('pbm', 'cascade'\), got 'dbn'"),
+    Case("ensemble-averaged-none", new_entry("rankkit.boosting.ensemble.averaged", []), ValueError,
+         r"`parts`: at least one ObliviousEnsemble to average, got none"),
+    Case("ensemble-averaged-not-an-ensemble", new_entry("rankkit.boosting.ensemble.averaged", [_ENSEMBLE, "model.st"]),
+         ValueError, r"`parts\[1\]` has to be an ObliviousEnsemble, got str"),
+    Case("ensemble-averaged-unlike", new_entry("rankkit.boosting.ensemble.averaged", [_ENSEMBLE, _ENSEMBLE_DEEP]),
+         ValueError, r"`parts\[1\]` has 2 features and depth 2, parts\[0\] 2 and 1: only like ensembles average"),
     Case("clicks-fixed-propensity-zero", new_entry("rankkit.clicks.propensity.FixedPropensities", torch.tensor([1.0, 0.0])),
          ValueError, r"`propensities` has to be positive and finite, got 0.0 at \[1\]"),
 ]

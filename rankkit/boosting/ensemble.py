@@ -131,6 +131,11 @@ def averaged(parts: list[ObliviousEnsemble]) -> ObliviousEnsemble:
     >>> averaged([a, b])(torch.tensor([[1.0], [2.0]]))  # ((1 + 2) + (3 + 0)) / 2, ((1 + 2) + (3 + 4)) / 2
     tensor([3., 5.])
     """
+    if len(parts) == 0:
+        raise ValueError("`parts`: at least one ObliviousEnsemble to average, got none")
+    for i, part in enumerate(parts):
+        if not isinstance(part, ObliviousEnsemble):
+            raise ValueError(f"`parts[{i}]` has to be an ObliviousEnsemble, got {type(part).__name__}")
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
