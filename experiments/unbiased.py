@@ -72,7 +72,9 @@ RIVALS = ("LightGBM naive", "LightGBM position", "XGBoost naive", "XGBoost unbia
 
 
 def load(name: str, fold: int):
-    """(train, vali, test, top label) of a data set; the synthetic set's split is drawn per fold."""
+    """(train, vali, test, top label) of a data set; the synthetic set's split is drawn per fold, and
+    the Yahoo! LTR sample's (LightGBM's lambdarank example: vali = 25 % of its training queries,
+    its own test file)."""
     if name == "mq2008":
         return (*load_mq2008(fold), 2.0)
     if name == "synthetic":
@@ -81,7 +83,11 @@ def load(name: str, fold: int):
         cuts = (int(0.6 * data.n_queries), int(0.8 * data.n_queries))
         parts = (perm[: cuts[0]], perm[cuts[0]: cuts[1]], perm[cuts[1]:])
         return (*(data.subset(p.sort().values) for p in parts), 4.0)
-    raise ValueError(f"`--data` has to name mq2008 or synthetic, got {name!r}")
+    if name == "yahoo":  # the sample's 201 training queries split 75/25 per fold (as experiments/losses.py)
+        from losses import load as load_yahoo
+
+        return (*load_yahoo("yahoo", fold), 4.0)
+    raise ValueError(f"`--data` has to name mq2008, synthetic or yahoo, got {name!r}")
 
 
 def test_ndcg(scores, data) -> float:
@@ -577,7 +583,9 @@ same family in the same run (2 shared cores; the neural naive fit includes its p
 The results files' JSON lines are merged per (data, fold, seed, click model): the trees and the neural rankers
 may come from separate processes of this script (`--no-neural`, `--no-trees`) on the same logs, which the same
 seeds draw.
-Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold.
+Data: MQ2008 folds; synthetic = 600 queries of 10-40 documents, 30 features, a fresh 60/20/20 split per fold;
+yahoo = LightGBM's Yahoo! LTR sample (201 training queries, 300 features, grades 0-4), a fresh 75/25
+train/vali split of its training queries per fold, its 50 test queries.
 Runs present: {len(grid)} (data, fold, seed) triples: {", ".join(f"{d}/f{f}/s{s}" for d, f, s in grid)}.
 
 {table(summary, args.p_grid, args.neural_p_grid)}
