@@ -47,8 +47,9 @@ TREE_CANDIDATES = {"naive": {"unbiased": False}, "pairwise p=1": {"unbiased": Tr
 #: :data:`TREE_CANDIDATES`' runs (:func:`rankkit.boosting.ensemble.averaged`): they race on the
 #: runs their parts grow anyway, and a winning blend grows both to their own early stops. The
 #: additive position bias and the inverse propensities go wrong in different places: on the
-#: unbiased grid's logs their average was above each alone in 7 of 8 cells and above LightGBM's
-#: ``position=`` in all 8 (docs/benchmarks.md, "Which click criterion picks the race's winner").
+#: unbiased grid's logs of three data sets their average was above each alone in 11 of 12 cells
+#: and above LightGBM's ``position=`` in all 12 (docs/benchmarks.md, "Which click criterion picks
+#: the race's winner").
 TREE_BLENDS = {"position+ips": ("position", "ips")}
 #: The neural rankers' candidates: (unbiased, bias_p) of each.
 NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
