@@ -466,16 +466,19 @@ class TritonBackend(Backend):
         """The tree's first buffers for the quantize kernels to zero on their way (the previous
         quantized tree's shape: features, depth), or None before the first such tree."""
         shape = self.__dict__.get("_quantized_shape")
-        return None if shape is None else self._quantized_buffers(n, *shape, device)
+        return None if shape is None else self._first_buffers("quantized cleared", n, *shape, torch.int32, device)
 
-    def _quantized_buffers(self, n: int, n_feat: int, depth: int, device) -> dict:
-        """A quantized tree's first buffers: the documents' nodes, the levels' counters, the root's
-        int32 cells and packed sums (the fit's, not zeroed)."""
-        ws = self._workspace().scope("quantized cleared")
-        return {"node": ws.empty("node", n, torch.int64, device),
-                "counters": ws.empty("counters", 1 + depth, torch.int32, device),
-                "cells": ws.empty("cells", (3, n_feat, 1, N_CODES), torch.int32, device),
-                "pack": ws.empty("pack", n_feat * N_CODES, torch.int64, device)}
+    def _first_buffers(self, scope: str, n: int, n_feat: int, depth: int, cells: torch.dtype, device) -> dict:
+        """A tree's first buffers (the fit's, under ``scope``, not zeroed): the documents' nodes,
+        the levels' counters and the root's cells of dtype ``cells``; int32 cells (quantized
+        gradients) come with their packed int64 sums."""
+        ws = self._workspace().scope(scope)
+        out = {"node": ws.empty("node", n, torch.int64, device),
+               "counters": ws.empty("counters", 1 + depth, torch.int32, device),
+               "cells": ws.empty("cells", (3, n_feat, 1, N_CODES), cells, device)}
+        if cells == torch.int32:
+            out["pack"] = ws.empty("pack", n_feat * N_CODES, torch.int64, device)
+        return out
 
     def update_values(self, values):
         """The update the last level's pick wrote beside ``values`` when it made them (no
@@ -491,7 +494,8 @@ class TritonBackend(Backend):
             kept = self.__dict__.get("_quantized_root")  # the root's sums and what it cleared, where quantize made g
             mine = kept is not None and kept[0] is g
             self._quantized_shape = (codes_t.shape[0], tree.params.depth)  # what the next quantize clears
-            cleared = self._quantized_buffers(g.shape[0], *self._quantized_shape, g.device)
+            cleared = self._first_buffers("quantized cleared", g.shape[0], *self._quantized_shape, torch.int32,
+                                          g.device)
             if not (mine and kept[2] is not None and all(kept[2][k] is cleared[k] for k in cleared)):
                 # the first tree (or another shape): zeroed here, the cells by the root histogram
                 cleared = dict(cleared, zeroed=False)
@@ -509,10 +513,8 @@ class TritonBackend(Backend):
         (:class:`~rankkit.kernels.triton.fixed.FixedPoint`, its buffers kept for the fit), which
         also clear the tree's first buffers (no launch of their own)."""
         codes_t = _sample(tree.codes, rows, features)
-        ws = self._workspace().scope("cleared")
-        cleared = {"node": ws.empty("node", codes_t.shape[1], torch.int64, g.device),
-                   "counters": ws.empty("counters", 1 + tree.params.depth, torch.int32, g.device),
-                   "cells": ws.empty("cells", (3, codes_t.shape[0], 1, N_CODES), torch.int64, g.device)}
+        cleared = self._first_buffers("cleared", codes_t.shape[1], codes_t.shape[0], tree.params.depth, torch.int64,
+                                      g.device)
         g_q, h_q, scale, root = self._fixed_point()(g.to(torch.float64), h.to(torch.float64), **cleared)
         return self._levels(tree, g_q, h_q, scale, valid, codes_t=codes_t, features=features, noise=noise,
                             hist_dtype=torch.int64, leaf_rate=leaf_rate, root=root, cleared=cleared)

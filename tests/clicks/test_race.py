@@ -14,13 +14,21 @@ from rankkit.boosting.engine import BoostingEngine
 from rankkit.clicks.race import SuccessiveHalving
 
 
-def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
+def _auto_fit(pbm_logs, **kw):
+    """``LambdaMART(unbiased="auto", **kw)`` fitted on the training log, choosing on the
+    validation log; and the training log's (x, y, group, position)."""
     train, vali = pbm_logs
     x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
-    kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
     model = LambdaMART(unbiased="auto", **kw).fit(
         x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
         eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    return model, (x, y, group, position)
+
+
+def test_auto_keeps_the_winner_as_a_plain_fit_would(pbm_logs, tmp_path):
+    kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
+    model, (x, y, group, position) = _auto_fit(pbm_logs, **kw)
+    vali = pbm_logs[1]
     assert set(model.unbiased_scores_) == set(TREE_CANDIDATES) | set(TREE_BLENDS)
     stages = {c: v["stage"] for c, v in model.unbiased_scores_.items()}
     finalists = [c for c, stage in stages.items() if stage == 2]
@@ -101,12 +109,8 @@ def test_a_live_blend_grows_its_parts_after_they_are_cut(pbm_logs, monkeypatch):
             return self.choice_
 
     monkeypatch.setattr(booster_module, "SuccessiveHalving", FixedOrder)
-    train, vali = pbm_logs
-    x, y, group, position = train.sessions.features, train.clicks, train.sessions.sizes, train.position
     kw = dict(n_estimators=6, depth=2, min_data_in_leaf=5, n_positions=8, seed=3)
-    model = LambdaMART(unbiased="auto", **kw).fit(
-        x, y, group=group, position=position, eval_set=[(vali.sessions.features, vali.clicks)],
-        eval_group=[vali.sessions.sizes], eval_position=[vali.position])
+    model, (x, y, group, position) = _auto_fit(pbm_logs, **kw)
     scores = model.unbiased_scores_
     assert model.unbiased_choice_ == "position+ips" and scores["naive"]["stage"] == 2
     assert scores["position"]["stage"] == scores["ips"]["stage"] == 1
