@@ -569,12 +569,14 @@ epochs over a click log, and over the true labels as many epochs as see the same
 validation click log (`eval_set`, `eval_group`, `eval_position`): it races naive, Unbiased LambdaMART p = 1,
 `unbiased="position"` (an additive position bias learned with the trees, as LightGBM's `position=`) and
 `unbiased="ips"` (regression-EM propensities on the training log, θ̂₀/θ̂ clipped by `propensity_clip`'s default: a
-fixed 10 until 2026-12-05, since then `"auto"`, 3 √r with r the log's largest θ̂₀/θ̂ at a clicked position) by successive halving, and
+fixed 10 until 2026-12-05, since then `"auto"`, 3 √r with r the log's largest θ̂₀/θ̂ at a clicked position), and since
+2026-12-05 the mean of the last two's scores (`"position+ips"`, `TREE_BLENDS`), by successive halving, and
 keeps the candidate whose scores best explain the validation clicks once each position has its own offset
 (`rankkit.clicks.metrics.ClickLikelihood`, which assumes no click model). **LambdaRank auto** is
 `LambdaRank(unbiased="auto")` in the same loop as the other LambdaRank rows: naive, unbiased p = 0,
 `"position"`, `"dla"` (the Dual Learning Algorithm) and `"ips"` (regression-EM propensities on the training log,
-1/θ̂ clipped at 10; added 2026-11-28) trained side by side, the race decided after epochs 1 and 2
+1/θ̂ clipped at 10; added 2026-11-28) trained side by side, and since 2026-12-06 the means of two networks' scores
+`"pairwise p=0+ips"` and `"dla+ips"` (`NEURAL_BLENDS`, raced on networks that train anyway), the race decided after epochs 1 and 2
 by the same criterion (`validate_race`); "LambdaRank position", "LambdaRank dla" and "LambdaRank ips" keep their
 best epoch by the counterfactual NDCG as the other LambdaRank rows. "LambdaMART debiased (selected)" and "neural debiased
 (selected)" are the previous round's procedure (the counterfactual NDCG above, among naive, the p grid and

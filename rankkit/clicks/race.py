@@ -17,9 +17,10 @@ the second, the best one the rest.
 
 The two candidate lists differ where measurement said so (docs/benchmarks.md, "Learning from
 clicks"): Unbiased LambdaMART at p = 1 for the trees and at p = 0 for the neural rankers, and DLA,
-whose propensity model is trained by gradient with the ranker, for the neural rankers only. The trees
-also race the mean of two runs' scores (:data:`TREE_BLENDS`), which costs them nothing until it wins;
-a neural blend would need a scorer of two networks, and has not been built.
+whose propensity model is trained by gradient with the ranker, for the neural rankers only. Both
+families also race the mean of two runs' scores (:data:`TREE_BLENDS`, :data:`NEURAL_BLENDS`), which
+costs nothing while its parts race anyway: a winning tree blend is one ensemble of both runs' trees,
+a winning neural blend a :class:`rankkit.scorers.MeanEnsemble` of both networks.
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ from torch import nn
 
 from rankkit.clicks.metrics import explained_clicks
 from rankkit.data.dataset import PaddedBatch
-from rankkit.scorers import score_lists
+from rankkit.scorers import MeanEnsemble, score_lists
 
-__all__ = ["NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving",
+__all__ = ["NEURAL_BLENDS", "NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving",
            "epoch_stage_ends", "race_rounds"]
 
 #: ``LambdaMART(unbiased="auto")``'s candidates, as changes to the booster's config. Unbiased
@@ -54,6 +55,15 @@ TREE_BLENDS = {"position+ips": ("position", "ips")}
 #: The neural rankers' candidates: (unbiased, bias_p) of each.
 NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "position": ("position", 1.0),
                      "dla": ("dla", 1.0), "ips": ("ips", 1.0)}
+#: The neural rankers' candidates that average the scores of two of :data:`NEURAL_CANDIDATES`'
+#: networks: they race on networks that train anyway while their parts race, a network trains
+#: while any live candidate needs it, and a winning blend serves as the
+#: :class:`rankkit.scorers.MeanEnsemble` of both. Chosen on the unbiased grid's logs (MQ2008 and
+#: synthetic, PBM η = 1 and 2, 15 runs a cell): the race's winner minus the five networks' race's,
+#: test NDCG@10, was +0.0016, +0.0030, +0.0062, −0.0004 on the seeds that chose them and −0.0001,
+#: +0.0006, +0.0036, +0.0046 on three more, for 8.3-8.9 network-epochs against 8
+#: (docs/benchmarks.md, "Which blends the neural race holds").
+NEURAL_BLENDS = {"pairwise p=0+ips": ("pairwise p=0", "ips"), "dla+ips": ("dla", "ips")}
 
 
 def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[int, int]:
@@ -171,26 +181,41 @@ class DebiasingRace(nn.Module):
         candidates: ``{name: NeuralRanker}``, each with its own scorer and ``unbiased`` setting;
             only their :meth:`objective`, ``scorer`` and parameter groups are used.
         n_positions: the position offsets of the validation criterion.
+        blends: ``{name: (part, part)}``, candidates scored by the mean of two networks' scores
+            (:data:`NEURAL_BLENDS`); those whose parts are not both in ``candidates`` are left out.
 
     Attributes:
         schedule: the race's successive halving (:class:`SuccessiveHalving`,
-            the trees' too); alive: the candidates still training; scores_: ``{name: explained
-            clicks}`` at the last epoch each was validated; choice_: the leader after the last
-            validation (the winner once the race is over); leader_batches_: its (scores, labels,
-            mask) of each batch of that validation.
+            the trees' too); alive: the candidates still racing (networks and blends); runs: the
+            networks still training, those alive and the parts of a live blend; scores_: ``{name:
+            explained clicks}`` at the last epoch each was validated; choice_: the leader after the
+            last validation (the winner once the race is over); leader_batches_: its (scores,
+            labels, mask) of each batch of that validation.
     """
 
-    def __init__(self, candidates: dict, n_positions: int):
+    def __init__(self, candidates: dict, n_positions: int, blends: dict | None = None):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
         self.n_positions = n_positions
-        self.schedule = SuccessiveHalving(candidates)
+        self.blends = {name: tuple(parts) for name, parts in (blends or {}).items()
+                       if all(part in candidates for part in parts)}
+        self.schedule = SuccessiveHalving([*candidates, *self.blends])
         self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.discard()
 
     @property
     def alive(self) -> list[str]:
         return self.schedule.alive
+
+    @property
+    def runs(self) -> list[str]:
+        """The networks that still train: each live candidate's, a blend's two."""
+        needed = {part for name in self.alive for part in self.parts(name)}
+        return [name for name in self.candidates if name in needed]
+
+    def parts(self, name: str) -> tuple[str, ...]:
+        """The networks whose mean scores candidate ``name``: its own, or a blend's two."""
+        return self.blends.get(name, (name,))
 
     @property
     def scores_(self) -> dict[str, float]:
@@ -202,41 +227,53 @@ class DebiasingRace(nn.Module):
 
     def discard(self) -> None:
         """Forget the validation batches collected so far (e.g. Lightning's sanity check)."""
-        self._scores: dict[str, list[torch.Tensor]] = {name: [] for name in self.alive}
+        self._scores: dict[str, list[torch.Tensor]] = {name: [] for name in self.runs}
         self._batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
+    def _leave(self, name: str) -> None:
+        """Candidate network ``name`` and the blends holding it leave the race."""
+        gone = {name} | {blend for blend, parts in self.blends.items() if name in parts}
+        self.schedule.alive = [other for other in self.schedule.alive if other not in gone]
+        self._scores.pop(name, None)
+
     def loss(self, batch: PaddedBatch) -> torch.Tensor:
-        """The sum of the live candidates' training losses on ``batch`` (their parameters are
-        disjoint, so each gets its own gradient). Without the training log read
+        """The sum of the training losses of the networks that still train on ``batch`` (their
+        parameters are disjoint, so each gets its own gradient). Without the training log read
         (:meth:`rankkit.neural.module.NeuralRanker.read_click_log`), the ``"ips"`` candidate,
-        which needs it, leaves the race with one warning."""
+        which needs it, leaves the race with its blends, with one warning."""
         ips = self.candidates["ips"].debiasing if "ips" in self.candidates else None
-        if ips is not None and not ips.estimated and "ips" in self.alive:
+        if ips is not None and not ips.estimated and "ips" in self.runs:
             warnings.warn("`unbiased='auto'` races without its 'ips' candidate: it estimates propensities on the "
                           "whole training log, which was not read (train with a datamodule that has a `train_set`, "
                           "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
-            self.schedule.alive.remove("ips")
-            self._scores.pop("ips", None)
+            self._leave("ips")
         return sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
-                                                               batch.mask), batch) for name in self.alive)
+                                                               batch.mask), batch) for name in self.runs)
 
     def parameter_groups(self) -> list[dict]:
         return [group for child in self.candidates.values() for group in child.parameter_groups()]
 
     @torch.no_grad()
     def collect(self, batch: PaddedBatch) -> None:
-        """Keep the live candidates' scores (in eval mode) of a validation batch of a click log,
-        on the batch's device (copied to the host once, by :meth:`end_epoch`)."""
+        """Keep the training networks' scores (in eval mode) of a validation batch of a click
+        log, on the batch's device (copied to the host once, by :meth:`end_epoch`)."""
         if batch.position is None:
             raise ValueError("`unbiased='auto'` chooses on a validation click log: the validation batch has no "
                              "`position` (validate on a click log's sessions, e.g. ClickLog.sessions)")
-        for name in self.alive:
+        for name in self.runs:
             scorer = self.candidates[name].scorer
             was = scorer.training
             scorer.eval()  # scored as they will serve (no dropout), whoever calls
-            self._scores[name].append(score_lists(scorer, batch.features, batch.mask))
+            self._scores.setdefault(name, []).append(score_lists(scorer, batch.features, batch.mask))
             scorer.train(was)
         self._batches.append((batch.labels, batch.mask, batch.position))
+
+    def _batch_scores(self, name: str) -> list[torch.Tensor]:
+        """Candidate ``name``'s scores of each collected batch: its network's, or a blend's mean."""
+        parts = [self._scores[part] for part in self.parts(name)]
+        if len(parts) == 1:
+            return parts[0]
+        return [torch.stack(batch).mean(0) for batch in zip(*parts)]
 
     def end_epoch(self, epoch: int, epochs: int) -> str:
         """Score the live candidates on the collected validation log, drop the losers of this
@@ -251,7 +288,7 @@ class DebiasingRace(nn.Module):
         per_session = torch.cat([mask.sum(1) for mask in masks])
         session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
         for name in self.alive:
-            rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._scores[name], masks)])
+            rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._batch_scores(name), masks)])
             self.schedule.record(name, explained_clicks(rows, clicks, session,
                                                         bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
                                  epoch=epoch)
@@ -261,14 +298,14 @@ class DebiasingRace(nn.Module):
             self.schedule.rank(stage_over=True)
         choice = self.schedule.choice_
         self.leader_batches_ = [(scores, labels, mask) for scores, (labels, mask, _)
-                                in zip(self._scores[choice], self._batches)]
+                                in zip(self._batch_scores(choice), self._batches)]
         self.discard()
         return choice
 
     def state(self) -> dict:
-        """The schedule's standing and each live candidate's click-bias state (its estimator's
+        """The schedule's standing and each training network's click-bias state (its estimator's
         biases, or the propensities ``"ips"`` read from the training log)."""
-        debiasing = {name: self.candidates[name].debiasing.state() for name in self.alive}
+        debiasing = {name: self.candidates[name].debiasing.state() for name in self.runs}
         return {**self.schedule.state(), "debiasing": {k: v for k, v in debiasing.items() if v is not None}}
 
     def load_state(self, state: dict) -> None:
@@ -279,19 +316,23 @@ class DebiasingRace(nn.Module):
         self.discard()
 
     def keep_saved(self, state_dict: dict) -> None:
-        """Drop the candidates a checkpoint's ``state_dict`` has no weights of: a race saved before
-        a candidate joined :data:`NEURAL_CANDIDATES` (``"ips"``, 2026-11-28) loads as the race it was."""
+        """Drop the candidates a checkpoint's ``state_dict`` has no weights of, and the blends of
+        those: a race saved before a candidate joined :data:`NEURAL_CANDIDATES` (``"ips"``,
+        2026-11-28) loads as the race it was."""
         missing = [name for name in self.candidates
                    if not any(key.startswith(f"race.candidates.{name}.") for key in state_dict)]
         if missing and len(missing) < len(self.candidates):
             for name in missing:
                 del self.candidates[name]
-            self.schedule.alive = [name for name in self.schedule.alive if name not in missing]
+                self._leave(name)
+            self.blends = {blend: parts for blend, parts in self.blends.items()
+                           if all(part in self.candidates for part in parts)}
 
     @classmethod
     def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":
         """``unbiased="auto"``'s candidates for ``module``: copies of it, one per debiasing of
-        :data:`NEURAL_CANDIDATES`, with the same settings and a copy of ``scorer`` each."""
+        :data:`NEURAL_CANDIDATES`, with the same settings and a copy of ``scorer`` each, and the
+        blends of :data:`NEURAL_BLENDS`."""
         h = module.hparams
         same = {name: h[name] for name in (
             "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
@@ -299,7 +340,7 @@ class DebiasingRace(nn.Module):
             "propensity_clip", "loss_options")}
         return cls({name: type(module)(module.n_features, scorer=copy.deepcopy(scorer), unbiased=mode, bias_p=p,
                                        **same)
-                    for name, (mode, p) in NEURAL_CANDIDATES.items()}, n_positions)
+                    for name, (mode, p) in NEURAL_CANDIDATES.items()}, n_positions, NEURAL_BLENDS)
 
     def validate(self, module, batches, epoch: int, epochs: int) -> str:
         """In a plain PyTorch loop: score the candidates on validation click-log ``batches`` after
@@ -309,9 +350,31 @@ class DebiasingRace(nn.Module):
             self.collect(batch)
         return self._lead(module, self.end_epoch(epoch, epochs))
 
+    def leader_scorer(self, name: str) -> nn.Module:
+        """A new scorer of candidate ``name``'s shape: a copy of its network, or for a blend the
+        :class:`rankkit.scorers.MeanEnsemble` of copies of its two."""
+        copies = [copy.deepcopy(self.candidates[part].scorer) for part in self.parts(name)]
+        return copies[0] if len(copies) == 1 else MeanEnsemble(copies)
+
+    def shape_scorer(self, module, name: str | None = None) -> nn.Module | None:
+        """Give ``module.scorer`` the shape of candidate ``name``'s scorer (the leader's by
+        default): a blend's :class:`rankkit.scorers.MeanEnsemble`, or one network after a blend
+        led, so that a checkpoint's weights load into it. Returns that candidate's scorer (a new
+        copy), or None before any validation."""
+        name = self.choice_ if name is None else name
+        if name is None:
+            return None
+        leader = self.leader_scorer(name)
+        if module.scorer.state_dict().keys() != leader.state_dict().keys():
+            module.scorer = leader
+        return leader
+
     def _lead(self, module, name: str) -> str:
-        """Copy candidate ``name``'s weights into ``module.scorer``; return the name."""
-        module.scorer.load_state_dict(self.candidates[name].scorer.state_dict())
+        """Put candidate ``name``'s weights in ``module.scorer`` (for a blend, its two networks
+        averaged); return the name."""
+        leader = self.shape_scorer(module, name)
+        if leader is not None and module.scorer is not leader:
+            module.scorer.load_state_dict(leader.state_dict())
         return name
 
     def end_validation(self, module) -> None:

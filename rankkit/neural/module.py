@@ -146,6 +146,8 @@ class NeuralRanker(pl.LightningModule):
         if isinstance(state.get("n_features"), int):
             self.n_features = state["n_features"]
         restore_entries(self.debiasing, self.race, state, checkpoint.get("state_dict"))
+        if self.race is not None:  # a blend led: the scorer is the mean of two networks
+            self.race.shape_scorer(self)
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

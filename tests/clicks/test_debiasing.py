@@ -27,7 +27,7 @@ from rankkit.neural import LambdaRank
 from rankkit.examples.losses import squared_pairwise_hinge
 from rankkit.clicks.debiasing import (DualLearning, PositionBias, checkpoint_entries, make_debiasing,
                                       restore_entries)
-from rankkit.clicks.race import NEURAL_CANDIDATES
+from rankkit.clicks.race import NEURAL_BLENDS, NEURAL_CANDIDATES
 from rankkit.objective import objective_spec
 
 P = 6
@@ -184,7 +184,8 @@ def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
     trainer = pl.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,
                          enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
     trainer.fit(module, datamodule=dm)
-    assert module.unbiased_choice_ in NEURAL_CANDIDATES and module.race.alive == [module.unbiased_choice_]
+    assert module.unbiased_choice_ in {**NEURAL_CANDIDATES, **NEURAL_BLENDS}
+    assert module.race.alive == [module.unbiased_choice_]
     path = tmp_path / "auto.ckpt"
     trainer.save_checkpoint(path)
     restored = LambdaRank.load_from_checkpoint(path)
@@ -193,6 +194,88 @@ def test_race_in_a_lightning_fit_and_a_checkpoint(logs, tmp_path):
     module.eval()
     restored.eval()
     torch.testing.assert_close(restored(x), module(x))
+
+
+def _favour(race, name: str, by: float = 100.0) -> None:
+    """Make candidate ``name`` win ``race``: its recorded scores raised by ``by`` (the others' and
+    the scores' computation left as they are)."""
+    record = race.schedule.record
+    race.schedule.record = lambda n, score, **info: record(n, score + (by if n == name else 0.0), **info)
+
+
+def test_a_neural_blend_races_on_its_parts_and_serves_their_mean(logs, tmp_path):
+    """A blend of NEURAL_BLENDS is scored by the mean of its two networks' scores (the
+    criterion, recomputed from the features, of that mean); while it races both networks train,
+    and once it has won only they do; the module then serves the mean of both (eager, a
+    checkpoint reloaded by Lightning and by rankkit, TorchScript and torch.export)."""
+    from rankkit.export import export_program, export_torchscript
+    from rankkit.infra.checkpoint import load_checkpoint
+
+    data, train, vali = logs
+    blend, (first, second) = next(iter(NEURAL_BLENDS.items()))
+    pl.seed_everything(0, verbose=False)
+    dm = RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512)
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+    assert blend in module.race.alive and module.race.runs == list(NEURAL_CANDIDATES)
+    _favour(module.race, blend)
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=dm)
+    race = module.race
+    assert module.unbiased_choice_ == blend and race.alive == [blend] and race.runs == [first, second]
+    parts = [race.candidates[name].scorer.eval() for name in (first, second)]
+    x = data.features[:30]
+    module.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), (parts[0](x) + parts[1](x)) / 2)
+    criterion = ClickLikelihood(vali.sessions.features, vali.clicks, vali.sessions.sizes, vali.position, n_positions=P)
+    assert race.scores_[blend] - 100.0 == pytest.approx(
+        criterion(lambda f: (parts[0](f) + parts[1](f)) / 2), abs=1e-6)
+    # once the blend has won, its two networks train and no other
+    batch = train.sessions.padded(torch.arange(20))
+    module.zero_grad()
+    race.loss(batch).backward()
+    for name, candidate in race.candidates.items():
+        grads = [p.grad for p in candidate.scorer.parameters()]
+        assert all(g is not None for g in grads) == (name in (first, second)), name
+    # a checkpoint holds the blend: Lightning's and rankkit's loaders rebuild the mean
+    path = tmp_path / "blend.ckpt"
+    trainer.save_checkpoint(path)
+    for restored in (LambdaRank.load_from_checkpoint(path), load_checkpoint(path)):
+        assert restored.unbiased_choice_ == blend
+        torch.testing.assert_close(restored.eval()(x), module(x))
+    # and exports as one scorer
+    eager = module(x)
+    scripted = torch.jit.load(export_torchscript(module, tmp_path / "blend.pt"))
+    torch.testing.assert_close(scripted(x), eager)
+    program = torch.export.load(export_program(module, tmp_path / "blend.pt2")).module()
+    torch.testing.assert_close(program(x), eager)
+
+
+def test_a_race_led_by_a_blend_then_a_network_reshapes_the_scorer(logs):
+    """The leader may change kind between validations (a blend after the first, one network
+    after the second): ``module.scorer`` takes each leader's shape and weights."""
+    data, train, vali = logs
+    torch.manual_seed(0)
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+    module.fit_preprocessor(data.features)
+    module.read_click_log(train.sessions)
+    blend, (first, second) = next(iter(NEURAL_BLENDS.items()))
+    _favour(module.race, blend)
+    _favour(module.race, first, by=50.0)  # second after the first stage
+    x = data.features[:10]
+    assert module.validate_race(vali.sessions.iter_batches(256), 0, 3) == blend
+    assert module.race.alive == [blend, first] and module.race.runs == [first, second]
+    module.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), (module.race.candidates[first].scorer.eval()(x)
+                                               + module.race.candidates[second].scorer.eval()(x)) / 2)
+    _favour(module.race, first, by=1000.0)
+    assert module.validate_race(vali.sessions.iter_batches(256), 1, 3) == first
+    assert module.race.alive == [first] and module.race.runs == [first]
+    assert not isinstance(module.scorer, type(module.race.leader_scorer(blend)))
+    with torch.no_grad():
+        torch.testing.assert_close(module.eval()(x), module.race.candidates[first].scorer.eval()(x))
 
 
 def test_a_race_saved_before_the_ips_candidate_loads_as_it_was(logs, tmp_path, monkeypatch):
@@ -226,6 +309,7 @@ def test_the_race_without_the_training_log_leaves_ips_out_and_keeps_each_candida
     with pytest.warns(UserWarning, match=r"races without its 'ips' candidate"):
         module.race.loss(batch).backward()
     assert "ips" not in module.race.alive and len(module.race.alive) == len(NEURAL_CANDIDATES) - 1
+    assert not any("ips" in NEURAL_BLENDS.get(name, ()) for name in module.race.alive)  # nor its blends
     read = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P)
     shifted = dataclasses.replace(train.sessions, position=train.sessions.position + 1)
     read.read_click_log(shifted)
@@ -272,7 +356,7 @@ def test_the_click_config_fits_on_clicks_and_tests_on_labels(tmp_path, capsys):
     assert main(["fit", "--config", config, *quick, "--trainer.max_epochs=2"]) == 0
     ckpt = sorted(tmp_path.rglob("*.ckpt"))[-1]
     restored = LambdaRank.load_from_checkpoint(ckpt)
-    assert restored.unbiased_choice_ in NEURAL_CANDIDATES
+    assert restored.unbiased_choice_ in {**NEURAL_CANDIDATES, **NEURAL_BLENDS}
     assert main(["test", "--config", config, *quick, f"--ckpt_path={ckpt}", "--trainer.logger=false"]) == 0
     assert "test/ndcg@10" in capsys.readouterr().out
 
