@@ -16,6 +16,13 @@ query to a position-based user (examination (1/(r+1))^η, attractiveness ε₋ +
 Each fit is timed ``--repeats`` times; the table gives the medians, their ratio, the trees each
 kept, the rounds the race grew over all its candidates and the test NDCG@10 on true labels
 (gain 2^y − 1, discount 1/log2(1 + rank), a query without relevant documents counts 1).
+
+``--neural`` does the same for ``LambdaRank(unbiased="auto")`` (MLP [32], Adam 1e-3, batches of
+8192 documents) in ``Trainer.fit`` with an EarlyStopping callback of ``--patience`` validations and
+at most ``--epochs`` epochs: naive LambdaRank stopping on the validation log's NDCG@10 of clicks,
+auto stopping on its leader's explained clicks, and auto with the stages at a third and two thirds
+of the epochs whatever the patience (the rule before 2026-12-06). Its table counts network-epochs
+(the networks trained in each epoch, summed) beside the seconds of one fit each.
 """
 from __future__ import annotations
 
@@ -102,6 +109,79 @@ def run(fold: int, eta: float, args) -> dict:
     return row
 
 
+def neural_fit(log, vlog, test, args, unbiased) -> dict:
+    """One ``Trainer.fit`` of LambdaRank on the click logs with early stopping: seconds, epochs,
+    network-epochs, the race's choice and test NDCG@10."""
+    import pytorch_lightning as pl
+
+    from rankkit.neural import LambdaRank
+    from rankkit.training.datamodule import RankingDataModule
+
+    class Count(pl.Callback):
+        def __init__(self):
+            self.networks = []
+
+        def on_train_epoch_end(self, trainer, module):
+            self.networks.append(1 if module.race is None else len(module.race.runs))
+
+    pl.seed_everything(0, verbose=False)
+    module = LambdaRank(n_features=log.sessions.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
+                        k=10, reduction="sum", unbiased=unbiased, n_positions=10)
+    monitor = "val/explained_clicks" if unbiased == "auto" else "val/ndcg@10"
+    count = Count()
+    trainer = pl.Trainer(max_epochs=args.epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False,
+                         callbacks=[count, pl.callbacks.EarlyStopping(monitor=monitor, mode="max",
+                                                                      patience=args.patience)])
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=RankingDataModule.from_datasets(log.sessions, vlog.sessions, None, max_docs=8192))
+    seconds = time.perf_counter() - start
+    module.eval()
+    with torch.no_grad():
+        scores, mask = pad(module(test.features), test.sizes)
+    y, _ = pad(test.labels, test.sizes)
+    return dict(seconds=seconds, epochs=len(count.networks), networks=sum(count.networks),
+                choice=getattr(module, "unbiased_choice_", None), ndcg=float(ndcg(scores, y, mask=mask, k=10).mean()))
+
+
+def neural_run(fold: int, eta: float, args) -> dict:
+    from rankkit.clicks import race as race_module
+
+    log, vlog, test = logs(fold, eta, args.sessions)
+    row = dict(fold=fold, eta=eta, naive=neural_fit(log, vlog, test, args, False),
+               auto=neural_fit(log, vlog, test, args, "auto"))
+    patience = race_module.trainer_patience
+    race_module.trainer_patience = lambda trainer: None  # the stages of the rule before 2026-12-06
+    try:
+        row["before"] = neural_fit(log, vlog, test, args, "auto")
+    finally:
+        race_module.trainer_patience = patience
+    print(row, file=sys.stderr, flush=True)
+    return row
+
+
+def neural_table(rows: list[dict]) -> str:
+    lines = ["| fold | η | naive: epochs, s | auto: epochs, network-epochs, s | auto / naive (network-epochs, s) "
+             "| stages at epochs/3 (before): network-epochs, s | its / naive | choice (before) "
+             "| test NDCG@10 naive | auto | before |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        n, a, b = r["naive"], r["auto"], r["before"]
+        lines.append(f"| {r['fold']} | {r['eta']:g} | {n['epochs']}, {n['seconds']:.1f} | {a['epochs']}, "
+                     f"{a['networks']}, {a['seconds']:.1f} | {a['networks'] / n['networks']:.2f}×, "
+                     f"{a['seconds'] / n['seconds']:.2f}× | {b['networks']}, {b['seconds']:.1f} | "
+                     f"{b['networks'] / n['networks']:.2f}×, {b['seconds'] / n['seconds']:.2f}× | {a['choice']} "
+                     f"({b['choice']}) | {n['ndcg']:.4f} | {a['ndcg']:.4f} | {b['ndcg']:.4f} |")
+    for key, label in (("auto", "auto"), ("before", "before")):
+        epochs = [r[key]["networks"] / r["naive"]["networks"] for r in rows]
+        seconds = [r[key]["seconds"] / r["naive"]["seconds"] for r in rows]
+        lines.append(f"\n{label} / naive over {len(rows)} logs: network-epochs median {statistics.median(epochs):.2f}×, "
+                     f"largest {max(epochs):.2f}×; seconds median {statistics.median(seconds):.2f}×, largest "
+                     f"{max(seconds):.2f}×; test NDCG@10 mean {statistics.mean(r[key]['ndcg'] for r in rows):.4f} "
+                     f"(naive {statistics.mean(r['naive']['ndcg'] for r in rows):.4f}).")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| fold | η | naive s | auto s | auto / naive | choice alone s | auto / choice alone "
              "| naive rounds (kept) | race rounds (kept) | choice | test NDCG@10 naive | auto |",
@@ -135,9 +215,26 @@ def main(argv=None) -> int:
                    help="end the race's stages at A·E and B·E rounds (E = --stop) instead of the library's rule "
                         "(E/3 and 2E/3 since 2026-12-05; '1,2' is the rule before)")
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
+    p.add_argument("--neural", action="store_true", help="LambdaRank(unbiased='auto') in Trainer.fit instead")
+    p.add_argument("--epochs", type=int, default=60, help="--neural: max_epochs")
+    p.add_argument("--patience", type=int, default=6, help="--neural: EarlyStopping's patience")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
+    if args.neural:
+        torch.set_num_threads(args.threads)
+        rows = [neural_run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
+        body = (f"## Learning from clicks: what the neural race costs (issue 49)\n\nCommand: "
+                f"`{command_line(__file__, argv)}` ({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), one fit of "
+                f"each, one after the other in one process). MQ2008 folds, the click logs of the trees' table above; "
+                f"LambdaRank MLP [32], Adam 1e-3, `Trainer.fit` with EarlyStopping (patience {args.patience} "
+                f"validations, one an epoch) and at most {args.epochs} epochs: naive on the validation log's NDCG@10 "
+                f"of clicks, auto on its leader's explained clicks. NDCG@10 on the test folds' true labels, gain "
+                f"2^y − 1, discount 1/log2(1 + rank).\n\n{neural_table(rows)}")
+        print(body)
+        if args.write:
+            write_section("race_cost_neural", body)
+        return 0
     if args.stage_ends:
         a, b = (float(v) for v in args.stage_ends.split(","))
         booster_module.race_rounds = lambda n, e: (max(1, min(n // 3, math.ceil(a * e))),

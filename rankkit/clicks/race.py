@@ -37,7 +37,7 @@ from rankkit.data.dataset import PaddedBatch
 from rankkit.scorers import MeanEnsemble, score_lists
 
 __all__ = ["NEURAL_BLENDS", "NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving",
-           "epoch_stage_ends", "race_rounds"]
+           "epoch_stage_ends", "race_rounds", "trainer_patience"]
 
 #: ``LambdaMART(unbiased="auto")``'s candidates, as changes to the booster's config. Unbiased
 #: LambdaMART at p = 0 is left out: below naive training at strong position bias
@@ -82,10 +82,28 @@ def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[i
     return max(first, 1), max(second, 1)
 
 
-def epoch_stage_ends(epochs: int) -> tuple[int, int]:
+def epoch_stage_ends(epochs: int, patience: int | None = None) -> tuple[int, int]:
     """The epochs (1-based counts) after which the neural rankers' two stages end: a third and
-    two thirds of ``epochs``, rounded up (both may end at once)."""
-    return math.ceil(epochs / 3), math.ceil(2 * epochs / 3)
+    two thirds of ``epochs``, rounded up (both may end at once), or with early stopping after
+    ``patience`` epochs without improvement, a third and two thirds of the patience when fewer:
+    as the trees' :func:`race_rounds`, the losers then cost about 4/3 of the patience in
+    network-epochs, where a fit that stops early would otherwise race all the candidates to its
+    stop (docs/benchmarks.md, "what the race costs")."""
+    first, second = math.ceil(epochs / 3), math.ceil(2 * epochs / 3)
+    if patience is not None:
+        first = min(first, math.ceil(patience / 3))
+        second = min(second, math.ceil(2 * patience / 3))
+    return max(first, 1), max(second, 1)
+
+
+def trainer_patience(trainer) -> int | None:
+    """The fewest epochs without improvement after which a Lightning ``trainer``'s early
+    stopping callbacks stop the fit (their ``patience`` counts validations, one every
+    ``check_val_every_n_epoch`` epochs), or None without one."""
+    callbacks = getattr(trainer, "early_stopping_callbacks", None) or []
+    every = getattr(trainer, "check_val_every_n_epoch", None) or 1
+    patience = [int(c.patience) * every for c in callbacks]
+    return min(patience) if patience else None
 
 
 class SuccessiveHalving:
@@ -275,9 +293,10 @@ class DebiasingRace(nn.Module):
             return parts[0]
         return [torch.stack(batch).mean(0) for batch in zip(*parts)]
 
-    def end_epoch(self, epoch: int, epochs: int) -> str:
+    def end_epoch(self, epoch: int, epochs: int, patience: int | None = None) -> str:
         """Score the live candidates on the collected validation log, drop the losers of this
-        epoch's stage (0-based ``epoch`` of ``epochs``) and return the leader; its batches'
+        epoch's stage (0-based ``epoch`` of ``epochs``; stages end at :func:`epoch_stage_ends`,
+        earlier with early stopping after ``patience`` epochs) and return the leader; its batches'
         (scores, labels, mask) stay in ``leader_batches_`` for the usual validation metrics."""
         if not self._batches:
             raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
@@ -292,7 +311,7 @@ class DebiasingRace(nn.Module):
             self.schedule.record(name, explained_clicks(rows, clicks, session,
                                                         bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
                                  epoch=epoch)
-        ends = epoch_stage_ends(epochs)
+        ends = epoch_stage_ends(epochs, patience)
         self.schedule.rank(stage_over=False)
         while not self.schedule.over and epoch + 1 >= ends[self.schedule.stage]:
             self.schedule.rank(stage_over=True)
@@ -342,13 +361,14 @@ class DebiasingRace(nn.Module):
                                        **same)
                     for name, (mode, p) in NEURAL_CANDIDATES.items()}, n_positions, NEURAL_BLENDS)
 
-    def validate(self, module, batches, epoch: int, epochs: int) -> str:
+    def validate(self, module, batches, epoch: int, epochs: int, patience: int | None = None) -> str:
         """In a plain PyTorch loop: score the candidates on validation click-log ``batches`` after
-        0-based ``epoch`` of ``epochs``, drop the stage's losers, copy the leader into
+        0-based ``epoch`` of ``epochs`` (the loop stopping early after ``patience`` epochs
+        without improvement, if it does), drop the stage's losers, copy the leader into
         ``module.scorer`` and return its name."""
         for batch in batches:
             self.collect(batch)
-        return self._lead(module, self.end_epoch(epoch, epochs))
+        return self._lead(module, self.end_epoch(epoch, epochs, patience))
 
     def leader_scorer(self, name: str) -> nn.Module:
         """A new scorer of candidate ``name``'s shape: a copy of its network, or for a blend the
@@ -378,15 +398,17 @@ class DebiasingRace(nn.Module):
         return name
 
     def end_validation(self, module) -> None:
-        """At a Lightning validation epoch's end: decide the stage, copy the leader into
-        ``module.scorer`` and log the leader's validation metrics and explained clicks."""
+        """At a Lightning validation epoch's end: decide the stage (ended earlier where an
+        EarlyStopping callback would stop the fit sooner, :func:`trainer_patience`), copy the
+        leader into ``module.scorer`` and log the leader's validation metrics and explained clicks."""
         trainer = module.trainer
         if trainer.sanity_checking:
             self.discard()
             return
         if trainer.max_epochs is None or trainer.max_epochs < 1:
             raise ValueError("`unbiased='auto'` schedules its race over the epochs: give the Trainer max_epochs")
-        leader = self._lead(module, self.end_epoch(module.current_epoch, trainer.max_epochs))
+        leader = self._lead(module, self.end_epoch(module.current_epoch, trainer.max_epochs,
+                                                   trainer_patience(trainer)))
         for scores, labels, mask in self.leader_batches_:
             module.val_metrics.update(scores, labels, mask)
         for name, metric in module.val_metrics.items():

@@ -190,12 +190,13 @@ class NeuralRanker(pl.LightningModule):
         if self.race is not None:
             self.race.end_validation(self)
 
-    def validate_race(self, batches, epoch: int, epochs: int) -> str:
+    def validate_race(self, batches, epoch: int, epochs: int, patience: int | None = None) -> str:
         """``unbiased="auto"`` in a plain loop: score the candidates on validation click-log ``batches``
-        after 0-based ``epoch`` of ``epochs``, drop the stage's losers; returns the leader, now in ``scorer``."""
+        after 0-based ``epoch`` of ``epochs``, drop the stage's losers (stages end sooner when the loop
+        stops early after ``patience`` epochs without improvement); returns the leader, now in ``scorer``."""
         if self.race is None:
             raise ValueError("validate_race applies to unbiased='auto'")
-        return self.race.validate(self, batches, epoch, epochs)
+        return self.race.validate(self, batches, epoch, epochs, patience)
 
     @property
     def unbiased_choice_(self) -> str | None:

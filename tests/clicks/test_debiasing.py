@@ -278,6 +278,43 @@ def test_a_race_led_by_a_blend_then_a_network_reshapes_the_scorer(logs):
         torch.testing.assert_close(module.eval()(x), module.race.candidates[first].scorer.eval()(x))
 
 
+def test_the_neural_race_ends_its_stages_within_the_early_stopping_patience(logs, tmp_path):
+    """With an EarlyStopping callback the stages end at a third and two thirds of its patience
+    (in epochs: validations times check_val_every_n_epoch) when that is sooner than a third and
+    two thirds of max_epochs, so a fit that stops early does not race every network to its stop."""
+    from rankkit.clicks.race import epoch_stage_ends, trainer_patience
+
+    assert epoch_stage_ends(6) == (2, 4) and epoch_stage_ends(3) == (1, 2) and epoch_stage_ends(1) == (1, 1)
+    assert epoch_stage_ends(100, 6) == (2, 4) and epoch_stage_ends(6, 30) == (2, 4)
+    assert epoch_stage_ends(100, 1) == (1, 1)
+    quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                 default_root_dir=tmp_path, accelerator="cpu")
+    stop = pl.callbacks.EarlyStopping
+    assert trainer_patience(pl.Trainer(max_epochs=6, **quiet)) is None
+    assert trainer_patience(pl.Trainer(max_epochs=6, check_val_every_n_epoch=2, callbacks=[
+        stop(monitor="val/explained_clicks", mode="max", patience=7), stop(monitor="val/ndcg@10", patience=4)],
+        **quiet)) == 8
+
+    data, train, vali = logs
+
+    class Alive(pl.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_validation_end(self, trainer, module):
+            if not trainer.sanity_checking:
+                self.seen.append(len(module.race.alive))
+
+    for callbacks, expected in (([], [7, 2, 2, 1]), ([stop(monitor="val/explained_clicks", mode="max", patience=3)],
+                                                        [2, 1, 1, 1])):
+        pl.seed_everything(0, verbose=False)
+        alive = Alive()
+        module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+        pl.Trainer(max_epochs=6, callbacks=[alive, *callbacks], **quiet).fit(
+            module, datamodule=RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512))
+        assert alive.seen[:4] == expected
+
+
 def test_a_race_saved_before_the_ips_candidate_loads_as_it_was(logs, tmp_path, monkeypatch):
     """A checkpoint of the four-candidate race (before 2026-11-28) loads: the race keeps the
     candidates whose weights the file holds, and its standing (plain scores) reads as before."""
