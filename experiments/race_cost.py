@@ -121,7 +121,7 @@ def neural_fit(log, vlog, test, args, unbiased) -> dict:
         def __init__(self):
             self.networks = []
 
-        def on_train_epoch_end(self, trainer, module):
+        def on_train_epoch_start(self, trainer, module):  # before the validation that may cut
             self.networks.append(1 if module.race is None else len(module.race.runs))
 
     pl.seed_everything(0, verbose=False)
@@ -212,8 +212,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--stage-ends", default=None, metavar="A,B",
-                   help="end the race's stages at A·E and B·E rounds (E = --stop) instead of the library's rule "
-                        "(E/3 and 2E/3 since 2026-12-05; '1,2' is the rule before)")
+                   help="end the race's stages at A·E and B·E rounds (E = --stop; with --neural, epochs and "
+                        "E = --patience) instead of the library's rule (E/3 and 2E/3 since 2026-12-05; '1,2' is the "
+                        "trees' rule before)")
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
     p.add_argument("--neural", action="store_true", help="LambdaRank(unbiased='auto') in Trainer.fit instead")
     p.add_argument("--epochs", type=int, default=60, help="--neural: max_epochs")
@@ -223,6 +224,13 @@ def main(argv=None) -> int:
     np.random.seed(0)
     if args.neural:
         torch.set_num_threads(args.threads)
+        if args.stage_ends:  # stages at A·P and B·P epochs (P = --patience), within a third and two of the epochs
+            from rankkit.clicks import race as race_module
+
+            a, b = (float(v) for v in args.stage_ends.split(","))
+            race_module.epoch_stage_ends = lambda n, p=None: (
+                max(1, min(math.ceil(n / 3), math.ceil(a * p) if p else n)),
+                max(1, min(math.ceil(2 * n / 3), math.ceil(b * p) if p else n)))
         rows = [neural_run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
         body = (f"## Learning from clicks: what the neural race costs (issue 49)\n\nCommand: "
                 f"`{command_line(__file__, argv)}` ({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), one fit of "

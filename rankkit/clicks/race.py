@@ -85,10 +85,11 @@ def race_rounds(n_estimators: int, early_stopping_rounds: int | None) -> tuple[i
 def epoch_stage_ends(epochs: int, patience: int | None = None) -> tuple[int, int]:
     """The epochs (1-based counts) after which the neural rankers' two stages end: a third and
     two thirds of ``epochs``, rounded up (both may end at once), or with early stopping after
-    ``patience`` epochs without improvement, a third and two thirds of the patience when fewer:
-    as the trees' :func:`race_rounds`, the losers then cost about 4/3 of the patience in
-    network-epochs, where a fit that stops early would otherwise race all the candidates to its
-    stop (docs/benchmarks.md, "what the race costs")."""
+    ``patience`` epochs without improvement, a third and two thirds of the patience when fewer,
+    as the trees' :func:`race_rounds`: the first stage trains five networks for P/3 epochs and the
+    second at most four for P/3 more, so the race adds about 4P/3 to 7P/3 network-epochs to its
+    winner's own, where a fit that stops early would otherwise race every network to its stop
+    (docs/benchmarks.md, "what the neural race costs")."""
     first, second = math.ceil(epochs / 3), math.ceil(2 * epochs / 3)
     if patience is not None:
         first = min(first, math.ceil(patience / 3))
@@ -98,8 +99,10 @@ def epoch_stage_ends(epochs: int, patience: int | None = None) -> tuple[int, int
 
 def trainer_patience(trainer) -> int | None:
     """The fewest epochs without improvement after which a Lightning ``trainer``'s early
-    stopping callbacks stop the fit (their ``patience`` counts validations, one every
-    ``check_val_every_n_epoch`` epochs), or None without one."""
+    stopping callbacks stop the fit, or None without one: their ``patience`` counts validations,
+    taken here as one every ``check_val_every_n_epoch`` epochs (several validations an epoch,
+    ``val_check_interval`` < 1, make the stages end later than the fit could stop; a callback
+    checked at each training epoch's end counts epochs, and its stages end that factor later)."""
     callbacks = getattr(trainer, "early_stopping_callbacks", None) or []
     every = getattr(trainer, "check_val_every_n_epoch", None) or 1
     patience = [int(c.patience) * every for c in callbacks]
@@ -379,8 +382,10 @@ class DebiasingRace(nn.Module):
     def shape_scorer(self, module, name: str | None = None) -> nn.Module | None:
         """Give ``module.scorer`` the shape of candidate ``name``'s scorer (the leader's by
         default): a blend's :class:`rankkit.scorers.MeanEnsemble`, or one network after a blend
-        led, so that a checkpoint's weights load into it. Returns that candidate's scorer (a new
-        copy), or None before any validation."""
+        led, so that a checkpoint's weights load into it. ``module.scorer`` may then be a new
+        object (a scorer passed to the module's constructor no longer follows it: read
+        ``module.scorer``). Returns that candidate's scorer (a new copy), or None before any
+        validation."""
         name = self.choice_ if name is None else name
         if name is None:
             return None

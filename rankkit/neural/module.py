@@ -137,7 +137,10 @@ class NeuralRanker(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Resuming must be exact: keep the RNG states (dropout) of the CPU and of every GPU.
         record_class(checkpoint, self)
-        checkpoint["rankkit"] = {**rng_state(), "scorer_class": class_path(self.scorer), "n_features": self.n_features,
+        # The class a loader builds the scorer from: with unbiased="auto" the networks' (a blend's
+        # MeanEnsemble is rebuilt from them, DebiasingRace.shape_scorer).
+        networks = self.scorer if self.race is None else next(iter(self.race.candidates.values())).scorer
+        checkpoint["rankkit"] = {**rng_state(), "scorer_class": class_path(networks), "n_features": self.n_features,
                                  **checkpoint_entries(self.debiasing, self.race)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

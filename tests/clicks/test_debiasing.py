@@ -241,6 +241,8 @@ def test_a_neural_blend_races_on_its_parts_and_serves_their_mean(logs, tmp_path)
     # a checkpoint holds the blend: Lightning's and rankkit's loaders rebuild the mean
     path = tmp_path / "blend.ckpt"
     trainer.save_checkpoint(path)
+    from rankkit.infra.checkpoint import read_checkpoint
+    assert read_checkpoint(path)["rankkit"]["scorer_class"] == "rankkit.scorers.MLPScorer"  # the networks' class
     for restored in (LambdaRank.load_from_checkpoint(path), load_checkpoint(path)):
         assert restored.unbiased_choice_ == blend
         torch.testing.assert_close(restored.eval()(x), module(x))
@@ -250,6 +252,40 @@ def test_a_neural_blend_races_on_its_parts_and_serves_their_mean(logs, tmp_path)
     torch.testing.assert_close(scripted(x), eager)
     program = torch.export.load(export_program(module, tmp_path / "blend.pt2")).module()
     torch.testing.assert_close(program(x), eager)
+
+
+class _OwnScorer(torch.nn.Module):
+    """A scorer of the user's (not rankkit's): a checkpoint may not build it."""
+
+    def __init__(self, n_features: int = 5):
+        super().__init__()
+        self.n_features = n_features
+        self.lin = torch.nn.Linear(n_features, 1)
+
+    def forward(self, x):
+        return self.lin(x).squeeze(-1)
+
+
+def test_a_blend_of_the_users_scorer_loads_from_its_checkpoint_given_a_fresh_one(logs, tmp_path):
+    """A race over the user's own scorer that a blend won records that scorer's class, so
+    loading asks for a fresh instance (and builds the blend's mean of two from it)."""
+    from rankkit.infra.checkpoint import load_checkpoint
+
+    data, train, vali = logs
+    blend = next(iter(NEURAL_BLENDS))
+    pl.seed_everything(0, verbose=False)
+    module = LambdaRank(n_features=5, scorer=_OwnScorer(), lr=1e-2, unbiased="auto", n_positions=P)
+    _favour(module.race, blend)
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(module, datamodule=RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=512))
+    path = tmp_path / "own.ckpt"
+    trainer.save_checkpoint(path)
+    with pytest.raises(ValueError, match=r"_OwnScorer'.*pass scorer=<a fresh instance>"):
+        load_checkpoint(path)
+    restored = load_checkpoint(path, scorer=_OwnScorer())
+    assert restored.unbiased_choice_ == blend
+    torch.testing.assert_close(restored(data.features[:10]), module.eval()(data.features[:10]))
 
 
 def test_a_race_led_by_a_blend_then_a_network_reshapes_the_scorer(logs):
