@@ -103,10 +103,10 @@ def capture(step, device):
 data = make_synthetic(14, (2, 30), 6, seed=3)
 valid = make_synthetic(5, (2, 30), 6, seed=4)
 out = {}
-for label, overrides in {"static": {}, "sampled": dict(subsample=0.8), "added": {}}.items():
+for label, overrides in {"static": {}, "sampled": dict(subsample=0.8), "added": {}, "full": dict(k=None)}.items():
     for mode in ("eager", "graph"):
         engine = BoostingEngine(data.features, data.labels, data.sizes,
-                                BoosterConfig(depth=3, min_data_in_leaf=2, k=5, seed=1, **overrides))
+                                BoosterConfig(depth=3, min_data_in_leaf=2, seed=1, **{"k": 5, **overrides}))
         engine.add_eval_set(valid.features, valid.labels, valid.sizes)
         assert engine.backend.name == "triton"
         if mode == "graph":
@@ -187,6 +187,15 @@ def test_a_replayed_static_round_grows_the_eager_runs_trees_bit_for_bit(interpre
     # A row sample changes the document count every round: views of the largest round's memory.
     sampled = interpreted["sampled/eager"]["allocations"]
     assert sampled[1] - sampled[0] <= 5, sampled  # a round past every one before grows 5 buffers, once
+
+
+def test_a_replayed_round_without_a_cutoff_grows_the_eager_runs_trees(interpreted):
+    """k=None (NDCG over whole lists: every pair weighed, no top-k ranks) replays as captured."""
+    eager, graph = interpreted["full/eager"], interpreted["full/graph"]
+    assert graph["graph"] == [5, 4, None]
+    assert graph["trees"] == eager["trees"] and graph["history"] == eager["history"]
+    assert graph["scores"] == eager["scores"]
+    assert eager["trees"] != interpreted["static/eager"]["trees"]  # k=None is another objective than k=5
 
 
 def test_an_eval_set_added_later_is_a_new_round_captured_again(interpreted):
