@@ -222,41 +222,36 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
+    a, b = (float(v) for v in args.stage_ends.split(",")) if args.stage_ends else (None, None)
     if args.neural:
         torch.set_num_threads(args.threads)
         if args.stage_ends:  # stages at A·P and B·P epochs (P = --patience), within a third and two of the epochs
             from rankkit.clicks import race as race_module
 
-            a, b = (float(v) for v in args.stage_ends.split(","))
             race_module.epoch_stage_ends = lambda n, p=None: (
                 max(1, min(math.ceil(n / 3), math.ceil(a * p) if p else n)),
                 max(1, min(math.ceil(2 * n / 3), math.ceil(b * p) if p else n)))
-        rows = [neural_run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
-        body = (f"## Learning from clicks: what the neural race costs (issue 49)\n\nCommand: "
-                f"`{command_line(__file__, argv)}` ({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), one fit of "
-                f"each, one after the other in one process). MQ2008 folds, the click logs of the trees' table above; "
-                f"LambdaRank MLP [32], Adam 1e-3, `Trainer.fit` with EarlyStopping (patience {args.patience} "
-                f"validations, one an epoch) and at most {args.epochs} epochs: naive on the validation log's NDCG@10 "
-                f"of clicks, auto on its leader's explained clicks. NDCG@10 on the test folds' true labels, gain "
-                f"2^y − 1, discount 1/log2(1 + rank).\n\n{neural_table(rows)}")
-        print(body)
-        if args.write:
-            write_section("race_cost_neural", body)
-        return 0
-    if args.stage_ends:
-        a, b = (float(v) for v in args.stage_ends.split(","))
-        booster_module.race_rounds = lambda n, e: (max(1, min(n // 3, math.ceil(a * e))),
-                                                   max(1, min(2 * n // 3, math.ceil(b * e))))
-    rows = [run(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
-    body = (f"## Learning from clicks: what the race costs (issue 49)\n\nCommand: `{command_line(__file__, argv)}` "
-            f"({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), each time the median of {args.repeats} fits "
-            f"in one process, one after the other). MQ2008 folds, position-based clicks on the top 10 "
-            f"of a 1 % production ranker, 40 sessions per query; both fits stop early on the validation click "
-            f"log ({args.stop} rounds), at most {args.rounds} trees, depth 6. NDCG@10 on the test folds' true labels, "
-            f"gain 2^y − 1, discount 1/log2(1 + rank).\n\n{table(rows)}")
+        one_log, tabulate, section, title = neural_run, neural_table, "race_cost_neural", "what the neural race costs"
+        protocol = (f"one fit of each, one after the other in one process). MQ2008 folds, the click logs of the trees' "
+                    f"table above; LambdaRank MLP [32], Adam 1e-3, `Trainer.fit` with EarlyStopping (patience "
+                    f"{args.patience} validations, one an epoch) and at most {args.epochs} epochs: naive on the "
+                    f"validation log's NDCG@10 of clicks, auto on its leader's explained clicks.")
+    else:
+        if args.stage_ends:
+            booster_module.race_rounds = lambda n, e: (max(1, min(n // 3, math.ceil(a * e))),
+                                                       max(1, min(2 * n // 3, math.ceil(b * e))))
+        one_log, tabulate, section, title = run, table, "race_cost", "what the race costs"
+        protocol = (f"each time the median of {args.repeats} fits in one process, one after the other). MQ2008 folds, "
+                    f"position-based clicks on the top 10 of a 1 % production ranker, 40 sessions per query; both fits "
+                    f"stop early on the validation click log ({args.stop} rounds), at most {args.rounds} trees, "
+                    f"depth 6.")
+    rows = [one_log(int(f), float(e), args) for f in args.folds.split(",") for e in args.etas.split(",")]
+    body = (f"## Learning from clicks: {title} (issue 49)\n\nCommand: `{command_line(__file__, argv)}` "
+            f"({time.strftime('%Y-%m-%d')}, {args.threads} thread(s), {protocol} NDCG@10 on the test folds' true "
+            f"labels, gain 2^y − 1, discount 1/log2(1 + rank).\n\n{tabulate(rows)}")
     print(body)
     if args.write:
-        write_section("race_cost", body)
+        write_section(section, body)
     return 0
 
 
