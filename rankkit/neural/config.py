@@ -127,10 +127,12 @@ class NeuralConfig:
         whole training log at the fit's start (:func:`rankkit.clicks.propensity.ips_propensities`),
         then fixed; the pair (clicked i, unclicked j) weighs min(θ̂₀/θ̂(pos_i),
         ``propensity_clip``); needs a pairwise objective. ``"auto"``: naive, True at p = 0,
-        ``"position"``, ``"dla"`` and ``"ips"`` trained side by side inside one fit, the one whose scores
-        best explain the **validation click log** kept by successive halving over the epochs
-        (:class:`rankkit.clicks.race.DebiasingRace`); ``unbiased_choice_`` names it. Needs
-        ``max_epochs``.""")
+        ``"position"``, ``"dla"`` and ``"ips"`` trained side by side inside one fit, with the means of two
+        of their scores (``"pairwise p=0+ips"``, ``"dla+ips"``: :data:`rankkit.clicks.race.NEURAL_BLENDS`,
+        served as a :class:`rankkit.scorers.MeanEnsemble` if one wins), the one whose scores best
+        explain the **validation click log** kept by successive halving over the epochs (stages at
+        thirds of ``max_epochs``, or of an EarlyStopping callback's patience when sooner;
+        :class:`rankkit.clicks.race.DebiasingRace`); ``unbiased_choice_`` names it. Needs ``max_epochs``.""")
     bias_p: float = hyperparameter(1.0, "p ≥ 0, the biases' regularisation norm (the update's exponent is "
                                         "1/(p + 1)).")
     n_positions: int = hyperparameter(10, "positions with their own bias; deeper positions share the last.")
