@@ -109,6 +109,32 @@ def trainer_patience(trainer) -> int | None:
     return min(patience) if patience else None
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_ranks(local: torch.Tensor) -> torch.Tensor:
+    """``local`` [R, n] (this rank's n columns) joined along its columns with every rank's, in
+    rank order, the same on every rank; ``local`` itself outside torch.distributed or with one
+    process. On the host; NCCL's collectives go through the current GPU."""
+    import torch.distributed as dist
+
+    if not _distributed():
+        return local
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    count = torch.tensor([local.shape[1]], device=device)
+    counts = [torch.empty_like(count) for _ in range(dist.get_world_size())]
+    dist.all_gather(counts, count)
+    widths = [int(c) for c in torch.cat(counts).cpu()]
+    padded = torch.zeros(local.shape[0], max(widths), dtype=local.dtype, device=device)
+    padded[:, :local.shape[1]] = local.to(device)
+    parts = [torch.empty_like(padded) for _ in widths]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:, :width] for part, width in zip(parts, widths)], 1).cpu()
+
+
 class SuccessiveHalving:
     """The race of ``unbiased="auto"``, one for the trees and the neural rankers: named candidates
     are scored on a validation click log (:class:`rankkit.clicks.metrics.ClickLikelihood`), and
@@ -268,8 +294,13 @@ class DebiasingRace(nn.Module):
                           "whole training log, which was not read (train with a datamodule that has a `train_set`, "
                           "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
             self._leave("ips")
-        return sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
-                                                               batch.mask), batch) for name in self.runs)
+        runs = self.runs
+        loss = sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
+                                                               batch.mask), batch) for name in runs)
+        if _distributed():  # DDP reduces every parameter's gradient: the dropped networks' are zero
+            loss = loss + sum(0.0 * p.sum() for name, child in self.candidates.items() if name not in runs
+                              for p in child.parameters() if p.requires_grad)
+        return loss
 
     def parameter_groups(self) -> list[dict]:
         return [group for child in self.candidates.values() for group in child.parameter_groups()]
@@ -308,10 +339,15 @@ class DebiasingRace(nn.Module):
         clicks = torch.cat([labels.cpu()[mask] for (labels, _, _), mask in zip(self._batches, masks)]).double()
         bucket = torch.cat([position.cpu()[mask] for (_, _, position), mask in zip(self._batches, masks)])
         per_session = torch.cat([mask.sum(1) for mask in masks])
+        rows = torch.stack([torch.cat([scores.cpu()[mask] for scores, mask in zip(self._batch_scores(name), masks)])
+                            for name in self.alive])
+        # Under torch.distributed each rank holds its shard of the validation log: every rank
+        # scores the whole log (the shards in rank order), so that all choose the same leader.
+        clicks, bucket = all_ranks(torch.stack([clicks, bucket.double()]))
+        rows, per_session = all_ranks(rows), all_ranks(per_session[None])[0]
         session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
-        for name in self.alive:
-            rows = torch.cat([scores.cpu()[mask] for scores, mask in zip(self._batch_scores(name), masks)])
-            self.schedule.record(name, explained_clicks(rows, clicks, session,
+        for name, row in zip(self.alive, rows):
+            self.schedule.record(name, explained_clicks(row, clicks, session,
                                                         bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
                                  epoch=epoch)
         ends = epoch_stage_ends(epochs, patience)
@@ -389,7 +425,7 @@ class DebiasingRace(nn.Module):
         name = self.choice_ if name is None else name
         if name is None:
             return None
-        leader = self.leader_scorer(name)
+        leader = self.leader_scorer(name).requires_grad_(False)  # a copy to serve; the candidates train
         if module.scorer.state_dict().keys() != leader.state_dict().keys():
             module.scorer = leader
         return leader

@@ -90,6 +90,8 @@ class NeuralRanker(pl.LightningModule):
         self.val_metrics = ranking_metrics(prefix="val/")
         self.test_metrics = ranking_metrics(prefix="test/")
         self.race = DebiasingRace.of(self, scorer, o.n_positions) if unbiased == "auto" else None
+        if self.race is not None:  # the leader's copy, to serve: only the race's candidates train (and DDP
+            scorer.requires_grad_(False)  # reduces only parameters that do)
 
     @property
     def propensity(self):

@@ -240,3 +240,73 @@ def test_lightning_ddp_logs_the_single_process_val_ndcg_of_its_weights(tmp_path)
     assert ranks[0]["val"] == pytest.approx(direct.double().mean().item(), rel=0, abs=1e-6)
     # the one-query test set: rank 1 ran one empty batch, and the query counted once
     assert ranks[0]["test"] == pytest.approx(test.item(), rel=0, abs=1e-6)
+
+
+# -- 2 processes, Lightning DDP, unbiased="auto" -------------------------------------------------
+AUTO_SCRIPT = """
+import os
+import sys
+import pytorch_lightning as pl
+import torch
+from rankkit.data import make_synthetic
+from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+from rankkit.training.datamodule import RankingDataModule
+from rankkit.neural import LambdaRank
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    data = make_synthetic(80, (4, 12), 5, seed=0)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0))
+    model = PositionBasedModel(eta=1.0, max_label=4)
+    train = simulate_clicks(data, scores, model=model, sessions_per_query=6, k=6, seed=0, drop_unclicked=True)
+    vali = simulate_clicks(data, scores, model=model, sessions_per_query=6, k=6, seed=1, drop_unclicked=True)
+    pl.seed_everything(0, verbose=False)
+    dm = RankingDataModule.from_datasets(train.sessions, vali.sessions, None, max_docs=256, seed=3)
+    module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=6)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=3, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, datamodule=dm)
+    torch.save({"state": module.state_dict(), "choice": module.unbiased_choice_, "alive": module.race.alive,
+                "scores": module.race.scores_}, f"{out}/auto{trainer.global_rank}.pt")
+    trainer.strategy.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+"""
+
+
+@pytest.mark.slow
+def test_the_click_race_under_ddp_scores_the_whole_validation_log_on_every_rank(tmp_path):
+    """LambdaRank(unbiased="auto") under Lightning's plain "ddp" on 2 processes: it trains (the
+    dropped networks and the served copy do not leave DDP with parameters it cannot reduce),
+    every rank scores the candidates on the whole validation click log (each holds a shard)
+    and so keeps the same winner, and its recorded score is the single-process criterion of
+    the final weights on the whole log."""
+    from rankkit.clicks.metrics import ClickLikelihood
+    from rankkit.clicks.race import NEURAL_BLENDS
+    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+
+    script = tmp_path / "auto.py"
+    script.write_text(textwrap.dedent(AUTO_SCRIPT))
+    _run([sys.executable, str(script), str(tmp_path)], timeout=240)
+    ranks = [torch.load(tmp_path / f"auto{r}.pt", weights_only=True) for r in range(2)]
+    assert ranks[0]["choice"] == ranks[1]["choice"] and ranks[0]["alive"] == ranks[1]["alive"]
+    assert ranks[0]["scores"] == ranks[1]["scores"]
+    for name, value in ranks[0]["state"].items():
+        assert torch.equal(value, ranks[1]["state"][name]), name
+    data = make_synthetic(80, (4, 12), 5, seed=0)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(0))
+    vali = simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=6, k=6,
+                           seed=1, drop_unclicked=True)
+    module = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=6)
+    module.race.schedule.choice_ = ranks[0]["choice"]  # the served scorer's shape, as a checkpoint's load gives it
+    module.race.shape_scorer(module)
+    module.load_state_dict(ranks[0]["state"])
+    module.eval()
+    choice = ranks[0]["choice"]
+    networks = [module.race.candidates[name].scorer.eval() for name in NEURAL_BLENDS.get(choice, (choice,))]
+    criterion = ClickLikelihood(vali.sessions.features, vali.clicks, vali.sessions.sizes, vali.position, n_positions=6)
+    with torch.no_grad():
+        whole = criterion(lambda x: sum(net(x) for net in networks) / len(networks))
+    assert ranks[0]["scores"][choice] == pytest.approx(whole, abs=1e-6)
