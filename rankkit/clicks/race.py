@@ -99,14 +99,26 @@ def epoch_stage_ends(epochs: int, patience: int | None = None) -> tuple[int, int
 
 def trainer_patience(trainer) -> int | None:
     """The fewest epochs without improvement after which a Lightning ``trainer``'s early
-    stopping callbacks stop the fit, or None without one: their ``patience`` counts validations,
-    taken here as one every ``check_val_every_n_epoch`` epochs (several validations an epoch,
-    ``val_check_interval`` < 1, make the stages end later than the fit could stop; a callback
-    checked at each training epoch's end counts epochs, and its stages end that factor later)."""
-    callbacks = getattr(trainer, "early_stopping_callbacks", None) or []
-    every = getattr(trainer, "check_val_every_n_epoch", None) or 1
-    patience = [int(c.patience) * every for c in callbacks]
-    return min(patience) if patience else None
+    stopping callbacks stop the fit, or None without one. A callback checked at each training
+    epoch's end counts epochs; one checked after validation counts validations, one every
+    ``check_val_every_n_epoch`` epochs, or ``1 / val_check_interval`` an epoch (a fraction), or
+    one every ``val_check_interval`` batches of the epoch's ``num_training_batches``."""
+    out = []
+    for callback in getattr(trainer, "early_stopping_callbacks", None) or []:
+        patience = int(callback.patience)
+        if not getattr(callback, "_check_on_train_epoch_end", False):
+            every = getattr(trainer, "check_val_every_n_epoch", None) or 1
+            interval = getattr(trainer, "val_check_interval", 1.0)
+            batches = getattr(trainer, "num_training_batches", math.inf)
+            if isinstance(interval, float) and 0 < interval < 1:
+                per_epoch = 1 / interval
+            elif isinstance(interval, int) and interval > 0 and math.isfinite(batches):
+                per_epoch = max(1, int(batches) // interval)
+            else:
+                per_epoch = 1
+            patience = max(1, math.ceil(patience * every / per_epoch))
+        out.append(patience)
+    return min(out) if out else None
 
 
 def _distributed() -> bool:

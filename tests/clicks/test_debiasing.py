@@ -330,6 +330,11 @@ def test_the_neural_race_ends_its_stages_within_the_early_stopping_patience(logs
     assert trainer_patience(pl.Trainer(max_epochs=6, check_val_every_n_epoch=2, callbacks=[
         stop(monitor="val/explained_clicks", mode="max", patience=7), stop(monitor="val/ndcg@10", patience=4)],
         **quiet)) == 8
+    assert trainer_patience(pl.Trainer(max_epochs=6, check_val_every_n_epoch=2, callbacks=[
+        stop(monitor="val/explained_clicks", mode="max", patience=5, check_on_train_epoch_end=True)],
+        **quiet)) == 5  # counted in training epochs
+    assert trainer_patience(pl.Trainer(max_epochs=6, val_check_interval=0.25, callbacks=[
+        stop(monitor="val/explained_clicks", mode="max", patience=6)], **quiet)) == 2  # four validations an epoch
 
     data, train, vali = logs
 
