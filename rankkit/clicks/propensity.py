@@ -723,8 +723,13 @@ class RegressionEM:
         if clicks.shape[0] != X.shape[0]:
             raise ValueError(f"`clicks` has to have one entry per row of `X` ({X.shape[0]}), got {clicks.shape[0]}")
         check_tensors(("X", X, ~torch.isfinite(X).all(1)[:, None].expand_as(X), "finite"))
-        X = X.float()
-        torch.manual_seed(self.seed)
+        # Seeded on its own: the caller's RNG stream is left as it was (a resumed fit that reads its
+        # training log again then draws the dropout the uninterrupted fit drew).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return self._fit(X.float(), clicks, impressions, bucket, callback)
+
+    def _fit(self, X, clicks, impressions, bucket, callback) -> RegressionEM:
         generator = torch.Generator().manual_seed(self.seed)
         self.scorer_ = MLPScorer(X.shape[1], hidden=list(self.hidden), dropout=self.dropout)
         self.scorer_.preprocess.fit(X)

@@ -288,6 +288,38 @@ def test_a_blend_of_the_users_scorer_loads_from_its_checkpoint_given_a_fresh_one
     torch.testing.assert_close(restored(data.features[:10]), module.eval()(data.features[:10]))
 
 
+def test_a_race_resumed_while_a_blend_leads_ends_as_the_uninterrupted_one(logs, tmp_path):
+    """A fit stopped after epoch 1 of 3 with a blend leading (its checkpoint's scorer the mean of
+    two networks), then resumed from that checkpoint, ends with the uninterrupted fit's choice,
+    standing and weights."""
+    data, train, vali = logs
+    blend = next(iter(NEURAL_BLENDS))
+
+    class StopAfterFirst(pl.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            trainer.should_stop = True
+
+    def run(root, ckpt_path=None, stop=False):
+        pl.seed_everything(3, verbose=False)
+        module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=P)
+        _favour(module.race, blend)
+        callbacks = [pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True), *([StopAfterFirst()] if stop else [])]
+        trainer = pl.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=root, callbacks=callbacks)
+        trainer.fit(module, datamodule=RankingDataModule.from_datasets(train.sessions, vali.sessions, None,
+                                                                       max_docs=512, seed=5), ckpt_path=ckpt_path)
+        return module
+
+    whole = run(tmp_path / "whole")
+    first = run(tmp_path / "part", stop=True)
+    assert first.unbiased_choice_ == blend and first.race.alive[0] == blend and len(first.race.alive) == 2
+    resumed = run(tmp_path / "part", ckpt_path=str(tmp_path / "part" / "last.ckpt"))
+    assert resumed.unbiased_choice_ == whole.unbiased_choice_ == blend
+    assert resumed.race.scores_ == whole.race.scores_
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
 def test_a_race_led_by_a_blend_then_a_network_reshapes_the_scorer(logs):
     """The leader may change kind between validations (a blend after the first, one network
     after the second): ``module.scorer`` takes each leader's shape and weights."""
@@ -562,6 +594,14 @@ def test_ips_uses_regression_em_on_the_aggregated_training_log(pbm_logs):
         torch.tensor([k[1] for k in keys]), impressions=torch.tensor([counts[k][0] for k in keys], dtype=torch.float64))
     np.testing.assert_allclose(model.propensities_["clicked"], em.propensities_.numpy(), rtol=1e-4)
     assert (model.propensities_["unclicked"] == 1).all()
+    # seeded on its own: the caller's RNG stream is untouched, and the same seed fits the same model
+    torch.manual_seed(11)
+    state = torch.get_rng_state()
+    again = RegressionEM(8, hidden=(16,), iterations=15, lr=1e-2, seed=0).fit(
+        torch.tensor([k[0] for k in keys]), torch.tensor([counts[k][1] for k in keys], dtype=torch.float64),
+        torch.tensor([k[1] for k in keys]), impressions=torch.tensor([counts[k][0] for k in keys], dtype=torch.float64))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(again.propensities_, em.propensities_)
     est = FixedPropensities(em.propensities_, clip=5.0)
     before = est.t_plus.clone()
     est.update(torch.zeros(2, 3), torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.tensor([[0, 1, 2], [0, 1, 2]]))
