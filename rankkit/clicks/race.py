@@ -60,8 +60,8 @@ NEURAL_CANDIDATES = {"naive": (False, 1.0), "pairwise p=0": (True, 0.0), "positi
 #: while any live candidate needs it, and a winning blend serves as the
 #: :class:`rankkit.scorers.MeanEnsemble` of both. Chosen on the unbiased grid's logs (MQ2008 and
 #: synthetic, PBM η = 1 and 2, 15 runs a cell): the race's winner minus the five networks' race's,
-#: test NDCG@10, was +0.0016, +0.0030, +0.0062, −0.0004 on the seeds that chose them and −0.0001,
-#: +0.0006, +0.0036, +0.0046 on three more, for 8.3-8.9 network-epochs against 8
+#: test NDCG@10, was +0.0022, +0.0026, +0.0061, +0.0037 on the seeds that chose them and +0.0006,
+#: +0.0007, +0.0037, +0.0031 on three more, for 8.2-9.0 network-epochs against 8
 #: (docs/benchmarks.md, "Which blends the neural race holds").
 NEURAL_BLENDS = {"pairwise p=0+ips": ("pairwise p=0", "ips"), "dla+ips": ("dla", "ips")}
 
