@@ -725,8 +725,8 @@ class RegressionEM:
         check_tensors(("X", X, ~torch.isfinite(X).all(1)[:, None].expand_as(X), "finite"))
         # Seeded on its own: the caller's RNG stream is left as it was (a resumed fit that reads its
         # training log again then draws the dropout the uninterrupted fit drew).
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+        with torch.random.fork_rng(devices=[]):  # the CPU's stream, where the EM runs; no GPU's is touched
+            torch.default_generator.manual_seed(self.seed)
             return self._fit(X.float(), clicks, impressions, bucket, callback)
 
     def _fit(self, X, clicks, impressions, bucket, callback) -> RegressionEM:

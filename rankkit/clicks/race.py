@@ -101,8 +101,9 @@ def trainer_patience(trainer) -> int | None:
     """The fewest epochs without improvement after which a Lightning ``trainer``'s early
     stopping callbacks stop the fit, or None without one. A callback checked at each training
     epoch's end counts epochs; one checked after validation counts validations, one every
-    ``check_val_every_n_epoch`` epochs, or ``1 / val_check_interval`` an epoch (a fraction), or
-    one every ``val_check_interval`` batches of the epoch's ``num_training_batches``."""
+    ``check_val_every_n_epoch`` epochs, or once every ``val_check_batch`` of the epoch's
+    ``num_training_batches`` (Lightning's reading of ``val_check_interval``; before the fit, ``1 /
+    val_check_interval`` an epoch for a fraction)."""
     out = []
     for callback in getattr(trainer, "early_stopping_callbacks", None) or []:
         patience = int(callback.patience)
@@ -110,10 +111,11 @@ def trainer_patience(trainer) -> int | None:
             every = getattr(trainer, "check_val_every_n_epoch", None) or 1
             interval = getattr(trainer, "val_check_interval", 1.0)
             batches = getattr(trainer, "num_training_batches", math.inf)
-            if isinstance(interval, float) and 0 < interval < 1:
+            check = getattr(trainer, "val_check_batch", None)  # batches between validations, once fitting
+            if isinstance(check, (int, float)) and math.isfinite(check) and check >= 1 and math.isfinite(batches):
+                per_epoch = max(1, int(batches) // int(check))
+            elif isinstance(interval, float) and 0 < interval < 1:  # before the fit: as the fraction says
                 per_epoch = 1 / interval
-            elif isinstance(interval, int) and interval > 0 and math.isfinite(batches):
-                per_epoch = max(1, int(batches) // interval)
             else:
                 per_epoch = 1
             patience = max(1, math.ceil(patience * every / per_epoch))
@@ -310,8 +312,8 @@ class DebiasingRace(nn.Module):
         loss = sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
                                                                batch.mask), batch) for name in runs)
         if _distributed():  # DDP reduces every parameter's gradient: the dropped networks' are zero
-            loss = loss + sum(0.0 * p.sum() for name, child in self.candidates.items() if name not in runs
-                              for p in child.parameters() if p.requires_grad)
+            loss = loss + sum(p.reshape(-1)[:0].sum() for name, child in self.candidates.items() if name not in runs
+                              for p in child.parameters() if p.requires_grad)  # (an empty sum: finite whatever p holds)
         return loss
 
     def parameter_groups(self) -> list[dict]:
@@ -344,19 +346,25 @@ class DebiasingRace(nn.Module):
         epoch's stage (0-based ``epoch`` of ``epochs``; stages end at :func:`epoch_stage_ends`,
         earlier with early stopping after ``patience`` epochs) and return the leader; its batches'
         (scores, labels, mask) stay in ``leader_batches_`` for the usual validation metrics."""
-        if not self._batches:
+        # Under torch.distributed each rank holds its shard of the validation log (a rank may hold
+        # none): every rank scores the whole log (the shards in rank order), so that all choose the
+        # same leader, and all refuse together when no rank saw a batch.
+        seen = int(all_ranks(torch.tensor([[len(self._batches)]])).sum())
+        if not seen:
             raise ValueError("`unbiased='auto'`: no validation batch was seen this epoch; pass a validation "
                              "click log")
         masks = [mask.cpu() for _, mask, _ in self._batches]
-        clicks = torch.cat([labels.cpu()[mask] for (labels, _, _), mask in zip(self._batches, masks)]).double()
-        bucket = torch.cat([position.cpu()[mask] for (_, _, position), mask in zip(self._batches, masks)])
-        per_session = torch.cat([mask.sum(1) for mask in masks])
-        rows = torch.stack([torch.cat([scores.cpu()[mask] for scores, mask in zip(self._batch_scores(name), masks)])
+
+        def joined(parts: list[torch.Tensor]) -> torch.Tensor:  # float64 (the criterion's), empty without batches
+            return torch.cat(parts).double() if parts else torch.zeros(0, dtype=torch.float64)
+
+        clicks = joined([labels.cpu()[mask] for (labels, _, _), mask in zip(self._batches, masks)])
+        bucket = joined([position.cpu()[mask] for (_, _, position), mask in zip(self._batches, masks)])
+        per_session = joined([mask.sum(1) for mask in masks])
+        rows = torch.stack([joined([scores.cpu()[mask] for scores, mask in zip(self._batch_scores(name), masks)])
                             for name in self.alive])
-        # Under torch.distributed each rank holds its shard of the validation log: every rank
-        # scores the whole log (the shards in rank order), so that all choose the same leader.
-        clicks, bucket = all_ranks(torch.stack([clicks, bucket.double()]))
-        rows, per_session = all_ranks(rows), all_ranks(per_session[None])[0]
+        clicks, bucket = all_ranks(torch.stack([clicks, bucket]))
+        rows, per_session = all_ranks(rows), all_ranks(per_session[None])[0].long()
         session = torch.repeat_interleave(torch.arange(len(per_session)), per_session)
         for name, row in zip(self.alive, rows):
             self.schedule.record(name, explained_clicks(row, clicks, session,

@@ -132,7 +132,9 @@ class NeuralConfig:
         served as a :class:`rankkit.scorers.MeanEnsemble` if one wins), the one whose scores best
         explain the **validation click log** kept by successive halving over the epochs (stages at
         thirds of ``max_epochs``, or of an EarlyStopping callback's patience when sooner;
-        :class:`rankkit.clicks.race.DebiasingRace`); ``unbiased_choice_`` names it. Needs ``max_epochs``.""")
+        :class:`rankkit.clicks.race.DebiasingRace`); ``unbiased_choice_`` names it, and the module's
+        own scorer (a ``scorer`` given included) only serves the leader's weights: it is frozen, the
+        candidates' copies train. Needs ``max_epochs``.""")
     bias_p: float = hyperparameter(1.0, "p ≥ 0, the biases' regularisation norm (the update's exponent is "
                                         "1/(p + 1)).")
     n_positions: int = hyperparameter(10, "positions with their own bias; deeper positions share the last.")

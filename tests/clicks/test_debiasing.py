@@ -367,6 +367,12 @@ def test_the_neural_race_ends_its_stages_within_the_early_stopping_patience(logs
         **quiet)) == 5  # counted in training epochs
     assert trainer_patience(pl.Trainer(max_epochs=6, val_check_interval=0.25, callbacks=[
         stop(monitor="val/explained_clicks", mode="max", patience=6)], **quiet)) == 2  # four validations an epoch
+    # once fitting, as Lightning validates: every val_check_batch of the epoch's batches
+    every_batches = SimpleNamespace(early_stopping_callbacks=[stop(monitor="x", patience=5)], check_val_every_n_epoch=1,
+                                    val_check_interval=0.25, num_training_batches=10, val_check_batch=2)
+    assert trainer_patience(every_batches) == 1  # five validations an epoch (10 batches, one every 2)
+    every_batches.val_check_interval, every_batches.val_check_batch = 3, 3
+    assert trainer_patience(every_batches) == 2  # three an epoch (an int interval: batches)
 
     data, train, vali = logs
 
@@ -602,6 +608,15 @@ def test_ips_uses_regression_em_on_the_aggregated_training_log(pbm_logs):
         torch.tensor([k[1] for k in keys]), impressions=torch.tensor([counts[k][0] for k in keys], dtype=torch.float64))
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.equal(again.propensities_, em.propensities_)
+    seeded = []  # and no GPU's stream either (torch.manual_seed would reseed every CUDA device)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "manual_seed_all", lambda seed: seeded.append(seed))
+        patch.setattr(torch.cuda, "manual_seed", lambda seed: seeded.append(seed))
+        RegressionEM(8, hidden=(4,), iterations=1, seed=0).fit(torch.tensor([k[0] for k in keys]), torch.tensor(
+            [counts[k][1] for k in keys], dtype=torch.float64), torch.tensor([k[1] for k in keys]),
+            impressions=torch.tensor([counts[k][0] for k in keys], dtype=torch.float64))
+        torch.manual_seed(0)  # the probe sees what torch.manual_seed does
+    assert seeded == [0], seeded
     est = FixedPropensities(em.propensities_, clip=5.0)
     before = est.t_plus.clone()
     est.update(torch.zeros(2, 3), torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.tensor([[0, 1, 2], [0, 1, 2]]))
