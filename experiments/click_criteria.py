@@ -43,7 +43,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
-from unbiased import K_SHOWN, booster, click_logs, click_models, load, test_ndcg, train_lightgbm  # noqa: E402
+from unbiased import (K_SHOWN, booster, click_logs, click_models, fold_range, grid_arguments, load,  # noqa: E402
+                      run_keys, test_ndcg, train_lightgbm)
 
 from rankkit.clicks.metrics import ClickLikelihood, centred_scores, explained_clicks, maximised  # noqa: E402
 from rankkit.clicks.race import TREE_BLENDS, TREE_CANDIDATES  # noqa: E402
@@ -167,14 +168,7 @@ def table(records: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="synthetic,mq2008")
-    p.add_argument("--etas", default="0.5,1,2")
-    p.add_argument("--no-cascade", dest="cascade", action="store_false")
-    p.add_argument("--folds", default="1-5")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--sessions", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=50)
-    p.add_argument("--depth", type=int, default=4)
+    grid_arguments(p, data="synthetic,mq2008")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="results/click_criteria.jsonl",
                    help="JSON lines; new runs go to the first of a comma-separated list, the report merges all")
@@ -182,17 +176,16 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
     args = p.parse_args(argv)
     args.etas = [float(v) for v in args.etas.split(",")]
-    lo, _, hi = args.folds.partition("-")
     torch.set_num_threads(args.threads)
     paths = args.out.split(",")
     os.makedirs(os.path.dirname(os.path.abspath(paths[0])), exist_ok=True)
     records = [json.loads(line) for path in paths if os.path.exists(path) for line in open(path)]
     start = time.perf_counter()
     if not args.report_only:
-        done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in records}
+        done = run_keys(records)
         with open(paths[0], "a") as out:
             for name in args.data.split(","):
-                for fold in range(int(lo), int(hi or lo) + 1):
+                for fold in fold_range(args.folds):
                     for seed in (int(v) for v in args.seeds.split(",")):
                         for record in run(name, fold, seed, args, done):
                             out.write(json.dumps(record) + "\n")

@@ -25,7 +25,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import command_line, write_section  # noqa: E402
-from unbiased import K_SHOWN, booster, click_models, load, test_ndcg, train_lambdarank  # noqa: E402
+from unbiased import (K_SHOWN, booster, click_models, fold_range, grid_arguments, load, run_keys,  # noqa: E402
+                      test_ndcg, train_lambdarank)
 
 from rankkit.clicks.metrics import ClickLogMetric  # noqa: E402
 from rankkit.clicks.propensity import auto_clip, clicked_positions, ips_propensities  # noqa: E402
@@ -187,14 +188,7 @@ def write(records: list[dict], args, command: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="mq2008,synthetic")
-    p.add_argument("--etas", default="0.5,1,1.5,2,3", help="position-based models' η")
-    p.add_argument("--no-cascade", dest="cascade", action="store_false")
-    p.add_argument("--folds", default="1-5")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--sessions", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=50)
-    p.add_argument("--depth", type=int, default=4)
+    grid_arguments(p, etas="0.5,1,1.5,2,3")
     p.add_argument("--clips", default="10,30,100,auto",
                    help="numbers, none or auto (a run already in --out is not run again: a new clip needs a new --out)")
     p.add_argument("--neural-clips", default="10,auto", help="LambdaRank's clips ('' leaves the neural rows out)")
@@ -210,16 +204,14 @@ def main(argv=None) -> int:
     args.clips = args.clips.split(",")
     args.neural_clips = [c for c in args.neural_clips.split(",") if c]
     args.neural_etas = [f"PBM η={float(v):g}" for v in args.neural_etas.split(",")]
-    lo, _, hi = args.folds.partition("-")
-    folds = list(range(int(lo), int(hi or lo) + 1))
+    folds = fold_range(args.folds)
     paths = args.paths = args.out.split(",")
     args.out = paths[0]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     records = merged([json.loads(line) for path in paths if os.path.exists(path) for line in open(path)])
     if not args.report_only:
         rows = "ips clip=" if args.trees else "LambdaRank ips clip="  # what this run adds
-        done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in records
-                if any(k.startswith(rows) for k in r["test"])}
+        done = run_keys(r for r in records if any(k.startswith(rows) for k in r["test"]))
         with open(args.out, "a") as f:
             for seed in [int(v) for v in args.seeds.split(",")]:
                 for fold in folds:

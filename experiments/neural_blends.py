@@ -174,14 +174,13 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    lo, _, hi = args.folds.partition("-")
-    folds = list(range(int(lo), int(hi or lo) + 1))
+    folds = unbiased.fold_range(args.folds)
     etas = [float(e) for e in args.etas.split(",")]
     paths = args.out.split(",")
     if not args.report_only:
         done = set()
         if os.path.exists(paths[0]):
-            done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in map(json.loads, open(paths[0]))}
+            done = unbiased.run_keys(map(json.loads, open(paths[0])))
         os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
         with open(paths[0], "a") as out:
             for seed in (int(s) for s in args.seeds.split(",")):

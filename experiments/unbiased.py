@@ -381,6 +381,30 @@ def rows_of(p_grid, neural_p_grid) -> list[str]:
                "neural debiased (selected)", "LambdaRank oracle"] + list(RIVALS))
 
 
+def grid_arguments(p: argparse.ArgumentParser, *, data: str = "mq2008,synthetic", etas: str = "0.5,1,2") -> None:
+    """The options of the click grid that every script on its logs takes (experiments/click_criteria.py,
+    ips_clip.py): data sets, click models, folds, seeds, the log's sessions and the boosters' size."""
+    p.add_argument("--data", default=data)
+    p.add_argument("--etas", default=etas, help="position-based models' η")
+    p.add_argument("--no-cascade", dest="cascade", action="store_false", help="leave out the cascade model")
+    p.add_argument("--folds", default="1-5", help="folds, e.g. 1 or 1-5")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--sessions", type=int, default=40, help="sessions per query")
+    p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--depth", type=int, default=4)
+
+
+def fold_range(folds: str) -> list[int]:
+    """``"1-5"`` -> [1, 2, 3, 4, 5]; ``"2"`` -> [2]."""
+    lo, _, hi = folds.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def run_keys(records) -> set:
+    """The (data, fold, seed, click model) of each run: what a resumed grid does not run again."""
+    return {(r["data"], r["fold"], r["seed"], r["click"]) for r in records}
+
+
 def load_records(paths: list[str]) -> list[dict]:
     """The runs of every file in ``paths``, merged per (data, fold, seed, click model): a run
     of the trees and a run of the neural rankers on the same log make one record."""
@@ -609,14 +633,7 @@ Learned propensities against the truth (mean over runs; LambdaMART/LambdaRank: t
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="mq2008,synthetic")
-    p.add_argument("--etas", default="0.5,1,2", help="position-based models' η")
-    p.add_argument("--no-cascade", dest="cascade", action="store_false", help="leave out the cascade model")
-    p.add_argument("--folds", default="1-5", help="folds, e.g. 1 or 1-5")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--sessions", type=int, default=40, help="sessions per query")
-    p.add_argument("--rounds", type=int, default=50)
-    p.add_argument("--depth", type=int, default=4)
+    grid_arguments(p)
     p.add_argument("--log-epochs", type=int, default=3, help="LambdaRank epochs over a click log")
     p.add_argument("--em-iterations", type=int, default=15)
     p.add_argument("--p-grid", default="0,1", help="Unbiased LambdaMART / LambdaRank bias norms to choose from")
@@ -643,8 +660,7 @@ def main(argv=None) -> int:
     args.etas = [float(v) for v in args.etas.split(",")]
     args.p_grid = [float(v) for v in args.p_grid.split(",")]
     args.neural_p_grid = [float(v) for v in args.neural_p_grid.split(",")]
-    lo, _, hi = args.folds.partition("-")
-    folds = list(range(int(lo), int(hi or lo) + 1))
+    folds = fold_range(args.folds)
     seeds = [int(v) for v in args.seeds.split(",")]
     torch.set_num_threads(args.threads)
     paths = args.paths = args.out.split(",")
@@ -652,7 +668,7 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     records = [json.loads(line) for line in open(args.out)] if os.path.exists(args.out) else []
     if not args.report_only:
-        done = {(r["data"], r["fold"], r["seed"], r["click"]) for r in records}
+        done = run_keys(records)
         start = time.perf_counter()
         for seed in seeds:
             for fold in folds:

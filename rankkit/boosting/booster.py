@@ -343,13 +343,11 @@ class LambdaMART(BaseEstimator):
             engines[name] = engine_for(replace(config, **options), bins_of=first)
             first = first or engines[name]
         first = None
-        race = SuccessiveHalving([*TREE_CANDIDATES, *TREE_BLENDS])
-
-        def parts(name: str) -> tuple[str, ...]:
-            return TREE_BLENDS.get(name, (name,))
+        race = SuccessiveHalving(TREE_CANDIDATES, blends=TREE_BLENDS)
+        parts = race.parts
 
         def advance(name: str, rounds: int) -> None:
-            needed = {p for n in race.alive for p in parts(n)}
+            needed = race.needed()
             for out in [n for n in engines if n not in needed]:  # a cut run's scores and
                 del engines[out]                                  # buffers go (a GPU's too)
             for p in parts(name):

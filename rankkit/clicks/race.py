@@ -163,6 +163,9 @@ class SuccessiveHalving:
     Args:
         names: the candidates, in the order that breaks ties.
         keep: how many go on after each stage (non-increasing, the last 1).
+        blends: ``{name: (part, part)}``, more candidates after ``names``, each scored on the
+            runs of two of them (:data:`TREE_BLENDS`, :data:`NEURAL_BLENDS`): :meth:`parts` names
+            a candidate's runs, :meth:`needed` the runs the live candidates need.
 
     Attributes:
         alive: the candidates still racing, best first after :meth:`rank`.
@@ -179,12 +182,21 @@ class SuccessiveHalving:
     ('b', ['b', 'c'])
     """
 
-    def __init__(self, names, keep: tuple[int, ...] = (2, 1)):
-        self.alive = list(names)
+    def __init__(self, names, keep: tuple[int, ...] = (2, 1), blends: dict | None = None):
+        self.blends = {name: tuple(parts) for name, parts in (blends or {}).items()}
+        self.alive = [*names, *self.blends]
         self.keep = tuple(keep)
         self.scores_: dict[str, dict] = {}
         self.stage = 0
         self.choice_: str | None = None
+
+    def parts(self, name: str) -> tuple[str, ...]:
+        """The runs whose mean scores candidate ``name``: its own, or a blend's two."""
+        return self.blends.get(name, (name,))
+
+    def needed(self) -> set[str]:
+        """The runs the live candidates need: theirs, and both of a live blend's."""
+        return {part for name in self.alive for part in self.parts(name)}
 
     @property
     def over(self) -> bool:
@@ -258,9 +270,8 @@ class DebiasingRace(nn.Module):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
         self.n_positions = n_positions
-        self.blends = {name: tuple(parts) for name, parts in (blends or {}).items()
-                       if all(part in candidates for part in parts)}
-        self.schedule = SuccessiveHalving([*candidates, *self.blends])
+        self.schedule = SuccessiveHalving(candidates, blends={
+            name: parts for name, parts in (blends or {}).items() if all(part in candidates for part in parts)})
         self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.discard()
 
@@ -269,14 +280,18 @@ class DebiasingRace(nn.Module):
         return self.schedule.alive
 
     @property
+    def blends(self) -> dict[str, tuple[str, ...]]:
+        return self.schedule.blends
+
+    @property
     def runs(self) -> list[str]:
         """The networks that still train: each live candidate's, a blend's two."""
-        needed = {part for name in self.alive for part in self.parts(name)}
+        needed = self.schedule.needed()
         return [name for name in self.candidates if name in needed]
 
     def parts(self, name: str) -> tuple[str, ...]:
         """The networks whose mean scores candidate ``name``: its own, or a blend's two."""
-        return self.blends.get(name, (name,))
+        return self.schedule.parts(name)
 
     @property
     def scores_(self) -> dict[str, float]:
@@ -403,8 +418,8 @@ class DebiasingRace(nn.Module):
             for name in missing:
                 del self.candidates[name]
                 self._leave(name)
-            self.blends = {blend: parts for blend, parts in self.blends.items()
-                           if all(part in self.candidates for part in parts)}
+            self.schedule.blends = {blend: parts for blend, parts in self.blends.items()
+                                    if all(part in self.candidates for part in parts)}
 
     @classmethod
     def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":
