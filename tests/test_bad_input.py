@@ -1209,6 +1209,10 @@ CLICKS = [
          r"`unbiased` has to be one of \(False, True, 'position', 'dla', 'ips', 'auto'\), got 'ipw'"),
     Case("clicks-neural-auto-ema", module("LambdaRank", n_features=3, unbiased="auto", ema_decay=0.9), ValueError,
          r"`unbiased='auto'` races copies of the scorer; it takes no ema_decay"),
+    Case("clicks-neural-race-patience", lambda tmp: module("LambdaRank", n_features=3, unbiased="auto")(tmp)
+         .validate_race([], 0, 3, patience=0), ValueError, r"`patience` has to be an integer >= 1 or None, got 0"),
+    Case("clicks-neural-race-epochs", lambda tmp: module("LambdaRank", n_features=3, unbiased="auto")(tmp)
+         .validate_race([], 0, 2.5), ValueError, r"`epochs` has to be an integer >= 1, got 2.5"),
     Case("clicks-neural-dla-loss", module("LambdaRank", n_features=3, unbiased="dla", loss="softmax"), ValueError,
          r"`unbiased='dla'` trains by its own softmax cross-entropies; leave `loss` None"),
     Case("neural-custom-loss-with-kernel-options", custom_loss_with_k, ValueError,

@@ -34,6 +34,7 @@ from torch import nn
 
 from rankkit.clicks.metrics import explained_clicks
 from rankkit.data.dataset import PaddedBatch
+from rankkit.infra import checks as _checks
 from rankkit.scorers import MeanEnsemble, score_lists
 
 __all__ = ["NEURAL_BLENDS", "NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving",
@@ -90,6 +91,8 @@ def epoch_stage_ends(epochs: int, patience: int | None = None) -> tuple[int, int
     second at most four for P/3 more, so the race adds about 4P/3 to 7P/3 network-epochs to its
     winner's own, where a fit that stops early would otherwise race every network to its stop
     (docs/benchmarks.md, "what the neural race costs")."""
+    epochs = _checks.check_int(epochs, "epochs", low=1)
+    patience = _checks.check_int(patience, "patience", low=1, none=True)
     first, second = math.ceil(epochs / 3), math.ceil(2 * epochs / 3)
     if patience is not None:
         first = min(first, math.ceil(patience / 3))
@@ -361,6 +364,7 @@ class DebiasingRace(nn.Module):
         epoch's stage (0-based ``epoch`` of ``epochs``; stages end at :func:`epoch_stage_ends`,
         earlier with early stopping after ``patience`` epochs) and return the leader; its batches'
         (scores, labels, mask) stay in ``leader_batches_`` for the usual validation metrics."""
+        ends = epoch_stage_ends(epochs, patience)  # the settings checked before anything is scored
         # Under torch.distributed each rank holds its shard of the validation log (a rank may hold
         # none): every rank scores the whole log (the shards in rank order), so that all choose the
         # same leader, and all refuse together when no rank saw a batch.
@@ -385,7 +389,6 @@ class DebiasingRace(nn.Module):
             self.schedule.record(name, explained_clicks(row, clicks, session,
                                                         bucket.long().clamp(0, self.n_positions - 1), self.n_positions),
                                  epoch=epoch)
-        ends = epoch_stage_ends(epochs, patience)
         self.schedule.rank(stage_over=False)
         while not self.schedule.over and epoch + 1 >= ends[self.schedule.stage]:
             self.schedule.rank(stage_over=True)
