@@ -403,3 +403,52 @@ def test_simcuda_click_modes_equal_cpu(monkeypatch, unbiased):
         assert torch.equal(torch.as_tensor(gpu.position_bias_), torch.as_tensor(cpu.position_bias_))
     if hasattr(cpu, "propensities_"):
         assert torch.equal(torch.as_tensor(gpu.propensities_["clicked"]), torch.as_tensor(cpu.propensities_["clicked"]))
+
+
+@pytest.mark.parametrize("unbiased", [True, "position", "dla", "ips", "auto"])
+def test_simcuda_neural_click_modes_equal_cpu(unbiased):
+    """LambdaRank's click modes trained in a plain loop on the simulated device: the same losses,
+    the same weights and (``"auto"``) the same race, stage by stage, as on the CPU; the modules'
+    state (propensities, the examination model, the race's networks) moves with ``.to``."""
+    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+    from rankkit.neural import LambdaRank
+
+    data = make_synthetic(40, (4, 10), 5, seed=3)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(3))
+    model = PositionBasedModel(eta=1.0, max_label=4)
+    train, vali = (simulate_clicks(data, scores, model=model, sessions_per_query=5, k=6, seed=seed,
+                                   drop_unclicked=True).sessions for seed in (0, 1))
+
+    def run(device):
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=5, hidden=[8], dropout=0.0, lr=1e-2, unbiased=unbiased, n_positions=6)
+        module.fit_preprocessor(data.features)
+        module.read_click_log(train)
+        module.to(device)
+        opt = module.configure_optimizers()
+        losses, leaders = [], []
+        for epoch in range(3):
+            for batch in train.iter_batches(64, shuffle=True, generator=torch.Generator().manual_seed(epoch)):
+                batch = batch.to(device)
+                opt.zero_grad()
+                loss = (module.race.loss(batch) if module.race is not None
+                        else module.objective(module.scorer(batch.features), batch))
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+            if module.race is not None:
+                leaders.append((module.validate_race([b.to(device) for b in vali.iter_batches(256)], epoch, 3),
+                                list(module.race.alive)))
+        module.eval()
+        return module, losses, leaders
+
+    cpu, cpu_losses, cpu_leaders = run("cpu")
+    with simcuda():
+        gpu, gpu_losses, gpu_leaders = run("cuda")
+        out = gpu(data.features.to("cuda"))
+        assert out.device.type == "cuda"
+    assert gpu_leaders == cpu_leaders
+    assert gpu_losses == pytest.approx(cpu_losses, rel=1e-5, abs=1e-6)
+    for key, value in cpu.state_dict().items():
+        _assert_same(gpu.state_dict()[key], value)
+    torch.testing.assert_close(from_sim(out), cpu(data.features).detach())
