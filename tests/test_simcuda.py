@@ -452,3 +452,35 @@ def test_simcuda_neural_click_modes_equal_cpu(unbiased):
     for key, value in cpu.state_dict().items():
         _assert_same(gpu.state_dict()[key], value)
     torch.testing.assert_close(from_sim(out), cpu(data.features).detach())
+
+
+# A training step's host synchronisations on a GPU, by click mode: the batch's validation and its
+# plan's one copy (lengths, top label, grades), and the kernel's block bounds copied to the device;
+# DLA's softmax losses none. ("ips" adds the positions' validation.)
+STEP_SYNCS = {False: 3, "position": 3, "dla": 0, "ips": 4}
+
+
+@pytest.mark.parametrize("unbiased", list(STEP_SYNCS))
+def test_simcuda_a_neural_training_step_syncs_only_where_it_must(unbiased):
+    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+    from rankkit.neural import LambdaRank
+
+    data = make_synthetic(30, (4, 10), 5, seed=2)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(2))
+    train = simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=5,
+                            k=6, seed=0, drop_unclicked=True).sessions
+    with simcuda() as counts:
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased=unbiased, n_positions=6)
+        module.fit_preprocessor(data.features)
+        module.read_click_log(train)
+        module.to("cuda")
+        opt = module.configure_optimizers()
+        batches = [b.to("cuda") for b in train.iter_batches(32)]
+        for i, batch in enumerate(batches[:3]):
+            if i == 1:  # the first step made what is kept (the propensities' copy on the device)
+                counts.reset()
+            opt.zero_grad()
+            module.objective(module.scorer(batch.features), batch).backward()
+            opt.step()
+        assert counts.syncs == 2 * STEP_SYNCS[unbiased], dict(counts.sync_sites)

@@ -139,10 +139,8 @@ def _weighted_softmax_ce(logits: torch.Tensor, weights: torch.Tensor, mask: torc
     """Σ_q CE(softmax(logits_q), weights_q / Σ weights_q) Σ weights_q / Σ weights: the authors'
     normalisation (a session without a click adds nothing)."""
     log_p = torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
-    total = weights.sum()
-    if float(total) <= 0:
-        return logits.sum() * 0.0
-    return -(weights * log_p).sum() / total
+    total = weights.sum()  # ≥ 0; 0 only where every weight is, and so the sum: 0 (no host sync)
+    return -(weights * log_p).sum() / total.clamp(min=torch.finfo(total.dtype).tiny)
 
 
 class Debiasing:

@@ -228,7 +228,7 @@ def _pair_discounts(scores, real_clicked, mask, k):
         d = discounts(scores.shape[1], dtype=scores.dtype, device=scores.device)[r]
         if k is not None:
             d = torch.where(r < k, d, 0.0)
-        idcg = ideal_dcg(labels, mask, k=k)
+        idcg = ideal_dcg(labels, mask, k=k, grades=1)  # clicks: grades 0 and 1 (no host sync)
         return d, torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(idcg.dtype).tiny), 0.0)
 
 
@@ -421,11 +421,22 @@ class PropensityEstimator:
             mask = to_device(check_tensor(mask, "mask", shape=positions.shape, kind="bool"), positions.device)
         check_tensors(("positions", positions, (positions < 0) & mask, "non-negative on real documents"))
         bucket = positions.clamp(0, self.n_positions - 1).long()
+        inv_plus, inv_minus = self._inverse_biases(positions.device, dtype)
+        return inv_plus[bucket].masked_fill(~mask, 0.0), inv_minus[bucket].masked_fill(~mask, 0.0)
+
+    def _inverse_biases(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1 / t⁺, 1 / t⁻), clipped, on ``device`` in ``dtype``: copied from the host once per
+        value of the biases (a copy to a GPU waits for it), not once per batch."""
+        key = (self.t_plus._version, self.t_minus._version, self.clip, device, dtype)
+        cached = self.__dict__.get("_inverse")
+        if cached is not None and cached[0] is self.t_plus and cached[1] is self.t_minus and cached[2] == key:
+            return cached[3]
         inv_plus, inv_minus = 1.0 / self.t_plus, 1.0 / self.t_minus
         if self.clip is not None:
             inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
-        inv_plus, inv_minus = inv_plus.to(positions.device, dtype), inv_minus.to(positions.device, dtype)
-        return inv_plus[bucket].masked_fill(~mask, 0.0), inv_minus[bucket].masked_fill(~mask, 0.0)
+        value = inv_plus.to(device, dtype), inv_minus.to(device, dtype)
+        self._inverse = (self.t_plus, self.t_minus, key, value)
+        return value
 
 
 

@@ -13,7 +13,9 @@ take a plan; their public functions build one per call.
 
 Everything is computed on first use and cached by the options it depends on (the compute
 dtype, the cutoff, the gain, ...). Building a plan costs one host synchronisation (the
-validation and the query lengths); using it costs none.
+query lengths, the top label and whether the labels are integer grades, in one copy; the
+validation, when asked, one more); off the CPU its first lambda pass for a cutoff copies the
+kernel's block bounds to the device (one small blocking copy); using it again costs none.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import torch
 
 from rankkit.infra import checks as _checks
 from rankkit.lambdas.blocks import plan_blocks
-from rankkit.lambdas.ranking import discounts, gain_shift, gain_values, ideal_dcg, label_key
+from rankkit.lambdas.ranking import MAX_COUNTED_GRADE, discounts, gain_shift, gain_values, ideal_dcg, label_key
 
 __all__ = ["QueryPlan"]
 
@@ -42,6 +44,9 @@ class QueryPlan:
             device.
         max_label: the largest real label (0 for no real document), a host float.
         lengths: [Q] real documents per query in plan order (ascending), on the host.
+        device_lengths: the same on the labels' device.
+        grades: the largest label when every real label is an integer grade 0..31 (the ideal
+            DCG counts them instead of sorting), else None.
         qperm: [Q] long on the device, the plan order of the queries (sorted by length,
             stable), or None when the queries are in that order already.
         full: no query has padding.
@@ -72,17 +77,24 @@ class QueryPlan:
         self.shape = tuple(labels.shape)
         self.device = labels.device
         n_queries, n_docs = self.shape
-        # The one host synchronisation: the query lengths and the top label, in one copy.
-        top = labels.detach().masked_fill(~mask, 0).amax(1).double() if n_docs else \
-            torch.zeros(n_queries, dtype=torch.float64, device=self.device)
-        host = torch.stack([mask.sum(1).double(), top]).cpu() if n_queries else torch.zeros(2, 0)
+        # The one host synchronisation: the query lengths, the top label and whether the labels
+        # are integer grades (the ideal DCG counts them), in one copy.
+        grade = labels.detach().masked_fill(~mask, 0)
+        top = grade.amax(1).double() if n_docs else torch.zeros(n_queries, dtype=torch.float64, device=self.device)
+        counted = ((grade >= 0) & (grade <= MAX_COUNTED_GRADE) & (grade == grade.round())).all(1)
+        device_lengths = mask.sum(1)
+        host = (torch.stack([device_lengths.double(), top, counted.double()]).cpu() if n_queries
+                else torch.zeros(3, 0))
         lengths = host[0].long()
         self.max_label = float(host[1].max()) if n_queries else 0.0
+        self.grades = int(self.max_label) if n_queries and n_docs and bool(host[2].all()) else None
         self.qperm = None
         if bool((lengths[1:] < lengths[:-1]).any()):
-            lengths, qperm = torch.sort(lengths, stable=True)
-            self.qperm = qperm.to(self.device)
-        self.lengths = lengths
+            # Sorted on both sides: a stable sort's order is the same on the device, which so
+            # gets its lengths and the permutation without a copy from the host.
+            lengths = torch.sort(lengths, stable=True).values
+            device_lengths, self.qperm = torch.sort(device_lengths, stable=True)
+        self.lengths, self.device_lengths = lengths, device_lengths
         self.full = n_queries == 0 or int(lengths[0]) == n_docs
         self._cache: dict = {}
 
@@ -110,7 +122,7 @@ class QueryPlan:
             if not self.full:
                 y = y.masked_fill(~m, 0.0)
                 half_w = None if half_w is None else half_w.masked_fill(~m, 0.0)
-            return y, m, self.lengths.to(self.device), half_w
+            return y, m, self.device_lengths, half_w
         return self.cached(("sorted", dtype), make)
 
     def ranked_mask(self, plan_order: bool) -> torch.Tensor:
@@ -118,7 +130,7 @@ class QueryPlan:
         positions of a query are real), queries in plan order or in the caller's."""
         def make():
             n = self.shape[1]
-            lengths = self.lengths.to(self.device) if plan_order else self.mask.sum(1)
+            lengths = self.device_lengths if plan_order else self.mask.sum(1)
             return torch.arange(n, device=self.device)[None, :] < lengths[:, None]
         return self.cached(("ranked_mask", plan_order), make)
 
@@ -144,7 +156,7 @@ class QueryPlan:
 
         def make():
             y, m, _, _ = self.sorted_batch(dtype)
-            return weighting.plan_terms(y, m, cutoff, gain, max_err_label)
+            return weighting.plan_terms(y, m, cutoff, gain, max_err_label, grades=self.grades)
         return self.cached(("terms", id(weighting), dtype, cutoff, gain, max_err_label), make)
 
     # -- the metrics' view: queries in the caller's order --------------------------------------
@@ -159,7 +171,7 @@ class QueryPlan:
         def make():
             labels, mask = self.metric_batch(dtype)
             shift = gain_shift(labels, mask, gain)
-            ideal = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
+            ideal = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift, grades=self.grades)
             n = labels.shape[1]
             top_k = torch.arange(n, device=self.device) < (n if k is None else k)
             is_empty = ideal <= 0

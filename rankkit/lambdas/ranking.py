@@ -184,11 +184,11 @@ def ranks(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> tor
 
 
 # Integer grades up to this value get the ideal DCG by counting instead of sorting.
-_MAX_COUNTED_GRADE = 31
+MAX_COUNTED_GRADE = 31
 
 
 def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
-              gain: str = "exp", shift: torch.Tensor | None = None) -> torch.Tensor:
+              gain: str = "exp", shift: torch.Tensor | None = None, grades: int | None = None) -> torch.Tensor:
     """DCG@k of the ideal (label-sorted) ranking of each query, shape [Q], over 2^shift.
 
     For integer grades 0..31 (LETOR, MSLR, Yahoo) no sort is needed: the c_v documents of
@@ -196,7 +196,10 @@ def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
     of higher grades, so IDCG = Σ_v gain(v) (P[start_v + c_v] − P[start_v]) with P the prefix
     sums of the discounts. Other labels are sorted. ``shift`` ([Q], exp gain only) divides
     every gain of a query by 2^shift, as in :func:`gain_values`: NDCG takes DCG and ideal DCG
-    over the same 2^shift, the query's top gain, so that no grade overflows.
+    over the same 2^shift, the query's top gain, so that no grade overflows. ``grades``: the
+    largest label, from a caller that knows every real label to be an integer grade 0..31
+    (:attr:`rankkit.lambdas.plan.QueryPlan.grades`); None: checked here, at the cost of two
+    host synchronisations on a GPU.
 
     >>> ideal_dcg(torch.tensor([[0., 2., 1.]]), torch.tensor([[True] * 3]))  # 3 + 1/log2(3)
     tensor([3.6309])
@@ -209,9 +212,11 @@ def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
     if k is not None:
         d = torch.where(torch.arange(n, device=labels.device) < k, d, 0.0)
     grade = labels.masked_fill(~mask, 0)  # no boolean indexing: it costs a nonzero() pass
-    counted = (grade >= 0) & (grade <= _MAX_COUNTED_GRADE) & (grade == grade.round())
-    if grade.numel() and bool(counted.all()):
-        top = int(grade.max())
+    if grades is None:  # two host synchronisations (a plan knows: QueryPlan.grades)
+        counted = (grade >= 0) & (grade <= MAX_COUNTED_GRADE) & (grade == grade.round())
+        grades = int(grade.max()) if grade.numel() and bool(counted.all()) else None
+    if grades is not None:
+        top = grades
         grade = grade.long()
         counts = torch.zeros(labels.shape[0], top + 1, dtype=torch.long, device=labels.device)
         counts.scatter_add_(1, grade, mask.long())

@@ -31,11 +31,12 @@ class Weighting(NamedTuple):
             and returns W = −ΔZ_ab, the drop in the metric when a and b swap, so
             W = sign(y_a − y_b) |ΔZ_ab| (Z rewards putting higher labels first).
         tie_weight: |ΔZ| of a pair with equal labels, used by ``tie_term=True``.
-        plan_terms: None, or ``(labels, mask, k, gain, max_err_label) -> (per_document,
-            per_position)``: the part of the terms that does not depend on the ranking,
-            computed once per data set (:class:`rankkit.lambdas.plan.QueryPlan`) from ``labels`` and
-            ``mask`` in document order. ``per_document`` are [Q, L] terms that the kernel puts
-            into rank order each call, ``per_position`` [1, L] terms it passes as they are;
+        plan_terms: None, or ``(labels, mask, k, gain, max_err_label, grades=None) ->
+            (per_document, per_position)`` (``grades``: the plan's ``QueryPlan.grades``): the
+            part of the terms that does not depend on the ranking, computed once per data set
+            (:class:`rankkit.lambdas.plan.QueryPlan`) from ``labels`` and ``mask`` in document
+            order. ``per_document`` are [Q, L] terms that the kernel puts into rank order each
+            call, ``per_position`` [1, L] terms it passes as they are;
             ``doc_terms`` then gets both as ``constants=(ranked per_document, per_position)``.
     """
 
@@ -53,12 +54,12 @@ def _ranknet_delta(rows: Terms, cols: Terms, out: torch.Tensor) -> torch.Tensor:
     return torch.sub(rows[0], cols[0], out=out).sign_()
 
 
-def _ndcg_plan_terms(labels, mask, k, gain, max_err_label) -> tuple[Terms, Terms]:
+def _ndcg_plan_terms(labels, mask, k, gain, max_err_label, grades=None) -> tuple[Terms, Terms]:
     # NDCG@k = Σ_p G_p D_p with G the gain over the ideal DCG@k and D the discount (0 from k on).
     # Gains and ideal DCG are both over the query's top gain 2^ymax: no grade overflows. Both
     # are the same whatever the order of the documents: G is computed once per data set.
     shift = gain_shift(labels, mask, gain)
-    idcg = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift)
+    idcg = ideal_dcg(labels, mask, k=k, gain=gain, shift=shift, grades=grades)
     scale = torch.where(idcg > 0, 1.0 / idcg.clamp(min=torch.finfo(idcg.dtype).tiny), 0.0)
     g = (gain_values(labels, gain, shift=shift) * scale[:, None]).masked_fill(~mask, 0.0)
     d = discounts(labels.shape[1], dtype=labels.dtype, device=labels.device)

@@ -191,3 +191,32 @@ def test_auto_clip_is_three_root_the_largest_inverse_propensity():
     with pytest.raises(ValueError, match="at least one position"):
         auto_clip(torch.ones(0))
     assert auto_clip(torch.tensor([1.0, 0.5]), used=torch.tensor([True, False])) == 3.0
+
+
+def test_pair_factors_follow_the_biases_whatever_changes_them():
+    # The inverse biases are kept on the positions' device between batches; any change of the
+    # biases (in place, replaced, a step) or of the clip, dtype or device gives fresh factors.
+    est = PropensityEstimator(4, p=0.0, weighting="ranknet")
+    positions = torch.tensor([[0, 1, 2, 3]])
+
+    def want(e, dtype=torch.float32):
+        inv_plus, inv_minus = 1.0 / e.t_plus, 1.0 / e.t_minus
+        if e.clip is not None:
+            inv_plus, inv_minus = inv_plus.clamp(max=e.clip), inv_minus.clamp(max=e.clip)
+        return inv_plus.to(dtype)[None], inv_minus.to(dtype)[None]
+
+    def check(dtype=torch.float32):
+        got = est.pair_factors(positions, dtype=dtype)
+        for a, b in zip(got, want(est, dtype)):
+            assert a.dtype == dtype and torch.equal(a, b)
+
+    check()
+    est.t_plus[2] = 0.25          # in place
+    check()
+    est.t_minus = torch.tensor([1.0, 0.5, 0.5, 0.1], dtype=torch.float64)  # replaced
+    check()
+    est.clip = 3.0                # clipped
+    check()
+    check(torch.float64)
+    est.update(torch.tensor([[0.0, 1.0, 0.5, 0.2]]), torch.tensor([[0.0, 1.0, 0.0, 1.0]]), positions)  # a step
+    check()

@@ -4,6 +4,8 @@ and the booster's planned round on the simulated device (no sync in the lambda p
 metric)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from simcuda import from_sim, simcuda
@@ -12,6 +14,7 @@ from test_metrics import pad, random_queries, ref_ap, ref_ndcg
 
 from rankkit import metrics as M
 from rankkit.lambdas.plan import QueryPlan
+from rankkit.lambdas.ranking import ideal_dcg
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
 from rankkit.data import make_synthetic
 from rankkit.lambdas import WEIGHTINGS, lambda_gradients, planned_lambda_gradients
@@ -165,3 +168,56 @@ def test_every_objective_with_the_plan_equals_it_without(name):
         public = objective_gradients(name, s, labels, mask=mask, weights=weights, **extra())
         for a, b in zip(planned, public):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("labels, grades", [
+    ([[0.0, 3.0, 1.0], [7.0, 0.0, 40.5]], 7),       # integer grades: counted, the largest
+    ([[0.0, 3.0, 1.0], [2.0, 0.5, 3.0]], None),      # a fraction: sorted
+    ([[0.0, 3.0, 1.0], [32.0, 0.0, 3.0]], None),     # past 31: sorted
+    ([[0.0, 0.0, 0.0], [0.0, 0.0, 9.0]], 0),
+])
+def test_the_plan_knows_whether_the_ideal_dcg_can_count_grades(labels, grades):
+    # The last document is padding: what it holds does not count.
+    labels, mask = torch.tensor(labels), torch.tensor([[True, True, True], [True, True, False]])
+    plan = QueryPlan(labels, mask)
+    assert plan.grades == grades
+    y = labels.masked_fill(~mask, 0.0)
+    scores = torch.tensor([[0.5, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    for k in (None, 2):
+        for gain in ("exp", "linear"):
+            planned = M.planned_ndcg(scores, plan, k=k, gain=gain)
+            assert torch.equal(planned, M.ndcg(scores, y, mask=mask, k=k, gain=gain))
+            want = ideal_dcg(y, mask, k=k, gain=gain)
+            assert want.tolist() == pytest.approx(ref_ideal(y, mask, k, gain))
+            if grades is not None:
+                assert torch.equal(ideal_dcg(y, mask, k=k, gain=gain, grades=grades), want)
+
+
+def ref_ideal(labels, mask, k, gain):
+    """The ideal DCG@k by a sort in plain Python (gain 2^y − 1 or y, discount 1/log2(1 + rank))."""
+    out = []
+    for row, real in zip(labels.tolist(), mask.tolist()):
+        ys = sorted((y for y, r in zip(row, real) if r), reverse=True)[:k]
+        out.append(sum(((2.0 ** y - 1) if gain == "exp" else y) / math.log2(2 + i) for i, y in enumerate(ys)))
+    return out
+
+
+def test_a_plan_built_and_used_on_the_device_costs_its_one_copy():
+    # A fresh plan for every batch (a neural ranker's step): the lengths, the top label and the
+    # grades in one device-to-host copy; the queries sorted by length on both sides (no copy of
+    # the permutation or the lengths to the device), the ideal DCG by counting without asking.
+    scores, labels, mask, weights = random_batch(seed=3, n_q=6)
+    labels = labels.round()
+    cpu = planned_lambda_gradients(scores, QueryPlan(labels, mask, weights=weights), weighting=WEIGHTINGS["ndcg"], k=5)
+    with simcuda() as counts:
+        s, y, m, w = (t.to("cuda") for t in (scores, labels, mask, weights))
+        counts.reset()
+        plan = QueryPlan(y, m, weights=w, check=False)
+        assert counts.syncs == 1 and counts.h2d == 0, dict(counts.sync_sites)
+        assert plan.qperm is not None and plan.grades is not None  # the batch is out of length order
+        counts.reset()
+        got = planned_lambda_gradients(s, plan, weighting=WEIGHTINGS["ndcg"], k=5)
+        # The kernel's block bounds, one small copy to the device (lambdas/__init__.py): the only one.
+        assert counts.syncs == 1 and counts.h2d == 1, dict(counts.sync_sites)
+    for a, b in zip(got, cpu):
+        assert torch.equal(from_sim(a), b)
