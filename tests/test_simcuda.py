@@ -413,7 +413,7 @@ def test_simcuda_neural_click_modes_equal_cpu(unbiased):
     from rankkit.data.clicks import PositionBasedModel, simulate_clicks
     from rankkit.neural import LambdaRank
 
-    data = make_synthetic(40, (4, 10), 5, seed=3)
+    data = make_synthetic(16, (4, 10), 5, seed=3)  # about 50 sessions: two batches an epoch
     scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(3))
     model = PositionBasedModel(eta=1.0, max_label=4)
     train, vali = (simulate_clicks(data, scores, model=model, sessions_per_query=5, k=6, seed=seed,
@@ -428,7 +428,7 @@ def test_simcuda_neural_click_modes_equal_cpu(unbiased):
         opt = module.configure_optimizers()
         losses, leaders = [], []
         for epoch in range(3):
-            for batch in train.iter_batches(64, shuffle=True, generator=torch.Generator().manual_seed(epoch)):
+            for batch in train.iter_batches(32, shuffle=True, generator=torch.Generator().manual_seed(epoch)):
                 batch = batch.to(device)
                 opt.zero_grad()
                 loss = (module.race.loss(batch) if module.race is not None
