@@ -169,6 +169,8 @@ class Debiasing:
         bias_p: Unbiased LambdaMART's regularisation norm (``unbiased=True``).
         propensity_clip: ``"ips"``'s bound on each pair weight θ̂₀/θ̂: a number ≥ 1, ``"auto"``
             (:func:`rankkit.clicks.propensity.auto_clip` of the training log's θ̂) or None (none).
+        position_lr: the learning rate of the position models that train with a neural scorer
+            (``"position"``, ``"dla"``; None: the optimiser's own).
     """
 
     setting: bool | str = False
@@ -177,8 +179,9 @@ class Debiasing:
     dla: nn.Module | None = None
 
     def __init__(self, spec: ObjectiveSpec, *, n_positions: int = 10, bias_p: float = 1.0,
-                 propensity_clip: float | str | None = 10.0):
+                 propensity_clip: float | str | None = 10.0, position_lr: float | None = None):
         self.spec, self.n_positions, self.bias_p, self.clip = spec, n_positions, bias_p, propensity_clip
+        self.position_lr = position_lr
         self.propensity: PropensityEstimator | None = None
         self.costs: torch.Tensor | None = None
         self.position_ids: PositionIds | None = None
@@ -230,11 +233,12 @@ class Debiasing:
 
     def parameter_groups(self, scorer: nn.Module) -> list[dict]:
         """The optimiser's parameter groups: the scorer's, and the position model's without weight
-        decay (nothing should pull it towards "no bias")."""
+        decay (nothing should pull it towards "no bias") at ``position_lr`` when one is given."""
         params = [{"params": list(scorer.parameters())}]
         position_models = [m for m in (self.position_bias, self.dla) if m is not None]
         if position_models:
-            params.append({"params": [p for m in position_models for p in m.parameters()], "weight_decay": 0.0})
+            group = {"params": [p for m in position_models for p in m.parameters()], "weight_decay": 0.0}
+            params.append(group if self.position_lr is None else {**group, "lr": self.position_lr})
         return params
 
     def positions(self, batch: PaddedBatch) -> torch.Tensor:
@@ -487,7 +491,7 @@ _SETTINGS = {False: Debiasing, True: LearnedBiases, "position": PositionScores, 
 
 def make_debiasing(unbiased, spec: ObjectiveSpec, *, family: str = "neural", n_positions: int = 10,
                    bias_p: float = 1.0, propensity_clip: float | str | None = 10.0, ema_decay: float = 0.0,
-                   name: str = "objective") -> Debiasing:
+                   position_lr: float | None = None, name: str = "objective") -> Debiasing:
     """The object of the ``unbiased`` setting (one of ``FAMILY_SETTINGS[family]``; ``family`` is
     ``"trees"`` for the booster's engine, ``"neural"`` for the neural rankers), checked against the
     objective: debiasing pairs (True, "ips") needs a pairwise ``spec``; for the neural rankers,
@@ -503,7 +507,8 @@ def make_debiasing(unbiased, spec: ObjectiveSpec, *, family: str = "neural", n_p
         if not spec.pairwise:
             raise ValueError(f"`unbiased={unbiased!r}` debiases pairs: it needs a pairwise objective, got "
                              f"{spec.name!r}")
-    return _SETTINGS[unbiased](spec, n_positions=n_positions, bias_p=bias_p, propensity_clip=propensity_clip)
+    return _SETTINGS[unbiased](spec, n_positions=n_positions, bias_p=bias_p, propensity_clip=propensity_clip,
+                               position_lr=position_lr)
 
 
 def _check_choice(unbiased, spec: ObjectiveSpec, ema_decay: float, name: str) -> None:

@@ -433,7 +433,7 @@ class DebiasingRace(nn.Module):
         same = {name: h[name] for name in (
             "hidden", "activation", "dropout", "norm", "log1p", "standardize", "weighting", "k", "sigma",
             "normalize", "reduction", "optimizer", "lr", "weight_decay", "scheduler", "loss", "n_positions",
-            "propensity_clip", "loss_options")}
+            "propensity_clip", "position_lr", "loss_options")}
         return cls({name: type(module)(module.n_features, scorer=copy.deepcopy(scorer), unbiased=mode, bias_p=p,
                                        **same)
                     for name, (mode, p) in NEURAL_CANDIDATES.items()}, n_positions, NEURAL_BLENDS)

@@ -39,6 +39,10 @@ def _number(**bounds):
     return lambda value, name: _checks.check_number(value, name, **bounds)
 
 
+def _optional(check):
+    return lambda value, name: None if value is None else check(value, name)
+
+
 #: The built-in lambda kernel's options: a custom loss takes its own, and refuses these.
 KERNEL_OPTIONS = ("k", "sigma", "normalize")
 
@@ -143,6 +147,12 @@ class NeuralConfig:
         θ̂₀/θ̂ at a clicked position of the training log (:func:`rankkit.clicks.propensity.auto_clip`, LambdaMART's
         default; on the click grid's η = 1 and 2 logs it moved LambdaRank by −0.006 to +0.002,
         docs/benchmarks.md "the ips clip", so 10 stays the default here).""", check=check_clip)
+    position_lr: Optional[float] = hyperparameter(1e-2, """
+        the learning rate of the position models that train with the scorer (``unbiased="position"``'s
+        biases, ``"dla"``'s examination logits; no weight decay; None: ``lr``). Their few
+        parameters have to move by log-ratios of several units within a few epochs, which the
+        scorer's 1e-3 does not allow: on the click grid's logs (3 epochs) DLA at 1e-3 stayed
+        near naive training (docs/research.md, "Round 6").""", check=_optional(_number(low=0, low_open=True)))
     architecture: str = hyperparameter("mlp", """
         the default scorer: ``"mlp"`` (:class:`~rankkit.scorers.MLPScorer` from ``hidden``,
         ``activation``, ``dropout``, ``norm``, ``log1p``, ``standardize``) or ``"transformer"``

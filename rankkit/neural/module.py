@@ -60,7 +60,8 @@ class NeuralRanker(pl.LightningModule):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, objective: Objective = None, loss: Objective = None,
                  unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
-                 propensity_clip: float | str | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 propensity_clip: float | str | None = 10.0, position_lr: float | None = 1e-2,
+                 architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())
@@ -78,7 +79,7 @@ class NeuralRanker(pl.LightningModule):
         unbiased = _checks.check_setting(o.unbiased, NEURAL_UNBIASED, "unbiased")
         self.debiasing = make_debiasing(unbiased, self.training_objective.spec, bias_p=o.bias_p,
                                         n_positions=o.n_positions, ema_decay=o.ema_decay,
-                                        propensity_clip=o.propensity_clip, name=name)
+                                        propensity_clip=o.propensity_clip, position_lr=o.position_lr, name=name)
         self.position_bias, self.dla = self.debiasing.position_bias, self.debiasing.dla  # registered here
         scorer = neural_scorer(o)
         self.save_hyperparameters(ignore=["scorer"], frame=inspect.currentframe().f_back)  # __init__'s
@@ -268,7 +269,8 @@ class LambdaRank(NeuralRanker):
                  weight_decay: float = 0.0, scheduler: str = "none", ema_decay: float = 0.0,
                  scorer: nn.Module | None = None, objective: Objective = None, loss: Objective = None,
                  unbiased: bool | str = False, bias_p: float = 1.0, n_positions: int = 10,
-                 propensity_clip: float | str | None = 10.0, architecture: str = "mlp", heads: int = 4, layers: int = 2,
+                 propensity_clip: float | str | None = 10.0, position_lr: float | None = 1e-2,
+                 architecture: str = "mlp", heads: int = 4, layers: int = 2,
                  latent_cross: bool = True, noise: float = 0.0, loss_options: dict[str, Any] | None = None) -> None:
         __class__  # noqa: B018 -- the cell Lightning reads
         self._init(locals())

@@ -805,3 +805,47 @@ def test_lambdamart_reports_the_clip_its_ips_applied(pbm_logs):
             x, clicks, group=group, position=position).propensity_clip_ == clip
     model.set_params(unbiased="position").fit(x, clicks, group=group, position=position)
     assert not hasattr(model, "propensity_clip_")
+
+
+@pytest.mark.parametrize("unbiased", ["position", "dla"])
+@pytest.mark.parametrize("position_lr", [1e-2, 0.3, None])
+def test_the_position_models_train_at_position_lr(unbiased, position_lr):
+    # Their own parameter group (no weight decay) at position_lr; None: the optimiser's lr. The
+    # race's candidates inherit it.
+    module = LambdaRank(n_features=5, hidden=[8], lr=2e-3, weight_decay=1e-4, unbiased=unbiased, n_positions=P,
+                        position_lr=position_lr)
+    groups = module.configure_optimizers().param_groups
+    position_model = module.position_bias if unbiased == "position" else module.dla
+    assert [p for g in groups[1:] for p in g["params"]] == list(position_model.parameters())
+    assert groups[0]["lr"] == 2e-3 and groups[0]["weight_decay"] == 1e-4
+    assert groups[1]["lr"] == (2e-3 if position_lr is None else position_lr) and groups[1]["weight_decay"] == 0.0
+    race = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P, position_lr=position_lr).race
+    assert race.candidates[unbiased].hparams.position_lr == position_lr
+
+
+def test_dla_learns_the_examination_within_a_few_epochs_only_at_its_own_rate(pbm_logs):
+    # PBM η = 1 on 8 shown positions: position k is examined 1/(k + 1) as often as the first. With
+    # the scorer's 1e-3 the examination logits move by at most about 1e-3 a step (Adam): three epochs
+    # of batches as large as the click grid's (some ten steps) leave them where they started; at the
+    # default position_lr they come down towards the curve.
+    train, _ = pbm_logs
+
+    def propensities(position_lr):
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=6, hidden=[8], lr=1e-3, unbiased="dla", n_positions=8,
+                            position_lr=position_lr)
+        module.fit_preprocessor(train.sessions.features)
+        module.read_click_log(train.sessions)
+        opt = module.configure_optimizers()
+        for epoch in range(3):
+            for batch in train.sessions.iter_batches(256, shuffle=True,
+                                                     generator=torch.Generator().manual_seed(epoch)):
+                opt.zero_grad()
+                module.objective(module.scorer(batch.features), batch).backward()
+                opt.step()
+        return module.propensities["clicked"]
+
+    truth = 1.0 / torch.arange(1, 9, dtype=torch.float64)
+    slow, default = propensities(None), propensities(LambdaRank(n_features=6).hparams.position_lr)
+    assert (slow - 1.0).abs().max() < 0.15  # hardly moved (0.90 at the deepest, where the truth is 1/8)
+    assert (default[4:] - truth[4:]).abs().mean() < 0.5 * (slow[4:] - truth[4:]).abs().mean()
