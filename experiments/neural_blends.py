@@ -76,7 +76,6 @@ def run(name: str, fold: int, seed: int, etas, done: set):
         module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
                             k=10, reduction="sum", unbiased="auto", n_positions=unbiased.K_SHOWN)
         race = module.race
-        race.blends = {}
         race.schedule = SuccessiveHalving(SINGLES, keep=(len(SINGLES),) * 2)  # nobody dropped
         module.fit_preprocessor(log.sessions.features)
         module.read_click_log(log.sessions)
