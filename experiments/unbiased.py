@@ -587,7 +587,8 @@ counterfactual NDCG@10 of each candidate (linear gain). LambdaMART debiased = th
 Unbiased LambdaMART at p ∈ {{{", ".join(f"{p:g}" for p in args.p_grid)}}}; neural debiased = the best of
 LambdaRank naive, unbiased LambdaRank at p ∈ {{{", ".join(f"{p:g}" for p in args.neural_p_grid)}}} and regression-EM
 (Wang et al. 2018) — each neural candidate and the LambdaRank oracle keep their best epoch by the same click metric. Boosters (rankkit, LightGBM, XGBoost):
-{args.rounds} rounds, depth {args.depth}, learning rate 0.1; LambdaRank MLP [32], Adam 1e-3, {args.log_epochs}
+{args.rounds} rounds, depth {args.depth}, learning rate 0.1; LambdaRank MLP [32], Adam 1e-3 (the position models of
+`"position"` and `"dla"` at `position_lr`'s default, 1e-2, since 2026-12-06: at 1e-3 they hardly moved), {args.log_epochs}
 epochs over a click log, and over the true labels as many epochs as see the same number of documents; regression-EM MLP [32], {args.em_iterations} iterations.
 **LambdaMART auto** is `LambdaMART(unbiased="auto")`, one `fit` given the training log and the
 validation click log (`eval_set`, `eval_group`, `eval_position`): it races naive, Unbiased LambdaMART p = 1,
