@@ -456,8 +456,9 @@ def test_simcuda_neural_click_modes_equal_cpu(unbiased):
 
 # A training step's host synchronisations on a GPU, by click mode: the batch's validation and its
 # plan's one copy (lengths, top label, grades), and the kernel's block bounds copied to the device;
-# DLA's softmax losses none. ("ips" adds the positions' validation.)
-STEP_SYNCS = {False: 3, "position": 3, "dla": 0, "ips": 4}
+# DLA's softmax losses none. ("ips" adds the positions' validation; "auto" trains its candidates on
+# one shared plan, checks their scores in one go, and adds the online estimate of True at p = 0.)
+STEP_SYNCS = {False: 3, "position": 3, "dla": 0, "ips": 4, "auto": 12}
 
 
 @pytest.mark.parametrize("unbiased", list(STEP_SYNCS))
@@ -481,6 +482,8 @@ def test_simcuda_a_neural_training_step_syncs_only_where_it_must(unbiased):
             if i == 1:  # the first step made what is kept (the propensities' copy on the device)
                 counts.reset()
             opt.zero_grad()
-            module.objective(module.scorer(batch.features), batch).backward()
+            loss = (module.race.loss(batch) if module.race is not None
+                    else module.objective(module.scorer(batch.features), batch))
+            loss.backward()
             opt.step()
         assert counts.syncs == 2 * STEP_SYNCS[unbiased], dict(counts.sync_sites)

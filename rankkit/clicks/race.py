@@ -35,6 +35,7 @@ from torch import nn
 from rankkit.clicks.metrics import explained_clicks
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
+from rankkit.lambdas.plan import shared_plan
 from rankkit.scorers import MeanEnsemble, score_lists
 
 __all__ = ["NEURAL_BLENDS", "NEURAL_CANDIDATES", "TREE_BLENDS", "TREE_CANDIDATES", "DebiasingRace", "SuccessiveHalving",
@@ -326,9 +327,11 @@ class DebiasingRace(nn.Module):
                           "whole training log, which was not read (train with a datamodule that has a `train_set`, "
                           "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
             self._leave("ips")
-        runs = self.runs
-        loss = sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
-                                                               batch.mask), batch) for name in runs)
+        runs, scores = self.runs, []
+        with shared_plan(batch.labels, batch.mask, scores):  # the labels validated and planned once for all
+            for name in runs:
+                scores.append(score_lists(self.candidates[name].scorer, batch.features, batch.mask))
+            loss = sum(self.candidates[name].objective(s, batch) for name, s in zip(runs, scores))
         if _distributed():  # DDP reduces every parameter's gradient: the dropped networks' are zero
             loss = loss + sum(p.reshape(-1)[:0].sum() for name, child in self.candidates.items() if name not in runs
                               for p in child.parameters() if p.requires_grad)  # (an empty sum: finite whatever p holds)

@@ -19,13 +19,16 @@ kernel's block bounds to the device (one small blocking copy); using it again co
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 
 from rankkit.infra import checks as _checks
 from rankkit.lambdas.blocks import plan_blocks
 from rankkit.lambdas.ranking import MAX_COUNTED_GRADE, discounts, gain_shift, gain_values, ideal_dcg, label_key
 
-__all__ = ["QueryPlan"]
+__all__ = ["QueryPlan", "shared_plan", "shared_plan_of"]
 
 
 class QueryPlan:
@@ -186,3 +189,30 @@ class QueryPlan:
             rel = (labels > threshold) & mask
             return rel, rel.to(dtype).sum(dim=1)
         return self.cached(("relevance", dtype, threshold), make)
+
+
+#: The batch whose plan the losses inside :func:`shared_plan` share: (labels, mask, plan).
+_SHARED: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("rankkit_shared_plan", default=None)
+
+
+@contextlib.contextmanager
+def shared_plan(labels: torch.Tensor, mask: torch.Tensor, scores: list[torch.Tensor]):
+    """Inside this block, the losses of one batch (these ``labels`` and ``mask``, the same
+    tensors) that ask :func:`shared_plan_of` share one :class:`QueryPlan`: the labels validated
+    and planned once, not once per loss (on a GPU a host synchronisation each). A planned loss
+    does not check its scores, so the block checks ``scores``, the list it fills with the
+    scores it trains on, finite at its end, all in one synchronisation. The race of
+    ``unbiased="auto"`` trains its candidates' lambda losses on one batch in such a block
+    (:meth:`rankkit.clicks.race.DebiasingRace.loss`, :class:`rankkit.neural.objective.NeuralObjective`)."""
+    token = _SHARED.set((labels, mask, QueryPlan(labels, mask)))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+    _checks.check_tensors(*(_checks.finite_condition(s.detach(), mask, "scores") for s in scores))
+
+
+def shared_plan_of(labels: torch.Tensor, mask: torch.Tensor) -> QueryPlan | None:
+    """The plan of the enclosing :func:`shared_plan` block if it is these tensors', else None."""
+    shared = _SHARED.get()
+    return shared[2] if shared is not None and shared[0] is labels and shared[1] is mask else None

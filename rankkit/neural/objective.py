@@ -22,6 +22,7 @@ from rankkit.custom import GradientObjective, RecordedName, check_spec, fresh, i
 from rankkit.data.dataset import PaddedBatch
 from rankkit.infra import checks as _checks
 from rankkit.lambdas import lambda_gradients
+from rankkit.lambdas.plan import shared_plan_of
 from rankkit.losses import LISTWISE, OBJECTIVES
 from rankkit.neural.config import KERNEL_OPTIONS
 from rankkit.neural.loss import LambdaLoss, _denominator, lambda_loss
@@ -139,6 +140,9 @@ class NeuralObjective:
             if self._generator is None:  # seeded by seed_everything
                 self._generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
             options["generator"] = self._generator
+        plan = shared_plan_of(batch.labels, batch.mask)
+        if plan is not None:
+            options["plan"] = plan
         return lambda_loss(scores, batch.labels, mask=batch.mask, loss=s.name, reduction=s.reduction, **options,
                            **dict(s.options), **debias)
 

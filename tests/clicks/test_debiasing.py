@@ -849,3 +849,43 @@ def test_dla_learns_the_examination_within_a_few_epochs_only_at_its_own_rate(pbm
     slow, default = propensities(None), propensities(LambdaRank(n_features=6).hparams.position_lr)
     assert (slow - 1.0).abs().max() < 0.15  # hardly moved (0.90 at the deepest, where the truth is 1/8)
     assert (default[4:] - truth[4:]).abs().mean() < 0.5 * (slow[4:] - truth[4:]).abs().mean()
+
+
+def test_the_race_shares_one_plan_and_gives_the_losses_it_gave_without(logs):
+    # The candidates' lambda losses of one batch share its plan (the labels validated and
+    # planned once): the race's loss is bit for bit the sum of each candidate's own public call,
+    # and scores that are not finite are still refused, naming the argument.
+    from rankkit.lambdas.plan import shared_plan_of
+    from rankkit.neural.objective import NeuralObjective
+    from rankkit.scorers import score_lists
+
+    data, train, _ = logs
+
+    def race_module():
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=5, hidden=[8], dropout=0.0, unbiased="auto", n_positions=P)
+        module.fit_preprocessor(data.features)
+        module.read_click_log(train.sessions)
+        return module
+
+    batch = next(iter(train.sessions.iter_batches(64)))
+    alone, shared_module = race_module(), race_module()
+    want = sum(alone.race.candidates[name].objective(
+        score_lists(alone.race.candidates[name].scorer, batch.features, batch.mask), batch)
+        for name in alone.race.runs)
+    plans, original = [], NeuralObjective.__call__
+
+    def spy(self, scores, b, pair_weights=None):
+        plans.append(shared_plan_of(b.labels, b.mask))
+        return original(self, scores, b, pair_weights)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(NeuralObjective, "__call__", spy)
+        got = shared_module.race.loss(batch)
+    assert torch.equal(got, want)
+    assert len(plans) == 4 and plans[0] is not None and all(p is plans[0] for p in plans)  # DLA has its own loss
+    assert shared_plan_of(batch.labels, batch.mask) is None  # only inside the race's step
+    with torch.no_grad():
+        next(shared_module.race.candidates["naive"].scorer.parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"`scores` has to be finite on real documents, got nan at \[0, 0\]"):
+        shared_module.race.loss(batch)
