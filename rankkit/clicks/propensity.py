@@ -426,16 +426,19 @@ class PropensityEstimator:
 
     def _inverse_biases(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(1 / t⁺, 1 / t⁻), clipped, on ``device`` in ``dtype``: copied from the host once per
-        value of the biases (a copy to a GPU waits for it), not once per batch."""
-        key = (self.t_plus._version, self.t_minus._version, self.clip, device, dtype)
+        value of the biases (a copy to a GPU waits for it), not once per batch. The biases live
+        on the host: their values are compared with the last copy's (P numbers; whatever wrote
+        them, in place, through ``.data`` or numpy, or replaced them)."""
+        key = (self.clip, device, dtype)
         cached = self.__dict__.get("_inverse")
-        if cached is not None and cached[0] is self.t_plus and cached[1] is self.t_minus and cached[2] == key:
+        if (cached is not None and cached[0] == key and torch.equal(cached[1], self.t_plus)
+                and torch.equal(cached[2], self.t_minus)):
             return cached[3]
         inv_plus, inv_minus = 1.0 / self.t_plus, 1.0 / self.t_minus
         if self.clip is not None:
             inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
         value = inv_plus.to(device, dtype), inv_minus.to(device, dtype)
-        self._inverse = (self.t_plus, self.t_minus, key, value)
+        self._inverse = (key, self.t_plus.clone(), self.t_minus.clone(), value)
         return value
 
 

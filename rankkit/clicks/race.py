@@ -327,11 +327,10 @@ class DebiasingRace(nn.Module):
                           "whole training log, which was not read (train with a datamodule that has a `train_set`, "
                           "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
             self._leave("ips")
-        runs, scores = self.runs, []
-        with shared_plan(batch.labels, batch.mask, scores):  # the labels validated and planned once for all
-            for name in runs:
-                scores.append(score_lists(self.candidates[name].scorer, batch.features, batch.mask))
-            loss = sum(self.candidates[name].objective(s, batch) for name, s in zip(runs, scores))
+        runs = self.runs
+        with shared_plan(batch.labels, batch.mask):  # the labels validated and planned once for all
+            loss = sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
+                                                                   batch.mask), batch) for name in runs)
         if _distributed():  # DDP reduces every parameter's gradient: the dropped networks' are zero
             loss = loss + sum(p.reshape(-1)[:0].sum() for name, child in self.candidates.items() if name not in runs
                               for p in child.parameters() if p.requires_grad)  # (an empty sum: finite whatever p holds)

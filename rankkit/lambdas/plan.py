@@ -191,28 +191,38 @@ class QueryPlan:
         return self.cached(("relevance", dtype, threshold), make)
 
 
-#: The batch whose plan the losses inside :func:`shared_plan` share: (labels, mask, plan).
+#: The batch whose plan the losses inside :func:`shared_plan` share: (labels, mask, plan, the
+#: conditions the block checks at its end).
 _SHARED: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("rankkit_shared_plan", default=None)
 
 
 @contextlib.contextmanager
-def shared_plan(labels: torch.Tensor, mask: torch.Tensor, scores: list[torch.Tensor]):
+def shared_plan(labels: torch.Tensor, mask: torch.Tensor):
     """Inside this block, the losses of one batch (these ``labels`` and ``mask``, the same
     tensors) that ask :func:`shared_plan_of` share one :class:`QueryPlan`: the labels validated
     and planned once, not once per loss (on a GPU a host synchronisation each). A planned loss
-    does not check its scores, so the block checks ``scores``, the list it fills with the
-    scores it trains on, finite at its end, all in one synchronisation. The race of
-    ``unbiased="auto"`` trains its candidates' lambda losses on one batch in such a block
+    checks neither its scores nor its pair weights, so each loss hands them to
+    :func:`shared_plan_of` and the block checks them all at its end, in one synchronisation,
+    as the unplanned losses would have (the same messages). The race of ``unbiased="auto"``
+    trains its candidates' lambda losses on one batch in such a block
     (:meth:`rankkit.clicks.race.DebiasingRace.loss`, :class:`rankkit.neural.objective.NeuralObjective`)."""
-    token = _SHARED.set((labels, mask, QueryPlan(labels, mask)))
+    conditions: list = []
+    token = _SHARED.set((labels, mask, QueryPlan(labels, mask), conditions))
     try:
         yield
     finally:
         _SHARED.reset(token)
-    _checks.check_tensors(*(_checks.finite_condition(s.detach(), mask, "scores") for s in scores))
+    _checks.check_tensors(*conditions)
 
 
-def shared_plan_of(labels: torch.Tensor, mask: torch.Tensor) -> QueryPlan | None:
-    """The plan of the enclosing :func:`shared_plan` block if it is these tensors', else None."""
+def shared_plan_of(labels: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor,
+                   pair_weights: tuple[torch.Tensor, torch.Tensor] | None = None) -> QueryPlan | None:
+    """The plan of the enclosing :func:`shared_plan` block if it is these tensors' (None
+    otherwise, and nothing is kept); the block then checks ``scores`` (finite on real documents)
+    and ``pair_weights`` (finite, non-negative) at its end."""
     shared = _SHARED.get()
-    return shared[2] if shared is not None and shared[0] is labels and shared[1] is mask else None
+    if shared is None or shared[0] is not labels or shared[1] is not mask:
+        return None
+    shared[3].append(_checks.finite_condition(scores.detach(), mask, "scores"))
+    shared[3].extend(_checks.weights_condition(w.detach(), mask, "pair_weights") for w in pair_weights or ())
+    return shared[2]

@@ -198,8 +198,9 @@ def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
     every gain of a query by 2^shift, as in :func:`gain_values`: NDCG takes DCG and ideal DCG
     over the same 2^shift, the query's top gain, so that no grade overflows. ``grades``: the
     largest label, from a caller that knows every real label to be an integer grade 0..31
-    (:attr:`rankkit.lambdas.plan.QueryPlan.grades`); None: checked here, at the cost of two
-    host synchronisations on a GPU.
+    (:attr:`rankkit.lambdas.plan.QueryPlan.grades`; trusted, not checked: a smaller one fails
+    the counting's indexing); None: checked here, at the cost of two host synchronisations on
+    a GPU.
 
     >>> ideal_dcg(torch.tensor([[0., 2., 1.]]), torch.tensor([[True] * 3]))  # 3 + 1/log2(3)
     tensor([3.6309])

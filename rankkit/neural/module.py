@@ -149,11 +149,20 @@ class NeuralRanker(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rankkit", {})
         restore_rng(state)
+        if "position_lr" not in (checkpoint.get("hyper_parameters") or {}):
+            self._position_lr_of_old_checkpoints()
         if isinstance(state.get("n_features"), int):
             self.n_features = state["n_features"]
         restore_entries(self.debiasing, self.race, state, checkpoint.get("state_dict"))
         if self.race is not None:  # a blend led: the scorer is the mean of two networks
             self.race.shape_scorer(self)
+
+    def _position_lr_of_old_checkpoints(self) -> None:
+        """A checkpoint saved before ``position_lr`` (2026-12-06) trained its position models at
+        ``lr``: it goes on doing so (None), here and in the race's candidates."""
+        for module in [self, *([] if self.race is None else self.race.candidates.values())]:
+            module.hparams.position_lr = None
+            module.debiasing.position_lr = None
 
     # -- the model ------------------------------------------------------------------------
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

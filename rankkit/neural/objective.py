@@ -140,9 +140,10 @@ class NeuralObjective:
             if self._generator is None:  # seeded by seed_everything
                 self._generator = torch.Generator().manual_seed(int(torch.initial_seed()) % 2**63)
             options["generator"] = self._generator
-        plan = shared_plan_of(batch.labels, batch.mask)
-        if plan is not None:
-            options["plan"] = plan
+        if "max_err_label" not in s.options:  # (which the planned kernel would not check the labels against)
+            plan = shared_plan_of(batch.labels, batch.mask, scores, pair_weights)
+            if plan is not None:
+                options["plan"] = plan
         return lambda_loss(scores, batch.labels, mask=batch.mask, loss=s.name, reduction=s.reduction, **options,
                            **dict(s.options), **debias)
 

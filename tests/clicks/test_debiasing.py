@@ -826,7 +826,7 @@ def test_the_position_models_train_at_position_lr(unbiased, position_lr):
 def test_dla_learns_the_examination_within_a_few_epochs_only_at_its_own_rate(pbm_logs):
     # PBM η = 1 on 8 shown positions: position k is examined 1/(k + 1) as often as the first. With
     # the scorer's 1e-3 the examination logits move by at most about 1e-3 a step (Adam): three epochs
-    # of batches as large as the click grid's (some ten steps) leave them where they started; at the
+    # of batches as large as the click grid's (some fifty steps) leave them where they started; at the
     # default position_lr they come down towards the curve.
     train, _ = pbm_logs
 
@@ -855,7 +855,7 @@ def test_the_race_shares_one_plan_and_gives_the_losses_it_gave_without(logs):
     # The candidates' lambda losses of one batch share its plan (the labels validated and
     # planned once): the race's loss is bit for bit the sum of each candidate's own public call,
     # and scores that are not finite are still refused, naming the argument.
-    from rankkit.lambdas.plan import shared_plan_of
+    from rankkit.lambdas import plan as plan_module
     from rankkit.neural.objective import NeuralObjective
     from rankkit.scorers import score_lists
 
@@ -876,7 +876,8 @@ def test_the_race_shares_one_plan_and_gives_the_losses_it_gave_without(logs):
     plans, original = [], NeuralObjective.__call__
 
     def spy(self, scores, b, pair_weights=None):
-        plans.append(shared_plan_of(b.labels, b.mask))
+        shared = plan_module._SHARED.get()
+        plans.append(None if shared is None else shared[2])
         return original(self, scores, b, pair_weights)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -884,8 +885,40 @@ def test_the_race_shares_one_plan_and_gives_the_losses_it_gave_without(logs):
         got = shared_module.race.loss(batch)
     assert torch.equal(got, want)
     assert len(plans) == 4 and plans[0] is not None and all(p is plans[0] for p in plans)  # DLA has its own loss
-    assert shared_plan_of(batch.labels, batch.mask) is None  # only inside the race's step
+    assert plan_module._SHARED.get() is None  # only inside the race's step
+    # What the planned losses do not check, the block does: the scores each loss is given (the
+    # "position" candidate's shifted by its biases), then the networks'.
+    position = shared_module.race.candidates["position"]
     with torch.no_grad():
+        position.position_bias.bias.fill_(float("inf"))
+    with pytest.raises(ValueError, match=r"`scores` has to be finite on real documents, got inf at \[0, 0\]"):
+        shared_module.race.loss(batch)
+    with torch.no_grad():
+        position.position_bias.bias.zero_()
         next(shared_module.race.candidates["naive"].scorer.parameters()).fill_(float("nan"))
     with pytest.raises(ValueError, match=r"`scores` has to be finite on real documents, got nan at \[0, 0\]"):
         shared_module.race.loss(batch)
+
+
+def test_a_checkpoint_from_before_position_lr_trains_its_position_models_at_lr(tmp_path):
+    # Saved before 2026-12-06 (no position_lr among its hyper-parameters): its position models
+    # trained at `lr`, and go on doing so after loading, by every route; a new checkpoint keeps its own.
+    from rankkit.infra.checkpoint import load_checkpoint
+
+    for unbiased in ("dla", "auto"):
+        module = LambdaRank(n_features=5, hidden=[8], lr=2e-3, unbiased=unbiased, n_positions=P, position_lr=0.05)
+        ckpt = {"state_dict": module.state_dict(), "pytorch-lightning_version": "2.6.0",
+                "hyper_parameters": {"_class_path": "rankkit.neural.LambdaRank", **dict(module.hparams)}}
+        module.on_save_checkpoint(ckpt)
+        torch.save(ckpt, tmp_path / "new.ckpt")
+        old = {k: v for k, v in ckpt["hyper_parameters"].items() if k != "position_lr"}
+        torch.save({**ckpt, "hyper_parameters": old}, tmp_path / "old.ckpt")
+        for load in (load_checkpoint, LambdaRank.load_from_checkpoint):
+            for name, want in (("new.ckpt", 0.05), ("old.ckpt", None)):
+                loaded = load(tmp_path / name)
+                modules = [loaded] if loaded.race is None else list(loaded.race.candidates.values())
+                for m in modules:
+                    assert m.hparams.position_lr == want
+                    groups = m.configure_optimizers().param_groups
+                    if len(groups) > 1:
+                        assert groups[1]["lr"] == (2e-3 if want is None else want)

@@ -220,3 +220,10 @@ def test_pair_factors_follow_the_biases_whatever_changes_them():
     check(torch.float64)
     est.update(torch.tensor([[0.0, 1.0, 0.5, 0.2]]), torch.tensor([[0.0, 1.0, 0.0, 1.0]]), positions)  # a step
     check()
+    est.t_plus.data[1] = 0.5      # past autograd's version counter
+    check()
+    est.t_minus.numpy()[3] = 0.2
+    check()
+    with torch.inference_mode():  # biases made where tensors keep no version counter
+        est.t_plus = torch.tensor([1.0, 0.3, 0.2, 0.1], dtype=torch.float64)
+    check()
