@@ -405,19 +405,26 @@ def test_simcuda_click_modes_equal_cpu(monkeypatch, unbiased):
         assert torch.equal(torch.as_tensor(gpu.propensities_["clicked"]), torch.as_tensor(cpu.propensities_["clicked"]))
 
 
+def _click_sessions(queries: int, seed: int, log_seeds=(0,)):
+    """The sessions of PBM η = 1 click logs (one per seed of ``log_seeds``) of a small synthetic
+    set shown in a random order, 5 sessions a query, 6 documents shown."""
+    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
+
+    data = make_synthetic(queries, (4, 10), 5, seed=seed)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(seed))
+    model = PositionBasedModel(eta=1.0, max_label=4)
+    return data, [simulate_clicks(data, scores, model=model, sessions_per_query=5, k=6, seed=s,
+                                  drop_unclicked=True).sessions for s in log_seeds]
+
+
 @pytest.mark.parametrize("unbiased", [True, "position", "dla", "ips", "auto"])
 def test_simcuda_neural_click_modes_equal_cpu(unbiased):
     """LambdaRank's click modes trained in a plain loop on the simulated device: the same losses,
     the same weights and (``"auto"``) the same race, stage by stage, as on the CPU; the modules'
     state (propensities, the examination model, the race's networks) moves with ``.to``."""
-    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
     from rankkit.neural import LambdaRank
 
-    data = make_synthetic(16, (4, 10), 5, seed=3)  # about 50 sessions: two batches an epoch
-    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(3))
-    model = PositionBasedModel(eta=1.0, max_label=4)
-    train, vali = (simulate_clicks(data, scores, model=model, sessions_per_query=5, k=6, seed=seed,
-                                   drop_unclicked=True).sessions for seed in (0, 1))
+    data, (train, vali) = _click_sessions(16, 3, log_seeds=(0, 1))  # about 50 sessions: two batches an epoch
 
     def run(device):
         torch.manual_seed(0)
@@ -463,13 +470,9 @@ STEP_SYNCS = {False: 3, "position": 3, "dla": 0, "ips": 4, "auto": 12}
 
 @pytest.mark.parametrize("unbiased", list(STEP_SYNCS))
 def test_simcuda_a_neural_training_step_syncs_only_where_it_must(unbiased):
-    from rankkit.data.clicks import PositionBasedModel, simulate_clicks
     from rankkit.neural import LambdaRank
 
-    data = make_synthetic(30, (4, 10), 5, seed=2)
-    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(2))
-    train = simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=5,
-                            k=6, seed=0, drop_unclicked=True).sessions
+    data, (train,) = _click_sessions(30, 2)
     with simcuda() as counts:
         torch.manual_seed(0)
         module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased=unbiased, n_positions=6)

@@ -274,14 +274,17 @@ class DebiasingRace(nn.Module):
         super().__init__()
         self.candidates = nn.ModuleDict(candidates)
         self.n_positions = n_positions
-        self.schedule = SuccessiveHalving(candidates, blends={
-            name: parts for name, parts in (blends or {}).items() if all(part in candidates for part in parts)})
+        self.schedule = SuccessiveHalving(candidates, blends=self._playable(blends or {}))
         self.leader_batches_: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.discard()
 
     @property
     def alive(self) -> list[str]:
         return self.schedule.alive
+
+    def _playable(self, blends: dict) -> dict:
+        """The blends whose two networks are both candidates."""
+        return {name: parts for name, parts in blends.items() if all(part in self.candidates for part in parts)}
 
     @property
     def blends(self) -> dict[str, tuple[str, ...]]:
@@ -423,8 +426,7 @@ class DebiasingRace(nn.Module):
             for name in missing:
                 del self.candidates[name]
                 self._leave(name)
-            self.schedule.blends = {blend: parts for blend, parts in self.blends.items()
-                                    if all(part in self.candidates for part in parts)}
+            self.schedule.blends = self._playable(self.blends)
 
     @classmethod
     def of(cls, module, scorer: nn.Module, n_positions: int) -> "DebiasingRace":

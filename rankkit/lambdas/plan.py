@@ -26,7 +26,7 @@ import torch
 
 from rankkit.infra import checks as _checks
 from rankkit.lambdas.blocks import plan_blocks
-from rankkit.lambdas.ranking import MAX_COUNTED_GRADE, discounts, gain_shift, gain_values, ideal_dcg, label_key
+from rankkit.lambdas.ranking import countable, discounts, gain_shift, gain_values, ideal_dcg, label_key
 
 __all__ = ["QueryPlan", "shared_plan", "shared_plan_of"]
 
@@ -84,7 +84,7 @@ class QueryPlan:
         # are integer grades (the ideal DCG counts them), in one copy.
         grade = labels.detach().masked_fill(~mask, 0)
         top = grade.amax(1).double() if n_docs else torch.zeros(n_queries, dtype=torch.float64, device=self.device)
-        counted = ((grade >= 0) & (grade <= MAX_COUNTED_GRADE) & (grade == grade.round())).all(1)
+        counted = countable(grade).all(1)
         device_lengths = mask.sum(1)
         host = (torch.stack([device_lengths.double(), top, counted.double()]).cpu() if n_queries
                 else torch.zeros(3, 0))

@@ -187,6 +187,12 @@ def ranks(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> tor
 MAX_COUNTED_GRADE = 31
 
 
+def countable(grade: torch.Tensor) -> torch.Tensor:
+    """Elementwise: the label is an integer grade 0..:data:`MAX_COUNTED_GRADE` (the ideal DCG
+    counts such grades instead of sorting; :class:`rankkit.lambdas.plan.QueryPlan` asks too)."""
+    return (grade >= 0) & (grade <= MAX_COUNTED_GRADE) & (grade == grade.round())
+
+
 def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
               gain: str = "exp", shift: torch.Tensor | None = None, grades: int | None = None) -> torch.Tensor:
     """DCG@k of the ideal (label-sorted) ranking of each query, shape [Q], over 2^shift.
@@ -214,8 +220,7 @@ def ideal_dcg(labels: torch.Tensor, mask: torch.Tensor, *, k: int | None = None,
         d = torch.where(torch.arange(n, device=labels.device) < k, d, 0.0)
     grade = labels.masked_fill(~mask, 0)  # no boolean indexing: it costs a nonzero() pass
     if grades is None:  # two host synchronisations (a plan knows: QueryPlan.grades)
-        counted = (grade >= 0) & (grade <= MAX_COUNTED_GRADE) & (grade == grade.round())
-        grades = int(grade.max()) if grade.numel() and bool(counted.all()) else None
+        grades = int(grade.max()) if grade.numel() and bool(countable(grade).all()) else None
     if grades is not None:
         top = grades
         grade = grade.long()
