@@ -5,14 +5,17 @@ process). Instead:
 
 - rankkit removes the causes it owns (``LambdaMARTModule`` steps a no-op optimizer of its own
   instead of returning None from ``configure_optimizers``);
-- for the two messages a fit of a rankkit module raises that the user cannot act on, the
+- for the three messages a fit of a rankkit module raises that the user cannot act on, the
   module's ``setup`` hook adds a narrow filter and its ``teardown`` (or the datamodule's
   ``on_exception``) takes it out again (:func:`hold` / :func:`release`): Lightning's
   "The number of training batches (n) is smaller than the logging interval" (rankkit's modules
   log every training metric ``on_epoch`` too, so no epoch goes unlogged; a LambdaMART epoch is
-  one boosting round, always one batch), and Lightning 2.6's own ``LeafSpec`` FutureWarning
-  under torch >= 2.10 (raised by Lightning's ``CombinedLoader`` for any DataLoader; the
-  datamodule hides this one alone, for any module);
+  one boosting round, always one batch); "You have overridden `on_after_batch_transfer` in
+  `LightningModule` but have passed in a `LightningDataModule`" (the neural rankers map each
+  batch's displayed positions there, and a datamodule is how they are meant to be fitted);
+  and Lightning 2.6's own ``LeafSpec`` FutureWarning under torch >= 2.10 (raised by
+  Lightning's ``CombinedLoader`` for any DataLoader; the datamodule hides this one alone, for
+  any module);
 - the ``LambdaMART`` estimator builds no Trainer and raises nothing (its ``verbose`` is a
   progress bar); ``rankkit.compare`` wraps its internal Trainers in its own quiet scope.
 
@@ -29,11 +32,14 @@ import os
 import warnings
 from typing import Iterator
 
-#: (message regex, category name, module regex) of each message a rankkit fit hides.
-FIT_NOISE: tuple[tuple[str, str, str], ...] = (
+#: (message regex, category name, module regex, whether only a rankkit module's fit hides it)
+#: of each message a rankkit fit hides; the datamodule hides the others for any module.
+FIT_NOISE: tuple[tuple[str, str, str, bool], ...] = (
     (r"The number of training batches \(\d+\) is smaller than the logging interval",
-     "PossibleUserWarning", r"pytorch_lightning|lightning\.pytorch"),
-    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", "FutureWarning", r"pytorch_lightning|lightning"),
+     "PossibleUserWarning", r"pytorch_lightning|lightning\.pytorch", True),
+    (r"You have overridden `on_after_batch_transfer` in `LightningModule` but have passed in a "
+     r"`LightningDataModule`", "UserWarning", r"pytorch_lightning|lightning", True),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", "FutureWarning", r"pytorch_lightning|lightning", False),
 )
 
 
@@ -63,6 +69,8 @@ def verbose_scope() -> Iterator[None]:
 
 
 def _category(name: str) -> type[Warning]:
+    if name == "UserWarning":
+        return UserWarning
     if name == "PossibleUserWarning":
         try:
             from pytorch_lightning.utilities.warnings import PossibleUserWarning
@@ -72,17 +80,20 @@ def _category(name: str) -> type[Warning]:
     return FutureWarning
 
 
-def hold(owner: object, *, logging_interval: bool = True) -> None:
+def hold(owner: object, *, module: bool = True) -> None:
     """Hide :data:`FIT_NOISE` until :func:`release` (``owner``'s setup hook; nothing when
-    verbose). Calling it again first releases what ``owner`` held. ``logging_interval=False``
-    (the datamodule: a user's own module may log ``on_step`` only, and then the hint is
-    meant for them) leaves the logging-interval hint alone."""
+    verbose). Calling it again first releases what ``owner`` held. ``module=False`` (the
+    datamodule, which any module may be fitted with) leaves the messages only a rankkit
+    module's fit hides alone: a user's own module may log ``on_step`` only or override
+    ``on_after_batch_transfer``, and then the hint is meant for them."""
     release(owner)
     if verbose():
         return
     added = []
-    for message, category, module in FIT_NOISE[0 if logging_interval else 1:]:
-        warnings.filterwarnings("ignore", message=message, category=_category(category), module=module)
+    for message, category, where, module_only in FIT_NOISE:
+        if module_only and not module:
+            continue
+        warnings.filterwarnings("ignore", message=message, category=_category(category), module=where)
         added.append(warnings.filters[0])
     owner.__dict__["_rankkit_quiet"] = added
 

@@ -338,7 +338,7 @@ class RankingDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage is not None and self.trainer is not None:
-            _quiet.hold(self, logging_interval=False)  # Lightning's LeafSpec deprecation (rankkit.infra.quiet)
+            _quiet.hold(self, module=False)  # Lightning's LeafSpec deprecation (rankkit.infra.quiet)
         if any(d is not None for d in (self.train_set, self.val_set, self._test_set, self._read_test)):
             return
         h = self.hparams

@@ -32,6 +32,14 @@ MODELS = {
 }
 
 
+def _forget_lightnings_warnings():
+    """Lightning shows some warnings once a process (its ``WarningCache``s): forget them, so that
+    what a first fit shows a user is seen whatever ran before in this process."""
+    from pytorch_lightning.trainer.connectors import data_connector
+
+    data_connector.warning_cache.clear()
+
+
 def _fit(name, tmp_path, **trainer):
     train, val = _data()
     dm = RankingDataModule.from_datasets(train, val)
@@ -39,6 +47,7 @@ def _fit(name, tmp_path, **trainer):
     # A logger (the default Trainer has one): Lightning's logging-interval check needs it.
     trainer = pl.Trainer(max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
                          logger=CSVLogger(tmp_path), default_root_dir=tmp_path, **trainer)
+    _forget_lightnings_warnings()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every warning, however often it was shown before
         trainer.fit(model, datamodule=dm)
