@@ -51,6 +51,7 @@ from rankkit.boosting.tree import (
 )
 from rankkit.custom import NonFiniteGradient
 from rankkit.infra import threads
+from rankkit.infra.transfer import upload
 from rankkit.kernels.backends import Backend, RoundState, cat_float64, choose
 from rankkit.clicks.debiasing import make_debiasing
 
@@ -441,17 +442,6 @@ def sample_round(generator: torch.Generator, sizes: torch.Tensor, n_features: in
         features = torch.randperm(n_features, generator=generator)[: max(1, round(colsample * n_features))]
         features = upload(device, features.sort().values)[0]
     return rows, features
-
-
-def upload(device: torch.device | str, *tensors: torch.Tensor) -> list[torch.Tensor]:
-    """The host tensors ``tensors`` (1-D, one dtype) on ``device``. To a GPU in one copy that
-    does not block the host: packed into pinned memory and copied with ``non_blocking=True``
-    (a copy from pageable memory would wait for the device, a sync every round)."""
-    device = torch.device(device)
-    if device.type == "cpu":
-        return list(tensors)
-    packed = torch.cat(tensors).pin_memory().to(device, non_blocking=True)
-    return list(packed.split([len(t) for t in tensors]))
 
 
 def grow_round(grower: ObliviousTreeGrower, grad: torch.Tensor, hess: torch.Tensor, *,

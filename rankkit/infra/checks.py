@@ -165,6 +165,21 @@ def check_tensors(*conditions: tuple[str, torch.Tensor, torch.Tensor, str]) -> N
                              f"[{', '.join(map(str, idx))}]")
 
 
+def checked_copy(payload: torch.Tensor, *conditions: tuple[str, torch.Tensor, torch.Tensor, str]) -> torch.Tensor:
+    """``payload`` copied to the host, with the ``conditions`` of :func:`check_tensors` checked
+    in the same copy: one host synchronisation for both where a caller needs a copy anyway (a
+    query plan's lengths). Raises as :func:`check_tensors` would (the same message), before
+    anything reads the copy."""
+    conditions = tuple(c for c in conditions if c[2].numel())
+    if not conditions:
+        return payload.cpu()
+    flags = torch.stack([c[2].any() for c in conditions]).to(payload.dtype)
+    host = torch.cat([payload.reshape(-1), flags]).cpu()  # the one sync
+    if bool(host[payload.numel():].any()):
+        check_tensors(*conditions)
+    return host[:payload.numel()].view(payload.shape)
+
+
 def check_sizes(sizes, n: int, name: str = "sizes") -> torch.Tensor:
     """[Q] query sizes: integers, each in 0..n, summing to n (the documents). Every size is
     bounded before anything is summed, so no sum can wrap around (a size of 2^63 - 1 beside a
@@ -220,11 +235,14 @@ def batch_mask(mask, scores: torch.Tensor) -> torch.Tensor:
 
 
 def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_name: str = "scores",
-                finite_scores: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                finite_scores: bool = True,
+                defer: list | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """A padded batch: ``scores`` [Q, L] float; ``labels``, ``mask`` (bool) and ``weights`` of
     the same shape, moved to the scores' device; labels and weights finite and non-negative on
     real documents, scores finite there, and the conditions ``extra(labels, mask)`` returns (a
-    list of ``(name, values, bad, what)``): one host synchronisation for all of it.
+    list of ``(name, values, bad, what)``): one host synchronisation for all of it. ``defer``:
+    a list that receives those tensor conditions instead, for a caller that checks them in a
+    host copy it makes anyway (:func:`checked_copy`); the shapes and kinds are checked here.
 
     Returns (scores, labels, mask, weights), ``mask`` all True when None was given.
     """
@@ -240,6 +258,9 @@ def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_n
         conditions.append(weights_condition(weights, mask))
     if extra is not None:
         conditions.extend(extra(labels, mask))
-    check_tensors(*conditions)
+    if defer is not None:
+        defer.extend(conditions)
+    else:
+        check_tensors(*conditions)
     return scores, labels, mask, weights
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from rankkit.infra import checks as _checks
+from rankkit.infra.transfer import upload
 from rankkit.kernels.switches import triton_takes
 from rankkit.lambdas.blocks import BUFFERS_PER_PAIR, CPU_BLOCK_PAIRS, Layout
 from rankkit.lambdas.plan import QueryPlan
@@ -164,10 +165,12 @@ def lambda_gradients(
     >>> hess  # σ² ρ (1 − ρ)
     tensor([[0.2500, 0.2500]])
     """
+    conditions: list = []  # checked in the plan's one copy to the host
     scores, labels, mask, weights, groups, pair_weights, fn = _check(
         scores, labels, mask=mask, weighting=weighting, sigma=sigma, k=k, gain=gain, weights=weights,
-        max_err_label=max_err_label, workspace_bytes=workspace_bytes, groups=groups, pair_weights=pair_weights)
-    plan = QueryPlan(labels, mask, weights=weights, check=False)
+        max_err_label=max_err_label, workspace_bytes=workspace_bytes, groups=groups, pair_weights=pair_weights,
+        defer=conditions)
+    plan = QueryPlan(labels, mask, weights=weights, check=False, conditions=conditions)
     return planned_lambda_gradients(scores, plan, weighting=fn, sigma=sigma, k=k, gain=gain,
                                     tie_term=tie_term, normalize=normalize,
                                     max_err_label=max_err_label, groups=groups,
@@ -331,8 +334,8 @@ class _Pass:
             # numbers), all blocks' flags in one indexing.
             self.n_wide = [0] * (n_queries + 1)
             cum = torch.cat([wide.new_zeros(1, dtype=torch.long), wide.cumsum(0)])
-            q0s, q1s = plan.cached(("block_queries", cutoff, cap), lambda: torch.tensor(
-                [[b[0] for b in blocks], [b[1] for b in blocks]], device=device))
+            q0s, q1s = plan.cached(("block_queries", cutoff, cap), lambda: upload(
+                device, torch.tensor([b[0] for b in blocks]), torch.tensor([b[1] for b in blocks])))
             self.block_wide = cum[q1s] > cum[q0s]
             self.direct = torch.empty(biggest, dtype=dtype, device=device)
         self.per_doc = [s, exp_pos, exp_neg, *ranked.terms]
@@ -535,10 +538,10 @@ def _one_plus_exp(b: _Block, x, n, shape) -> None:
 
 
 def _check(scores, labels, *, mask, weighting, sigma, k, gain, weights, max_err_label, workspace_bytes, groups,
-           pair_weights):
-    """Validate the public arguments once (one host synchronisation for the tensors); return
-    (scores, labels, mask, weights, groups, pair_weights) on the scores' device, mask all True for None, and
-    the weighting to use."""
+           pair_weights, defer: list):
+    """Validate the public arguments once; return (scores, labels, mask, weights, groups,
+    pair_weights) on the scores' device, mask all True for None, and the weighting to use. The
+    tensors' values are checked by the conditions put in ``defer`` (the plan's copy checks them)."""
     if isinstance(weighting, Weighting):
         fn = weighting
     else:
@@ -576,7 +579,7 @@ def _check(scores, labels, *, mask, weighting, sigma, k, gain, weights, max_err_
                                f"at most `max_err_label` ({max_err_label:g}) on real documents"))
         return conditions
 
-    scores, labels, mask, weights = _checks.check_batch(scores, labels, mask,
-                                                             weights=weights, extra=extra)
+    scores, labels, mask, weights = _checks.check_batch(scores, labels, mask, weights=weights, extra=extra,
+                                                        defer=defer)
     return (scores, labels, mask, weights, _checks.to_device(groups, scores.device),
             tuple(moved) or None, fn)

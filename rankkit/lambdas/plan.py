@@ -41,6 +41,9 @@ class QueryPlan:
         check: validate the arguments (labels and weights finite and non-negative on real
             documents), naming the first bad position. False: the caller has (the public
             kernel and metrics validate their arguments before they build a plan).
+        conditions: more conditions of :func:`rankkit.infra.checks.check_tensors` (a caller's
+            own, e.g. the scores'), checked first. All of them are checked in the plan's one
+            copy to the host, which raises before the plan is made.
 
     Attributes:
         labels, mask, weights: the batch as given (mask all True for None), on the labels'
@@ -61,33 +64,33 @@ class QueryPlan:
     """
 
     def __init__(self, labels: torch.Tensor, mask: torch.Tensor | None = None, *,
-                 weights: torch.Tensor | None = None, check: bool = True):
+                 weights: torch.Tensor | None = None, check: bool = True, conditions: list | tuple = ()):
+        conditions = list(conditions)
         if check:
             _checks.check_tensor(labels, "labels", ndim=2)
             device = labels.device
             if mask is not None:
                 mask = _checks.to_device(_checks.check_tensor(mask, "mask", shape=labels.shape,
                                                               kind="bool"), device)
-            conditions = [_checks.labels_condition(labels, mask)]
+            conditions.append(_checks.labels_condition(labels, mask))
             if weights is not None:
                 weights = _checks.to_device(_checks.check_tensor(weights, "weights", shape=labels.shape),
                                             device)
                 conditions.append(_checks.weights_condition(weights, mask))
-            _checks.check_tensors(*conditions)
         if mask is None:
             mask = torch.ones(labels.shape, dtype=torch.bool, device=labels.device)
         self.labels, self.mask, self.weights = labels, mask, weights
         self.shape = tuple(labels.shape)
         self.device = labels.device
         n_queries, n_docs = self.shape
-        # The one host synchronisation: the query lengths, the top label and whether the labels
-        # are integer grades (the ideal DCG counts them), in one copy.
+        # The one host synchronisation: the query lengths, the top label, whether the labels are
+        # integer grades (the ideal DCG counts them) and the checks' verdicts, in one copy.
         grade = labels.detach().masked_fill(~mask, 0)
         top = grade.amax(1).double() if n_docs else torch.zeros(n_queries, dtype=torch.float64, device=self.device)
         counted = countable(grade).all(1)
         device_lengths = mask.sum(1)
-        host = (torch.stack([device_lengths.double(), top, counted.double()]).cpu() if n_queries
-                else torch.zeros(3, 0))
+        host = (_checks.checked_copy(torch.stack([device_lengths.double(), top, counted.double()]), *conditions)
+                if n_queries else torch.zeros(3, 0))
         lengths = host[0].long()
         self.max_label = float(host[1].max()) if n_queries else 0.0
         self.grades = int(self.max_label) if n_queries and n_docs and bool(host[2].all()) else None

@@ -5,6 +5,7 @@ metric)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from .test_lambdas import WEIGHTING_NAMES, assert_matches, random_batch, referen
 from test_metrics import pad, random_queries, ref_ap, ref_ndcg
 
 from rankkit import metrics as M
+from rankkit.infra import checks as _checks
 from rankkit.lambdas.plan import QueryPlan
 from rankkit.lambdas.ranking import ideal_dcg
 from rankkit.boosting.engine import BoosterConfig, BoostingEngine
@@ -217,7 +219,38 @@ def test_a_plan_built_and_used_on_the_device_costs_its_one_copy():
         assert plan.qperm is not None and plan.grades is not None  # the batch is out of length order
         counts.reset()
         got = planned_lambda_gradients(s, plan, weighting=WEIGHTINGS["ndcg"], k=5)
-        # The kernel's block bounds, one small copy to the device (lambdas/__init__.py): the only one.
-        assert counts.syncs == 1 and counts.h2d == 1, dict(counts.sync_sites)
-    for a, b in zip(got, cpu):
-        assert torch.equal(from_sim(a), b)
+        # The kernel's block bounds, one small copy to the device from pinned memory (no wait).
+        assert counts.syncs == 0 and counts.h2d == 1, dict(counts.sync_sites)
+        # The public kernel: its arguments checked in the plan's one copy, not in a copy of their own.
+        counts.reset()
+        public = lambda_gradients(s, y, mask=m, weights=w, weighting="ndcg", k=5)
+        assert counts.syncs == 1, dict(counts.sync_sites)
+        counts.reset()
+        QueryPlan(y, m, weights=w)  # checking its own arguments: the same one copy
+        assert counts.syncs == 1, dict(counts.sync_sites)
+    for a, b, c in zip(got, cpu, public):
+        assert torch.equal(from_sim(a), b) and torch.equal(from_sim(c), b)
+
+
+@pytest.mark.parametrize("bad", ["scores", "labels", "weights", "pair_weights"])
+def test_the_checks_in_the_plans_copy_raise_as_their_own_copy_did(bad):
+    # The same message (the argument, the first bad position, its value) as check_tensors, on the
+    # CPU and on the simulated device, the first failing condition in the arguments' order.
+    scores, labels, mask, weights = random_batch(seed=4, n_q=5)
+    pair = (torch.ones_like(scores), torch.ones_like(scores))
+    args = dict(scores=scores, labels=labels.clone(), weights=weights.clone(), pair_weights=pair)
+    target = args[bad][0] if bad == "pair_weights" else args[bad]
+    target[2, 1] = float("nan") if bad == "scores" else -1.0
+    mask[2, 1] = True
+    expected = {"scores": "`scores` has to be finite", "labels": "`labels` has to be",
+                "weights": "`weights` has to be", "pair_weights": "`pair_weights` has to be"}[bad]
+    for device in ("cpu", "cuda"):
+        with simcuda():
+            moved = {k: tuple(t.to(device) for t in v) if k == "pair_weights" else v.to(device)
+                     for k, v in args.items()}
+            with pytest.raises(ValueError, match=re.escape(expected) + r".* at \[2, 1\]"):
+                lambda_gradients(moved["scores"], moved["labels"], mask=mask.to(device), weights=moved["weights"],
+                                 pair_weights=moved["pair_weights"], weighting="ndcg", k=5)
+    with pytest.raises(ValueError, match=r"at \[2, 1\]"):
+        _checks.checked_copy(torch.zeros(3), ("x", target, target < 0, "non-negative") if bad != "scores"
+                             else ("x", target, target.isnan(), "a number"))
