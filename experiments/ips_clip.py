@@ -30,7 +30,7 @@ from unbiased import (K_SHOWN, booster, click_models, fold_range, grid_arguments
 
 from rankkit.clicks.metrics import ClickLogMetric  # noqa: E402
 from rankkit.clicks.propensity import auto_clip, clicked_positions, ips_propensities  # noqa: E402
-from rankkit.data.clicks import simulate_clicks  # noqa: E402
+from rankkit.data.clicks import PositionBasedModel, simulate_clicks  # noqa: E402
 from rankkit.training.clicks import production_ranker, production_scores  # noqa: E402
 
 #: The click models ``auto_clip`` was chosen on; the others are its held-out check.
@@ -79,6 +79,12 @@ def run(name: str, fold: int, seed: int, args, done: set):
                 scorer, _, _ = train_lambdarank(log.sessions, metric, args, unbiased="ips", p=1.0, epochs=3,
                                                 propensity_clip=clip_value(clip))
                 test_rows[f"LambdaRank ips clip={clip}"] = test_ndcg(scorer(test.features), test)
+            if isinstance(model, PositionBasedModel):  # the ceiling: the click model's own examination
+                true_theta = model.examination(K_SHOWN) / model.examination(K_SHOWN)[0]
+                for clip in args.neural_true:
+                    scorer, _, _ = train_lambdarank(log.sessions, metric, args, unbiased="ips", p=1.0, epochs=3,
+                                                    propensity_clip=clip_value(clip), propensities=true_theta)
+                    test_rows[f"LambdaRank ips true θ clip={clip}"] = test_ndcg(scorer(test.features), test)
         theta = ips_propensities(x, clicks, sizes, position, n_positions=K_SHOWN, seed=seed)
         clicked = clicked_positions(clicks, position, K_SHOWN)  # the positions whose weights apply
         yield {"data": name, "fold": fold, "seed": seed, "click": label, "test": test_rows,
@@ -99,12 +105,13 @@ def merged(records: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def methods(clips: list[str], neural_clips: list[str]) -> list[str]:
+def methods(clips: list[str], neural_clips: list[str], neural_true: list[str] = ()) -> list[str]:
     return (["naive"] + [f"ips clip={c}" for c in clips] + ["oracle"]
-            + [f"LambdaRank ips clip={c}" for c in neural_clips])
+            + [f"LambdaRank ips clip={c}" for c in neural_clips]
+            + [f"LambdaRank ips true θ clip={c}" for c in neural_true])
 
 
-def summarise(records: list[dict], clips: list[str], neural_clips: list[str] = ()) -> dict:
+def summarise(records: list[dict], clips: list[str], neural_clips: list[str] = (), neural_true: list[str] = ()) -> dict:
     """{data: {click: {"n": runs, method: (mean, standard error), "gap": {method: share},
     "auto_clip": median, "largest_weight": median}}}."""
     out: dict = {}
@@ -115,7 +122,7 @@ def summarise(records: list[dict], clips: list[str], neural_clips: list[str] = (
         summary[name] = {}
         for click, runs in by_click.items():
             cell: dict = {"n": len(runs), "gap": {}}
-            for method in methods(clips, neural_clips):
+            for method in methods(clips, neural_clips, neural_true):
                 v = np.array([run["test"][method] for run in runs if method in run["test"]])
                 if len(v):
                     cell[method] = (float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1
@@ -135,7 +142,7 @@ def click_order(clicks) -> list[str]:
     return sorted(clicks, key=lambda c: (c == "cascade", float(c.split("=")[1]) if "=" in c else 0.0))
 
 
-def table(summary: dict, clips: list[str], neural_clips: list[str] = ()) -> str:
+def table(summary: dict, clips: list[str], neural_clips: list[str] = (), neural_true: list[str] = ()) -> str:
     out = []
     for name, by_click in summary.items():
         clicks = click_order(by_click)
@@ -143,7 +150,7 @@ def table(summary: dict, clips: list[str], neural_clips: list[str] = ()) -> str:
                    + ", ".join(f"{c} {by_click[c]['n']}" for c in clicks) + ")\n")
         out.append("| method | " + " | ".join(c + ("" if c in CHOSEN_ON else " (held out)") for c in clicks)
                    + " |\n|---|" + "---:|" * len(clicks))
-        for method in methods(clips, neural_clips):
+        for method in methods(clips, neural_clips, neural_true):
             if not any(method in by_click[c] for c in clicks):
                 continue
             cells = []
@@ -166,7 +173,7 @@ def table(summary: dict, clips: list[str], neural_clips: list[str] = ()) -> str:
 
 
 def write(records: list[dict], args, command: str) -> None:
-    summary = summarise(records, args.clips, args.neural_clips)
+    summary = summarise(records, args.clips, args.neural_clips, args.neural_true)
     body = ("## Learning from clicks: the ips clip (issue 49)\n\n"
             f"{time.strftime('%Y-%m-%d')}, 2 shared CPU cores (x86_64, 1 thread). Command: `{command}` "
             f"(results in `{'`, `'.join(args.paths)}`, one JSON line per run; `--report-only --write` rebuilds "
@@ -182,7 +189,7 @@ def write(records: list[dict], args, command: str) -> None:
             "The LambdaRank rows: `LambdaRank(unbiased=\"ips\")` as the click grid trains it (MLP [32], 3 epochs, "
             "its best epoch by the validation log's counterfactual NDCG), at the neural rankers' default clip of 10 "
             "and at `\"auto\"`.\n\n"
-            + table(summary, args.clips, args.neural_clips))
+            + table(summary, args.clips, args.neural_clips, args.neural_true))
     write_section("ips_clip", body)
 
 
@@ -192,6 +199,9 @@ def main(argv=None) -> int:
     p.add_argument("--clips", default="10,30,100,auto",
                    help="numbers, none or auto (a run already in --out is not run again: a new clip needs a new --out)")
     p.add_argument("--neural-clips", default="10,auto", help="LambdaRank's clips ('' leaves the neural rows out)")
+    p.add_argument("--neural-true", default="",
+                   help="clips of LambdaRank ips weighed by the click model's true examination instead of "
+                        "regression-EM's (the estimator's ceiling; position-based logs only)")
     p.add_argument("--neural-etas", default="1,2", help="the η of the LambdaRank rows")
     p.add_argument("--no-trees", dest="trees", action="store_false", help="the LambdaRank rows only")
     p.add_argument("--out", default="results/ips_clip.jsonl",
@@ -203,6 +213,7 @@ def main(argv=None) -> int:
     args.etas = [float(v) for v in args.etas.split(",")]
     args.clips = args.clips.split(",")
     args.neural_clips = [c for c in args.neural_clips.split(",") if c]
+    args.neural_true = [c for c in args.neural_true.split(",") if c]
     args.neural_etas = [f"PBM η={float(v):g}" for v in args.neural_etas.split(",")]
     folds = fold_range(args.folds)
     paths = args.paths = args.out.split(",")
@@ -221,7 +232,8 @@ def main(argv=None) -> int:
                             records = merged(records + [record])
                             print(f"{name} fold {fold} seed {seed} {record['click']}: "
                                   + ", ".join(f"{k} {v:.4f}" for k, v in record["test"].items()), file=sys.stderr)
-    print(table(summarise(records, args.clips, args.neural_clips), args.clips, args.neural_clips))
+    print(table(summarise(records, args.clips, args.neural_clips, args.neural_true), args.clips, args.neural_clips,
+                args.neural_true))
     if args.write:
         write(records, args, command)
     return 0

@@ -63,7 +63,7 @@ from rankkit.data.clicks import (
 from rankkit.metrics import ndcg
 from rankkit.neural import LambdaRank
 from rankkit.clicks.metrics import ClickLogMetric
-from rankkit.clicks.propensity import RegressionEM
+from rankkit.clicks.propensity import FixedPropensities, RegressionEM, clicked_positions
 
 K_SHOWN = 10
 LAMBDAMART = ("LambdaMART naive", "LambdaMART debiased (selected)", "LambdaMART oracle")
@@ -106,14 +106,21 @@ def boost_predict(model):
     return lambda x: model.predict(x)
 
 
-def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: int, **options):
+def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: int, propensities=None, **options):
     """LambdaRank in a plain loop; the epoch with the best click-log validation metric is kept.
-    ``options``: more of LambdaRank's settings (e.g. ``propensity_clip``)."""
+    ``options``: more of LambdaRank's settings (e.g. ``propensity_clip``). ``propensities``: with
+    ``unbiased="ips"``, θ [K_SHOWN] to weigh the pairs by instead of regression-EM's estimate
+    (the click model's true examination: the estimator's ceiling)."""
     torch.manual_seed(args.seed)
     module = LambdaRank(n_features=train.n_features, hidden=[32], dropout=0.1, lr=1e-3, weight_decay=1e-5,
                         k=10, reduction="sum", unbiased=unbiased, bias_p=p, n_positions=K_SHOWN, **options)
     module.fit_preprocessor(train.features)
     module.read_click_log(train)  # the position ids; "ips": its propensities
+    if propensities is not None:
+        debiasing = module.debiasing
+        debiasing.propensity = FixedPropensities(propensities, clip=debiasing.clip,
+                                                 used=clicked_positions(train.labels, train.position, K_SHOWN))
+        debiasing.costs = debiasing.propensity.costs.clone()
     opt = module.configure_optimizers()
     generator = torch.Generator().manual_seed(args.seed)
     best, best_state = -math.inf, None
