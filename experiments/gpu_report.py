@@ -612,8 +612,9 @@ def render(sim: list[dict], launches: dict, compiled: list[dict], lam: dict, rnd
         f"`torch.rand`, which keeps it out of the graph: the rounds are {still} under the "
         "interpreter (the table above).",
         "* The padded lambda kernels still serve the neural loss and the booster's k > 32 or no k "
-        "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans "
-        "(host syncs) on every call.",
+        "(that rank kernel counts in O(n²)); the public `lambda_gradients` validates and plans on "
+        "every call, in one host sync since 2026-12-06 (its checks ride in the plan's copy to the "
+        "host; the kernel's block bounds go to the device from pinned memory without a wait).",
     ]
     return "\n".join(lines) + "\n"
 
