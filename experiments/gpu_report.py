@@ -81,6 +81,7 @@ def simulated_counts() -> list[dict]:
     labels = torch.randint(0, 5, (64, 120), generator=g).float()
     with simcuda() as counts:
         s, y = scores.cuda().requires_grad_(), labels.cuda()
+        counts.reset()  # the batch's own copy to the device is the data loader's, not the step's
         grad, hess, loss = lambda_gradients(s.detach(), y, weighting="ndcg", k=10, return_loss=True)
         snap = counts.snapshot()
     rows.append({"what": "neural LambdaRank step's lambdas (64 × 120, NDCG@10, loss)",
