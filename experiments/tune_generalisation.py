@@ -47,7 +47,10 @@ from rankkit.data.bundled import mq2008_partition_path  # noqa: E402
 from rankkit.tune import tune  # noqa: E402
 
 MODES = {"one fold": dict(folds=None, trial_seeds=1), "folds": dict(folds="all", trial_seeds=1),
-         "folds x seeds": dict(folds="all", trial_seeds=2)}
+         "folds x seeds": dict(folds="all", trial_seeds=2),
+         # the same study, its config chosen by the one-standard-error rule (`rankkit tune --margin 1`):
+         # the untuned config unless the best trial beats it beyond one standard error of the paired fits
+         "folds x seeds, 1 SE": dict(folds="all", trial_seeds=2, margin=1.0, study="folds x seeds")}
 
 
 def _queries(path: Path) -> list[list[str]]:
@@ -104,19 +107,21 @@ def outer_splits(data: str, workdir: Path) -> list[tuple[str, dict, Path]]:
 
 
 def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: int, val_fraction: float,
-              workdir: Path) -> dict:
+              workdir: Path, modes: list[str]) -> dict:
     row = {"split": label}
     best = {}
     k = len(list(inner.glob("Fold*")))
-    for mode, options in MODES.items():
+    for mode in modes:
+        options = MODES[mode]
         t0 = time.perf_counter()
         folds = None if options["folds"] is None else f"1-{k}"
-        study = tune(config, n_trials=trials, seed=0, out=workdir / f"tune-{label}-{mode}".replace(" ", "_"),
+        study_mode = options.get("study", mode)  # a mode that chooses differently in another mode's study
+        study = tune(config, n_trials=trials, seed=0, out=workdir / f"tune-{label}-{study_mode}".replace(" ", "_"),
                      overrides={"data.data": str(inner), "data.fold": 1}, folds=folds,
-                     trial_seeds=options["trial_seeds"], log=lambda line: None)
+                     trial_seeds=options["trial_seeds"], margin=options.get("margin", 0.0), log=lambda line: None)
         row[f"{mode} s"] = time.perf_counter() - t0
         row[f"{mode} vali"] = study.best_value
-        named = Path(study.best_config).with_name(mode.replace(" ", "_") + ".yaml")  # compare names rows by file
+        named = Path(study.best_config).with_name(mode.replace(" ", "_").replace(",", "") + ".yaml")  # compare names rows by file
         shutil.copyfile(study.best_config, named)
         best[mode] = str(named)
     result = compare(**settings, seeds=1, out=str(workdir / f"compare-{label}".replace(" ", "_")),
@@ -132,7 +137,8 @@ def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: i
 
 
 def table(rows: list[dict]) -> str:
-    names = ["shipped", *MODES]
+    modes = [m for m in MODES if all(m in r for r in rows)]
+    names = ["shipped", *modes]
     lines = ["| outer split | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for r in rows:
         lines.append(f"| {r['split']} | " + " | ".join(f"{r[n]:.4f}" for n in names) + " |")
@@ -140,10 +146,30 @@ def table(rows: list[dict]) -> str:
         lines.append("| **mean** | " + " | ".join(f"**{statistics.mean(r[n] for r in rows):.4f}**" for n in names)
                      + " |")
     lines.append("")
+    studies = [m for m in modes if "study" not in MODES[m]]  # a mode that reuses another's study adds no time
     lines.append("Study time (s, mean per outer split): " + ", ".join(
-        f"{m} {statistics.mean(r[f'{m} s'] for r in rows):.0f}" for m in MODES) + "; the best trial's vali "
-        "NDCG@10: " + ", ".join(f"{m} {statistics.mean(r[f'{m} vali'] for r in rows):.4f}" for m in MODES) + ".")
+        f"{m} {statistics.mean(r[f'{m} s'] for r in rows):.0f}" for m in studies) + "; the chosen trial's vali "
+        "NDCG@10: " + ", ".join(f"{m} {statistics.mean(r[f'{m} vali'] for r in rows):.4f}" for m in modes) + ".")
     return "\n".join(lines)
+
+
+def _modes(text: str) -> list[str]:
+    """``--modes``: known names, each rule's study mode among or before them."""
+    names = [m.strip() for m in text.split(";" if ";" in text else ",")]
+    # "folds x seeds, 1 SE" holds a comma: join a bare "1 SE" back onto the mode before it
+    joined: list[str] = []
+    for name in names:
+        if name == "1 SE" and joined:
+            joined[-1] += ", 1 SE"
+        elif name:
+            joined.append(name)
+    for name in joined:
+        if name not in MODES:
+            raise SystemExit(f"--modes: unknown mode {name!r} (known: {'; '.join(MODES)})")
+        study = MODES[name].get("study")
+        if study is not None and study not in joined[:joined.index(name)]:
+            raise SystemExit(f"--modes: {name!r} chooses in the study of {study!r}: name that mode before it")
+    return joined
 
 
 def main(argv=None) -> None:
@@ -156,34 +182,45 @@ def main(argv=None) -> None:
     ap.add_argument("--report-only", action="store_true", help="tabulate --rows (several runs' rows) without running")
     ap.add_argument("--outer", default=None, help="MQ2008: the outer folds to run, e.g. 1,2 (default: all five)")
     ap.add_argument("--write", action="store_true", help="replace this data set's section of docs/benchmarks.md")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"the studies to run, of: {'; '.join(MODES)} "
+                    "(separated by commas; a rule's mode needs its study's mode before it)")
+    ap.add_argument("--section", default=None, help="the docs/benchmarks.md section --write replaces")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
-    if args.report_only:
-        rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
-        rows.sort(key=lambda r: r["split"])
+    modes = _modes(args.modes)
+    if args.report_only:  # rows of several files (--rows a,b) of the same splits merge, mode by mode
+        merged: dict[str, dict] = {}
+        for path in args.rows.split(","):
+            for line in Path(path).read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    merged.setdefault(row["split"], {}).update(row)
+        rows = [merged[k] for k in sorted(merged)]
     with tempfile.TemporaryDirectory() as tmp:
         wanted = None if args.outer is None else {f"fold {k}" for k in args.outer.split(",")}
         for label, settings, inner in [] if args.report_only else outer_splits(args.data, Path(tmp)):
             if wanted is not None and label not in wanted:
                 continue
             rows.append(one_split(args.config, label, settings, inner, trials=args.trials,
-                                  val_fraction=args.val_fraction, workdir=Path(tmp)))
+                                  val_fraction=args.val_fraction, workdir=Path(tmp), modes=modes))
             print(rows[-1], flush=True)
             if args.rows:
                 with open(args.rows, "a") as f:
                     f.write(json.dumps(rows[-1]) + "\n")
     body = (f"Measured {datetime.date.today()}, 1 torch thread, {args.trials} trials a study, command: "
             f"`{command_line(__file__, argv)}`. Test NDCG@10 of the shipped `{args.config}` config and of each "
-            f"study's best trial, trained on the outer split as `rankkit compare` trains"
+            f"study's chosen trial (its best; in a `1 SE` column, the untuned config unless the best beats it by "
+            f"more than one standard error of their paired fits: `rankkit tune --margin 1`), trained on the outer "
+            f"split as `rankkit compare` trains"
             + (f" (rows in `{args.rows}`, appended by runs of this script with `--rows`; `--report-only` "
                f"tabulates them)" if args.rows else "") + f":\n\n{table(rows)}")
     print(body)
     if args.write:
         name = "mq2008" if args.data == "mq2008" else Path(args.data).name.replace("-", "_")
         # a section per study size: 10 trials (the first readings) keep theirs
-        write_section(f"tune_generalisation_{args.config}_{name}" + (f"_t{args.trials}" if args.trials != 10 else ""),
-                      body)
+        write_section(args.section or f"tune_generalisation_{args.config}_{name}"
+                      + (f"_t{args.trials}" if args.trials != 10 else ""), body)
 
 
 if __name__ == "__main__":

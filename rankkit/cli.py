@@ -279,6 +279,10 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", default=None,
                    help="score each trial by the mean best vali over these folds, e.g. 1-5 or 1,3 (as lgb.cv; "
                         "N folds x --trial_seeds fits per trial)")
+    p.add_argument("--margin", type=float, default=0.0,
+                   help="with --folds or --trial_seeds N > 1: keep the untuned config unless the best trial beats it "
+                        "by more than this many standard errors of their paired fits (1: the one-standard-error "
+                        "rule; default 0: the best mean wins)")
     p.add_argument("--top_k", "--top-k", type=int, default=1,
                    help="also write the K best trials' configs (OUT/top/) and OUT/ensemble.yaml naming them, "
                         "which `rankkit compare --models` trains as one averaged scorer (default 1: best.yaml only)")
@@ -307,7 +311,7 @@ def cmd_tune(argv: list[str]) -> int:
     result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
                   out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
                   metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds, folds=args.folds,
-                  top_k=args.top_k, command="rankkit tune " + " ".join(argv),
+                  top_k=args.top_k, margin=args.margin, command="rankkit tune " + " ".join(argv),
                   log=(lambda line: None) if args.quiet else print)
     print(f"best {result.metric} {result.best_value:.4f} on vali: {result.best_config} "
           f"(trials: {result.out / 'trials.md'})")

@@ -329,7 +329,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
          metric: str | None = None, pruner: Any = "median", trial_seeds: int = 1, folds: str | list[int] | None = None,
-         top_k: int = 1, verbose: bool = False, command: str = "", log: Callable[[str], None] = print) -> TuneResult:
+         top_k: int = 1, margin: float = 0.0, verbose: bool = False, command: str = "",
+         log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
 
@@ -347,12 +348,16 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     the first fold's first seed decides pruning, so trials are pruned on like curves; the
     trial's per-fold values and their spread are recorded. ``top_k`` > 1: also write the configs of
     the K best completed trials (``OUT/top/1.yaml`` ... best first) and ``OUT/ensemble.yaml``
-    naming them, which ``rankkit compare --models`` trains as one averaged scorer. ``log`` takes a
-    line per trial.
+    naming them, which ``rankkit compare --models`` trains as one averaged scorer. ``margin`` > 0:
+    a study whose trials are scored by several fits (``folds``, ``trial_seeds``) keeps the untuned
+    config unless its best trial beats it by more than ``margin`` standard errors of their paired
+    differences, fit by fit (1: the one-standard-error rule; 0, the default: the best mean wins,
+    as a study of one fit always does); :func:`chosen_trial`. ``log`` takes a line per trial.
     """
     import optuna
 
-    _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout, top_k=top_k)
+    _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout, top_k=top_k,
+                   margin=margin)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -396,19 +401,29 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
         last = f"; the last failure (trial {failed[-1].number}): {failed[-1].user_attrs.get('error', '?')}" \
             if failed else ""
         raise ValueError(f"the study has no completed trial (every trial was pruned or failed){last}")
-    best = study.best_trial
+    best, why = chosen_trial(study, margin)
+    if why:
+        log(why)
     best_values = {k: _decode(v) for k, v in best.params.items()}
     _check_trial_values(best.number, best_values, params, storage)
     best_config = out / "best.yaml"
-    header = (f"# rankkit fit --config {best_config}\n#\n# The best trial ({best.number}) of the Optuna study "
-              f"{study.study_name!r} ({storage}) over {config_path.name}\n# with {space_file.name}: {metric} "
-              f"{best.value:.4f} on vali{_scored_by(trial_seeds, folds)} at epoch "
-              f"{best.user_attrs.get('best_epoch', '?')} (0-based); the untuned "
-              f"config scored {_untuned_value(study):s}.\n# Written {datetime.date.today()}"
-              + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
+    header = _header(study, best, why, best_config=best_config, storage=storage,
+                     sources=f"{config_path.name}\n# with {space_file.name}", metric=metric,
+                     scored_by=_scored_by(trial_seeds, folds), command=command)
     _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
-    ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log)
+    ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log=log, best=best)
     return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble)
+
+
+def _header(study, best, why: str, *, best_config: Path, storage: str, sources: str, metric: str, scored_by: str,
+            command: str) -> str:
+    """best.yaml's comment lines: the command that refits it, the study and trial it came from,
+    why that trial (:func:`chosen_trial`), and when and by what it was written."""
+    return (f"# rankkit fit --config {best_config}\n#\n# The chosen trial ({best.number}) of the Optuna study "
+            f"{study.study_name!r} ({storage}) over {sources}: {metric} {best.value:.4f} on vali{scored_by} at "
+            f"epoch {best.user_attrs.get('best_epoch', '?')} (0-based); the untuned config scored "
+            f"{_untuned_value(study):s}." + (f"\n# {why}" if why else "") + f"\n# Written {datetime.date.today()}"
+            + (f" by `{command}`" if command else "") + ". Test data was not read.\n")
 
 
 def _write_outputs(study, out: Path, metric: str, best_config: Path, text: str) -> None:
@@ -418,7 +433,7 @@ def _write_outputs(study, out: Path, metric: str, best_config: Path, text: str) 
     _plot(study, out)
 
 
-def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1) -> None:
+def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1, margin=0.0) -> None:
     import optuna
 
     from rankkit.infra.checks import check_choice, check_int  # torch: not at `rankkit --help`
@@ -429,6 +444,8 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1) -> 
     check_int(top_k, "top_k", low=1)
     if not isinstance(pruner, optuna.pruners.BasePruner):
         check_choice(pruner, ("median", "none"), "pruner")
+    if _number(margin, "`margin`") < 0:
+        raise ValueError(f"`margin` has to be a number of standard errors >= 0, got {margin!r}")
     if timeout is not None:
         _number(timeout, "`timeout`")
         if timeout <= 0:
@@ -443,10 +460,10 @@ def _top_files(top_k: int) -> list[str]:
     return [] if top_k <= 1 else ["ensemble.yaml", *(f"top/{r}.yaml" for r in range(1, top_k + 1))]
 
 
-def _write_ensemble(study, out: Path, base: dict, params: dict, top_k: int, storage: str, metric: str,
-                    log: Callable[[str], None]) -> Path | None:
+def _write_ensemble(study, out: Path, base: dict, params: dict, top_k: int, storage: str, metric: str, *,
+                    log: Callable[[str], None], best) -> Path | None:
     """With ``top_k`` > 1: ``OUT/top/<r>.yaml``, the configs of the ``top_k`` best completed trials
-    (the study's best trial first, as ``best.yaml``, then by value, ties by trial number; fewer,
+    (the chosen trial ``best`` first, as ``best.yaml``, then by value, ties by trial number; fewer,
     said in one line, when the study has fewer), and ``OUT/ensemble.yaml`` naming them (``rankkit
     compare --models OUT/ensemble.yaml`` averages their scorers). Files an earlier run wrote for
     more trials, or for an ensemble this run does not ask for, are removed: what is in OUT
@@ -454,7 +471,6 @@ def _write_ensemble(study, out: Path, base: dict, params: dict, top_k: int, stor
     import optuna
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    best = study.best_trial
     ranked = [best] + sorted((t for t in done if t.number != best.number), key=lambda t: (-t.value, t.number))
     ranked = ranked[:top_k] if top_k > 1 else []
     if top_k > 1 and len(ranked) < top_k:
@@ -666,6 +682,8 @@ def _objective(base: dict, params: dict, *, seed: int, trial_seeds: int, metric:
             raise
         finally:  # pruned trials too
             trial.set_user_attr("seconds", time.perf_counter() - t0)
+        if len(scores) > 1:  # every fit's value, fold-major (chosen_trial pairs them with the untuned config's)
+            trial.set_user_attr("run_values", scores)
         if trial_seeds > 1 and folds is None:
             trial.set_user_attr("seed_values", scores)
         if folds is not None:  # each fold's mean over its seeds, and the spread of every fit
@@ -696,6 +714,33 @@ def _progress(n_trials: int, metric: str, log: Callable[[str], None]) -> Callabl
     return progress
 
 
+def chosen_trial(study, margin: float = 0.0) -> tuple[Any, str]:
+    """(the trial whose config a study writes, why when that is not simply its best).
+
+    A trial scored by several fits (folds, seeds: its ``run_values``, fold-major) beats the
+    untuned config only by more than ``margin`` standard errors of the paired differences
+    d_r = best_r − untuned_r over its fits r (the same fold and seed): a best mean that is within
+    that noise of the config the user already has is kept out (the one-standard-error rule of
+    Breiman, Friedman, Olshen and Stone, "Classification and Regression Trees", 1984; Hastie,
+    Tibshirani and Friedman, "The Elements of Statistical Learning", 2009, section 7.10). With
+    one fit a trial, no untuned trial, or ``margin`` 0: the best trial."""
+    best = study.best_trial
+    untuned = next((t for t in study.trials if t.user_attrs.get("untuned") and t.value is not None
+                    and t.state.name == "COMPLETE"), None)
+    if margin == 0 or untuned is None or untuned.number == best.number:
+        return best, ""
+    ours, theirs = best.user_attrs.get("run_values"), untuned.user_attrs.get("run_values")
+    if not ours or not theirs or len(ours) != len(theirs) or len(ours) < 2:
+        return best, ""
+    diffs = [a - b for a, b in zip(ours, theirs)]
+    mean, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+    paired = f"{mean:+.4f} ± {se:.4f} (mean ± standard error of {len(diffs)} paired fits)"
+    if mean > margin * se:
+        return best, f"the best trial ({best.number}) beats the untuned config by {paired}: it is chosen"
+    return untuned, (f"the untuned config (trial {untuned.number}) is kept: the best trial ({best.number}) beats it "
+                     f"by {paired}, within {margin:g} standard error(s) (--margin)")
+
+
 def _untuned_value(study) -> str:
     done = [t for t in study.trials if t.user_attrs.get("untuned") and t.value is not None]  # a rerun, if interrupted
     return f"{done[0].value:.4f}" if done else "(not finished)"
@@ -708,6 +753,7 @@ def _write_trials(study, out: Path, metric: str) -> None:
                      "best_epoch": t.user_attrs.get("best_epoch"), "epochs": t.user_attrs.get("epochs"),
                      "seconds": t.user_attrs.get("seconds"), "untuned": bool(t.user_attrs.get("untuned")),
                      "spread": t.user_attrs.get("spread"), "fold_values": t.user_attrs.get("fold_values"),
+                     "run_values": t.user_attrs.get("run_values"),
                      "params": {k: _decode(v) for k, v in t.params.items()}})
     atomic_write(out / "trials.json", lambda tmp: Path(tmp).write_text(json.dumps(rows, indent=1)))
     keys = list(dict.fromkeys(k for r in rows for k in r["params"]))

@@ -1087,6 +1087,8 @@ TUNE = [
     Case("tune-out-holds-its-config", tune_in_own_folder, ValueError,
          r"`--out` .*best\.yaml is the input `--config`: rankkit never writes over its inputs"),
     Case("tune-trial-seeds-zero", tune_call(trial_seeds=0), ValueError, r"`trial_seeds` has to be an integer >= 1"),
+    Case("tune-margin-negative", tune_call(margin=-1.0), ValueError,
+         r"`margin` has to be a number of standard errors >= 0, got -1\.0"),
     Case("callback-smoothed-window-zero", new_entry("rankkit.training.callbacks.SmoothedMetric", "val/ndcg@10", 0),
          ValueError, r"`window` has to be an integer >= 1, got 0"),
     Case("callback-smoothed-monitor-empty", new_entry("rankkit.training.callbacks.SmoothedMetric", "", 3),

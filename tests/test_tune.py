@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -447,3 +448,61 @@ def test_top_k_writes_the_k_best_trials_and_an_ensemble_compare_takes(tmp_path, 
     assert not (out / "ensemble.yaml").exists() and not (out / "top").exists() and (out / "best.yaml").exists()
     with pytest.raises(ValueError, match="`top_k`"):
         tuning.tune("lambdarank", out=out, n_trials=5, top_k=0)
+
+
+def _paired_trials(monkeypatch, delta: float, amp: float):
+    """Trials scored fit by fit: the untuned config 0.5 on every fit, every other trial 0.5 + delta
+    with ±amp alternating over its fits (fold-major), so the paired differences are delta ± amp."""
+    def fit(config, values, *, trial, metric, workdir, report=True):
+        if trial.number == 0:
+            return 0.5, 1
+        k = 2 * (config["data"]["fold"] - 1) + config["seed_everything"]
+        return 0.5 + delta + amp * (-1) ** k, 1
+
+    monkeypatch.setattr(tuning, "_trial", fit)
+
+
+def _chosen_lr(out):
+    import yaml
+
+    return yaml.safe_load((out / "best.yaml").read_text())["model"]["init_args"]["lr"]
+
+
+@pytest.mark.parametrize("delta, amp, margin, kept", [(0.01, 0.05, 1.0, True), (0.05, 0.01, 1.0, False),
+                                                      (0.01, 0.05, 0.0, False), (0.01, 0.05, 0.3, False)])
+def test_a_study_of_several_fits_keeps_the_untuned_config_unless_beaten_beyond_its_noise(
+        tmp_path, monkeypatch, delta, amp, margin, kept):
+    # The one-standard-error rule on the paired differences (same fold, same seed), against a
+    # plain-Python computation from what trials.json records.
+    _paired_trials(monkeypatch, delta, amp)
+    out, lines = tmp_path / "out", []
+    result = tuning.tune("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, margin=margin,
+                         log=lines.append)
+    rows = json.loads((out / "trials.json").read_text())
+    untuned, best = rows[0], max(rows[1:], key=lambda r: (r["value"], -r["trial"]))
+    diffs = [a - b for a, b in zip(best["run_values"], untuned["run_values"])]
+    assert len(diffs) == 4
+    mean = sum(diffs) / 4
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 3) / 2
+    assert (mean <= margin * se) == kept
+    chosen = untuned if kept else best
+    assert _chosen_lr(out) == pytest.approx(chosen["params"]["model.init_args.lr"])
+    assert result.best_value == pytest.approx(chosen["value"])
+    text = (out / "best.yaml").read_text()
+    if kept:
+        assert "the untuned config (trial 0) is kept" in text and any("is kept" in line for line in lines)
+    elif margin:
+        assert "beats the untuned config by" in text
+    else:
+        assert "untuned config (trial 0) is kept" not in text
+
+
+def test_a_study_of_one_fit_a_trial_takes_its_best_and_a_bad_margin_is_one_line(tmp_path, monkeypatch):
+    _paired_trials(monkeypatch, 0.001, 0.0)  # one fold, one seed: no spread to weigh
+    out = tmp_path / "out"
+    tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
+    rows = json.loads((out / "trials.json").read_text())
+    assert rows[0]["run_values"] is None and _chosen_lr(out) == pytest.approx(rows[1]["params"]["model.init_args.lr"])
+    for bad in (-1.0, float("nan"), "1", True):
+        with pytest.raises(ValueError, match="`margin` has to be"):
+            tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, margin=bad)
