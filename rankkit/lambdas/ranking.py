@@ -177,8 +177,9 @@ def _reference_rank_order(scores: torch.Tensor, labels: torch.Tensor,
 
 
 def ranks(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """0-based rank of each document under :func:`rank_order`, shape [Q, L] (long)."""
-    order = rank_order(scores, labels, mask)
+    """0-based rank of each document under :func:`rank_order`, shape [Q, L] (long); off the CPU
+    without asking the host about ties (the same order, by the three sorts)."""
+    order = rank_order(scores, labels, mask, sync=scores.device.type == "cpu")
     positions = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
     return torch.empty_like(order).scatter_(1, order, positions)
 
