@@ -65,6 +65,7 @@ from rankkit.infra.checks import (
     to_device,
     weights_condition,
 )
+from rankkit.infra.transfer import upload
 from rankkit.lambdas.ranking import discounts, ideal_dcg, ranks
 from rankkit.scorers import MLPScorer
 
@@ -426,9 +427,9 @@ class PropensityEstimator:
 
     def _inverse_biases(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(1 / t⁺, 1 / t⁻), clipped, on ``device`` in ``dtype``: copied from the host once per
-        value of the biases (a copy to a GPU waits for it), not once per batch. The biases live
-        on the host: their values are compared with the last copy's (P numbers; whatever wrote
-        them, in place, through ``.data`` or numpy, or replaced them)."""
+        value of the biases (from pinned memory, without waiting for the device), not once per
+        batch. The biases live on the host: their values are compared with the last copy's (P
+        numbers; whatever wrote them, in place, through ``.data`` or numpy, or replaced them)."""
         key = (self.clip, device, dtype)
         cached = self.__dict__.get("_inverse")
         if (cached is not None and cached[0] == key and torch.equal(cached[1], self.t_plus)
@@ -437,7 +438,7 @@ class PropensityEstimator:
         inv_plus, inv_minus = 1.0 / self.t_plus, 1.0 / self.t_minus
         if self.clip is not None:
             inv_plus, inv_minus = inv_plus.clamp(max=self.clip), inv_minus.clamp(max=self.clip)
-        value = inv_plus.to(device, dtype), inv_minus.to(device, dtype)
+        value = tuple(upload(device, inv_plus.to(dtype), inv_minus.to(dtype)))  # one copy that does not wait
         self._inverse = (key, self.t_plus.clone(), self.t_minus.clone(), value)
         return value
 

@@ -227,3 +227,24 @@ def test_pair_factors_follow_the_biases_whatever_changes_them():
     with torch.inference_mode():  # biases made where tensors keep no version counter
         est.t_plus = torch.tensor([1.0, 0.3, 0.2, 0.1], dtype=torch.float64)
     check()
+
+
+def test_pair_factors_reach_a_gpu_in_one_copy_that_does_not_wait():
+    # Unbiased LambdaMART's biases change every step, so their inverse goes to the device every
+    # step: one copy from pinned memory (no host sync; the positions' check is the step's one).
+    from simcuda import from_sim, simcuda
+
+    est = PropensityEstimator(4, p=0.0, weighting="ranknet", clip=5.0)
+    est.t_plus = torch.tensor([1.0, 0.5, 0.1, 0.05], dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])
+    cpu = est.pair_factors(positions)
+    with simcuda() as counts:
+        on_device = positions.cuda()
+        for _ in range(2):
+            counts.reset()
+            got = est.pair_factors(on_device)
+            assert counts.h2d == 1 and counts.syncs == 1, dict(counts.sync_sites)  # the positions' check
+            for a, b in zip(got, cpu):
+                assert torch.equal(from_sim(a), b)
+            est.t_plus[2] = 0.25  # a step's new biases: the next call copies again
+            cpu = est.pair_factors(positions)
