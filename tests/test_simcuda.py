@@ -466,7 +466,7 @@ def test_simcuda_neural_click_modes_equal_cpu(unbiased):
 # device from pinned memory, without a wait); DLA's softmax losses none. ("ips" adds the positions'
 # validation; "auto" trains its candidates on one shared plan, checks their scores in one go, and
 # adds the online estimate of True at p = 0.)
-STEP_SYNCS = {False: 1, "position": 1, "dla": 0, "ips": 2, "auto": 7}
+STEP_SYNCS = {False: 1, "position": 1, "dla": 0, "ips": 2, "auto": 6}
 
 
 @pytest.mark.parametrize("unbiased", list(STEP_SYNCS))

@@ -199,18 +199,26 @@ def _ids_text(ids: torch.Tensor) -> str:
 
 
 def _position_pair_costs(scores, clicked, positions, mask, n_positions, sigma, weighting, k):
-    # Only the (clicked, unclicked) pairs are evaluated: a session showing L documents with c
-    # clicks has c (L − c) of them among its L² (about a tenth at one click in ten). Each pair's
-    # cost is :func:`_pair_costs`' number, added in the same (row-major) order.
+    # On the CPU only the (clicked, unclicked) pairs are evaluated: a session showing L documents
+    # with c clicks has c (L − c) of them among its L² (about a tenth at one click in ten). Each
+    # pair's cost is :func:`_pair_costs`' number, added in the same (row-major) order. Off the CPU
+    # every pair of a chunk is evaluated and the others weigh 0: finding the pairs (``nonzero``)
+    # would wait for the device; the sums then differ from the CPU's in float64 rounding only.
     total = torch.zeros(n_positions * n_positions, dtype=torch.float64, device=scores.device)
     bucket = positions.clamp(max=n_positions - 1).long()
     s = scores.detach().double()
     real_clicked = clicked & mask
     unclicked = mask & ~clicked
+    d = inv = None
     if weighting == "ndcg":
         d, inv = _pair_discounts(s, real_clicked, mask, k)
     step = max(1, _CHUNK_PAIRS // max(1, s.shape[1] * s.shape[1]))
     for q0 in range(0, s.shape[0], step):
+        if s.device.type != "cpu":
+            _add_dense_pair_costs(total, s[q0:q0 + step], real_clicked[q0:q0 + step], unclicked[q0:q0 + step],
+                                  bucket[q0:q0 + step], n_positions, sigma,
+                                  None if d is None else (d[q0:q0 + step], inv[q0:q0 + step]))
+            continue
         q, a, b = (real_clicked[q0:q0 + step, :, None] & unclicked[q0:q0 + step, None, :]).nonzero(as_tuple=True)
         q = q + q0
         cost = F.softplus(-sigma * (s[q, a] - s[q, b]))
@@ -218,6 +226,17 @@ def _position_pair_costs(scores, clicked, positions, mask, n_positions, sigma, w
             cost = cost * ((d[q, a] - d[q, b]).abs() * inv[q])
         total.index_add_(0, bucket[q, a] * n_positions + bucket[q, b], cost)
     return total.view(n_positions, n_positions)
+
+
+def _add_dense_pair_costs(total, s, real_clicked, unclicked, bucket, n_positions, sigma, discounts) -> None:
+    """Add a chunk's pair costs [q, L, L] to ``total`` [P²] by (bucket of i, bucket of j), every
+    pair evaluated and those that are not (clicked i, unclicked j) weighing 0 (no host sync)."""
+    cost = F.softplus(-sigma * (s[:, :, None] - s[:, None, :]))
+    if discounts is not None:
+        d, inv = discounts
+        cost = cost * ((d[:, :, None] - d[:, None, :]).abs() * inv[:, None, None])
+    cost = torch.where(real_clicked[:, :, None] & unclicked[:, None, :], cost, 0.0)
+    total.index_add_(0, (bucket[:, :, None] * n_positions + bucket[:, None, :]).reshape(-1), cost.reshape(-1))
 
 
 def _pair_discounts(scores, real_clicked, mask, k):

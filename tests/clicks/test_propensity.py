@@ -248,3 +248,25 @@ def test_pair_factors_reach_a_gpu_in_one_copy_that_does_not_wait():
                 assert torch.equal(from_sim(a), b)
             est.t_plus[2] = 0.25  # a step's new biases: the next call copies again
             cpu = est.pair_factors(positions)
+
+
+@pytest.mark.parametrize("weighting, k", [("ndcg", 5), ("ranknet", None)])
+def test_position_pair_costs_on_a_gpu_take_every_pair_without_asking_the_host(weighting, k):
+    # Off the CPU the costs are summed over every pair with the others weighing 0 (finding the
+    # pairs would wait for the device): the CPU's numbers up to float64 rounding, in one sync
+    # (the batch's check), with long sessions, padding and tied scores.
+    from simcuda import from_sim, simcuda
+
+    g = torch.Generator().manual_seed(5)
+    scores = torch.randn(40, 12, generator=g, dtype=torch.float64).round(decimals=1)  # ties
+    clicks = (torch.rand(40, 12, generator=g) < 0.3).double()
+    positions = torch.randint(0, 15, (40, 12), generator=g)
+    mask = torch.arange(12)[None, :] < torch.randint(1, 13, (40, 1), generator=g)
+    cpu = position_pair_costs(scores, clicks, positions, mask=mask, n_positions=8, weighting=weighting, k=k)
+    assert cpu.sum() > 0
+    with simcuda() as counts:
+        args = [t.cuda() for t in (scores, clicks, positions, mask)]
+        counts.reset()
+        got = position_pair_costs(*args[:3], mask=args[3], n_positions=8, weighting=weighting, k=k)
+        assert counts.syncs == 1, dict(counts.sync_sites)
+    torch.testing.assert_close(from_sim(got), cpu, rtol=1e-12, atol=1e-12)
