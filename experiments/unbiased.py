@@ -116,8 +116,9 @@ def train_lambdarank(train, metric, args, *, unbiased: bool, p: float, epochs: i
                         k=10, reduction="sum", unbiased=unbiased, bias_p=p, n_positions=K_SHOWN, **options)
     module.fit_preprocessor(train.features)
     module.read_click_log(train)  # the position ids; "ips": its propensities
-    if propensities is not None:
+    if propensities is not None:  # indexed by displayed rank: the log's position ids must be 0..K-1 themselves
         debiasing = module.debiasing
+        assert torch.equal(debiasing.position_ids.ids.cpu(), torch.arange(K_SHOWN)), debiasing.position_ids
         debiasing.propensity = FixedPropensities(propensities, clip=debiasing.clip,
                                                  used=clicked_positions(train.labels, train.position, K_SHOWN))
         debiasing.costs = debiasing.propensity.costs.clone()

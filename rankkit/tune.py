@@ -731,7 +731,9 @@ def chosen_trial(study, margin: float = 0.0) -> tuple[Any, str]:
         return best, ""
     ours, theirs = best.user_attrs.get("run_values"), untuned.user_attrs.get("run_values")
     if not ours or not theirs or len(ours) != len(theirs) or len(ours) < 2:
-        return best, ""
+        return best, (f"--margin {margin:g} weighs nothing here: the best trial ({best.number}) and the untuned "
+                      f"config do not both record two or more fits to pair (one fit a trial, or trials of an "
+                      f"earlier rankkit or another --trial_seeds): the best mean wins")
     diffs = [a - b for a, b in zip(ours, theirs)]
     mean, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
     paired = f"{mean:+.4f} ± {se:.4f} (mean ± standard error of {len(diffs)} paired fits)"

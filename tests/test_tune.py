@@ -499,10 +499,11 @@ def test_a_study_of_several_fits_keeps_the_untuned_config_unless_beaten_beyond_i
 
 def test_a_study_of_one_fit_a_trial_takes_its_best_and_a_bad_margin_is_one_line(tmp_path, monkeypatch):
     _paired_trials(monkeypatch, 0.001, 0.0)  # one fold, one seed: no spread to weigh
-    out = tmp_path / "out"
-    tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
+    out, lines = tmp_path / "out", []
+    tuning.tune("lambdarank", out=out, n_trials=2, margin=1.0, log=lines.append)
     rows = json.loads((out / "trials.json").read_text())
     assert rows[0]["run_values"] is None and _chosen_lr(out) == pytest.approx(rows[1]["params"]["model.init_args.lr"])
+    assert any("--margin 1 weighs nothing here" in line for line in lines), lines
     for bad in (-1.0, float("nan"), "1", True):
         with pytest.raises(ValueError, match="`margin` has to be"):
             tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, margin=bad)
