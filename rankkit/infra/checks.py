@@ -234,6 +234,12 @@ def batch_mask(mask, scores: torch.Tensor) -> torch.Tensor:
     return to_device(check_tensor(mask, "mask", shape=scores.shape, kind="bool"), scores.device)
 
 
+def as_grades(labels: torch.Tensor) -> torch.Tensor:
+    """``labels`` as graded relevance: bool labels (clicks kept as a mask) as float32 0.0 / 1.0,
+    anything else as it is."""
+    return labels.to(torch.float32) if labels.dtype == torch.bool else labels
+
+
 def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_name: str = "scores",
                 finite_scores: bool = True,
                 defer: list | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -244,11 +250,12 @@ def check_batch(scores, labels, mask=None, *, weights=None, extra=None, scores_n
     a list that receives those tensor conditions instead, for a caller that checks them in a
     host copy it makes anyway (:func:`checked_copy`); the shapes and kinds are checked here.
 
-    Returns (scores, labels, mask, weights), ``mask`` all True when None was given.
+    Returns (scores, labels, mask, weights), ``mask`` all True when None was given; bool labels
+    (clicks as a mask) as 0.0 / 1.0.
     """
     check_tensor(scores, scores_name, ndim=2, kind="float")
     device = scores.device
-    labels = to_device(check_tensor(labels, "labels", shape=scores.shape), device)
+    labels = as_grades(to_device(check_tensor(labels, "labels", shape=scores.shape), device))
     mask = batch_mask(mask, scores)
     conditions = [labels_condition(labels, mask)]
     if finite_scores:

@@ -67,7 +67,7 @@ class QueryPlan:
                  weights: torch.Tensor | None = None, check: bool = True, conditions: list | tuple = ()):
         conditions = list(conditions)
         if check:
-            _checks.check_tensor(labels, "labels", ndim=2)
+            labels = _checks.as_grades(_checks.check_tensor(labels, "labels", ndim=2))
             device = labels.device
             if mask is not None:
                 mask = _checks.to_device(_checks.check_tensor(mask, "mask", shape=labels.shape,

@@ -254,3 +254,26 @@ def test_the_checks_in_the_plans_copy_raise_as_their_own_copy_did(bad):
     with pytest.raises(ValueError, match=r"at \[2, 1\]"):
         _checks.checked_copy(torch.zeros(3), ("x", target, target < 0, "non-negative") if bad != "scores"
                              else ("x", target, target.isnan(), "a number"))
+
+
+def test_bool_labels_are_clicks_as_grades_0_and_1_for_every_objective():
+    # Clicks kept as a mask: the lambda kernel and every objective read True/False as 1/0, as the
+    # metrics do (this used to fail inside the plan with torch's "round not implemented for Bool").
+    from rankkit.losses import OBJECTIVES
+    from rankkit.neural.loss import lambda_loss
+
+    g = torch.Generator().manual_seed(7)
+    scores = torch.randn(4, 6, generator=g)
+    clicks = torch.rand(4, 6, generator=g) < 0.4
+    mask = torch.arange(6)[None, :] < torch.tensor([[6], [4], [2], [5]])
+    for weighting in WEIGHTING_NAMES:
+        for a, b in zip(lambda_gradients(scores, clicks, mask=mask, weighting=weighting),
+                        lambda_gradients(scores, clicks.float(), mask=mask, weighting=weighting)):
+            assert torch.equal(a, b), weighting
+    for name in OBJECTIVES:
+        options = {"generator": torch.Generator().manual_seed(0)} if name in ("xendcg", "listmle") else {}
+        got = lambda_loss(scores.clone().requires_grad_(), clicks, mask=mask, loss=name, **options)
+        options = {"generator": torch.Generator().manual_seed(0)} if options else {}
+        want = lambda_loss(scores.clone().requires_grad_(), clicks.float(), mask=mask, loss=name, **options)
+        assert torch.equal(got.detach(), want.detach()), name
+    assert QueryPlan(clicks, mask).max_label == 1.0
