@@ -120,7 +120,7 @@ def vector(x, n: int, name: str, *, kind: str = "float") -> torch.Tensor:
         raise ValueError(f"`{name}` has to be a numeric vector: {e}") from None
     if tuple(t.shape) != (n,):
         raise ValueError(f"`{name}` has to have shape [{n}], got {tuple(t.shape)}")
-    if t.dtype == torch.bool or t.is_complex():
+    if (t.dtype == torch.bool and kind != "label") or t.is_complex():  # bool labels: clicks, 0 / 1 (as numpy's)
         raise ValueError(f"`{name}` has to be real-valued, got {t.dtype}")
     t = t.to(torch.float64)
     if kind in ("label", "weight"):
