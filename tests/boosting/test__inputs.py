@@ -70,8 +70,8 @@ def test_vectors_are_checked_by_kind():
     assert vector(read_only, 4, "w", kind="weight").sum() == 4
     # bool labels are clicks, 0 and 1, from numpy and torch alike; a bool weight or score is refused
     clicks = np.array([True, False, True])
-    assert vector(clicks, 3, "y", kind="label").tolist() == vector(torch.as_tensor(clicks), 3, "y", kind="label").tolist() \
-        == [1.0, 0.0, 1.0]
+    from_numpy, from_torch = vector(clicks, 3, "y", kind="label"), vector(torch.as_tensor(clicks), 3, "y", kind="label")
+    assert from_numpy.tolist() == from_torch.tolist() == [1.0, 0.0, 1.0]
     with pytest.raises(ValueError, match="`w` has to be real-valued, got torch.bool"):
         vector(torch.as_tensor(clicks), 3, "w", kind="weight")
 
