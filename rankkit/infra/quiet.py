@@ -10,7 +10,7 @@ process). Instead:
   ``on_exception``) takes it out again (:func:`hold` / :func:`release`): Lightning's
   "The number of training batches (n) is smaller than the logging interval" (rankkit's modules
   log every training metric ``on_epoch`` too, so no epoch goes unlogged; a LambdaMART epoch is
-  one boosting round, always one batch); "You have overridden `on_after_batch_transfer` in
+  one boosting round, always one batch); "You have overridden `on_before_batch_transfer` in
   `LightningModule` but have passed in a `LightningDataModule`" (the neural rankers map each
   batch's displayed positions there, and a datamodule is how they are meant to be fitted);
   and Lightning 2.6's own ``LeafSpec`` FutureWarning under torch >= 2.10 (raised by
@@ -37,7 +37,7 @@ from typing import Iterator
 FIT_NOISE: tuple[tuple[str, str, str, bool], ...] = (
     (r"The number of training batches \(\d+\) is smaller than the logging interval",
      "PossibleUserWarning", r"pytorch_lightning|lightning\.pytorch", True),
-    (r"You have overridden `on_after_batch_transfer` in `LightningModule` but have passed in a "
+    (r"You have overridden `on_before_batch_transfer` in `LightningModule` but have passed in a "
      r"`LightningDataModule`", "UserWarning", r"pytorch_lightning|lightning", True),
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", "FutureWarning", r"pytorch_lightning|lightning", False),
 )
@@ -85,7 +85,7 @@ def hold(owner: object, *, module: bool = True) -> None:
     verbose). Calling it again first releases what ``owner`` held. ``module=False`` (the
     datamodule, which any module may be fitted with) leaves the messages only a rankkit
     module's fit hides alone: a user's own module may log ``on_step`` only or override
-    ``on_after_batch_transfer``, and then the hint is meant for them."""
+    ``on_before_batch_transfer``, and then the hint is meant for them."""
     release(owner)
     if verbose():
         return

@@ -232,7 +232,8 @@ class NeuralRanker(pl.LightningModule):
         """:func:`rankkit.clicks.debiasing.read_click_log` (``Trainer.fit`` does it; a plain loop calls it once)."""
         read_click_log(self.debiasing, self.race, train_set)
 
-    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        # on the host, before the batch goes to the device: on a GPU the mapping would wait for it
         return self.debiasing.map(batch)
 
     def setup(self, stage: str) -> None:

@@ -340,3 +340,23 @@ def test_position_ids_of_any_numbering_train_the_same_neural_ranker(tmp_path, un
     with pytest.raises(ValueError, match=r"the training data's position` holds 6 distinct position ids \(0\.\.5\), "
                                          r"more than n_positions=4"):
         trainer.fit(module, datamodule=RankingDataModule.from_datasets(train, vali, max_docs=256))
+
+
+def test_the_neural_rankers_map_batch_positions_on_the_host_before_the_transfer():
+    # Mapped after the transfer, a GPU batch's positions went to the host for the ids' lookup and
+    # back, through boolean indexing: several waits for the device a batch. Lightning's
+    # on_before_batch_transfer runs on the host batch; the device then gets dense positions.
+    from rankkit.neural.module import NeuralRanker
+
+    assert NeuralRanker.on_after_batch_transfer is pl.LightningModule.on_after_batch_transfer
+    data = make_synthetic(30, (4, 8), 5, seed=2)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(2))
+    log = simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=3, k=5,
+                          seed=0, drop_unclicked=True).sessions
+    one_based = type(log)(log.features, log.labels, log.offsets, log.qids, None, log.source, log.position + 1)
+    module = LambdaRank(n_features=5, hidden=[8], unbiased=True, n_positions=5)
+    module.read_click_log(one_based)
+    batch = next(one_based.iter_batches(64))
+    mapped = module.on_before_batch_transfer(batch, 0)
+    assert torch.equal(mapped.position[batch.mask], batch.position[batch.mask] - 1)
+    assert mapped.position.device.type == "cpu"
