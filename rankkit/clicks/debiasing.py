@@ -67,6 +67,13 @@ FAMILY_SETTINGS = {"trees": (False, True, "position", "ips", "auto"),
 NEURAL_UNBIASED = FAMILY_SETTINGS["neural"]
 
 
+class MappedBatch(PaddedBatch):
+    """A :class:`PaddedBatch` whose positions went through the training log's ids
+    (:meth:`Debiasing.map`): dense indices, never mapped again (``to`` keeps the type)."""
+
+    __slots__ = ()
+
+
 def _bucket(position: torch.Tensor, n_positions: int) -> torch.Tensor:
     return position.long().clamp(0, n_positions - 1)
 
@@ -242,12 +249,18 @@ class Debiasing:
         return params
 
     def positions(self, batch: PaddedBatch) -> torch.Tensor:
-        """The batch's displayed positions [Q, L], which every debiasing setting needs."""
+        """The batch's displayed positions [Q, L] as dense indices, which every debiasing setting
+        needs: as :meth:`map` left them (``Trainer.fit`` maps each batch on the host before its
+        transfer), else mapped here (a plain loop; on a GPU that waits for the device, unless the
+        training log's ids are 0, 1, 2, ... themselves)."""
         if batch.position is None:
             raise ValueError(f"`unbiased={self.setting!r}` needs the documents' displayed positions: the "
                              f"training batch has no `position` (train on a dataset with `position=`, e.g. "
                              f"ClickLog.sessions)")
-        return batch.position
+        ids = self.position_ids
+        if ids is None or isinstance(batch, MappedBatch) or ids.identity:
+            return batch.position
+        return self.map(batch).position
 
     def read_positions(self, train_set) -> torch.Tensor | None:
         """At a neural fit's start: the position ids of the training data (more distinct ids than
@@ -263,13 +276,16 @@ class Debiasing:
         return dense
 
     def map(self, batch):
-        """``batch`` with its positions read through the training data's ids."""
+        """``batch`` with its positions read through the training data's ids, as a
+        :class:`MappedBatch` (which is returned as it is)."""
         ids = self.position_ids
         if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None:
             return batch
+        if isinstance(batch, MappedBatch):
+            return batch
         position = torch.zeros_like(batch.position)
         position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")
-        return batch._replace(position=position)
+        return MappedBatch(*batch._replace(position=position))
 
     # -- what a fitted model reports, what a checkpoint keeps ------------------------------------
     def propensities(self) -> dict[str, torch.Tensor] | None:
@@ -328,13 +344,13 @@ class LearnedBiases(Debiasing):
 
     def pair_weights(self, scores: torch.Tensor, batch: PaddedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Update t⁺, t⁻ from the batch's detached scores [Q, L]; return its (upper, lower) [Q, L]."""
-        self.positions(batch)
+        position = self.positions(batch)
         est = self.propensity
-        est.accumulate(scores.detach(), batch.labels, batch.position, batch.mask)
+        est.accumulate(scores.detach(), batch.labels, position, batch.mask)
         self.costs = BIAS_COST_DECAY * self.costs + est.costs
         est.costs = self.costs.clone()
         est.step()
-        return est.pair_factors(batch.position, batch.mask, dtype=scores.dtype)
+        return est.pair_factors(position, batch.mask, dtype=scores.dtype)
 
 
 class InversePropensities(LearnedBiases):

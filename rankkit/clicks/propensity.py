@@ -159,6 +159,11 @@ class PositionIds:
         self.n_positions = n_positions
         self.pool = pool
 
+    @property
+    def identity(self) -> bool:
+        """Whether the ids are 0, 1, 2, ... themselves (each known id is its own dense index)."""
+        return bool(torch.equal(self.ids, torch.arange(len(self.ids), dtype=self.ids.dtype)))
+
     @classmethod
     def of(cls, position: torch.Tensor, name: str, *, n_positions: int, pool: bool = False) -> PositionIds:
         """The ids of a training log's [N] integer ``position`` (named ``name`` in errors)."""

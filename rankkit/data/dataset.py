@@ -39,7 +39,7 @@ class PaddedBatch(NamedTuple):
     position: torch.Tensor | None = None
 
     def to(self, device) -> "PaddedBatch":
-        return PaddedBatch(*(None if t is None else t.to(device) for t in self))
+        return type(self)(*(None if t is None else t.to(device) for t in self))  # a subclass stays one
 
 
 def padded_layout(sizes: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -432,7 +432,9 @@ def test_the_race_without_the_training_log_leaves_ips_out_and_keeps_each_candida
     read.read_click_log(None)
     ips = read.race.candidates["ips"].debiasing
     assert ips.estimated and read.debiasing.position_ids is not None
-    read.race.loss(batch)  # no warning: every candidate races
+    with pytest.raises(ValueError, match=r"holds position id 0 .* never showed \(its ids: 1, 2"):
+        read.race.loss(batch)  # the unshifted log's positions are not this reading's ids
+    read.race.loss(shifted.padded(torch.arange(20)))  # no warning: every candidate races
     state = read.race.state()
     assert set(state["debiasing"]) == {"pairwise p=0", "ips"}
     fresh = LambdaRank(n_features=5, hidden=[8], unbiased="auto", n_positions=P)

@@ -360,3 +360,37 @@ def test_the_neural_rankers_map_batch_positions_on_the_host_before_the_transfer(
     mapped = module.on_before_batch_transfer(batch, 0)
     assert torch.equal(mapped.position[batch.mask], batch.position[batch.mask] - 1)
     assert mapped.position.device.type == "cpu"
+
+
+@pytest.mark.parametrize("unbiased", [True, "position", "ips", "dla"])
+def test_a_plain_loop_reads_positions_through_the_training_logs_ids_too(unbiased):
+    # Issue 49's class on the plain-loop route (read_click_log, then module.objective per batch, as
+    # experiments/unbiased.py trains): 1-based and sparse ids shifted the buckets there (position 0's
+    # bias unused, the last two merged), while Trainer.fit mapped them. Now both routes map once.
+    from rankkit.clicks.debiasing import MappedBatch
+
+    data = make_synthetic(40, (4, 10), 5, seed=1)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(1))
+    log = simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=5, k=6,
+                          seed=0, drop_unclicked=True).sessions
+    states = []
+    for shift in (lambda p: p, lambda p: p + 1, lambda p: 10 * p + 3):
+        shifted = type(log)(log.features, log.labels, log.offsets, log.qids, None, log.source, shift(log.position))
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased=unbiased, n_positions=6)
+        module.fit_preprocessor(shifted.features)
+        module.read_click_log(shifted)
+        opt = module.configure_optimizers()
+        for batch in shifted.iter_batches(64):
+            loss = module.objective(module.scorer(batch.features), batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        states.append(module.state_dict())
+    for other in states[1:]:
+        for name, value in states[0].items():
+            torch.testing.assert_close(other[name], value, rtol=0, atol=0, msg=name)
+    # a batch mapped once (Trainer.fit's hook) is never mapped again, on any device
+    mapped = module.debiasing.map(batch)
+    assert isinstance(mapped, MappedBatch) and isinstance(mapped.to("cpu"), MappedBatch)
+    assert module.debiasing.map(mapped) is mapped and module.debiasing.positions(mapped) is mapped.position
