@@ -447,8 +447,8 @@ class DebiasingRace(nn.Module):
         0-based ``epoch`` of ``epochs`` (the loop stopping early after ``patience`` epochs
         without improvement, if it does), drop the stage's losers, copy the leader into
         ``module.scorer`` and return its name."""
-        for batch in batches:
-            self.collect(batch)
+        for batch in batches:  # positions through the training log's ids, as Trainer.fit's hook maps them
+            self.collect(module.debiasing.map(batch))
         return self._lead(module, self.end_epoch(epoch, epochs, patience))
 
     def leader_scorer(self, name: str) -> nn.Module:

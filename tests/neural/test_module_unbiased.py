@@ -394,3 +394,33 @@ def test_a_plain_loop_reads_positions_through_the_training_logs_ids_too(unbiased
     mapped = module.debiasing.map(batch)
     assert isinstance(mapped, MappedBatch) and isinstance(mapped.to("cpu"), MappedBatch)
     assert module.debiasing.map(mapped) is mapped and module.debiasing.positions(mapped) is mapped.position
+
+
+def test_a_plain_loops_race_reads_training_and_validation_positions_through_the_ids():
+    # The same route for unbiased="auto": its candidates' batches and validate_race's validation
+    # batches map through the training log's ids, so shifted ids race and choose the same.
+    data = make_synthetic(40, (4, 10), 5, seed=3)
+    scores = torch.rand(data.n_docs, generator=torch.Generator().manual_seed(3))
+    train, vali = (simulate_clicks(data, scores, model=PositionBasedModel(eta=1.0, max_label=4), sessions_per_query=5,
+                                   k=6, seed=seed, drop_unclicked=True).sessions for seed in (0, 1))
+    runs = []
+    for shift in (lambda p: p, lambda p: 10 * p + 3):
+        logs = [type(d)(d.features, d.labels, d.offsets, d.qids, None, d.source, shift(d.position))
+                for d in (train, vali)]
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=5, hidden=[8], lr=1e-2, unbiased="auto", n_positions=6)
+        module.fit_preprocessor(logs[0].features)
+        module.read_click_log(logs[0])
+        opt = module.configure_optimizers()
+        for epoch in range(3):
+            for batch in logs[0].iter_batches(64):
+                loss = module.race.loss(batch)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            module.validate_race(logs[1].iter_batches(256), epoch, 3)
+        runs.append((module.race.scores_, module.unbiased_choice_, module.scorer.state_dict()))
+    (scores0, choice0, state0), (scores1, choice1, state1) = runs
+    assert choice0 == choice1 and scores0 == scores1
+    for name, value in state0.items():
+        torch.testing.assert_close(state1[name], value, rtol=0, atol=0, msg=name)
