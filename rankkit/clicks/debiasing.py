@@ -257,10 +257,14 @@ class Debiasing:
             raise ValueError(f"`unbiased={self.setting!r}` needs the documents' displayed positions: the "
                              f"training batch has no `position` (train on a dataset with `position=`, e.g. "
                              f"ClickLog.sessions)")
+        return self.dense(batch).position
+
+    def dense(self, batch: PaddedBatch) -> PaddedBatch:
+        """``batch`` with dense positions: :meth:`map`'s, except that a batch already mapped, or
+        of a training log whose ids are 0, 1, 2, ... themselves, is returned as it is (no lookup,
+        which on a GPU would wait for the device)."""
         ids = self.position_ids
-        if ids is None or isinstance(batch, MappedBatch) or ids.identity:
-            return batch.position
-        return self.map(batch).position
+        return batch if ids is None or ids.identity else self.map(batch)
 
     def read_positions(self, train_set) -> torch.Tensor | None:
         """At a neural fit's start: the position ids of the training data (more distinct ids than
@@ -279,9 +283,8 @@ class Debiasing:
         """``batch`` with its positions read through the training data's ids, as a
         :class:`MappedBatch` (which is returned as it is)."""
         ids = self.position_ids
-        if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None:
-            return batch
-        if isinstance(batch, MappedBatch):
+        if ids is None or not isinstance(batch, PaddedBatch) or batch.position is None or isinstance(
+                batch, MappedBatch):
             return batch
         position = torch.zeros_like(batch.position)
         position[batch.mask] = ids.index(batch.position[batch.mask], "a batch's position")

@@ -49,6 +49,8 @@ and a loss for small neural models).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -159,7 +161,7 @@ class PositionIds:
         self.n_positions = n_positions
         self.pool = pool
 
-    @property
+    @functools.cached_property
     def identity(self) -> bool:
         """Whether the ids are 0, 1, 2, ... themselves (each known id is its own dense index)."""
         return bool(torch.equal(self.ids, torch.arange(len(self.ids), dtype=self.ids.dtype)))

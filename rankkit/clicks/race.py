@@ -331,6 +331,7 @@ class DebiasingRace(nn.Module):
                           "or call `module.read_click_log(train_set)` before a plain loop)", stacklevel=2)
             self._leave("ips")
         runs = self.runs
+        batch = self._mapped(batch)  # positions through the ids once, for every candidate
         with shared_plan(batch.labels, batch.mask):  # the labels validated and planned once for all
             loss = sum(self.candidates[name].objective(score_lists(self.candidates[name].scorer, batch.features,
                                                                    batch.mask), batch) for name in runs)
@@ -338,6 +339,13 @@ class DebiasingRace(nn.Module):
             loss = loss + sum(p.reshape(-1)[:0].sum() for name, child in self.candidates.items() if name not in runs
                               for p in child.parameters() if p.requires_grad)  # (an empty sum: finite whatever p holds)
         return loss
+
+    def _mapped(self, batch: PaddedBatch) -> PaddedBatch:
+        """``batch`` with its positions through the training log's ids (which every candidate that
+        debiases read alike; :meth:`rankkit.clicks.debiasing.Debiasing.dense`): a plain loop's
+        batch once, not once per candidate."""
+        reader = next((c.debiasing for c in self.candidates.values() if c.debiasing.position_ids is not None), None)
+        return batch if reader is None else reader.dense(batch)
 
     def parameter_groups(self) -> list[dict]:
         return [group for child in self.candidates.values() for group in child.parameter_groups()]
@@ -448,7 +456,7 @@ class DebiasingRace(nn.Module):
         without improvement, if it does), drop the stage's losers, copy the leader into
         ``module.scorer`` and return its name."""
         for batch in batches:  # positions through the training log's ids, as Trainer.fit's hook maps them
-            self.collect(module.debiasing.map(batch))
+            self.collect(self._mapped(batch))
         return self._lead(module, self.end_epoch(epoch, epochs, patience))
 
     def leader_scorer(self, name: str) -> nn.Module:

@@ -13,9 +13,9 @@ take a plan; their public functions build one per call.
 
 Everything is computed on first use and cached by the options it depends on (the compute
 dtype, the cutoff, the gain, ...). Building a plan costs one host synchronisation (the
-query lengths, the top label and whether the labels are integer grades, in one copy; the
-validation, when asked, one more); off the CPU its first lambda pass for a cutoff copies the
-kernel's block bounds to the device (one small blocking copy); using it again costs none.
+query lengths, the top label, whether the labels are integer grades and the validation's
+verdicts, in one copy); off the CPU its first lambda pass for a cutoff copies the kernel's
+block bounds to the device from pinned memory, without waiting; using it again costs none.
 """
 from __future__ import annotations
 
