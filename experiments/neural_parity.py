@@ -55,6 +55,9 @@ NEURAL = {
     "Transformer LambdaRank + noise 0.1": dict(TRANSFORMER, noise=0.1),
     "Transformer softmax + noise 0.1": dict(TRANSFORMER, noise=0.1, loss="softmax", k=None, weighting="ndcg"),
     "Transformer NeuralNDCG + noise 0.1": dict(TRANSFORMER, noise=0.1, loss="neural_ndcg", k=None),
+    "LambdaRank MLP (piecewise encoding)": dict(MLP, encoding="piecewise"),
+    "Transformer LambdaRank (piecewise encoding)": dict(TRANSFORMER, encoding="piecewise"),
+    "Transformer NeuralNDCG (piecewise encoding)": dict(TRANSFORMER, encoding="piecewise", loss="neural_ndcg", k=None),
 }
 MAX_DOCS, PATIENCE = 512, 8
 

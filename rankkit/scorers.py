@@ -14,7 +14,8 @@ kind on a padded batch, and the training modules, export and serving all go thro
 Feature preprocessing belongs to the scorer, so an exported scorer takes raw features.
 LETOR features are heavy-tailed; :class:`FeaturePreprocessor` offers a signed ``log1p`` and a
 standardisation fitted on the training set, and (training only) Gaussian noise on the
-standardised features.
+standardised features; :class:`PiecewiseLinearEncoder` codes each feature by its place among the
+training values' quantiles instead.
 """
 from __future__ import annotations
 
@@ -152,6 +153,129 @@ class FeaturePreprocessor(nn.Module):
         return x.clamp(-self.clip, self.clip)
 
 
+class PiecewiseLinearEncoder(nn.Module):
+    """Raw features [..., F] -> embeddings [..., F · dim]: each feature's piecewise-linear
+    encoding over quantile bins, then a per-feature linear map to ``dim`` values and a ReLU.
+
+    The PLE-Q encoding of Gorishniy, Rubachev, Babenko, "On Embeddings for Numerical Features in
+    Tabular Deep Learning" (NeurIPS 2022): with the feature's bin edges e_0 ≤ e_1 ≤ ... ≤ e_T (the
+    0, 1/T, ..., 1 quantiles of the training documents), bin t reads
+    clamp((x − e_{t−1}) / (e_t − e_{t−1}), 0, 1), so x is coded by where it falls among the
+    training values, as a tree's split sees it; a bin of width 0 (a repeated value, a feature
+    with fewer than T + 1 distinct values) reads 0. Missing values (NaN, ±inf) read as 0 first,
+    as in :class:`FeaturePreprocessor`. The edges are buffers, fitted by :meth:`fit` or
+    :meth:`fit_stream` (the neural rankers fit them on the training documents when training
+    starts, as the preprocessor's statistics), so an exported scorer carries them.
+
+    >>> encoder = PiecewiseLinearEncoder(2, bins=4, dim=3).fit(torch.rand(100, 2))
+    >>> encoder(torch.rand(5, 7, 2)).shape
+    torch.Size([5, 7, 6])
+    """
+
+    def __init__(self, n_features: int, *, bins: int = 16, dim: int = 8, sample: int = 100_000):
+        super().__init__()
+        self.n_features = _checks.check_int(n_features, "n_features", low=1)
+        self.bins = _checks.check_int(bins, "bins", low=2)
+        self.dim = _checks.check_int(dim, "dim", low=1)
+        self.sample = _checks.check_int(sample, "sample", low=2)
+        self.register_buffer("edges", torch.zeros(n_features, bins + 1))
+        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
+        self.weight = nn.Parameter(torch.randn(n_features, bins, dim) / math.sqrt(bins))
+        self.bias = nn.Parameter(torch.zeros(n_features, dim))
+
+    @property
+    def out_features(self) -> int:
+        return self.n_features * self.dim
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`fit_stream`) has placed the edges."""
+        return bool(self.fitted)
+
+    def _quantiles(self, x: torch.Tensor) -> torch.Tensor:
+        """[F, T + 1] float64: the 0, 1/T, ..., 1 quantiles of rows x [n, F] (linear interpolation,
+        as numpy's default), a block of features at a time."""
+        x = torch.nan_to_num(x.reshape(-1, self.n_features).double(), nan=0.0, posinf=0.0, neginf=0.0)
+        if x.shape[0] == 0:
+            raise ValueError("no training documents to fit the piecewise-linear encoding on")
+        at = torch.linspace(0, 1, self.bins + 1, dtype=torch.float64) * (x.shape[0] - 1)
+        low = at.floor().long()
+        high = (low + 1).clamp_max(x.shape[0] - 1)
+        frac = (at - low).unsqueeze(1)
+        out = []
+        for start in range(0, self.n_features, 64):
+            column = x[:, start:start + 64].sort(dim=0).values
+            out.append(column[low] + frac * (column[high] - column[low]))
+        return torch.cat(out, dim=1).t()
+
+    def _set(self, edges: torch.Tensor) -> None:
+        self.edges.copy_(torch.cummax(edges, dim=1).values.to(self.edges.dtype))
+        self.fitted.fill_(True)
+
+    @torch.no_grad()
+    def fit(self, features: torch.Tensor) -> "PiecewiseLinearEncoder":
+        """Place the edges on training features [N, F] (at most ``sample`` rows, evenly strided)."""
+        if features.shape[-1] != self.n_features:
+            raise ValueError(f"expected {self.n_features} features, got {features.shape[-1]}")
+        x = features.reshape(-1, self.n_features)
+        stride = max(1, math.ceil(x.shape[0] / self.sample))
+        self._set(self._quantiles(x[::stride].cpu()))
+        return self
+
+    @torch.no_grad()
+    def fit_stream(self, batches, *, reduce=lambda t: t) -> "PiecewiseLinearEncoder":
+        """:meth:`fit` on a stream of feature batches, ``batches()`` yielding [n, F] tensors, in two
+        passes (the row count, then every stride-th row). ``reduce`` sums a tensor across processes:
+        each process places edges on its own rows and the edges are averaged, so every process
+        holds the same ones (the identity in one process)."""
+        n = sum(x.reshape(-1, self.n_features).shape[0] for x in batches())
+        stride = max(1, math.ceil(n / self.sample))
+        kept, seen = [], 0
+        for x in batches():
+            x = x.reshape(-1, self.n_features)
+            kept.append(x[(-seen) % stride::stride].cpu())
+            seen += x.shape[0]
+        edges = self._quantiles(torch.cat(kept)) if n else None
+        if edges is None:
+            raise ValueError("the training loader yielded no documents to fit the piecewise-linear encoding on")
+        device = self.edges.device
+        total = reduce(torch.cat([edges.reshape(-1), edges.new_ones(1)]).to(device))
+        self._set((total[:-1] / total[-1]).reshape(edges.shape))
+        return self
+
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
+        """[..., F] -> [..., F, T]: the piecewise-linear codes in [0, 1]."""
+        x = torch.nan_to_num(features, nan=0.0, posinf=0.0, neginf=0.0).unsqueeze(-1)
+        low, high = self.edges[:, :-1], self.edges[:, 1:]
+        width = high - low
+        live = width > 0
+        code = ((x - low) / torch.where(live, width, torch.ones_like(width))).clamp(0.0, 1.0)
+        return code * live.to(code.dtype)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        out = torch.einsum("...ft,ftd->...fd", self.encode(features), self.weight) + self.bias
+        return torch.relu(out).flatten(-2)
+
+
+ENCODINGS = ("standard", "piecewise")
+
+
+def feature_encoder(n_features: int, encoding: str, *, log1p: bool, standardize: bool, noise: float = 0.0,
+                    bins: int = 16) -> tuple[nn.Module, int]:
+    """The input stage of a default scorer and its output width: a :class:`FeaturePreprocessor`
+    (``"standard"``: signed log1p, standardisation) or a :class:`PiecewiseLinearEncoder`
+    (``"piecewise"``, ``bins`` quantile bins a feature, 8 values each)."""
+    if encoding == "piecewise":
+        if noise > 0:
+            raise ValueError(f"`noise` is added to the standard encoding's features; `encoding=\"piecewise\"` takes "
+                             f"none, got noise={noise}")
+        encoder = PiecewiseLinearEncoder(n_features, bins=bins)
+        return encoder, encoder.out_features
+    if encoding != "standard":
+        raise ValueError(f"`encoding` has to be one of {ENCODINGS}, got {encoding!r}")
+    return FeaturePreprocessor(n_features, log1p=log1p, standardize=standardize, noise=noise), n_features
+
+
 def _check_tower(n_features, hidden, activation: str, dropout: float) -> None:
     """The arguments every scorer's per-document tower shares (MLPScorer, TransformerScorer)."""
     _checks.check_int(n_features, "n_features", low=1)
@@ -175,6 +299,11 @@ class MLPScorer(nn.Module):
         norm: ``"layer"`` (LayerNorm after each hidden layer) or ``"none"``. BatchNorm is not
             offered: padded batches would leak padding into its statistics.
         log1p, standardize: see :class:`FeaturePreprocessor`.
+        encoding: the input stage, ``"standard"`` (:class:`FeaturePreprocessor`: ``log1p``,
+            ``standardize``) or ``"piecewise"`` (:class:`PiecewiseLinearEncoder` of ``bins``
+            quantile bins a feature, which ignores ``log1p`` and ``standardize``: quantiles do
+            not move under monotone maps).
+        bins: the piecewise encoding's bins a feature.
 
     >>> scorer = MLPScorer(4, hidden=(8,))
     >>> scorer(torch.randn(2, 3, 4)).shape
@@ -183,16 +312,16 @@ class MLPScorer(nn.Module):
 
     def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int] = (128, 64), *,
                  activation: str = "relu", dropout: float = 0.0, norm: str = "none",
-                 log1p: bool = True, standardize: bool = True):
+                 log1p: bool = True, standardize: bool = True, encoding: str = "standard", bins: int = 16):
         super().__init__()
 
         _check_tower(n_features, hidden, activation, dropout)
         if norm not in NORMS:
             raise ValueError(f"`norm` has to be one of {NORMS}, got {norm!r}")
         self.n_features = n_features
-        self.preprocess = FeaturePreprocessor(n_features, log1p=log1p, standardize=standardize)
+        self.preprocess, width = feature_encoder(n_features, encoding, log1p=log1p, standardize=standardize,
+                                                 bins=bins)
         layers: list[nn.Module] = []
-        width = n_features
         for h in hidden:
             layers.append(nn.Linear(width, h))
             if norm == "layer":
@@ -272,6 +401,7 @@ class TransformerScorer(nn.Module):
         activation, dropout: as :class:`MLPScorer`.
         latent_cross: the DASALC latent cross (above).
         log1p, standardize, noise: see :class:`FeaturePreprocessor`.
+        encoding, bins: the input stage, as :class:`MLPScorer`'s (``noise`` needs ``"standard"``).
 
     >>> scorer = TransformerScorer(4, hidden=(8,), heads=2)
     >>> scorer(torch.randn(2, 3, 4), torch.tensor([[True, True, False], [True, True, True]])).shape
@@ -283,7 +413,7 @@ class TransformerScorer(nn.Module):
     def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int] = (64,), *, heads: int = 4,
                  layers: int = 2, feedforward: int | None = None, activation: str = "relu",
                  dropout: float = 0.1, latent_cross: bool = True, log1p: bool = True,
-                 standardize: bool = True, noise: float = 0.0):
+                 standardize: bool = True, noise: float = 0.0, encoding: str = "standard", bins: int = 16):
         super().__init__()
 
         if not len(hidden):
@@ -298,9 +428,9 @@ class TransformerScorer(nn.Module):
         _checks.check_number(noise, "noise", low=0)
         self.n_features = n_features
         self.latent_cross = _checks.check_bool(latent_cross, "latent_cross")
-        self.preprocess = FeaturePreprocessor(n_features, log1p=log1p, standardize=standardize, noise=noise)
+        self.preprocess, previous = feature_encoder(n_features, encoding, log1p=log1p, standardize=standardize,
+                                                    noise=noise, bins=bins)
         tower: list[nn.Module] = []
-        previous = n_features
         for h in hidden:
             tower += [nn.Linear(previous, h), ACTIVATIONS[activation](), nn.Dropout(dropout)]
             previous = h
@@ -364,7 +494,7 @@ class MeanEnsemble(nn.Module):
 # -- the scorer a neural ranker builds from its hyper-parameters ------------------------------------
 def default_scorer(n_features: int | None, *, architecture: str, hidden, activation: str, dropout: float,
                    norm: str, log1p: bool, standardize: bool, heads: int, layers: int,
-                   latent_cross: bool) -> nn.Module:
+                   latent_cross: bool, encoding: str = "standard", bins: int = 16) -> nn.Module:
     """The scorer a :class:`NeuralRanker` builds when none is passed in: an
     :class:`~rankkit.scorers.MLPScorer` or a :class:`~rankkit.scorers.TransformerScorer`."""
     if n_features is None:
@@ -372,9 +502,10 @@ def default_scorer(n_features: int | None, *, architecture: str, hidden, activat
     n = _checks.check_int(n_features, "n_features")
     if architecture == "transformer":
         return TransformerScorer(n, tuple(hidden), heads=heads, layers=layers, activation=activation,
-                                 dropout=dropout, latent_cross=latent_cross, log1p=log1p, standardize=standardize)
+                                 dropout=dropout, latent_cross=latent_cross, log1p=log1p, standardize=standardize,
+                                 encoding=encoding, bins=bins)
     return MLPScorer(n, tuple(hidden), activation=activation, dropout=dropout, norm=norm, log1p=log1p,
-                     standardize=standardize)
+                     standardize=standardize, encoding=encoding, bins=bins)
 
 
 def set_noise(scorer: nn.Module, noise: float) -> None:
@@ -382,7 +513,7 @@ def set_noise(scorer: nn.Module, noise: float) -> None:
     preprocessors = [m for m in scorer.modules() if isinstance(m, FeaturePreprocessor)]
     if not preprocessors:
         raise ValueError(f"`noise` is added by the scorer's FeaturePreprocessor, and the scorer "
-                         f"{type(scorer).__name__} has none")
+                         f"{type(scorer).__name__} has none (`encoding=\"piecewise\"` takes no noise)")
     for pre in preprocessors:
         pre.noise = float(noise)
 
@@ -395,7 +526,8 @@ def neural_scorer(o) -> nn.Module:
     if scorer is None:
         scorer = default_scorer(o.n_features, architecture=o.architecture, hidden=o.hidden, activation=o.activation,
                                 dropout=o.dropout, norm=o.norm, log1p=o.log1p, standardize=o.standardize,
-                                heads=o.heads, layers=o.layers, latent_cross=o.latent_cross)
+                                heads=o.heads, layers=o.layers, latent_cross=o.latent_cross, encoding=o.encoding,
+                                bins=o.bins)
     elif not isinstance(scorer, nn.Module):
         raise ValueError(f"`scorer` has to be an nn.Module, got {_checks.describe(scorer)}")
     if o.noise > 0:
@@ -404,11 +536,12 @@ def neural_scorer(o) -> nn.Module:
 
 
 def fit_preprocessors(scorers: list[nn.Module], features, *, reduce=lambda t: t, refit: bool = False) -> bool:
-    """Fit the :class:`FeaturePreprocessor` s of ``scorers``: on ``features`` [N, F] (a tensor), or
-    streamed from ``features()`` (a callable giving [n, F] chunks, sums combined by ``reduce``).
+    """Fit the :class:`FeaturePreprocessor` s and :class:`PiecewiseLinearEncoder` s of ``scorers``: on
+    ``features`` [N, F] (a tensor), or streamed from ``features()`` (a callable giving [n, F] chunks,
+    sums combined by ``reduce``).
     Only the unfitted ones unless ``refit``; returns whether any was fitted."""
     todo = [m for scorer in scorers for m in scorer.modules()
-            if isinstance(m, FeaturePreprocessor) and (refit or not m.is_fitted)]
+            if isinstance(m, (FeaturePreprocessor, PiecewiseLinearEncoder)) and (refit or not m.is_fitted)]
     for pre in todo:
         if callable(features):
             pre.fit_stream(features, reduce=reduce)

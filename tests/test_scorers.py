@@ -332,3 +332,135 @@ def test_preprocessors_fitted_streamed_or_whole_agree_and_only_the_unfitted_are_
     assert fit_preprocessors([whole], x * 100, refit=True)
     after = [m.state_dict() for m in pre]
     assert any(not torch.equal(b[k], a[k]) for b, a in zip(before, after) for k in b if b[k].is_floating_point())
+
+
+# -- the piecewise-linear encoding ----------------------------------------------------------------
+def heavy_tailed(n=400, seed=0):
+    """Heavy-tailed columns with repeated values, a constant one, a binary one and missing values."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g).mul(2).exp().round()  # many repeats (0, 1, 2, ...) and a long tail
+    x[:, 1] = 3.0
+    x[:, 2] = (x[:, 2] > 2).float()
+    x[::7, 3] = float("nan")
+    return x
+
+
+def loop_codes(x, edges):
+    """The encoding written out in float64, feature by feature and bin by bin."""
+    n, f_count = x.shape
+    bins = edges.shape[1] - 1
+    out = torch.zeros(n, f_count, bins, dtype=torch.float64)
+    for i in range(n):
+        for f in range(f_count):
+            v = float(x[i, f])
+            v = 0.0 if v != v or abs(v) == float("inf") else v
+            for t in range(bins):
+                low, high = float(edges[f, t]), float(edges[f, t + 1])
+                if high > low:
+                    out[i, f, t] = min(max((v - low) / (high - low), 0.0), 1.0)
+    return out
+
+
+def test_the_piecewise_encoding_is_the_quantile_edges_and_the_formula_written_out():
+    import numpy as np
+
+    from rankkit.scorers import PiecewiseLinearEncoder
+
+    x = heavy_tailed()
+    encoder = PiecewiseLinearEncoder(4, bins=6, dim=3).fit(x)
+    clean = np.nan_to_num(x.double().numpy(), nan=0.0)
+    expected = np.quantile(clean, np.linspace(0, 1, 7), axis=0).T  # numpy's linear interpolation
+    np.testing.assert_allclose(encoder.edges.numpy(), expected, rtol=1e-6)
+    probe = torch.cat([x[:50], torch.tensor([[-1e9, 3.0, 5.0, 1e9], [float("inf"), 2.0, -1.0, float("nan")]])])
+    codes = encoder.encode(probe)
+    torch.testing.assert_close(codes.double(), loop_codes(probe, encoder.edges.double()), rtol=1e-6, atol=1e-7)
+    assert codes[:, 1].abs().sum() == 0  # the constant feature: every bin has width 0
+    with torch.no_grad():
+        manual = torch.relu(torch.einsum("nft,ftd->nfd", codes, encoder.weight) + encoder.bias).flatten(1)
+        torch.testing.assert_close(encoder(probe), manual)
+        torch.testing.assert_close(encoder(probe.reshape(2, 26, 4)), manual.reshape(2, 26, 12))
+
+
+def test_the_piecewise_edges_streamed_whole_sampled_or_across_processes_agree():
+    from rankkit.scorers import PiecewiseLinearEncoder, fit_preprocessors
+
+    x = heavy_tailed(1000, seed=1)
+    whole = PiecewiseLinearEncoder(4, bins=8).fit(x)
+    streamed = PiecewiseLinearEncoder(4, bins=8).fit_stream(lambda: iter(x.split(93)))
+    torch.testing.assert_close(streamed.edges, whole.edges)
+    # at most `sample` rows, every stride-th of the stream, the same rows either way
+    sampled = PiecewiseLinearEncoder(4, bins=8, sample=300).fit(x)
+    sampled_stream = PiecewiseLinearEncoder(4, bins=8, sample=300).fit_stream(lambda: iter(x.split(93)))
+    torch.testing.assert_close(sampled_stream.edges, sampled.edges)
+    torch.testing.assert_close(sampled.edges, PiecewiseLinearEncoder(4, bins=8).fit(x[::4]).edges)
+    assert not torch.equal(sampled.edges, whole.edges)
+    # two processes: each places edges on its rows, the edges are averaged (``reduce`` sums)
+    other = PiecewiseLinearEncoder(4, bins=8).fit(x * 3).edges
+    two = PiecewiseLinearEncoder(4, bins=8).fit_stream(
+        lambda: iter(x.split(93)), reduce=lambda t: t + torch.cat([other.reshape(-1), t.new_ones(1)]).to(t.dtype))
+    torch.testing.assert_close(two.edges, (whole.edges + other) / 2)
+    scorer = MLPScorer(4, (8,), encoding="piecewise", bins=8)
+    assert not scorer.preprocess.is_fitted
+    assert fit_preprocessors([scorer], lambda: iter(x.split(93)))
+    torch.testing.assert_close(scorer.preprocess.edges, whole.edges)
+    assert not fit_preprocessors([scorer], x * 100)  # fitted already
+    with pytest.raises(ValueError, match="no documents"):
+        PiecewiseLinearEncoder(4).fit_stream(lambda: iter([]))
+
+
+@pytest.mark.parametrize("ext", list(EXPORTERS))
+@pytest.mark.parametrize("architecture", ["mlp", "transformer"])
+def test_every_export_of_a_piecewise_scorer_equals_eager(tmp_path, ext, architecture):
+    if ext == "onnx":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    scorer = (transformer(encoding="piecewise", bins=5) if architecture == "transformer"
+              else MLPScorer(F, (8,), encoding="piecewise", bins=5).eval())
+    scorer.preprocess.fit(torch.randn(200, F).mul(2).exp().round())
+    path = EXPORTERS[ext](scorer, tmp_path / f"m.{ext}")
+    served = load_scorer(path, trust_torchscript=True)
+    for seed, (q, length) in enumerate([(3, 7), (1, 1), (5, 12)]):
+        x, mask = batch(seed, q, length)
+        x[0, 0, 0] = float("nan")
+        with torch.no_grad():
+            if architecture == "mlp":  # a pointwise export takes rows [N, F]
+                torch.testing.assert_close(served(x[mask]), scorer(x[mask]), rtol=1e-5, atol=1e-5)
+                continue
+            torch.testing.assert_close(served(x, mask), scorer(x, mask).masked_fill(~mask, 0.0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_piecewise_ranker_fits_its_edges_on_the_training_documents_and_checkpoints(tmp_path, tiny_data):
+    from rankkit.scorers import PiecewiseLinearEncoder
+
+    train, val = tiny_data
+    pl.seed_everything(0, verbose=False)
+    model = LambdaRank(n_features=F, encoding="piecewise", bins=6, hidden=[16], lr=1e-2, dropout=0.0)
+    assert isinstance(model.scorer.preprocess, PiecewiseLinearEncoder) and not model.scorer.preprocess.is_fitted
+    vb = val.padded()
+    with torch.no_grad():
+        before = ndcg(model.eval()(vb.features, vb.mask), vb.labels, mask=vb.mask, k=10).mean()
+    model.train()
+    trainer = make_trainer(tmp_path, 6, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    trainer.fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=128))
+    torch.testing.assert_close(model.scorer.preprocess.edges,
+                               PiecewiseLinearEncoder(F, bins=6).fit(train.features).edges)
+    model.eval()
+    with torch.no_grad():
+        scores = model(vb.features, vb.mask)
+        assert ndcg(scores, vb.labels, mask=vb.mask, k=10).mean() > before + 0.05
+    restored = LambdaRank.load_from_checkpoint(tmp_path / "last.ckpt").eval()
+    assert restored.hparams.encoding == "piecewise" and restored.hparams.bins == 6
+    with torch.no_grad():
+        torch.testing.assert_close(restored(vb.features, vb.mask), scores)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(encoding="quantile"), "`encoding` has to be one of"),
+    (dict(encoding="piecewise", bins=1), "`bins`"),
+    (dict(encoding="piecewise", noise=0.1), "`noise`"),
+    (dict(encoding="piecewise", architecture="transformer", hidden=[8], heads=2, noise=0.1), "`noise`"),
+])
+def test_a_bad_encoding_is_refused_naming_its_argument(options, message):
+    with pytest.raises(ValueError, match=message):
+        LambdaRank(n_features=F, **options)

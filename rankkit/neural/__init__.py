@@ -3,8 +3,8 @@ debiasings live in :mod:`rankkit.clicks`, shared with LambdaMART). The scorers t
 plain `nn.Module`s of :mod:`rankkit.scorers` (re-exported here)."""
 from rankkit.neural.loss import LambdaLoss, lambda_loss
 from rankkit.neural.module import LambdaRank, NeuralRanker, RankNet
-from rankkit.scorers import (FeaturePreprocessor, MeanEnsemble, MLPScorer, TransformerScorer, is_list_aware,
-                                    score_lists)
+from rankkit.scorers import (FeaturePreprocessor, MeanEnsemble, MLPScorer, PiecewiseLinearEncoder, TransformerScorer,
+                             is_list_aware, score_lists)
 
-__all__ = ["FeaturePreprocessor", "LambdaLoss", "LambdaRank", "MLPScorer", "MeanEnsemble", "NeuralRanker", "RankNet",
-           "TransformerScorer", "is_list_aware", "lambda_loss", "score_lists"]
+__all__ = ["FeaturePreprocessor", "LambdaLoss", "LambdaRank", "MLPScorer", "MeanEnsemble", "NeuralRanker",
+           "PiecewiseLinearEncoder", "RankNet", "TransformerScorer", "is_list_aware", "lambda_loss", "score_lists"]

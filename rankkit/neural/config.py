@@ -19,6 +19,7 @@ from rankkit.clicks.propensity import check_clip
 from rankkit.infra import checks as _checks
 from rankkit.infra.params import hyperparameter
 from rankkit.neural.loss import REDUCTIONS
+from rankkit.scorers import ENCODINGS
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 SCHEDULERS = ("none", "cosine", "plateau", "warmup_cosine")
@@ -67,6 +68,14 @@ class NeuralConfig:
         (:class:`~rankkit.scorers.FeaturePreprocessor`).""")
     standardize: bool = hyperparameter(True, "the preprocessing's per-feature standardisation, fitted on the "
                                              "training documents.")
+    encoding: str = hyperparameter("standard", """
+        the default scorer's input stage: ``"standard"`` (``log1p`` and ``standardize``) or
+        ``"piecewise"``: each feature coded by its place among ``bins`` quantiles of the training
+        documents, then a per-feature linear map to 8 values (the PLE-Q embedding of Gorishniy,
+        Rubachev, Babenko, NeurIPS 2022; :class:`~rankkit.scorers.PiecewiseLinearEncoder`), fitted
+        when training starts and exported with the scorer.""", check=_choice(ENCODINGS))
+    bins: int = hyperparameter(16, "the ``\"piecewise\"`` encoding's quantile bins a feature.",
+                               check=lambda value, name: _checks.check_int(value, name, low=2))
     weighting: str = hyperparameter("ranknet", """
         |ΔZ| of the lambda loss: ``"ranknet"`` (RankNet), ``"ndcg"``, ``"map"`` or ``"err"``
         (LambdaRank).""")

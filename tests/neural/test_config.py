@@ -16,7 +16,8 @@ def _defaults(cls) -> dict:
 
 # The defaults as they were before the declaration: a changed default fails here.
 DEFAULTS = dict(n_features=None, hidden=[128, 64], activation="relu", dropout=0.1, norm="none", log1p=True,
-                standardize=True, weighting="ranknet", k=None, sigma=1.0, normalize=False, reduction="query",
+                standardize=True, encoding="standard", bins=16,  # 2026-12-06: the piecewise encoding (issue 50)
+                weighting="ranknet", k=None, sigma=1.0, normalize=False, reduction="query",
                 optimizer="adam", lr=1e-3, weight_decay=0.0, scheduler="none", ema_decay=0.0, scorer=None,
                 objective=None, loss=None, unbiased=False, bias_p=1.0, n_positions=10, propensity_clip=10.0,
                 position_lr=1e-2,  # 2026-12-06: the position models at their own rate (issue 49)
