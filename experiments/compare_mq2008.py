@@ -40,10 +40,12 @@ def main(argv=None) -> int:
     p.add_argument("--section", default="compare", help="the docs/benchmarks.md section to write")
     p.add_argument("--data", default="mq2008", help="mq2008, or a folder (LightGBM's Yahoo sample)")
     p.add_argument("--val-fraction", type=float, default=0.0, help="vali carved from train when there is no vali file")
+    p.add_argument("--ensemble", action="store_true", help="also each model's seeds averaged (rankkit compare --ensemble)")
+    p.add_argument("--title", default="", help="the section's title (default: '<data>: every model')")
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
     args = p.parse_args(argv)
     result = compare(data=args.data, folds=args.folds, seeds=args.seeds, baselines=args.baselines, out=args.out,
-                     models=args.models, tune=args.tune, val_fraction=args.val_fraction)
+                     models=args.models, tune=args.tune, val_fraction=args.val_fraction, ensemble=args.ensemble)
     print(result["table"])
     if args.write:
         cmd = command_line(__file__, argv)
@@ -55,8 +57,8 @@ def main(argv=None) -> int:
                      f"train time covers all {protocol['rounds']} trees)."
                      if protocol else "")
         name = "MQ2008" if args.data == "mq2008" else f"{os.path.basename(os.path.normpath(args.data))} (Yahoo! LTR sample)"
-        title = f"{name}: every model" if not args.tune else \
-            f"{name}: tuned models (Optuna, {args.tune} trials per model and fold)"
+        title = args.title or (f"{name}: every model" if not args.tune else
+                               f"{name}: tuned models (Optuna, {args.tune} trials per model and fold)")
         trained = "its configs/<model>.yaml" if not args.tune else \
             ("the best config of its fold's study (`rankkit tune` on that fold's train/vali, the config's "
              "search space, seed 0; the study's first trial is the shipped config)")

@@ -1,0 +1,18 @@
+"""experiments/neural_mix.yaml: the ensemble of the two shipped neural configs that
+docs/benchmarks.md's comparison trains, read by `rankkit compare` as one row."""
+from pathlib import Path
+
+from rankkit.compare.protocol import _model_configs
+from rankkit.training.run_config import CONFIG_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_mix_names_the_shipped_lambdarank_and_transformer_configs():
+    configs = _model_configs([str(ROOT / "experiments" / "neural_mix.yaml")])
+    assert list(configs) == ["LambdaRank-top2"]
+    members = configs["LambdaRank-top2"][1]["ensemble"]
+    assert [p.resolve() for p, _ in members] == [(Path(CONFIG_DIR) / n).resolve()
+                                                 for n in ("lambdarank.yaml", "transformer.yaml")]
+    assert [c["model"]["init_args"].get("architecture", "mlp") for _, c in members] == ["mlp", "transformer"]
+    assert {c["model"]["init_args"]["encoding"] for _, c in members} == {"piecewise"}
