@@ -117,11 +117,11 @@ def test_the_defaults_table_is_the_code_and_the_configs():
 
     for cls in (LambdaRank, RankNet):
         params = inspect.signature(cls.__init__).parameters
-        for arg in ("hidden", "weight_decay", "k", "reduction"):
+        for arg in ("hidden", "weight_decay", "k", "reduction", "encoding"):
             assert shown(params[arg].default) == rows[f"{arg}"][0], (cls, arg)
     for column, name in ((1, "lambdarank"), (2, "ranknet")):
         init = config(name)["model"]["init_args"]
-        for arg in ("hidden", "weight_decay", "k", "reduction"):
+        for arg in ("hidden", "weight_decay", "k", "reduction", "encoding"):
             expected = rows[arg][column]
             if expected == "(default)":
                 assert arg not in init, (name, arg)
