@@ -107,7 +107,7 @@ def outer_splits(data: str, workdir: Path) -> list[tuple[str, dict, Path]]:
 
 
 def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: int, val_fraction: float,
-              workdir: Path, modes: list[str]) -> dict:
+              workdir: Path, modes: list[str], test_seeds: int = 1) -> dict:
     row = {"split": label}
     best = {}
     k = len(list(inner.glob("Fold*")))
@@ -124,7 +124,7 @@ def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: i
         named = Path(study.best_config).with_name(mode.replace(" ", "_").replace(",", "") + ".yaml")  # compare names rows by file
         shutil.copyfile(study.best_config, named)
         best[mode] = str(named)
-    result = compare(**settings, seeds=1, out=str(workdir / f"compare-{label}".replace(" ", "_")),
+    result = compare(**settings, seeds=test_seeds, out=str(workdir / f"compare-{label}".replace(" ", "_")),
                      val_fraction=val_fraction if settings["data"] != "mq2008" else 0.0, log=lambda line: None,
                      models=[config, *best.values()])
     scores: dict[str, list[float]] = {}
@@ -185,6 +185,8 @@ def main(argv=None) -> None:
     ap.add_argument("--modes", default=",".join(MODES), help=f"the studies to run, of: {'; '.join(MODES)} "
                     "(separated by commas; a rule's mode needs its study's mode before it)")
     ap.add_argument("--section", default=None, help="the docs/benchmarks.md section --write replaces")
+    ap.add_argument("--test-seeds", type=int, default=1, help="seeds that train each chosen config on the outer "
+                    "split (its test value is their mean; 1 for deterministic trees, more for neural rankers)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
@@ -203,7 +205,8 @@ def main(argv=None) -> None:
             if wanted is not None and label not in wanted:
                 continue
             rows.append(one_split(args.config, label, settings, inner, trials=args.trials,
-                                  val_fraction=args.val_fraction, workdir=Path(tmp), modes=modes))
+                                  val_fraction=args.val_fraction, workdir=Path(tmp), modes=modes,
+                                  test_seeds=args.test_seeds))
             print(rows[-1], flush=True)
             if args.rows:
                 with open(args.rows, "a") as f:
@@ -213,6 +216,7 @@ def main(argv=None) -> None:
             f"study's chosen trial (its best; in a `1 SE` column, the untuned config unless the best beats it by "
             f"more than one standard error of their paired fits: `rankkit tune --margin 1`), trained on the outer "
             f"split as `rankkit compare` trains"
+            + (f", the mean of {args.test_seeds} seeds" if args.test_seeds > 1 else "")
             + (f" (rows in `{args.rows}`, appended by runs of this script with `--rows`; `--report-only` "
                f"tabulates them)" if args.rows else "") + f":\n\n{table(rows)}")
     print(body)

@@ -65,9 +65,9 @@ class NeuralConfig:
                                        "``\"none\"``.")
     log1p: bool = hyperparameter(True, """
         the default scorer's feature preprocessing: sign(x) log(1 + |x|) on heavy-tailed features
-        (:class:`~rankkit.scorers.FeaturePreprocessor`).""")
+        (:class:`~rankkit.scorers.FeaturePreprocessor`; the ``"standard"`` encoding only).""")
     standardize: bool = hyperparameter(True, "the preprocessing's per-feature standardisation, fitted on the "
-                                             "training documents.")
+                                             "training documents (the ``\"standard\"`` encoding only).")
     encoding: str = hyperparameter("standard", """
         the default scorer's input stage: ``"standard"`` (``log1p`` and ``standardize``) or
         ``"piecewise"``: each feature coded by its place among ``bins`` quantiles of the training

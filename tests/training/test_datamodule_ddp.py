@@ -109,7 +109,7 @@ import torch
 import torch.distributed as dist
 from rankkit.data import make_synthetic
 from rankkit.training.datamodule import RankingDataModule
-from rankkit.scorers import FeaturePreprocessor
+from rankkit.scorers import FeaturePreprocessor, PiecewiseLinearEncoder
 
 dist.init_process_group("gloo")
 data = {DATA}
@@ -122,8 +122,11 @@ for epoch in range(3):
 val = [b.query_index.tolist() for b in dm.val_dataloader()]
 reduce = lambda t: (dist.all_reduce(t), t)[1]
 pre = FeaturePreprocessor(5).fit_stream(lambda: (b.features[b.mask] for b in loader), reduce=reduce)
+ple = PiecewiseLinearEncoder(5, bins=4).fit_stream(lambda: (b.features[b.mask] for b in loader), reduce=reduce)
+local = PiecewiseLinearEncoder(5, bins=4).fit(torch.cat([b.features[b.mask] for b in loader]))
 out = {{"rank": dist.get_rank(), "world": dist.get_world_size(), "len": len(loader), "epochs": epochs,
-       "val": val, "mean": pre.mean.tolist(), "std": pre.std.tolist()}}
+       "val": val, "mean": pre.mean.tolist(), "std": pre.std.tolist(), "edges": ple.edges.tolist(),
+       "local_edges": local.edges.tolist()}}
 with open(f"{{sys.argv[1]}}/rank{{dist.get_rank()}}.json", "w") as f:
     json.dump(out, f)
 dist.destroy_process_group()
@@ -153,6 +156,11 @@ def test_torchrun_two_processes_shard_the_queries(tmp_path):
     for r in ranks:
         torch.testing.assert_close(torch.tensor(r["mean"], dtype=whole.mean.dtype), whole.mean, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(torch.tensor(r["std"], dtype=whole.std.dtype), whole.std, rtol=1e-6, atol=1e-6)
+    # the piecewise encoding's edges: each rank places them on its shard, and both hold their mean
+    edges, local = ([torch.tensor(r[key]) for r in ranks] for key in ("edges", "local_edges"))
+    assert not torch.equal(local[0], local[1])
+    torch.testing.assert_close(edges[0], edges[1], rtol=0, atol=0)
+    torch.testing.assert_close(edges[0], (local[0] + local[1]) / 2)
 
 
 # -- 2 processes, Lightning DDP ------------------------------------------------------------------
