@@ -226,7 +226,8 @@ def _describe(p: Param) -> str:
 
 @dataclass
 class TuneResult:
-    """What :func:`tune` found: the study, the best trial's values and value, and its files."""
+    """What :func:`tune` found: the study, the chosen trial's values and value (the best trial's,
+    unless ``margin`` kept the untuned config), and its files."""
 
     study: Any
     best_values: dict[str, Any]
@@ -235,6 +236,12 @@ class TuneResult:
     out: Path
     metric: str = METRIC  #: the vali metric the study maximised
     ensemble_config: Path | None = None  #: with ``top_k`` > 1: OUT/ensemble.yaml
+    trial: int | None = None  #: the chosen trial's number (``best.yaml``'s)
+
+    @property
+    def kept_untuned(self) -> bool:
+        """Whether ``margin`` kept the untuned config although a trial scored higher on vali."""
+        return self.trial is not None and self.trial != self.study.best_trial.number
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
@@ -412,7 +419,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
                      scored_by=_scored_by(trial_seeds, folds), command=command)
     _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
     ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log=log, best=best)
-    return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble)
+    return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble, best.number)
 
 
 def _header(study, best, why: str, *, best_config: Path, storage: str, sources: str, metric: str, scored_by: str,

@@ -488,6 +488,7 @@ def test_a_study_of_several_fits_keeps_the_untuned_config_unless_beaten_beyond_i
     chosen = untuned if kept else best
     assert _chosen_lr(out) == pytest.approx(chosen["params"]["model.init_args.lr"])
     assert result.best_value == pytest.approx(chosen["value"])
+    assert result.trial == chosen["trial"] and result.kept_untuned == kept
     text = (out / "best.yaml").read_text()
     if kept:
         assert "the untuned config (trial 0) is kept" in text and any("is kept" in line for line in lines)
@@ -495,6 +496,18 @@ def test_a_study_of_several_fits_keeps_the_untuned_config_unless_beaten_beyond_i
         assert "beats the untuned config by" in text
     else:
         assert "untuned config (trial 0) is kept" not in text
+
+
+@pytest.mark.parametrize("margin, kept", [("1", True), ("0", False)])
+def test_rankkit_tune_says_when_the_margin_kept_the_untuned_config(tmp_path, monkeypatch, capsys, margin, kept):
+    from rankkit.cli import main
+
+    _paired_trials(monkeypatch, 0.01, 0.05)
+    assert main(["tune", "--config", "lambdarank", "--n_trials", "3", "--folds", "1-2", "--trial_seeds", "2",
+                 "--margin", margin, "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("kept the untuned config (trial 0") == kept, last
+    assert last.startswith("best ") != kept, last
 
 
 def test_a_study_of_one_fit_a_trial_takes_its_best_and_a_bad_margin_is_one_line(tmp_path, monkeypatch):
