@@ -390,7 +390,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     storage = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is our one line, not its traceback
-    study = _open_study(study_name or name + suffix, storage, seed, pruner, data, metric)
+    study = _open_study(study_name or name + suffix, storage, seed, pruner, data, metric,
+                        scoring={"seed": seed, "trial_seeds": trial_seeds})
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
     _rerun_interrupted(study, log)
@@ -565,8 +566,9 @@ def _scored_by(trial_seeds: int, folds: list[int] | None) -> str:
     return f" (mean of {' x '.join(parts)})" if parts else ""
 
 
-def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: str):
-    """The study (created, or loaded to resume and checked against ``data`` and ``metric``)."""
+def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: str, *, scoring: dict):
+    """The study (created, or loaded to resume and checked against ``data``, ``metric`` and
+    ``scoring``)."""
     try:
         study = _study(name, storage, seed, pruner)
     except Exception as e:  # noqa: BLE001 -- a file that is no Optuna study: one line, whatever the driver raises
@@ -574,7 +576,22 @@ def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: 
         raise ValueError(f"{storage}: not a readable Optuna study ({type(e).__name__}: {text[0] if text else ''}); "
                          f"pass another --out (or --storage) for a new study") from None
     _check_study(study, data, metric, storage)
+    _check_scoring(study, scoring, storage)
     return study
+
+
+def _check_scoring(study, scoring: dict, storage: str) -> None:
+    """A study resumed only with the seeds its trials were scored by (``--seed``, ``--trial_seeds``):
+    its trials' values and ``run_values`` compare like with like (``--margin`` pairs them fit by
+    fit). Recorded when first seen, so a study from before rankkit recorded them resumes once."""
+    recorded = study.user_attrs.get("rankkit_scoring")
+    if recorded is None:
+        study.set_user_attr("rankkit_scoring", scoring)
+    elif recorded != scoring:
+        raise ValueError(f"the study {study.study_name!r} in {storage} scored its trials with --seed "
+                         f"{recorded['seed']} and --trial_seeds {recorded['trial_seeds']}; this run asks for --seed "
+                         f"{scoring['seed']} and --trial_seeds {scoring['trial_seeds']}: pass another --out (a new "
+                         f"study) or the settings it was run with")
 
 
 def _check_study(study, data: dict, metric: str, storage: str) -> None:

@@ -329,6 +329,29 @@ def test_a_resumed_study_never_repeats_a_trial(tmp_path, monkeypatch):
     assert [json.dumps(c, sort_keys=True) for c in calls] == first
 
 
+def test_a_study_resumes_only_with_the_seeds_its_trials_were_scored_by(tmp_path, monkeypatch):
+    # A study run with --seed 0 resumed with --seed 1 (or another --trial_seeds) mixed trials scored
+    # by other fits, and --margin then paired fits of different seeds.
+    _quick_trials(monkeypatch, [])
+    out = tmp_path / "out"
+    tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
+    for kw, said in ((dict(seed=1), "--seed 1 and --trial_seeds 1"), (dict(trial_seeds=2), "--seed 0 and "
+                                                                                           "--trial_seeds 2")):
+        with pytest.raises(ValueError, match=r"scored its trials with --seed 0 and --trial_seeds 1; this run asks for "
+                                             + said):
+            tuning.tune("lambdarank", out=out, n_trials=3, log=lambda line: None, **kw)
+    lines = []
+    tuning.tune("lambdarank", out=out, n_trials=2, log=lines.append)  # the same settings resume
+    assert any("2 of 2 trials done" in line for line in lines), lines
+    # a study from before the seeds were recorded resumes, and records them
+    storage = f"sqlite:///{(out / 'study.db').resolve()}"
+    study = optuna.load_study(study_name="lambdarank", storage=storage)
+    study._storage.set_study_user_attr(study._study_id, "rankkit_scoring", None)
+    tuning.tune("lambdarank", out=out, n_trials=3, seed=1, log=lambda line: None)
+    assert optuna.load_study(study_name="lambdarank", storage=storage).user_attrs["rankkit_scoring"] == \
+        {"seed": 1, "trial_seeds": 1}
+
+
 def test_an_interrupted_trial_is_marked_failed_and_runs_again_and_a_finished_study_says_so(tmp_path, monkeypatch):
     calls = []
     _quick_trials(monkeypatch, calls)
