@@ -125,16 +125,18 @@ class FeaturePreprocessor(nn.Module):
         """:meth:`fit` on the rows of a stream of feature batches, ``batches()`` yielding [n, F]
         tensors, in two passes (mean, then the centred sum of squares, as ``fit``); ``reduce``
         sums a tensor across processes (the identity in one)."""
-        n = None
+        n = 0
         total = None
         for x in batches():
             x = self._transform(x.reshape(-1, self.n_features).double())
             total = x.sum(0) if total is None else total + x.sum(0)
-            n = x.shape[0] if n is None else n + x.shape[0]
-        if total is None:
-            raise ValueError("the training loader yielded no documents to fit the feature preprocessing on")
+            n += x.shape[0]
+        if total is None:  # no rows here: this process still joins the reductions
+            total = self.mean.new_zeros(self.n_features, dtype=torch.float64)
         stats = reduce(torch.cat([total, total.new_tensor([n])]))
         count = stats[-1]
+        if float(count) == 0:
+            raise ValueError("the training loader yielded no documents to fit the feature preprocessing on")
         mean = stats[:-1] / count
         squares = torch.zeros_like(mean)
         for x in batches():
@@ -162,10 +164,16 @@ class PiecewiseLinearEncoder(nn.Module):
     0, 1/T, ..., 1 quantiles of the training documents), bin t reads
     clamp((x − e_{t−1}) / (e_t − e_{t−1}), 0, 1), so x is coded by where it falls among the
     training values, as a tree's split sees it; a bin of width 0 (a repeated value, a feature
-    with fewer than T + 1 distinct values) reads 0. Missing values (NaN, ±inf) read as 0 first,
-    as in :class:`FeaturePreprocessor`. The edges are buffers, fitted by :meth:`fit` or
+    with fewer than T + 1 distinct values) reads 0. Unlike the paper, whose first and last bins
+    are open (a value beyond the training range goes on growing), every bin is clamped: a value
+    beyond the range codes as the range's end, as it would for a tree, so a wild value in
+    serving cannot blow up the network. Missing values (NaN, ±inf) read as 0 first, as in
+    :class:`FeaturePreprocessor`. The edges are buffers, fitted by :meth:`fit` or
     :meth:`fit_stream` (the neural rankers fit them on the training documents when training
-    starts, as the preprocessor's statistics), so an exported scorer carries them.
+    starts, as the preprocessor's statistics), so an exported scorer carries them. Before it is
+    fitted the edges are T even steps of [0, 1] (where LETOR's query-normalised features lie),
+    so an unfitted encoder still passes its inputs on (Lightning's sanity check validates before
+    training starts).
 
     >>> encoder = PiecewiseLinearEncoder(2, bins=4, dim=3).fit(torch.rand(100, 2))
     >>> encoder(torch.rand(5, 7, 2)).shape
@@ -175,10 +183,10 @@ class PiecewiseLinearEncoder(nn.Module):
     def __init__(self, n_features: int, *, bins: int = 16, dim: int = 8, sample: int = 100_000):
         super().__init__()
         self.n_features = _checks.check_int(n_features, "n_features", low=1)
-        self.bins = _checks.check_int(bins, "bins", low=2)
+        self.bins = _checks.check_int(bins, "bins", low=2, high=1024)
         self.dim = _checks.check_int(dim, "dim", low=1)
         self.sample = _checks.check_int(sample, "sample", low=2)
-        self.register_buffer("edges", torch.zeros(n_features, bins + 1))
+        self.register_buffer("edges", torch.linspace(0, 1, bins + 1).repeat(n_features, 1))
         self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
         self.weight = nn.Parameter(torch.randn(n_features, bins, dim) / math.sqrt(bins))
         self.bias = nn.Parameter(torch.zeros(n_features, dim))
@@ -228,20 +236,27 @@ class PiecewiseLinearEncoder(nn.Module):
         passes (the row count, then every stride-th row). ``reduce`` sums a tensor across processes:
         each process places edges on its own rows and the edges are averaged, so every process
         holds the same ones (the identity in one process)."""
-        n = sum(x.reshape(-1, self.n_features).shape[0] for x in batches())
+        n = sum(self._rows(x).shape[0] for x in batches())
         stride = max(1, math.ceil(n / self.sample))
         kept, seen = [], 0
         for x in batches():
-            x = x.reshape(-1, self.n_features)
+            x = self._rows(x)
             kept.append(x[(-seen) % stride::stride].cpu())
             seen += x.shape[0]
-        edges = self._quantiles(torch.cat(kept)) if n else None
-        if edges is None:
+        # Each process's edges weighted by its rows; a process without rows adds nothing (and still
+        # joins the reduction, so the others do not wait for it).
+        edges = self._quantiles(torch.cat(kept)) if n else torch.zeros(self.n_features, self.bins + 1,
+                                                                          dtype=torch.float64)
+        total = reduce(torch.cat([edges.reshape(-1) * n, edges.new_full((1,), float(n))]).to(self.edges.device))
+        if float(total[-1]) == 0:
             raise ValueError("the training loader yielded no documents to fit the piecewise-linear encoding on")
-        device = self.edges.device
-        total = reduce(torch.cat([edges.reshape(-1), edges.new_ones(1)]).to(device))
         self._set((total[:-1] / total[-1]).reshape(edges.shape))
         return self
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.n_features:
+            raise ValueError(f"expected {self.n_features} features, got {x.shape[-1]}")
+        return x.reshape(-1, self.n_features)
 
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         """[..., F] -> [..., F, T]: the piecewise-linear codes in [0, 1]."""
@@ -377,7 +392,8 @@ class TransformerScorer(nn.Module):
 
     (features [Q, L, F], mask [Q, L]) -> scores [Q, L]; ``list_aware = True``. In order:
 
-    1. :class:`FeaturePreprocessor` (signed log1p, standardisation, training noise ``noise``);
+    1. the input stage: :class:`FeaturePreprocessor` (signed log1p, standardisation, training
+       noise ``noise``) or, with ``encoding="piecewise"``, :class:`PiecewiseLinearEncoder`;
     2. a per-document tower h = MLP(x) of widths ``hidden`` (the last is the model width d);
     3. ``layers`` self-attention blocks over the query's real documents, c = Enc(h, mask)
        (Pobrotyn, Bartczak, Synowiec, Białobrzeski, Bojar, "Context-Aware Learning to Rank with

@@ -391,7 +391,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is our one line, not its traceback
     study = _open_study(study_name or name + suffix, storage, seed, pruner, data, metric,
-                        scoring={"seed": seed, "trial_seeds": trial_seeds})
+                        scoring={"seed": seed, "seed_everything": base.get("seed_everything"),
+                                 "trial_seeds": trial_seeds})
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
     _rerun_interrupted(study, log)
@@ -581,17 +582,22 @@ def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: 
 
 
 def _check_scoring(study, scoring: dict, storage: str) -> None:
-    """A study resumed only with the seeds its trials were scored by (``--seed``, ``--trial_seeds``):
-    its trials' values and ``run_values`` compare like with like (``--margin`` pairs them fit by
-    fit). Recorded when first seen, so a study from before rankkit recorded them resumes once."""
+    """A study resumed only with the seeds its trials were scored by (``--seed``, a
+    ``--seed_everything=`` override, ``--trial_seeds``; ``rankkit compare --tune_seeds``): its
+    trials' values and ``run_values`` compare like with like (``--margin`` pairs them fit by fit).
+    Recorded when first seen, so a study from before rankkit recorded them takes the seeds of the
+    run that first resumes it."""
     recorded = study.user_attrs.get("rankkit_scoring")
     if recorded is None:
         study.set_user_attr("rankkit_scoring", scoring)
     elif recorded != scoring:
-        raise ValueError(f"the study {study.study_name!r} in {storage} scored its trials with --seed "
-                         f"{recorded['seed']} and --trial_seeds {recorded['trial_seeds']}; this run asks for --seed "
-                         f"{scoring['seed']} and --trial_seeds {scoring['trial_seeds']}: pass another --out (a new "
-                         f"study) or the settings it was run with")
+        def said(s: dict) -> str:
+            return (f"seed {s.get('seed')} (fits seeded from {s.get('seed_everything')}), {s.get('trial_seeds')} "
+                    f"seed(s) a trial")
+
+        raise ValueError(f"the study {study.study_name!r} in {storage} scored its trials with {said(recorded)}; this "
+                         f"run asks for {said(scoring)}: pass another --out (a new study) or the settings it was "
+                         f"run with (--seed, --trial_seeds; rankkit compare --tune_seeds)")
 
 
 def _check_study(study, data: dict, metric: str, storage: str) -> None:

@@ -394,11 +394,22 @@ def test_the_piecewise_edges_streamed_whole_sampled_or_across_processes_agree():
     torch.testing.assert_close(sampled_stream.edges, sampled.edges)
     torch.testing.assert_close(sampled.edges, PiecewiseLinearEncoder(4, bins=8).fit(x[::4]).edges)
     assert not torch.equal(sampled.edges, whole.edges)
-    # two processes: each places edges on its rows, the edges are averaged (``reduce`` sums)
-    other = PiecewiseLinearEncoder(4, bins=8).fit(x * 3).edges
-    two = PiecewiseLinearEncoder(4, bins=8).fit_stream(
-        lambda: iter(x.split(93)), reduce=lambda t: t + torch.cat([other.reshape(-1), t.new_ones(1)]).to(t.dtype))
-    torch.testing.assert_close(two.edges, (whole.edges + other) / 2)
+    # two processes: each places edges on its rows, the edges are averaged weighted by the rows
+    # (``reduce`` sums); a process without rows adds nothing but still joins the reduction
+    other = PiecewiseLinearEncoder(4, bins=8).fit(x[:300] * 3).edges
+    joined = []
+
+    def reduce(t):
+        joined.append(t)
+        return t + torch.cat([other.reshape(-1) * 300, t.new_full((1,), 300.0)]).to(t.dtype)
+
+    two = PiecewiseLinearEncoder(4, bins=8).fit_stream(lambda: iter(x.split(93)), reduce=reduce)
+    torch.testing.assert_close(two.edges, (whole.edges * 1000 + other * 300) / 1300)
+    alone = PiecewiseLinearEncoder(4, bins=8).fit_stream(lambda: iter([]), reduce=reduce)
+    assert len(joined) == 2
+    torch.testing.assert_close(alone.edges, other)
+    with pytest.raises(ValueError, match="expected 4 features, got 5"):
+        PiecewiseLinearEncoder(4).fit_stream(lambda: iter([torch.zeros(3, 5)]))
     scorer = MLPScorer(4, (8,), encoding="piecewise", bins=8)
     assert not scorer.preprocess.is_fitted
     assert fit_preprocessors([scorer], lambda: iter(x.split(93)))
@@ -406,6 +417,20 @@ def test_the_piecewise_edges_streamed_whole_sampled_or_across_processes_agree():
     assert not fit_preprocessors([scorer], x * 100)  # fitted already
     with pytest.raises(ValueError, match="no documents"):
         PiecewiseLinearEncoder(4).fit_stream(lambda: iter([]))
+
+
+def test_an_unfitted_piecewise_encoder_passes_its_inputs_on():
+    # Lightning's sanity check validates before training fits the edges: zero edges gave every
+    # document the same score and no gradient to the encoder.
+    from rankkit.scorers import PiecewiseLinearEncoder
+
+    encoder = PiecewiseLinearEncoder(3, bins=4, dim=2)
+    assert not encoder.is_fitted
+    torch.testing.assert_close(encoder.edges, torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0]).repeat(3, 1))
+    x = torch.rand(6, 3, generator=torch.Generator().manual_seed(0))
+    assert len({round(float(v), 6) for v in MLPScorer(3, (8,), encoding="piecewise", bins=4)(x)}) == 6
+    encoder(x).sum().backward()
+    assert encoder.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("ext", list(EXPORTERS))
@@ -458,9 +483,31 @@ def test_a_piecewise_ranker_fits_its_edges_on_the_training_documents_and_checkpo
 @pytest.mark.parametrize("options, message", [
     (dict(encoding="quantile"), "`encoding` has to be one of"),
     (dict(encoding="piecewise", bins=1), "`bins`"),
+    (dict(encoding="piecewise", bins=5000), "`bins` has to be an integer in 2..1024"),
     (dict(encoding="piecewise", noise=0.1), "`noise`"),
     (dict(encoding="piecewise", architecture="transformer", hidden=[8], heads=2, noise=0.1), "`noise`"),
 ])
 def test_a_bad_encoding_is_refused_naming_its_argument(options, message):
     with pytest.raises(ValueError, match=message):
         LambdaRank(n_features=F, **options)
+
+
+def test_a_process_without_training_documents_still_joins_the_preprocessings_reductions():
+    # It raised before the reduction while the other processes waited in it (a hang under DDP).
+    y = torch.randn(50, 4, generator=torch.Generator().manual_seed(3)).exp()
+    other = FeaturePreprocessor(4)._transform(y.double())
+    calls = []
+
+    def reduce(t):  # the other process's sums: its statistics, then its centred squares
+        calls.append(t.numel())
+        if t.numel() == 5:
+            return t + torch.cat([other.sum(0), other.new_tensor([50.0])])
+        return t + (other - other.mean(0)).square().sum(0)
+
+    pre = FeaturePreprocessor(4).fit_stream(lambda: iter([]), reduce=reduce)
+    assert calls == [5, 4]
+    whole = FeaturePreprocessor(4).fit(y)
+    torch.testing.assert_close(pre.mean, whole.mean)
+    torch.testing.assert_close(pre.std, whole.std)
+    with pytest.raises(ValueError, match="no documents"):
+        FeaturePreprocessor(4).fit_stream(lambda: iter([]))

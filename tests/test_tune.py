@@ -335,10 +335,11 @@ def test_a_study_resumes_only_with_the_seeds_its_trials_were_scored_by(tmp_path,
     _quick_trials(monkeypatch, [])
     out = tmp_path / "out"
     tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
-    for kw, said in ((dict(seed=1), "--seed 1 and --trial_seeds 1"), (dict(trial_seeds=2), "--seed 0 and "
-                                                                                           "--trial_seeds 2")):
-        with pytest.raises(ValueError, match=r"scored its trials with --seed 0 and --trial_seeds 1; this run asks for "
-                                             + said):
+    for kw, said in ((dict(seed=1), r"seed 1 \(fits seeded from 1\), 1 seed"),
+                     (dict(trial_seeds=2), r"seed 0 \(fits seeded from 0\), 2 seed"),
+                     (dict(overrides={"seed_everything": 5}), r"seed 0 \(fits seeded from 5\), 1 seed")):
+        with pytest.raises(ValueError, match=r"scored its trials with seed 0 \(fits seeded from 0\), 1 seed\(s\) a "
+                                             r"trial; this run asks for " + said):
             tuning.tune("lambdarank", out=out, n_trials=3, log=lambda line: None, **kw)
     lines = []
     tuning.tune("lambdarank", out=out, n_trials=2, log=lines.append)  # the same settings resume
@@ -349,7 +350,7 @@ def test_a_study_resumes_only_with_the_seeds_its_trials_were_scored_by(tmp_path,
     study._storage.set_study_user_attr(study._study_id, "rankkit_scoring", None)
     tuning.tune("lambdarank", out=out, n_trials=3, seed=1, log=lambda line: None)
     assert optuna.load_study(study_name="lambdarank", storage=storage).user_attrs["rankkit_scoring"] == \
-        {"seed": 1, "trial_seeds": 1}
+        {"seed": 1, "seed_everything": 1, "trial_seeds": 1}
 
 
 def test_an_interrupted_trial_is_marked_failed_and_runs_again_and_a_finished_study_says_so(tmp_path, monkeypatch):

@@ -126,7 +126,7 @@ ple = PiecewiseLinearEncoder(5, bins=4).fit_stream(lambda: (b.features[b.mask] f
 local = PiecewiseLinearEncoder(5, bins=4).fit(torch.cat([b.features[b.mask] for b in loader]))
 out = {{"rank": dist.get_rank(), "world": dist.get_world_size(), "len": len(loader), "epochs": epochs,
        "val": val, "mean": pre.mean.tolist(), "std": pre.std.tolist(), "edges": ple.edges.tolist(),
-       "local_edges": local.edges.tolist()}}
+       "local_edges": local.edges.tolist(), "rows": sum(int(b.mask.sum()) for b in loader)}}
 with open(f"{{sys.argv[1]}}/rank{{dist.get_rank()}}.json", "w") as f:
     json.dump(out, f)
 dist.destroy_process_group()
@@ -157,10 +157,13 @@ def test_torchrun_two_processes_shard_the_queries(tmp_path):
         torch.testing.assert_close(torch.tensor(r["mean"], dtype=whole.mean.dtype), whole.mean, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(torch.tensor(r["std"], dtype=whole.std.dtype), whole.std, rtol=1e-6, atol=1e-6)
     # the piecewise encoding's edges: each rank places them on its shard, and both hold their mean
+    # weighted by the shards' documents
     edges, local = ([torch.tensor(r[key]) for r in ranks] for key in ("edges", "local_edges"))
-    assert not torch.equal(local[0], local[1])
+    rows = [r["rows"] for r in ranks]
+    assert not torch.equal(local[0], local[1]) and rows[0] != rows[1]
+    assert sum(rows) == data.subset(range(45)).n_docs
     torch.testing.assert_close(edges[0], edges[1], rtol=0, atol=0)
-    torch.testing.assert_close(edges[0], (local[0] + local[1]) / 2)
+    torch.testing.assert_close(edges[0], (local[0] * rows[0] + local[1] * rows[1]) / sum(rows))
 
 
 # -- 2 processes, Lightning DDP ------------------------------------------------------------------
