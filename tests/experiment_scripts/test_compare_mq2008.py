@@ -1,5 +1,6 @@
-"""experiments/neural_mix.yaml: the ensemble of the two shipped neural configs that
-docs/benchmarks.md's comparison trains, read by `rankkit compare` as one row."""
+"""experiments/compare_mq2008.py's inputs: experiments/neural_mix.yaml, the ensemble of the two
+shipped neural configs that docs/benchmarks.md's comparisons train, read by `rankkit compare` as
+one row."""
 from pathlib import Path
 
 from rankkit.compare.protocol import _model_configs
