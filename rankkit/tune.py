@@ -391,8 +391,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is our one line, not its traceback
     study = _open_study(study_name or name + suffix, storage, seed, pruner, data, metric,
-                        scoring={"seed": seed, "seed_everything": base.get("seed_everything"),
-                                 "trial_seeds": trial_seeds})
+                        scoring=dict(seed=seed, seed_everything=base.get("seed_everything"), trial_seeds=trial_seeds))
     if not study.trials:
         study.enqueue_trial({k: params[k].encode(v) for k, v in start.items()}, user_attrs={"untuned": True})
     _rerun_interrupted(study, log)
