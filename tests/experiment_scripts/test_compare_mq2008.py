@@ -17,3 +17,16 @@ def test_the_mix_names_the_shipped_lambdarank_and_transformer_configs():
                                                  for n in ("lambdarank.yaml", "transformer.yaml")]
     assert [c["model"]["init_args"].get("architecture", "mlp") for _, c in members] == ["mlp", "transformer"]
     assert {c["model"]["init_args"]["encoding"] for _, c in members} == {"piecewise"}
+
+
+def test_the_neural_ndcg_transformer_is_the_shipped_one_but_for_its_objective():
+    import yaml
+
+    shipped = yaml.safe_load((Path(CONFIG_DIR) / "transformer.yaml").read_text())
+    variant = yaml.safe_load((ROOT / "experiments" / "transformer_neural_ndcg.yaml").read_text())
+    assert variant["model"]["init_args"].pop("objective") == "neural_ndcg"
+    assert variant["model"]["init_args"].pop("k") is None
+    shipped["model"]["init_args"].pop("weighting"), shipped["model"]["init_args"].pop("k")
+    assert variant == shipped
+    configs = _model_configs(["transformer", str(ROOT / "experiments" / "transformer_neural_ndcg.yaml")])
+    assert list(configs) == ["LambdaRank", "LambdaRank-transformer_neural_ndcg"]  # rows named by their files
