@@ -241,12 +241,10 @@ def make_trainer(tmp_path, epochs, **kw):
                       enable_model_summary=False, default_root_dir=tmp_path, deterministic=True, **kw)
 
 
-def test_the_transformer_trains_from_the_module_options_and_checkpoints(tmp_path, tiny_data):
+def fit_tiny(model, tmp_path, tiny_data):
+    """Six epochs of ``Trainer.fit`` on ``tiny_data`` (``last.ckpt`` kept in ``tmp_path``): the vali
+    batch, its scores after and NDCG@10 before and after."""
     train, val = tiny_data
-    pl.seed_everything(0, verbose=False)
-    model = LambdaRank(n_features=F, architecture="transformer", hidden=[16], heads=2, layers=1, lr=1e-2,
-                       noise=0.1, dropout=0.0)
-    assert isinstance(model.scorer, TransformerScorer) and model.scorer.preprocess.noise == 0.1
     vb = val.padded()
     with torch.no_grad():
         before = ndcg(model.eval()(vb.features, vb.mask), vb.labels, mask=vb.mask, k=10).mean()
@@ -256,7 +254,16 @@ def test_the_transformer_trains_from_the_module_options_and_checkpoints(tmp_path
     model.eval()
     with torch.no_grad():
         scores = model(vb.features, vb.mask)
-        after = ndcg(scores, vb.labels, mask=vb.mask, k=10).mean()
+        return vb, scores, before, ndcg(scores, vb.labels, mask=vb.mask, k=10).mean()
+
+
+def test_the_transformer_trains_from_the_module_options_and_checkpoints(tmp_path, tiny_data):
+    train, val = tiny_data
+    pl.seed_everything(0, verbose=False)
+    model = LambdaRank(n_features=F, architecture="transformer", hidden=[16], heads=2, layers=1, lr=1e-2,
+                       noise=0.1, dropout=0.0)
+    assert isinstance(model.scorer, TransformerScorer) and model.scorer.preprocess.noise == 0.1
+    vb, scores, before, after = fit_tiny(model, tmp_path, tiny_data)
     assert after > before + 0.05
     restored = LambdaRank.load_from_checkpoint(tmp_path / "last.ckpt").eval()
     with torch.no_grad():
@@ -462,18 +469,10 @@ def test_a_piecewise_ranker_fits_its_edges_on_the_training_documents_and_checkpo
     pl.seed_everything(0, verbose=False)
     model = LambdaRank(n_features=F, encoding="piecewise", bins=6, hidden=[16], lr=1e-2, dropout=0.0)
     assert isinstance(model.scorer.preprocess, PiecewiseLinearEncoder) and not model.scorer.preprocess.is_fitted
-    vb = val.padded()
-    with torch.no_grad():
-        before = ndcg(model.eval()(vb.features, vb.mask), vb.labels, mask=vb.mask, k=10).mean()
-    model.train()
-    trainer = make_trainer(tmp_path, 6, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)])
-    trainer.fit(model, datamodule=RankingDataModule.from_datasets(train, val, max_docs=128))
+    vb, scores, before, after = fit_tiny(model, tmp_path, tiny_data)
     torch.testing.assert_close(model.scorer.preprocess.edges,
                                PiecewiseLinearEncoder(F, bins=6).fit(train.features).edges)
-    model.eval()
-    with torch.no_grad():
-        scores = model(vb.features, vb.mask)
-        assert ndcg(scores, vb.labels, mask=vb.mask, k=10).mean() > before + 0.05
+    assert after > before + 0.05
     restored = LambdaRank.load_from_checkpoint(tmp_path / "last.ckpt").eval()
     assert restored.hparams.encoding == "piecewise" and restored.hparams.bins == 6
     with torch.no_grad():
