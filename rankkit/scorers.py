@@ -234,8 +234,8 @@ class PiecewiseLinearEncoder(nn.Module):
     def fit_stream(self, batches, *, reduce=lambda t: t) -> "PiecewiseLinearEncoder":
         """:meth:`fit` on a stream of feature batches, ``batches()`` yielding [n, F] tensors, in two
         passes (the row count, then every stride-th row). ``reduce`` sums a tensor across processes:
-        each process places edges on its own rows and the edges are averaged, so every process
-        holds the same ones (the identity in one process)."""
+        each process places edges on its own rows and the edges are averaged, weighted by the
+        processes' rows, so every process holds the same ones (the identity in one process)."""
         n = sum(self._rows(x).shape[0] for x in batches())
         stride = max(1, math.ceil(n / self.sample))
         kept, seen = [], 0
