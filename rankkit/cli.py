@@ -313,13 +313,10 @@ def cmd_tune(argv: list[str]) -> int:
                   metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds, folds=args.folds,
                   top_k=args.top_k, margin=args.margin, command="rankkit tune " + " ".join(argv),
                   log=(lambda line: None) if args.quiet else print)
-    if result.kept_untuned:  # --margin: the untuned config, not the highest trial
-        print(f"kept the untuned config (trial {result.trial}, {result.metric} {result.best_value:.4f} on vali; the "
-              f"best trial {result.study.best_trial.number} scored {result.study.best_value:.4f} within the margin): "
-              f"{result.best_config} (trials: {result.out / 'trials.md'})")
-    else:
-        print(f"best {result.metric} {result.best_value:.4f} on vali: {result.best_config} "
-              f"(trials: {result.out / 'trials.md'})")
+    chosen = (f"kept the untuned config (trial {result.trial}, {result.metric} {result.best_value:.4f} on vali; the "
+              f"best trial {result.study.best_trial.number} scored {result.study.best_value:.4f} within the margin)"
+              if result.kept_untuned else f"best {result.metric} {result.best_value:.4f} on vali")  # --margin's choice
+    print(f"{chosen}: {result.best_config} (trials: {result.out / 'trials.md'})")
     if result.ensemble_config is not None:
         print(f"the best trials as an ensemble: rankkit compare --models {result.ensemble_config}")
     return 0

@@ -68,6 +68,11 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "silu": nn.SiL
 NORMS = ("none", "layer")
 
 
+def missing_as_zero(x: torch.Tensor) -> torch.Tensor:
+    """Missing values (NaN, ±inf) as 0: how every input stage reads them."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 class FeaturePreprocessor(nn.Module):
     """Raw features [..., F] -> model inputs [..., F].
 
@@ -100,7 +105,7 @@ class FeaturePreprocessor(nn.Module):
         return bool(self.fitted) or not self.standardize
 
     def _transform(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+        x = missing_as_zero(x)
         if self.log1p:
             x = torch.sign(x) * torch.log1p(torch.abs(x))
         return x
@@ -203,7 +208,7 @@ class PiecewiseLinearEncoder(nn.Module):
     def _quantiles(self, x: torch.Tensor) -> torch.Tensor:
         """[F, T + 1] float64: the 0, 1/T, ..., 1 quantiles of rows x [n, F] (linear interpolation,
         as numpy's default), a block of features at a time."""
-        x = torch.nan_to_num(x.reshape(-1, self.n_features).double(), nan=0.0, posinf=0.0, neginf=0.0)
+        x = missing_as_zero(x.reshape(-1, self.n_features).double())
         if x.shape[0] == 0:
             raise ValueError("no training documents to fit the piecewise-linear encoding on")
         at = torch.linspace(0, 1, self.bins + 1, dtype=torch.float64) * (x.shape[0] - 1)
@@ -223,9 +228,7 @@ class PiecewiseLinearEncoder(nn.Module):
     @torch.no_grad()
     def fit(self, features: torch.Tensor) -> "PiecewiseLinearEncoder":
         """Place the edges on training features [N, F] (at most ``sample`` rows, evenly strided)."""
-        if features.shape[-1] != self.n_features:
-            raise ValueError(f"expected {self.n_features} features, got {features.shape[-1]}")
-        x = features.reshape(-1, self.n_features)
+        x = self._rows(features)
         stride = max(1, math.ceil(x.shape[0] / self.sample))
         self._set(self._quantiles(x[::stride].cpu()))
         return self
@@ -260,7 +263,7 @@ class PiecewiseLinearEncoder(nn.Module):
 
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         """[..., F] -> [..., F, T]: the piecewise-linear codes in [0, 1]."""
-        x = torch.nan_to_num(features, nan=0.0, posinf=0.0, neginf=0.0).unsqueeze(-1)
+        x = missing_as_zero(features).unsqueeze(-1)
         low, high = self.edges[:, :-1], self.edges[:, 1:]
         width = high - low
         live = width > 0

@@ -575,8 +575,7 @@ def _open_study(name: str, storage: str, seed: int, pruner, data: dict, metric: 
         text = str(e).strip().splitlines()
         raise ValueError(f"{storage}: not a readable Optuna study ({type(e).__name__}: {text[0] if text else ''}); "
                          f"pass another --out (or --storage) for a new study") from None
-    _check_study(study, data, metric, storage)
-    _check_scoring(study, scoring, storage)
+    _check_study(study, data, metric, storage, scoring=scoring)
     return study
 
 
@@ -599,24 +598,26 @@ def _check_scoring(study, scoring: dict, storage: str) -> None:
                          f"run with (--seed, --trial_seeds; rankkit compare --tune_seeds)")
 
 
-def _check_study(study, data: dict, metric: str, storage: str) -> None:
+def _check_study(study, data: dict, metric: str, storage: str, *, scoring: dict | None = None) -> None:
     """A study resumed only for what it was run on: the same data settings and metric, maximised
-    (recorded in the study when it is created); a mismatch is refused in one line."""
+    (recorded in the study when it is created), and with ``scoring`` the same seeds
+    (:func:`_check_scoring`); a mismatch is refused in one line."""
     import optuna
 
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ValueError(f"the study {study.study_name!r} in {storage} minimises its objective; rankkit's "
                          f"studies maximise {metric}: pass another --out or study name")
     recorded = study.user_attrs.get("rankkit_data"), study.user_attrs.get("rankkit_metric")
-    if recorded == (None, None):  # a new study (or one from before rankkit recorded them)
-        study.set_user_attr("rankkit_data", {k: _plain(v) for k, v in data.items()})
-        study.set_user_attr("rankkit_metric", metric)
-        return
     now = ({k: _plain(v) for k, v in data.items()}, metric)
-    if recorded != now:
+    if recorded == (None, None):  # a new study (or one from before rankkit recorded them)
+        study.set_user_attr("rankkit_data", now[0])
+        study.set_user_attr("rankkit_metric", metric)
+    elif recorded != now:
         raise ValueError(f"the study {study.study_name!r} in {storage} was run on data {recorded[0]} scored by "
                          f"{recorded[1]}; this run asks for data {now[0]} scored by {now[1]}: pass another "
                          f"--out (a new study) or the settings it was run with")
+    if scoring is not None:
+        _check_scoring(study, scoring, storage)
 
 
 def _check_trial_values(number: int, values: dict, params: dict, storage: str) -> None:
