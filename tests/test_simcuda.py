@@ -491,3 +491,39 @@ def test_simcuda_a_neural_training_step_syncs_only_where_it_must(unbiased):
             loss.backward()
             opt.step()
         assert counts.syncs == 2 * STEP_SYNCS[unbiased], dict(counts.sync_sites)
+
+
+def test_simcuda_the_piecewise_encoding_fits_and_trains_as_on_the_cpu():
+    """``encoding="piecewise"`` on the simulated device: the edges streamed from device batches, the
+    training steps and the weights as on the CPU, and a step costs the syncs the standard encoding's does."""
+    from rankkit.neural import LambdaRank
+    from rankkit.scorers import fit_preprocessors
+
+    data, (train,) = _click_sessions(16, 2)
+
+    def run(device, counts=None):
+        torch.manual_seed(0)
+        module = LambdaRank(n_features=5, hidden=[8], dropout=0.0, lr=1e-2, encoding="piecewise", bins=4).to(device)
+        batches = [b.to(device) for b in train.iter_batches(32)]
+        assert fit_preprocessors([module.scorer], lambda: (b.features[b.mask] for b in batches))
+        assert module.scorer.preprocess.edges.device.type == torch.device(device).type
+        opt = module.configure_optimizers()
+        losses = []
+        for i, batch in enumerate(batches[:3]):
+            if i == 1 and counts is not None:
+                counts.reset()
+            opt.zero_grad()
+            loss = module.objective(module.scorer(batch.features), batch)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        if counts is not None:
+            assert counts.syncs == 2 * STEP_SYNCS[False], dict(counts.sync_sites)
+        return module, [float(x) for x in losses]
+
+    cpu, cpu_losses = run("cpu")
+    with simcuda() as counts:
+        gpu, gpu_losses = run("cuda", counts)
+    assert gpu_losses == pytest.approx(cpu_losses, rel=1e-5, abs=1e-6)
+    for key, value in cpu.state_dict().items():
+        _assert_same(gpu.state_dict()[key], value)
