@@ -916,7 +916,22 @@ def regression_em_fit(*args):
     return call
 
 
+def piecewise_fit(features):
+    def call(tmp_path):
+        from rankkit.scorers import PiecewiseLinearEncoder
+
+        return PiecewiseLinearEncoder(3).fit(features)
+    return call
+
+
 WAVE3 = [
+    Case("module-encoding-unknown", module("LambdaRank", n_features=3, encoding="quantile"), ValueError,
+         r"`encoding` has to be one of \('standard', 'piecewise'\), got 'quantile'"),
+    Case("piecewise-bins-one", new_entry("rankkit.scorers.PiecewiseLinearEncoder", 3, bins=1), ValueError,
+         r"`bins` has to be an integer in 2..1024, got 1"),
+    Case("piecewise-with-noise", module("LambdaRank", n_features=3, encoding="piecewise", noise=0.1), ValueError,
+         r"`noise` is added by the scorer's FeaturePreprocessor.*takes no noise"),
+    Case("piecewise-fit-wrong-width", piecewise_fit(torch.zeros(4, 5)), ValueError, r"expected 3 features, got 5"),
     Case("transformer-heads-zero", new_entry("rankkit.neural.TransformerScorer", 5, heads=0), ValueError,
          r"`heads` has to be an integer >= 1"),
     Case("mean-ensemble-empty", new_entry("rankkit.neural.MeanEnsemble", []), ValueError,
