@@ -37,6 +37,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="results/mq2008")
     p.add_argument("--models", default="ranknet,lambdarank,lambdamart", help="configs, comma-separated")
     p.add_argument("--tune", type=int, default=0, help="nested tuning: Optuna trials per model and fold")
+    p.add_argument("--tune-seeds", type=int, default=1, help="with --tune: seeds a trial is scored by")
+    p.add_argument("--tune-confirm", type=int, default=0,
+                   help="with --tune: refit the best trial and the untuned config with N fresh seeds (rankkit tune --confirm)")
+    p.add_argument("--tune-margin", type=float, default=0.0, help="with --tune: rankkit tune --margin")
     p.add_argument("--section", default="compare", help="the docs/benchmarks.md section to write")
     p.add_argument("--data", default="mq2008", help="mq2008, or a folder (LightGBM's Yahoo sample)")
     p.add_argument("--val-fraction", type=float, default=0.0, help="vali carved from train when there is no vali file")
@@ -45,7 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="write the table to docs/benchmarks.md")
     args = p.parse_args(argv)
     result = compare(data=args.data, folds=args.folds, seeds=args.seeds, baselines=args.baselines, out=args.out,
-                     models=args.models, tune=args.tune, val_fraction=args.val_fraction, ensemble=args.ensemble)
+                     models=args.models, tune=args.tune, val_fraction=args.val_fraction, ensemble=args.ensemble,
+                     tune_seeds=args.tune_seeds, tune_confirm=args.tune_confirm, tune_margin=args.tune_margin)
     print(result["table"])
     if args.write:
         cmd = command_line(__file__, argv)
@@ -60,8 +65,11 @@ def main(argv=None) -> int:
         title = args.title or (f"{name}: every model" if not args.tune else
                                f"{name}: tuned models (Optuna, {args.tune} trials per model and fold)")
         trained = "its configs/<model>.yaml" if not args.tune else \
-            ("the best config of its fold's study (`rankkit tune` on that fold's train/vali, the config's "
-             "search space, seed 0; the study's first trial is the shipped config)")
+            (f"the {'chosen' if args.tune_confirm else 'best'} config of its fold's study (`rankkit tune` on that "
+             f"fold's train/vali, the config's search space, seed 0; the study's first trial is the shipped config"
+             + (f"; its best trial kept only if, refitted with {args.tune_confirm} fresh seeds, it beat the shipped "
+                f"config query by query on vali by more than {args.tune_margin:g} standard error(s)"
+                if args.tune_confirm else "") + ")")
         prefix = "mq2008" if args.section == "compare" else (f"mq2008_{args.section}" if args.data == "mq2008" else args.section)
         body = (f"## {title}\n\n{datetime.date.today()}. Command: `{cmd}`\n\n{table_doc}\n"
                 f"Each rankkit model is trained with {trained}.{baselines}\n\n"

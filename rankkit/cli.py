@@ -283,6 +283,10 @@ def tune_parser() -> argparse.ArgumentParser:
                    help="with --folds or --trial_seeds N > 1: keep the untuned config unless the best trial beats it "
                         "by more than this many standard errors of their paired fits (1: the one-standard-error "
                         "rule; default 0: the best mean wins)")
+    p.add_argument("--confirm", type=int, default=0,
+                   help="after the study, refit its best trial and the untuned config with N fresh seeds and keep the "
+                        "best only if it beats the untuned config there, query by query on vali, by more than "
+                        "--margin standard errors (default 0: no refits)")
     p.add_argument("--top_k", "--top-k", type=int, default=1,
                    help="also write the K best trials' configs (OUT/top/) and OUT/ensemble.yaml naming them, "
                         "which `rankkit compare --models` trains as one averaged scorer (default 1: best.yaml only)")
@@ -311,10 +315,11 @@ def cmd_tune(argv: list[str]) -> int:
     result = tune(args.config, space=args.space, n_trials=args.n_trials, timeout=args.timeout, seed=args.seed,
                   out=args.out, storage=args.storage, study_name=args.study_name, overrides=overrides,
                   metric=args.metric, pruner=args.pruner, trial_seeds=args.trial_seeds, folds=args.folds,
-                  top_k=args.top_k, margin=args.margin, command="rankkit tune " + " ".join(argv),
+                  top_k=args.top_k, margin=args.margin, confirm=args.confirm, command="rankkit tune " + " ".join(argv),
                   log=(lambda line: None) if args.quiet else print)
+    why = "not confirmed on refits" if result.confirmation else "within the margin"
     chosen = (f"kept the untuned config (trial {result.trial}, {result.metric} {result.best_value:.4f} on vali; the "
-              f"best trial {result.study.best_trial.number} scored {result.study.best_value:.4f} within the margin)"
+              f"best trial {result.study.best_trial.number} scored {result.study.best_value:.4f}, {why})"
               if result.kept_untuned else f"best {result.metric} {result.best_value:.4f} on vali")  # --margin's choice
     print(f"{chosen}: {result.best_config} (trials: {result.out / 'trials.md'})")
     if result.ensemble_config is not None:

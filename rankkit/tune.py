@@ -237,10 +237,12 @@ class TuneResult:
     metric: str = METRIC  #: the vali metric the study maximised
     ensemble_config: Path | None = None  #: with ``top_k`` > 1: OUT/ensemble.yaml
     trial: int | None = None  #: the chosen trial's number (``best.yaml``'s)
+    #: with ``confirm``: the refits' record (:func:`confirm_trial`), None when there was nothing to confirm
+    confirmation: dict | None = None
 
     @property
     def kept_untuned(self) -> bool:
-        """Whether ``margin`` kept the untuned config although a trial scored higher on vali."""
+        """Whether ``margin`` (or ``confirm``) kept the untuned config although a trial scored higher on vali."""
         return self.trial is not None and self.trial != self.study.best_trial.number
 
 
@@ -270,13 +272,6 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, repo
     import optuna
     import pytorch_lightning as pl
 
-    from rankkit.training.lightning_cli import lightning_cli
-
-    path = Path(workdir) / "trial.yaml"
-    path.write_text(_yaml_dump(apply_values(config, values)))
-    args = ["--config", str(path), "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false", f"--trainer.default_root_dir={workdir}"]
-    cli = lightning_cli(args, run=False, verbose=False)
     curve: list[float] = []
     pruned = []
 
@@ -295,9 +290,7 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, repo
                 pruned.append(len(curve) - 1)
                 trainer.should_stop = True
 
-    cli.trainer.callbacks.append(Report())
-    with quiet_lightning_logs():
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    _fit(config, values, workdir=workdir, callbacks=[Report()])
     if not curve:
         raise ValueError("the trial logged no validation value: the config needs a vali split "
                          "(a vali file, or --data.val_fraction)")
@@ -308,6 +301,44 @@ def _trial(config: dict, values: dict, *, trial, metric: str, workdir: str, repo
     if pruned:
         raise optuna.TrialPruned(f"pruned at epoch {pruned[0]}")
     return curve[best], best
+
+
+def _fit(config: dict, values: dict, *, workdir: str, callbacks: list | None = None):
+    """``rankkit fit`` of ``config`` with ``values`` in ``workdir`` (no logger, no progress bar):
+    the LightningCLI, its trainer fitted."""
+    from rankkit.training.lightning_cli import lightning_cli
+
+    path = Path(workdir) / "trial.yaml"
+    path.write_text(_yaml_dump(apply_values(config, values)))
+    args = ["--config", str(path), "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false", f"--trainer.default_root_dir={workdir}"]
+    cli = lightning_cli(args, run=False, verbose=False)
+    cli.trainer.callbacks.extend(callbacks or [])
+    with quiet_lightning_logs():
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return cli
+
+
+def vali_per_query(config: dict, values: dict, *, workdir: str):
+    """Per-query NDCG@10 [Q] (float64; exp gain, a query with nothing relevant scores 1, as
+    ``val/ndcg@10``) on the vali split of one fit of ``config`` with ``values``, scored by the
+    checkpoint its ``ModelCheckpoint`` kept (the epoch or tree of the best ``val/ndcg@10``):
+    reloaded, scored query by query through :func:`rankkit.serving.score_queries` and
+    :func:`rankkit.metrics.ndcg`, not read from what the module logged."""
+    from rankkit.data.dataset import pad
+    from rankkit.metrics import ndcg
+    from rankkit.serving import as_scorer, score_queries
+
+    cli = _fit(config, values, workdir=workdir)
+    checkpoint = cli.trainer.checkpoint_callback
+    if checkpoint is None or checkpoint.monitor != METRIC or not checkpoint.best_model_path:
+        raise ValueError(f"`confirm` scores the checkpoint of the best {METRIC}: the config needs a ModelCheckpoint "
+                         f"monitoring {METRIC} (every packaged config has one)")
+    model = type(cli.model).load_from_checkpoint(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+    vali = cli.datamodule.val_set
+    scores = score_queries(as_scorer(model.to("cpu").eval()), vali.features, vali.sizes)
+    s, mask = pad(scores.double(), vali.sizes)
+    return ndcg(s, pad(vali.labels.double(), vali.sizes)[0], mask=mask, k=10)
 
 
 def _seeded(config: dict, seed: int) -> dict[str, int]:
@@ -336,7 +367,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
          metric: str | None = None, pruner: Any = "median", trial_seeds: int = 1, folds: str | list[int] | None = None,
-         top_k: int = 1, margin: float = 0.0, verbose: bool = False, command: str = "",
+         top_k: int = 1, margin: float = 0.0, confirm: int = 0, verbose: bool = False, command: str = "",
          log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
     a YAML path) and write its best config; see the module's text.
@@ -359,12 +390,16 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     a study whose trials are scored by several fits (``folds``, ``trial_seeds``) keeps the untuned
     config unless its best trial beats it by more than ``margin`` standard errors of their paired
     differences, fit by fit (1: the one-standard-error rule; 0, the default: the best mean wins,
-    as a study of one fit always does); :func:`chosen_trial`. ``log`` takes a line per trial.
+    as a study of one fit always does); :func:`chosen_trial`. ``confirm`` N > 0: after the study,
+    refit its best trial and the untuned config with N fresh seeds (on each of ``folds``) and keep
+    the best trial only if it beats the untuned config there, query by query on vali, by more than
+    ``margin`` standard errors (:func:`confirm_trial`; ``margin`` then weighs those refits, not the
+    study's own fits). ``log`` takes a line per trial.
     """
     import optuna
 
     _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout, top_k=top_k,
-                   margin=margin)
+                   margin=margin, confirm=confirm)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -374,6 +409,9 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
     folds = _checked_folds(folds, base)
     metric = metric if metric is not None else _monitored(base)
+    if confirm and metric != METRIC:
+        raise ValueError(f"`confirm` compares the refits' {METRIC} query by query; this study maximises {metric}: "
+                         f"leave out confirm (--confirm)")
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
         raise ValueError(f"`space`: no search space {space_file} (write one beside the config, see "
@@ -404,14 +442,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
                        callbacks=[_progress(n_trials, metric, log)])
     else:
         _say_done(study, n_trials, metric, log)
-    if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
-        failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-        last = f"; the last failure (trial {failed[-1].number}): {failed[-1].user_attrs.get('error', '?')}" \
-            if failed else ""
-        raise ValueError(f"the study has no completed trial (every trial was pruned or failed){last}")
-    best, why = chosen_trial(study, margin)
-    if why:
-        log(why)
+    best, why, confirmation = _choose(study, base, seed=seed, trial_seeds=trial_seeds, folds=folds, confirm=confirm,
+                                      margin=margin, log=log)
     best_values = {k: _decode(v) for k, v in best.params.items()}
     _check_trial_values(best.number, best_values, params, storage)
     best_config = out / "best.yaml"
@@ -420,7 +452,30 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
                      scored_by=_scored_by(trial_seeds, folds), command=command)
     _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
     ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log=log, best=best)
-    return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble, best.number)
+    return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble, best.number, confirmation)
+
+
+def _choose(study, base: dict, *, seed: int, trial_seeds: int, folds: list[int] | None, confirm: int, margin: float,
+            log: Callable[[str], None]) -> tuple[Any, str, dict | None]:
+    """The trial a finished study writes, why (logged) and the refits' record: with ``confirm``,
+    :func:`confirm_trial` on seeds after the study's; else :func:`chosen_trial`. A study without a
+    completed trial is refused, with its last failure."""
+    import optuna
+
+    if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
+        failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+        last = f"; the last failure (trial {failed[-1].number}): {failed[-1].user_attrs.get('error', '?')}" \
+            if failed else ""
+        raise ValueError(f"the study has no completed trial (every trial was pruned or failed){last}")
+    if confirm:
+        fresh = list(range(seed + trial_seeds, seed + trial_seeds + confirm))
+        best, why, confirmation = confirm_trial(study, _refit_scorer(base), seeds=fresh, folds=folds, margin=margin,
+                                                log=log)
+    else:
+        (best, why), confirmation = chosen_trial(study, margin), None
+    if why:
+        log(why)
+    return best, why, confirmation
 
 
 def _header(study, best, why: str, *, best_config: Path, storage: str, sources: str, metric: str, scored_by: str,
@@ -441,7 +496,7 @@ def _write_outputs(study, out: Path, metric: str, best_config: Path, text: str) 
     _plot(study, out)
 
 
-def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1, margin=0.0) -> None:
+def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1, margin=0.0, confirm=0) -> None:
     import optuna
 
     from rankkit.infra.checks import check_choice, check_int  # torch: not at `rankkit --help`
@@ -450,6 +505,7 @@ def _check_options(*, n_trials, seed, trial_seeds, pruner, timeout, top_k=1, mar
     check_int(seed, "seed", low=0)
     check_int(trial_seeds, "trial_seeds", low=1)
     check_int(top_k, "top_k", low=1)
+    check_int(confirm, "confirm", low=0)
     if not isinstance(pruner, optuna.pruners.BasePruner):
         check_choice(pruner, ("median", "none"), "pruner")
     if _number(margin, "`margin`") < 0:
@@ -754,9 +810,7 @@ def chosen_trial(study, margin: float = 0.0) -> tuple[Any, str]:
     Breiman, Friedman, Olshen and Stone, "Classification and Regression Trees", 1984; Hastie,
     Tibshirani and Friedman, "The Elements of Statistical Learning", 2009, section 7.10). With
     one fit a trial, no untuned trial, or ``margin`` 0: the best trial."""
-    best = study.best_trial
-    untuned = next((t for t in study.trials if t.user_attrs.get("untuned") and t.value is not None
-                    and t.state.name == "COMPLETE"), None)
+    best, untuned = study.best_trial, _untuned_trial(study)
     if margin == 0 or untuned is None or untuned.number == best.number:
         return best, ""
     ours, theirs = best.user_attrs.get("run_values"), untuned.user_attrs.get("run_values")
@@ -771,6 +825,69 @@ def chosen_trial(study, margin: float = 0.0) -> tuple[Any, str]:
         return best, f"the best trial ({best.number}) beats the untuned config by {paired}: it is chosen"
     return untuned, (f"the untuned config (trial {untuned.number}) is kept: the best trial ({best.number}) beats it "
                      f"by {paired}, within {margin:g} standard error(s) (--margin)")
+
+
+def _untuned_trial(study):
+    """The study's completed untuned trial (its first, or the rerun of an interrupted one), or None."""
+    return next((t for t in study.trials if t.user_attrs.get("untuned") and t.value is not None
+                 and t.state.name == "COMPLETE"), None)
+
+
+def _refit_scorer(base: dict) -> Callable:
+    """(values, seed, fold) -> per-query vali NDCG@10 of one fit of ``base`` with ``values``,
+    seeded as a study's later seeds are (:func:`_seeded`), on ``data.fold`` = fold unless None."""
+    def score(values: dict, seed: int, fold: int | None):
+        config = apply_values(base, _seeded(base, seed))
+        if fold is not None:
+            config = apply_values(config, {"data.fold": fold})
+        with tempfile.TemporaryDirectory() as workdir:
+            return vali_per_query(config, values, workdir=workdir)
+
+    return score
+
+
+def confirm_trial(study, score: Callable, *, seeds: list[int], folds: list[int] | None = None, margin: float = 0.0,
+                  log: Callable[[str], None] | None = None) -> tuple[Any, str, dict | None]:
+    """(the trial whose config the study writes, why, the refits' record).
+
+    A study's best value is the largest of many noisy ones, so it overstates the best trial's lead
+    over the untuned config (the winner's curse: its seed, or its epoch, may simply have been
+    lucky). Here the best trial is made to win again on fits the choice never saw, as SMAC's
+    intensification makes a challenger beat the incumbent on runs of its own (Hutter, Hoos and
+    Leyton-Brown, "Sequential Model-Based Optimization for General Algorithm Configuration", LION
+    2011): ``score(values, seed, fold)`` -> per-query vali NDCG@10 of one fit (:func:`vali_per_query`)
+    for the best trial's and the untuned config's values with each of ``seeds`` (fresh: not the
+    study's) on each of ``folds``. d_q, the best minus the untuned value of vali query q averaged
+    over the seeds, is paired by query (and fold); the best trial is chosen only if mean(d) >
+    ``margin`` x its standard error, else the untuned config is kept. Queries, not fits, are the
+    unit: on a small vali set the queries are most of the noise, and a deterministic booster has
+    no seed noise to weigh. The record (also the study's user attribute ``rankkit_confirmation``)
+    is reused while the best trial, the seeds and the folds are unchanged. With no completed
+    untuned trial, or the untuned config the best: the best trial, nothing refitted."""
+    import torch
+
+    best, untuned = study.best_trial, _untuned_trial(study)
+    if untuned is None or untuned.number == best.number:
+        return best, "", None
+    key = {"best": best.number, "untuned": untuned.number, "seeds": list(seeds), "folds": folds}
+    record = study.user_attrs.get("rankkit_confirmation")
+    if not record or {k: record.get(k) for k in key} != key:
+        if log is not None:
+            log(f"confirming: trial {best.number} and the untuned config (trial {untuned.number}) refitted with seeds "
+                f"{list(seeds)}" + (f" on folds {folds}" if folds else ""))
+        ours, theirs = ([torch.stack([score({k: _decode(v) for k, v in t.params.items()}, s, fold)
+                                      for s in seeds]).mean(0) for fold in folds or [None]] for t in (best, untuned))
+        d = torch.cat(ours) - torch.cat(theirs)
+        record = {**key, "mean": float(d.mean()), "se": float(d.std() / math.sqrt(len(d))) if len(d) > 1 else 0.0,
+                  "queries": len(d), "best_value": float(torch.cat(ours).mean()),
+                  "untuned_value": float(torch.cat(theirs).mean())}
+        study.set_user_attr("rankkit_confirmation", record)
+    paired = (f"{record['mean']:+.4f} ± {record['se']:.4f} on refits (mean ± standard error over {record['queries']} "
+              f"vali queries, {len(seeds)} fresh seed(s))")
+    if record["mean"] > margin * record["se"]:
+        return best, f"the best trial ({best.number}) beats the untuned config by {paired}: it is chosen", record
+    return untuned, (f"the untuned config (trial {untuned.number}) is kept: the best trial ({best.number}) beats it by "
+                     f"{paired}, not by more than {margin:g} standard error(s) (--margin)"), record
 
 
 def _untuned_value(study) -> str:

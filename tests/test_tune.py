@@ -544,3 +544,137 @@ def test_a_study_of_one_fit_a_trial_takes_its_best_and_a_bad_margin_is_one_line(
     for bad in (-1.0, float("nan"), "1", True):
         with pytest.raises(ValueError, match="`margin` has to be"):
             tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, margin=bad)
+
+
+# -- confirm: the best trial refitted with fresh seeds beside the untuned config ----------------------
+def _refits(monkeypatch, lead: list[float], calls: list):
+    """Quick trials (each scores its lr, trial 0 the untuned) and refits whose per-query vali
+    values are 0.5 for the untuned config and 0.5 + lead[q] for any other, over the queries of
+    each fold, plus ±0.01 alternating by seed (averaged out over two seeds)."""
+    import torch
+
+    _quick_trials(monkeypatch, [])
+    packaged = tuning._yaml.safe_load(tuning._yaml.read_text(CONFIGS / "lambdarank.yaml"), "lambdarank.yaml")
+    space = tuning.load_space(CONFIGS / "lambdarank.space.yaml")
+    untuned_lr = tuning.untuned_values(packaged, space, "lambdarank.yaml")["model.init_args.lr"]
+
+    def per_query(config, values, *, workdir):
+        seed, fold = config["seed_everything"], config["data"].get("fold")
+        calls.append((values["model.init_args.lr"] == untuned_lr, seed, fold))
+        jitter = 0.01 * (-1) ** seed
+        base = torch.full((len(lead),), 0.5, dtype=torch.float64) + jitter
+        return base if values["model.init_args.lr"] == untuned_lr else base + torch.tensor(lead, dtype=torch.float64)
+
+    monkeypatch.setattr(tuning, "vali_per_query", per_query)
+
+
+@pytest.mark.parametrize("lead, margin, kept", [
+    ([0.03, -0.02, 0.03, 0.0], 1.0, True),    # mean 0.01, SE 0.0122: within one SE
+    ([0.03, -0.02, 0.03, 0.0], 0.0, False),   # ahead in the mean: margin 0 takes it
+    ([0.02, 0.01, 0.03, 0.02], 1.0, False),   # mean 0.02, SE 0.0041: beyond one SE
+    ([-0.02, 0.0, -0.01, 0.0], 0.0, True),    # behind on the refits although ahead in the study
+])
+def test_confirm_keeps_the_best_trial_only_if_it_wins_again_on_fresh_seeds(tmp_path, monkeypatch, lead, margin, kept):
+    # The decision against a plain-Python mean and standard error of the per-query differences;
+    # the refits use seeds the study did not (seed + trial_seeds onwards), both configs each seed.
+    calls: list = []
+    _refits(monkeypatch, lead, calls)
+    out, lines = tmp_path / "out", []
+    result = tuning.tune("lambdarank", out=out, n_trials=3, confirm=2, margin=margin, seed=4, log=lines.append)
+    rows = json.loads((out / "trials.json").read_text())
+    best = max(rows, key=lambda r: (r["value"], -r["trial"]))
+    assert best["trial"] != 0  # the quick trials score their lr: a drawn one beats the untuned 1e-3
+    mean = sum(lead) / len(lead)
+    se = math.sqrt(sum((d - mean) ** 2 for d in lead) / (len(lead) - 1)) / math.sqrt(len(lead))
+    assert (mean <= margin * se) == kept
+    assert sorted(calls) == [(False, 5, 1), (False, 6, 1), (True, 5, 1), (True, 6, 1)]
+    record = result.confirmation
+    assert record["mean"] == pytest.approx(mean) and record["se"] == pytest.approx(se) and record["queries"] == 4
+    assert record["seeds"] == [5, 6] and record["best"] == best["trial"] and record["untuned"] == 0
+    assert result.kept_untuned == kept and result.trial == (0 if kept else best["trial"])
+    assert _chosen_lr(out) == pytest.approx(rows[0 if kept else best["trial"]]["params"]["model.init_args.lr"])
+    text = (out / "best.yaml").read_text()
+    assert ("the untuned config (trial 0) is kept" in text) == kept and "on refits" in text
+    assert any("confirming: trial" in line for line in lines)
+
+
+def test_confirm_pairs_queries_fold_by_fold_and_reuses_its_record_on_a_rerun(tmp_path, monkeypatch):
+    calls: list = []
+    _refits(monkeypatch, [0.02, 0.01, 0.03], calls)
+    out = tmp_path / "out"
+    first = tuning.tune("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, confirm=1, seed=4,
+                        log=lambda line: None)
+    assert sorted(calls) == [(False, 6, 1), (False, 6, 2), (True, 6, 1), (True, 6, 2)]  # seeds 4, 5 scored trials
+    assert first.confirmation["queries"] == 6 and first.confirmation["folds"] == [1, 2]
+    assert first.confirmation["mean"] == pytest.approx(0.02)
+    calls.clear()
+    again = tuning.tune("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, confirm=1, margin=100.0,
+                        seed=4, log=lambda line: None)
+    assert calls == [] and again.confirmation == first.confirmation  # nothing refitted ...
+    assert again.kept_untuned and not first.kept_untuned  # ... and the new margin weighs the same refits
+    tuning.tune("lambdarank", out=out, n_trials=6, folds="1-2", trial_seeds=2, confirm=1, seed=4,
+                log=lambda line: None)
+    rows = json.loads((out / "trials.json").read_text())
+    new_best = max(rows, key=lambda r: (r["value"], -r["trial"]))["trial"]
+    assert (new_best != first.confirmation["best"]) == bool(calls)  # refitted only for a new best trial
+
+
+def test_confirm_refits_nothing_when_the_untuned_config_is_best_and_bad_settings_are_one_line(tmp_path, monkeypatch):
+    calls: list = []
+    _refits(monkeypatch, [0.1], calls)
+
+    def untuned_best(config, values, *, trial, metric, workdir, report=True):
+        return (0.9 if trial.number == 0 else 0.1), 1
+
+    monkeypatch.setattr(tuning, "_trial", untuned_best)
+    result = tuning.tune("lambdarank", out=tmp_path / "o", n_trials=3, confirm=2, log=lambda line: None)
+    assert calls == [] and result.confirmation is None and result.trial == 0 and not result.kept_untuned
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="`confirm`"):
+            tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=bad)
+    with pytest.raises(ValueError, match=r"`confirm` compares the refits' val/ndcg@10 .* maximises val/loss"):
+        tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=1, metric="val/loss")
+
+
+def test_rankkit_tune_says_when_the_refits_kept_the_untuned_config(tmp_path, monkeypatch, capsys):
+    _refits(monkeypatch, [-0.01, 0.0], [])
+    assert main(["tune", "--config", "lambdarank", "--n_trials", "3", "--seed", "4", "--confirm", "1", "--out",
+                 str(tmp_path / "o"), "--quiet"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("kept the untuned config (trial 0") and "not confirmed on refits" in last, last
+
+
+SMALL_TREES = """
+seed_everything: 0
+model:
+  class_path: rankkit.boosting.LambdaMARTModule
+  init_args: {depth: 3, learning_rate: 0.3, min_data_in_leaf: 5, subsample: 0.7, seed: 0}
+data: {data: DATA, max_docs: 64}
+trainer:
+  max_epochs: 6
+  num_sanity_val_steps: 0
+  callbacks:
+    - class_path: pytorch_lightning.callbacks.ModelCheckpoint
+      init_args: {monitor: val/ndcg@10, mode: max, filename: "best-{epoch}"}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["neural", "trees"])
+def test_a_refits_per_query_vali_ndcg_is_what_the_same_fit_logged_at_its_best_epoch(tmp_path, data, model):
+    # Two routes to one number: the module's own val/ndcg@10 at its best epoch, and the checkpoint
+    # reloaded, scored query by query through the serving path and rankkit.metrics.
+    import torch
+
+    text = (SMALL_NEURAL if model == "neural" else SMALL_TREES).replace("DATA", str(data))
+    base = tuning.apply_values(tuning._yaml.safe_load(text, "small"), tuning._seeded({"seed_everything": 0}, 3))
+    logged, _ = tuning._trial(base, {}, trial=None, metric=tuning.METRIC, workdir=str(tmp_path), report=False)
+    (tmp_path / "again").mkdir()
+    per_query = tuning.vali_per_query(base, {}, workdir=str(tmp_path / "again"))
+    assert per_query.dtype == torch.float64 and len(per_query) == 24  # write_letor's queries
+    assert float(per_query.mean()) == pytest.approx(logged, abs=1e-5)
+    broken = tuning._yaml.safe_load(text, "small")
+    broken["trainer"]["callbacks"] = []  # Lightning's own checkpoint keeps the last epoch, not the best
+    (tmp_path / "broken").mkdir()
+    with pytest.raises(ValueError, match="needs a ModelCheckpoint monitoring val/ndcg@10"):
+        tuning.vali_per_query(broken, {}, workdir=str(tmp_path / "broken"))

@@ -42,6 +42,11 @@ def build_compare_parser():
                         "tested once; 0 (default) trains the configs as they are")
     p.add_argument("--tune_seeds", "--tune-seeds", type=int, default=1,
                    help="with --tune: score each trial by the mean of N seeds' fits (steadier, N× the time)")
+    p.add_argument("--tune_confirm", "--tune-confirm", type=int, default=0,
+                   help="with --tune: refit each study's best trial and the untuned config with N fresh seeds and "
+                        "keep the best only if it wins there (rankkit tune --confirm; default 0: no refits)")
+    p.add_argument("--tune_margin", "--tune-margin", type=float, default=0.0,
+                   help="with --tune: rankkit tune --margin (standard errors the best trial must win by)")
     p.add_argument("--ensemble", action="store_true",
                    help="with --seeds N > 1: also each model's N seeds averaged into one exported scorer per fold")
     return p

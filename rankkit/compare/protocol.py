@@ -28,6 +28,7 @@ import datetime
 import importlib.util
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -56,7 +57,7 @@ from rankkit.serving import as_scorer, score_queries
 from rankkit.training.datamodule import RankingDataModule, available_folds, data_folds, parse_folds
 from rankkit.training.lightning_cli import lightning_cli
 from rankkit.training.run_config import CONFIG_DIR, quiet_lightning_logs, resolve_model_class
-from rankkit.tune import tune
+from rankkit.tune import tune as run_study
 
 MODELS = ("ranknet", "lambdarank", "lambdamart")
 KS = (1, 3, 5, 10)
@@ -321,7 +322,8 @@ def load_fold(data: str, fold: int, val_fraction: float = 0.0) -> tuple[RankingD
 def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             models: list[str] | str = MODELS, baselines: bool = False, out: str | None = None,
             max_epochs: int | None = None, log: Callable[[str], None] = print, verbose: bool | None = None,
-            ensemble: bool = False, val_fraction: float = 0.0, tune: int = 0, tune_seeds: int = 1) -> dict:
+            ensemble: bool = False, val_fraction: float = 0.0, tune: int = 0, tune_seeds: int = 1,
+            tune_confirm: int = 0, tune_margin: float = 0.0) -> dict:
     """Run the comparison and write ``out``; returns the content of ``metrics.json``.
 
     Args:
@@ -350,11 +352,18 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
             studies land in ``out/tune/<model>-fold<f>/``; their wall time is each run's
             ``tune_seconds`` and a column of the table. 0 trains the configs as they are.
         tune_seeds: with ``tune``, score each trial by the mean of that many seeds' fits.
+        tune_confirm: with ``tune``, refit each study's best trial and the untuned config with
+            that many fresh seeds and keep the best only if it wins there (``rankkit tune
+            --confirm``); 0: no refits.
+        tune_margin: with ``tune``, the standard errors the best trial has to win by (``rankkit
+            tune --margin``).
     """
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
     fold_list = _check_run(data=data, folds=folds, seeds=seeds, models=models, baselines=baselines,
-                           ensemble=ensemble, max_epochs=max_epochs, tune=tune, tune_seeds=tune_seeds)
+                           ensemble=ensemble, max_epochs=max_epochs, tune=tune, tune_seeds=tune_seeds,
+                           tune_confirm=tune_confirm, tune_margin=tune_margin)
+    tuning = {"trials": tune, "trial_seeds": tune_seeds, "confirm": tune_confirm, "margin": tune_margin}
     configs = _model_configs(models)
     for path, cfg in configs.values() if tune else ():
         if "ensemble" in cfg:
@@ -379,8 +388,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     try:
         return _compare_run(data=data, configs=configs, chosen=chosen, fold_list=fold_list, seeds=seeds,
                             out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
-                            rounds=rounds, patience=patience, verbose=verbose, log=log, tune=tune,
-                            tune_seeds=tune_seeds)
+                            rounds=rounds, patience=patience, verbose=verbose, log=log, tune=tuning)
     except BaseException:
         for folder in reversed(created):  # a failed run leaves no empty folders behind
             with contextlib.suppress(OSError):
@@ -388,7 +396,8 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
         raise
 
 
-def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, tune, tune_seeds) -> list[int]:
+def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, tune, tune_seeds, tune_confirm=0,
+               tune_margin=0.0) -> list[int]:
     """The folds to run, after refusing every bad argument of :func:`compare`."""
     if not models and not baselines:
         raise ValueError("`models` is empty and `baselines` is off: nothing to compare")
@@ -403,6 +412,10 @@ def _check_run(*, data, folds, seeds, models, baselines, ensemble, max_epochs, t
         raise ValueError(f"`tune` has to be a whole number of trials (0: no tuning), got {tune!r}")
     if isinstance(tune_seeds, bool) or not isinstance(tune_seeds, int) or tune_seeds < 1:
         raise ValueError(f"`tune_seeds` has to be a positive whole number, got {tune_seeds!r}")
+    if isinstance(tune_confirm, bool) or not isinstance(tune_confirm, int) or tune_confirm < 0:
+        raise ValueError(f"`tune_confirm` has to be a whole number of seeds (0: no refits), got {tune_confirm!r}")
+    if isinstance(tune_margin, bool) or not isinstance(tune_margin, (int, float)) or not 0 <= tune_margin < math.inf:
+        raise ValueError(f"`tune_margin` has to be a number of standard errors >= 0, got {tune_margin!r}")
     return fold_list
 
 
@@ -483,22 +496,25 @@ def model_configs_of(configs: dict[str, tuple[Path, dict]]) -> list[dict]:
 
 
 def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
-           trials: int, trial_seeds: int, out_dir: Path, log) -> tuple[Path, float]:
-    """The nested study of one model on one fold: (its best config, the study's wall seconds)."""
+           tune: dict, out_dir: Path, log) -> tuple[Path, float]:
+    """The nested study of one model on one fold (``tune``: its trials, trial_seeds, confirm and
+    margin): (its chosen config, the study's wall seconds)."""
     overrides = {"data.data": data, "data.fold": fold, "data.val_fraction": val_fraction, "data.val_seed": 0}
     if max_epochs is not None:
         overrides["trainer.max_epochs"] = max_epochs
     t0 = time.perf_counter()
-    result = tune(path, n_trials=trials, seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
-                  overrides=overrides, trial_seeds=trial_seeds, log=lambda line: None)
+    result = run_study(path, n_trials=tune["trials"], seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
+                       overrides=overrides, trial_seeds=tune["trial_seeds"], confirm=tune["confirm"],
+                       margin=tune["margin"], log=lambda line: None)
     seconds = time.perf_counter() - t0
-    log(f"{label:<20} fold {fold}: tuned, {trials} trials in {seconds:.0f} s, best vali NDCG@10 "
-        f"{result.best_value:.4f}: {result.best_config}")
+    kept = f", the untuned config kept over trial {result.study.best_trial.number}" if result.kept_untuned else ""
+    log(f"{label:<20} fold {fold}: tuned, {tune['trials']} trials in {seconds:.0f} s, vali NDCG@10 "
+        f"{result.best_value:.4f}{kept}: {result.best_config}")
     return result.best_config, seconds
 
 
 def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds, out_dir, val_fraction, max_epochs,
-              ensemble, rounds, patience, log, tune, tune_seeds) -> None:
+              ensemble, rounds, patience, log, tune) -> None:
     """Every run of one fold, appended to ``runs``: the (tuned) configs and the baselines for each
     seed, then each model's seed ensemble."""
     train, vali, test = load_fold(data, fold, val_fraction)
@@ -506,10 +522,9 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
     test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
     members: dict[str, list] = {label: [] for label in configs}
     fold_configs = {label: (path, 0.0) for label, (path, _) in configs.items()}
-    for label, (path, _) in configs.items() if tune else ():
+    for label, (path, _) in configs.items() if tune["trials"] else ():
         fold_configs[label] = _tuned(path, label, data=data, fold=fold, val_fraction=val_fraction,
-                                     max_epochs=max_epochs, trials=tune, trial_seeds=tune_seeds,
-                                     out_dir=out_dir, log=log)
+                                     max_epochs=max_epochs, tune=tune, out_dir=out_dir, log=log)
     for seed in range(seeds):
         for label, (_, cfg) in configs.items():
             path, tune_seconds = fold_configs[label]
@@ -518,7 +533,7 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
                         scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
                         test_eval=test_eval, max_epochs=max_epochs, keep=members[label] if ensemble else None)
             runs.append({"model": label, "kind": row_kind(cfg), "config": str(path),
-                         "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune else {})})
+                         "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune["trials"] else {})})
             log(_progress_line(runs[-1]))
         for name in chosen:
             r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
@@ -536,7 +551,7 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
 
 
 def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
-                 patience, verbose, log, tune=0, tune_seeds=1) -> dict:
+                 patience, verbose, log, tune: dict) -> dict:
     """The body of :func:`compare` once its arguments are checked and its output folder made."""
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
@@ -546,13 +561,14 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
         for fold in fold_list:
             _run_fold(fold, runs, work=work, data=data, configs=configs, chosen=chosen, seeds=seeds,
                       out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
-                      rounds=rounds, patience=patience, log=log, tune=tune, tune_seeds=tune_seeds)
+                      rounds=rounds, patience=patience, log=log, tune=tune)
     table = markdown_table(runs)
     if len(fold_list) > 1:
         table += "\n\n" + fold_table(runs)
     command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
     result = {
-        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs, "tune": tune,
+        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs, "tune": tune["trials"],
+        **({"tuning": tune} if tune["trials"] else {}),
         "baseline_protocol": {"rounds": rounds, "patience": patience} if chosen else None,
         "command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
@@ -616,14 +632,23 @@ def _progress_line(r: dict) -> str:
             f"{r['train_seconds']:.1f} s, test NDCG@10 {r['ndcg@10']:.4f}{export}")
 
 
+def _chosen_by(tuning: dict) -> str:
+    """How the nested study picked the config the seeds train: "best", or with ``confirm`` the
+    best trial only if it beat the untuned config again on refits."""
+    if not tuning.get("confirm"):
+        return "best"
+    return (f"chosen (the best trial if, refitted with {tuning['confirm']} fresh seed(s), it beat the untuned config "
+            f"query by query on vali by more than {tuning.get('margin', 0):g} standard error(s), else the untuned)")
+
+
 def _table_doc(result: dict, table: str) -> str:
     cmd = f"Command: `{result['command']}`. " if result["command"] else ""
     n = len(result["folds"]) * result["seeds"]
     return (f"{cmd}{result['data']}, folds {result['folds']}, {result['seeds']} seed(s): "
             f"mean ± std over {n} run(s). "
             + (f"Nested tuning: an Optuna study of {result['tune']} trials per model and fold on that fold's "
-               f"train/vali (rankkit tune), its best config trained by every seed; its time is not in train s. "
-               if result.get("tune") else "")
+               f"train/vali (rankkit tune), its {_chosen_by(result.get('tuning') or {})} config trained by every "
+               f"seed; its time is not in train s. " if result.get("tune") else "")
             + f"Test metrics of the epoch / tree with the best vali NDCG@10 "
             f"(exp gain; NDCG and MAP score a query with nothing relevant 1). "
             f"{result['environment']['cpus']} CPUs, torch {result['environment']['torch']}, "
