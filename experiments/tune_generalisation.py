@@ -50,7 +50,11 @@ MODES = {"one fold": dict(folds=None, trial_seeds=1), "folds": dict(folds="all",
          "folds x seeds": dict(folds="all", trial_seeds=2),
          # the same study, its config chosen by the one-standard-error rule (`rankkit tune --margin 1`):
          # the untuned config unless the best trial beats it beyond one standard error of the paired fits
-         "folds x seeds, 1 SE": dict(folds="all", trial_seeds=2, margin=1.0, study="folds x seeds")}
+         "folds x seeds, 1 SE": dict(folds="all", trial_seeds=2, margin=1.0, study="folds x seeds"),
+         # the same study, its best trial refitted with 3 fresh seeds on every inner fold beside the
+         # untuned config and kept only if it wins by more than one standard error over the inner
+         # folds' vali queries (`rankkit tune --confirm 3 --margin 1`)
+         "folds x seeds, confirmed": dict(folds="all", trial_seeds=2, margin=1.0, confirm=3, study="folds x seeds")}
 
 
 def _queries(path: Path) -> list[list[str]]:
@@ -118,7 +122,8 @@ def one_split(config: str, label: str, settings: dict, inner: Path, *, trials: i
         study_mode = options.get("study", mode)  # a mode that chooses differently in another mode's study
         study = tune(config, n_trials=trials, seed=0, out=workdir / f"tune-{label}-{study_mode}".replace(" ", "_"),
                      overrides={"data.data": str(inner), "data.fold": 1}, folds=folds,
-                     trial_seeds=options["trial_seeds"], margin=options.get("margin", 0.0), log=lambda line: None)
+                     trial_seeds=options["trial_seeds"], margin=options.get("margin", 0.0),
+                     confirm=options.get("confirm", 0), log=lambda line: None)
         row[f"{mode} s"] = time.perf_counter() - t0
         row[f"{mode} vali"] = study.best_value
         named = Path(study.best_config).with_name(mode.replace(" ", "_").replace(",", "") + ".yaml")  # compare names rows by file
@@ -149,7 +154,9 @@ def table(rows: list[dict]) -> str:
     studies = [m for m in modes if "study" not in MODES[m]]  # a mode that reuses another's study adds no time
     lines.append("Study time (s, mean per outer split): " + ", ".join(
         f"{m} {statistics.mean(r[f'{m} s'] for r in rows):.0f}" for m in studies) + "; the chosen trial's vali "
-        "NDCG@10: " + ", ".join(f"{m} {statistics.mean(r[f'{m} vali'] for r in rows):.4f}" for m in modes) + ".")
+        "NDCG@10: " + ", ".join(f"{m} {statistics.mean(r[f'{m} vali'] for r in rows):.4f}" for m in modes) + "."
+        + "".join(f" The refits of `{m}` took {statistics.mean(r[f'{m} s'] for r in rows):.0f} s per outer split."
+                  for m in modes if MODES[m].get("confirm")))
     return "\n".join(lines)
 
 
@@ -214,7 +221,10 @@ def main(argv=None) -> None:
     body = (f"Measured {datetime.date.today()}, 1 torch thread, {args.trials} trials a study, command: "
             f"`{command_line(__file__, argv)}`. Test NDCG@10 of the shipped `{args.config}` config and of each "
             f"study's chosen trial (its best; in a `1 SE` column, the untuned config unless the best beats it by "
-            f"more than one standard error of their paired fits: `rankkit tune --margin 1`), trained on the outer "
+            f"more than one standard error of their paired fits: `rankkit tune --margin 1`; in a `confirmed` "
+            f"column, the untuned config unless the best trial, refitted with 3 fresh seeds on every inner fold, "
+            f"beats it by more than one standard error over the inner folds' vali queries: `rankkit tune --confirm 3 "
+            f"--margin 1`), trained on the outer "
             f"split as `rankkit compare` trains"
             + (f", the mean of {args.test_seeds} seeds" if args.test_seeds > 1 else "")
             + (f" (rows in `{args.rows}`, appended by runs of this script with `--rows`; `--report-only` "
