@@ -32,6 +32,9 @@ below the untuned config on vali.
   fANOVA importance), ``history.png`` (Optuna's optimisation history, with matplotlib); with
   ``top_k`` K > 1, ``top/1.yaml`` ... ``top/K.yaml`` (the K best trials' configs) and
   ``ensemble.yaml`` naming them, which ``rankkit compare --models`` trains as one averaged scorer.
+* **Confirmation** (``confirm`` N): the best trial and the untuned config refitted with N fresh
+  seeds, the best kept only if it wins again, query by query on vali, beyond ``margin`` standard
+  errors (:func:`confirm_trial`); a study's best value is the largest of many noisy ones.
 * **Never the test split**: trials fit and validate only; the data module reads the test split on
   first use, which a study never makes.
 """
@@ -412,6 +415,9 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     if confirm and metric != METRIC:
         raise ValueError(f"`confirm` compares the refits' {METRIC} query by query; this study maximises {metric}: "
                          f"leave out confirm (--confirm)")
+    if confirm and _checkpoint_monitor(base) != METRIC:
+        raise ValueError(f"`confirm` scores each refit's checkpoint of the best {METRIC}: {config_path.name} needs a "
+                         f"ModelCheckpoint monitoring {METRIC} (every packaged config has one)")
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
         raise ValueError(f"`space`: no search space {space_file} (write one beside the config, see "
@@ -605,16 +611,21 @@ def _checked_folds(folds, base: dict) -> list[int] | None:
     return sorted(parse_folds(folds, data_folds(str(data.get("data", "mq2008")))))
 
 
-def _monitored(config: dict) -> str:
+def _checkpoint_monitor(config: dict) -> str | None:
     """The metric the config's ``ModelCheckpoint`` monitors (what ``rankkit fit`` keeps the model
-    by), or :data:`METRIC`."""
+    by), or None without one."""
     callbacks = (config.get("trainer") or {}).get("callbacks") or []
     for callback in callbacks if isinstance(callbacks, list) else []:
         if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("ModelCheckpoint"):
             monitor = (callback.get("init_args") or {}).get("monitor")
             if isinstance(monitor, str) and monitor:
                 return monitor
-    return METRIC
+    return None
+
+
+def _monitored(config: dict) -> str:
+    """The metric the config's ``ModelCheckpoint`` monitors, or :data:`METRIC`."""
+    return _checkpoint_monitor(config) or METRIC
 
 
 def _scored_by(trial_seeds: int, folds: list[int] | None) -> str:

@@ -634,6 +634,12 @@ def test_confirm_refits_nothing_when_the_untuned_config_is_best_and_bad_settings
             tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=bad)
     with pytest.raises(ValueError, match=r"`confirm` compares the refits' val/ndcg@10 .* maximises val/loss"):
         tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=1, metric="val/loss")
+    bare = tmp_path / "bare.yaml"  # no ModelCheckpoint: Lightning's own keeps the last epoch, not the best
+    bare.write_text((CONFIGS / "lambdarank.yaml").read_text().split("\ntrainer:")[0] + "\n")
+    (tmp_path / "bare.space.yaml").write_text((CONFIGS / "lambdarank.space.yaml").read_text())
+    with pytest.raises(ValueError, match=r"bare\.yaml needs a ModelCheckpoint monitoring val/ndcg@10"):
+        tuning.tune(bare, out=tmp_path / "bad", n_trials=1, confirm=1)
+    assert calls == [] and not (tmp_path / "bad").exists()  # refused before the first trial
 
 
 def test_rankkit_tune_says_when_the_refits_kept_the_untuned_config(tmp_path, monkeypatch, capsys):
