@@ -34,7 +34,8 @@ def one_fold(config: str, fold: int, *, trials: int, top_k: int, seeds: int, wor
     t0 = time.perf_counter()
     overrides = {"data.data": data, "data.fold": fold, "data.val_fraction": val_fraction, "data.val_seed": 0}
     study = tune(config, n_trials=trials, top_k=top_k, seed=0, out=workdir / f"tune-fold{fold}",
-                 overrides=overrides, log=lambda line: None)
+                 overrides=overrides, folds=None, trial_seeds=1, confirm=0, margin=0.0,  # the study measured here
+                 log=lambda line: None)
     tuned = time.perf_counter() - t0
     result = compare(data=data, folds=str(fold), seeds=seeds, out=str(workdir / f"compare-fold{fold}"),
                      val_fraction=val_fraction, log=lambda line: None,

@@ -274,19 +274,20 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default=None,
                    help="the logged vali metric to maximise (default: what the config's ModelCheckpoint monitors, "
                         "else val/ndcg@10)")
-    p.add_argument("--trial_seeds", "--trial-seeds", type=int, default=1,
-                   help="score each trial by the mean of N seeds' best vali (steadier on small vali sets, N× the time)")
-    p.add_argument("--folds", default=None,
+    p.add_argument("--trial_seeds", "--trial-seeds", type=int, default=2,
+                   help="score each trial by the mean of N seeds' best vali (default 2; 1 for the quick study)")
+    p.add_argument("--folds", default="auto",
                    help="score each trial by the mean best vali over these folds, e.g. 1-5 or 1,3 (as lgb.cv; "
-                        "N folds x --trial_seeds fits per trial)")
-    p.add_argument("--margin", type=float, default=0.0,
-                   help="with --folds or --trial_seeds N > 1: keep the untuned config unless the best trial beats it "
-                        "by more than this many standard errors of their paired fits (1: the one-standard-error "
-                        "rule; default 0: the best mean wins)")
-    p.add_argument("--confirm", type=int, default=0,
+                        "N folds x --trial_seeds fits per trial); default auto: every fold of data with several "
+                        "(MQ2008, a LETOR root) unless --data.fold is given; none: the config's one fold")
+    p.add_argument("--confirm", type=int, default=3,
                    help="after the study, refit its best trial and the untuned config with N fresh seeds and keep the "
                         "best only if it beats the untuned config there, query by query on vali, by more than "
-                        "--margin standard errors (default 0: no refits)")
+                        "--margin standard errors (default 3; 0: no refits)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="the standard errors the best trial has to win by (default 1): on --confirm's refits, or with "
+                        "--confirm 0 on the study's own paired fits (--folds, --trial_seeds); 0: the best mean wins. "
+                        "The quick study of one fit a trial: --folds none --trial_seeds 1 --confirm 0 --margin 0")
     p.add_argument("--top_k", "--top-k", type=int, default=1,
                    help="also write the K best trials' configs (OUT/top/) and OUT/ensemble.yaml naming them, "
                         "which `rankkit compare --models` trains as one averaged scorer (default 1: best.yaml only)")

@@ -64,7 +64,7 @@ def test_every_rankkit_command_in_the_readme_runs(tmp_path, monkeypatch):
                     shutil.copyfile(ckpt, path)
                 argv = [str(path) if a == name else a for a in argv]
         elif command == "tune":
-            # the README's default data (MQ2008 fold 1) writes results/tune/NAME; this data would
+            # the README's default data (every MQ2008 fold) writes results/tune/NAME; this data would
             # write NAME-DATA-fold1, so the folder the README's next command reads is named here
             argv = [*argv[:3], "--n_trials", "2", f"--data.data={tmp_path}", "--trainer.max_epochs=1",
                     "--out", f"results/tune/{argv[2]}"]

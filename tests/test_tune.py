@@ -16,6 +16,14 @@ from rankkit.cli import main  # noqa: E402
 from tests.test_cli import write_letor  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "rankkit" / "configs"
+#: the study of one fit a trial, no refits (the defaults score every fold, 2 seeds, and confirm)
+QUICK = dict(folds=None, trial_seeds=1, confirm=0, margin=0.0)
+QUICK_FLAGS = ["--folds", "none", "--trial_seeds", "1", "--confirm", "0", "--margin", "0"]
+
+
+def quick_study(*args, **kw):
+    """:func:`rankkit.tune.tune` with :data:`QUICK` unless ``kw`` says otherwise."""
+    return tuning.tune(*args, **{**QUICK, **kw})
 
 
 @pytest.fixture
@@ -111,7 +119,7 @@ def test_overrides_parse_as_fit_takes_them():
 @pytest.mark.slow
 def test_a_tiny_study_end_to_end_resumes_and_its_config_refits(tmp_path, config, data, capsys):
     out = tmp_path / "study"
-    result = tuning.tune(config, n_trials=2, out=out, seed=0)
+    result = quick_study(config, n_trials=2, out=out, seed=0)
     trials = json.loads((out / "trials.json").read_text())
     assert [t["state"] for t in trials] == ["complete", "complete"]
     untuned = trials[0]
@@ -128,7 +136,7 @@ def test_a_tiny_study_end_to_end_resumes_and_its_config_refits(tmp_path, config,
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert float(re.search(r"val/ndcg@10 ([0-9.]+)", line).group(1)) == pytest.approx(result.best_value, abs=5e-5)
     # the same command again resumes the study: one more trial to reach 3, the first two kept
-    again = tuning.tune(config, n_trials=3, out=out, seed=0)
+    again = quick_study(config, n_trials=3, out=out, seed=0)
     rows = json.loads((out / "trials.json").read_text())
     assert len(rows) == 3 and rows[:2] == trials and again.best_value >= result.best_value
     # the test split was never read: reading it fails
@@ -148,7 +156,7 @@ class PruneAfterFirstEpoch(optuna.pruners.BasePruner):
 @pytest.mark.slow
 def test_pruning_stops_a_trial_on_its_vali_curve(tmp_path, config):
     out = tmp_path / "study"
-    tuning.tune(config, n_trials=3, out=out, pruner=PruneAfterFirstEpoch())
+    quick_study(config, n_trials=3, out=out, pruner=PruneAfterFirstEpoch())
     rows = json.loads((out / "trials.json").read_text())
     assert [r["state"] for r in rows] == ["complete", "pruned", "pruned"]
     assert rows[0]["epochs"] == 4 and all(r["epochs"] == 2 for r in rows[1:])  # stopped, not run out
@@ -208,7 +216,7 @@ def test_a_space_may_name_trainer_and_data_settings_the_config_leaves_out():
 
 @pytest.mark.slow
 def test_trial_seeds_score_a_trial_by_the_mean_of_its_seeds_fits(tmp_path, config, capsys):
-    result = tuning.tune(config, n_trials=1, out=tmp_path / "s", trial_seeds=2)
+    result = quick_study(config, n_trials=1, out=tmp_path / "s", trial_seeds=2)
     row = json.loads((tmp_path / "s" / "trials.json").read_text())[0]
     assert "mean of 2 seeds" in result.best_config.read_text()
     got = []
@@ -242,7 +250,9 @@ def test_a_trial_says_it_started_before_its_first_fit(monkeypatch):
 def test_a_study_is_keyed_by_its_data_and_refuses_another():
     # Round 4: `tune --data.fold=2` after a fold-1 study reused it and wrote a best.yaml saying fold 2.
     optuna = pytest.importorskip("optuna")
-    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 1}})[1] == ""
+    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 1}})[1] == "-mq2008-fold1"
+    assert tuning._data_settings({"data": {"data": "mq2008"}}, [1, 2, 3, 4, 5])[1] == ""  # the default study
+    assert tuning._data_settings({"data": {"data": "mq2008"}}, [1, 2])[1] == "-mq2008-folds1-2"
     assert tuning._data_settings({"data": {"data": "mq2008", "fold": 2}})[1] == "-mq2008-fold2"
     assert tuning._data_settings({"data": {"data": "/x/My Data", "fold": 3}})[1] == "-My_Data-fold3"
     study = optuna.create_study(direction="maximize")
@@ -285,13 +295,13 @@ def test_a_failing_trial_is_one_line_and_the_study_goes_on(tmp_path, monkeypatch
 
     monkeypatch.setattr(tuning, "_trial", flaky)
     lines = []
-    result = tuning.tune("lambdarank", out=tmp_path / "out", n_trials=2, log=lines.append)
+    result = quick_study("lambdarank", out=tmp_path / "out", n_trials=2, log=lines.append)
     assert calls == [0, 1] and result.best_value == 0.5
     assert any(line.startswith("trial 0 fail (ValueError: boom): ") for line in lines), lines
     monkeypatch.setattr(tuning, "_trial", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("always")))
     with pytest.raises(ValueError, match=r"every trial was pruned or failed\); the last failure \(trial \d+\): "
                                          r"RuntimeError: always"):
-        tuning.tune("lambdarank", out=tmp_path / "other", n_trials=2, log=lines.append)
+        quick_study("lambdarank", out=tmp_path / "other", n_trials=2, log=lines.append)
 
 
 def test_a_corrupt_study_file_is_one_line(tmp_path):
@@ -299,7 +309,7 @@ def test_a_corrupt_study_file_is_one_line(tmp_path):
     (tmp_path / "study.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 5000)
     with pytest.raises(ValueError, match=r"study\.db: not a readable Optuna study \(DatabaseError: .*pass another "
                                          r"--out"):
-        tuning.tune("lambdarank", out=tmp_path, n_trials=1)
+        quick_study("lambdarank", out=tmp_path, n_trials=1)
 
 
 def _quick_trials(monkeypatch, calls):
@@ -317,15 +327,15 @@ def test_a_resumed_study_never_repeats_a_trial(tmp_path, monkeypatch):
     calls = []
     _quick_trials(monkeypatch, calls)
     out = tmp_path / "out"
-    tuning.tune("lambdarank", out=out, n_trials=4, log=lambda line: None)
+    quick_study("lambdarank", out=out, n_trials=4, log=lambda line: None)
     first = [json.dumps(c, sort_keys=True) for c in calls]
-    tuning.tune("lambdarank", out=out, n_trials=8, log=lambda line: None)
+    quick_study("lambdarank", out=out, n_trials=8, log=lambda line: None)
     every = [json.dumps(c, sort_keys=True) for c in calls]
     assert len(every) == 8 and every[:4] == first
     assert len(set(every)) == 8, "a resumed trial repeated an earlier one's values"
     # A new study with the same seed draws as before (the seed alone decides a fresh study).
     calls.clear()
-    tuning.tune("lambdarank", out=tmp_path / "again", n_trials=4, log=lambda line: None)
+    quick_study("lambdarank", out=tmp_path / "again", n_trials=4, log=lambda line: None)
     assert [json.dumps(c, sort_keys=True) for c in calls] == first
 
 
@@ -334,22 +344,22 @@ def test_a_study_resumes_only_with_the_seeds_its_trials_were_scored_by(tmp_path,
     # by other fits, and --margin then paired fits of different seeds.
     _quick_trials(monkeypatch, [])
     out = tmp_path / "out"
-    tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
+    quick_study("lambdarank", out=out, n_trials=2, log=lambda line: None)
     for kw, said in ((dict(seed=1), r"seed 1 \(fits seeded from 1\), 1 seed"),
                      (dict(trial_seeds=2), r"seed 0 \(fits seeded from 0\), 2 seed"),
                      (dict(overrides={"seed_everything": 5}), r"seed 0 \(fits seeded from 5\), 1 seed")):
         with pytest.raises(ValueError, match=r"scored its trials with seed 0 \(fits seeded from 0\), 1 seed\(s\) a "
                                              r"trial; this run asks for " + said):
-            tuning.tune("lambdarank", out=out, n_trials=3, log=lambda line: None, **kw)
+            quick_study("lambdarank", out=out, n_trials=3, log=lambda line: None, **kw)
     lines = []
-    tuning.tune("lambdarank", out=out, n_trials=2, log=lines.append)  # the same settings resume
+    quick_study("lambdarank", out=out, n_trials=2, log=lines.append)  # the same settings resume
     assert any("2 of 2 trials done" in line for line in lines), lines
     # a study from before the seeds were recorded resumes, and records them
     storage = f"sqlite:///{(out / 'study.db').resolve()}"
-    study = optuna.load_study(study_name="lambdarank", storage=storage)
+    study = optuna.load_study(study_name="lambdarank-mq2008-fold1", storage=storage)
     study._storage.set_study_user_attr(study._study_id, "rankkit_scoring", None)
-    tuning.tune("lambdarank", out=out, n_trials=3, seed=1, log=lambda line: None)
-    assert optuna.load_study(study_name="lambdarank", storage=storage).user_attrs["rankkit_scoring"] == \
+    quick_study("lambdarank", out=out, n_trials=3, seed=1, log=lambda line: None)
+    assert optuna.load_study(study_name="lambdarank-mq2008-fold1", storage=storage).user_attrs["rankkit_scoring"] == \
         {"seed": 1, "seed_everything": 1, "trial_seeds": 1}
 
 
@@ -357,20 +367,20 @@ def test_an_interrupted_trial_is_marked_failed_and_runs_again_and_a_finished_stu
     calls = []
     _quick_trials(monkeypatch, calls)
     out = tmp_path / "out"
-    tuning.tune("lambdarank", out=out, n_trials=2, log=lambda line: None)
+    quick_study("lambdarank", out=out, n_trials=2, log=lambda line: None)
     storage = f"sqlite:///{(out / 'study.db').resolve()}"
-    study = optuna.load_study(study_name="lambdarank", storage=storage)
+    study = optuna.load_study(study_name="lambdarank-mq2008-fold1", storage=storage)
     stuck = study.ask()  # a trial a killed process left running, with the values it had drawn
     stuck.suggest_float("model.init_args.lr", 1e-4, 1e-2, log=True)
     left_over = dict(stuck.params)
     lines = []
-    tuning.tune("lambdarank", out=out, n_trials=3, log=lines.append)
+    quick_study("lambdarank", out=out, n_trials=3, log=lines.append)
     assert any(f"trial {stuck.number} was interrupted" in line for line in lines), lines
     rows = json.loads((out / "trials.json").read_text())
     assert [r["state"] for r in rows] == ["complete", "complete", "fail", "complete"]
     assert calls[-1]["model.init_args.lr"] == left_over["model.init_args.lr"]  # run again, with its values
     lines.clear()
-    tuning.tune("lambdarank", out=out, n_trials=3, log=lines.append)
+    quick_study("lambdarank", out=out, n_trials=3, log=lines.append)
     assert lines[0].startswith("3 of 3 trials done; best val/ndcg@10 ") and len(calls) == 3, lines
 
 
@@ -384,7 +394,7 @@ def test_a_study_across_folds_scores_a_trial_by_the_mean_of_its_folds_and_seeds(
 
     monkeypatch.setattr(tuning, "_trial", per_fold)
     out = tmp_path / "out"
-    result = tuning.tune("lambdarank", out=out, n_trials=2, folds="2-4", trial_seeds=2, log=lambda line: None)
+    result = quick_study("lambdarank", out=out, n_trials=2, folds="2-4", trial_seeds=2, log=lambda line: None)
     runs = [(f, s, r) for t, f, s, r in seen if t == 0]
     assert runs == [(2, 0, True), (2, 1, False), (3, 0, False), (3, 1, False), (4, 0, False), (4, 1, False)]
     rows = json.loads((out / "trials.json").read_text())
@@ -395,10 +405,10 @@ def test_a_study_across_folds_scores_a_trial_by_the_mean_of_its_folds_and_seeds(
     # the study is named and keyed by its folds: other folds are another study, never a resume
     assert result.study.study_name == "lambdarank-mq2008-folds2-4"
     assert result.study.user_attrs["rankkit_data"]["folds"] == "2,3,4"
-    other = tuning.tune("lambdarank", out=out, n_trials=1, folds="1,2", log=lambda line: None)
+    other = quick_study("lambdarank", out=out, n_trials=1, folds="1,2", log=lambda line: None)
     assert other.study.study_name == "lambdarank-mq2008-folds1-2" and len(other.study.trials) == 1
-    # the default folder names the folds
-    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 1}}, [1, 2, 3, 4, 5])[1] == "-mq2008-folds1-5"
+    # every MQ2008 fold is the default study: its folder is the config's name alone
+    assert tuning._data_settings({"data": {"data": "mq2008", "fold": 1}}, [1, 2, 3, 4, 5])[1] == ""
 
 
 @pytest.mark.parametrize("folds, match", [("0-2", "`folds`"), ("a-b", "`folds`"), ([], "`folds` names no fold"),
@@ -406,7 +416,7 @@ def test_a_study_across_folds_scores_a_trial_by_the_mean_of_its_folds_and_seeds(
 def test_bad_folds_are_one_line(folds, match, tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "_objective", lambda *a, **k: pytest.fail("a trial ran"))
     with pytest.raises(ValueError, match=match):
-        tuning.tune("lambdarank", folds=folds, n_trials=1, out=tmp_path / "out")
+        quick_study("lambdarank", folds=folds, n_trials=1, out=tmp_path / "out")
 
 
 def test_folds_the_data_lacks_are_refused_before_the_first_trial(tmp_path, monkeypatch):
@@ -414,12 +424,12 @@ def test_folds_the_data_lacks_are_refused_before_the_first_trial(tmp_path, monke
     # study has no completed trial". The folds are checked against the data first.
     monkeypatch.setattr(tuning, "_objective", lambda *a, **k: pytest.fail("a trial ran"))
     with pytest.raises(ValueError, match=r"`folds` has to name folds in 1\.\.5, got '1-9'"):
-        tuning.tune("lambdarank", folds="1-9", n_trials=1, out=tmp_path / "out")
+        quick_study("lambdarank", folds="1-9", n_trials=1, out=tmp_path / "out")
     root = tmp_path / "root"
     for n in (1, 2):
         (root / f"Fold{n}").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"`folds` has to name folds in \[1, 2\], got '1-3'"):
-        tuning.tune("lambdarank", folds="1-3", n_trials=1, out=tmp_path / "out2",
+        quick_study("lambdarank", folds="1-3", n_trials=1, out=tmp_path / "out2",
                     overrides={"data.data": str(root)})
 
 
@@ -432,11 +442,11 @@ def test_a_study_maximises_what_the_config_keeps_its_model_by(tmp_path, monkeypa
         return 0.5, 1
 
     monkeypatch.setattr(tuning, "_trial", quick)
-    result = tuning.tune("lambdamart_clicks", out=tmp_path / "clicks", n_trials=1, log=lambda line: None)
+    result = quick_study("lambdamart_clicks", out=tmp_path / "clicks", n_trials=1, log=lambda line: None)
     assert seen == ["val/click_likelihood"] and result.metric == "val/click_likelihood"
     assert "val/click_likelihood 0.5000 on vali" in result.best_config.read_text()
-    assert tuning.tune("lambdamart", out=tmp_path / "plain", n_trials=1, log=lambda line: None).metric == "val/ndcg@10"
-    assert tuning.tune("lambdamart", out=tmp_path / "asked", n_trials=1, metric="val/map",
+    assert quick_study("lambdamart", out=tmp_path / "plain", n_trials=1, log=lambda line: None).metric == "val/ndcg@10"
+    assert quick_study("lambdamart", out=tmp_path / "asked", n_trials=1, metric="val/map",
                        log=lambda line: None).metric == "val/map"
 
 
@@ -445,7 +455,7 @@ def test_top_k_writes_the_k_best_trials_and_an_ensemble_compare_takes(tmp_path, 
     _quick_trials(monkeypatch, calls)  # a trial's value is its learning rate
     out = tmp_path / "out"
     lines = []
-    result = tuning.tune("lambdarank", out=out, n_trials=5, top_k=3, log=lines.append)
+    result = quick_study("lambdarank", out=out, n_trials=5, top_k=3, log=lines.append)
     assert result.ensemble_config == out / "ensemble.yaml"
     best_lrs = sorted((c["model.init_args.lr"] for c in calls), reverse=True)[:3]
     names = tuning._yaml.safe_load(result.ensemble_config.read_text())["ensemble"]
@@ -459,19 +469,19 @@ def test_top_k_writes_the_k_best_trials_and_an_ensemble_compare_takes(tmp_path, 
     (label, (path, cfg)), = _model_configs([str(result.ensemble_config)]).items()
     assert label == "LambdaRank-top3" and [p.name for p, _ in cfg["ensemble"]] == ["1.yaml", "2.yaml", "3.yaml"]
     # more than the study completed: fewer members, said in one line
-    more = tuning.tune("lambdarank", out=out, n_trials=5, top_k=9, log=lines.append)
+    more = quick_study("lambdarank", out=out, n_trials=5, top_k=9, log=lines.append)
     assert len(tuning._yaml.safe_load(more.ensemble_config.read_text())["ensemble"]) == 5
     assert any("top_k 9: the study has 5 completed trial(s)" in line for line in lines)
-    assert tuning.tune("lambdarank", out=tmp_path / "one", n_trials=1).ensemble_config is None  # top_k 1: none
+    assert quick_study("lambdarank", out=tmp_path / "one", n_trials=1).ensemble_config is None  # top_k 1: none
     assert not (tmp_path / "one" / "ensemble.yaml").exists()
     assert main(["tune", "--config", "lambdarank", "--n_trials", "5", "--top_k", "2", "--out", str(out),
-                 "--quiet"]) == 0
+                 "--quiet", *QUICK_FLAGS]) == 0
     assert f"rankkit compare --models {out / 'ensemble.yaml'}" in capsys.readouterr().out
     assert sorted(p.name for p in (out / "top").iterdir()) == ["1.yaml", "2.yaml"]  # the earlier 3..5 removed
-    tuning.tune("lambdarank", out=out, n_trials=5, log=lines.append)  # no top_k: no stale ensemble left behind
+    quick_study("lambdarank", out=out, n_trials=5, log=lines.append)  # no top_k: no stale ensemble left behind
     assert not (out / "ensemble.yaml").exists() and not (out / "top").exists() and (out / "best.yaml").exists()
     with pytest.raises(ValueError, match="`top_k`"):
-        tuning.tune("lambdarank", out=out, n_trials=5, top_k=0)
+        quick_study("lambdarank", out=out, n_trials=5, top_k=0)
 
 
 def _paired_trials(monkeypatch, delta: float, amp: float):
@@ -500,7 +510,7 @@ def test_a_study_of_several_fits_keeps_the_untuned_config_unless_beaten_beyond_i
     # plain-Python computation from what trials.json records.
     _paired_trials(monkeypatch, delta, amp)
     out, lines = tmp_path / "out", []
-    result = tuning.tune("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, margin=margin,
+    result = quick_study("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, margin=margin,
                          log=lines.append)
     rows = json.loads((out / "trials.json").read_text())
     untuned, best = rows[0], max(rows[1:], key=lambda r: (r["value"], -r["trial"]))
@@ -528,7 +538,7 @@ def test_rankkit_tune_says_when_the_margin_kept_the_untuned_config(tmp_path, mon
 
     _paired_trials(monkeypatch, 0.01, 0.05)
     assert main(["tune", "--config", "lambdarank", "--n_trials", "3", "--folds", "1-2", "--trial_seeds", "2",
-                 "--margin", margin, "--out", str(tmp_path / "o"), "--quiet"]) == 0
+                 "--margin", margin, "--confirm", "0", "--out", str(tmp_path / "o"), "--quiet"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("kept the untuned config (trial 0") == kept, last
     assert last.startswith("best ") != kept, last
@@ -537,13 +547,13 @@ def test_rankkit_tune_says_when_the_margin_kept_the_untuned_config(tmp_path, mon
 def test_a_study_of_one_fit_a_trial_takes_its_best_and_a_bad_margin_is_one_line(tmp_path, monkeypatch):
     _paired_trials(monkeypatch, 0.001, 0.0)  # one fold, one seed: no spread to weigh
     out, lines = tmp_path / "out", []
-    tuning.tune("lambdarank", out=out, n_trials=2, margin=1.0, log=lines.append)
+    quick_study("lambdarank", out=out, n_trials=2, margin=1.0, log=lines.append)
     rows = json.loads((out / "trials.json").read_text())
     assert rows[0]["run_values"] is None and _chosen_lr(out) == pytest.approx(rows[1]["params"]["model.init_args.lr"])
     assert any("--margin 1 weighs nothing here" in line for line in lines), lines
     for bad in (-1.0, float("nan"), "1", True):
         with pytest.raises(ValueError, match="`margin` has to be"):
-            tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, margin=bad)
+            quick_study("lambdarank", out=tmp_path / "bad", n_trials=1, margin=bad)
 
 
 # -- confirm: the best trial refitted with fresh seeds beside the untuned config ----------------------
@@ -580,7 +590,7 @@ def test_confirm_keeps_the_best_trial_only_if_it_wins_again_on_fresh_seeds(tmp_p
     calls: list = []
     _refits(monkeypatch, lead, calls)
     out, lines = tmp_path / "out", []
-    result = tuning.tune("lambdarank", out=out, n_trials=3, confirm=2, margin=margin, seed=4, log=lines.append)
+    result = quick_study("lambdarank", out=out, n_trials=3, confirm=2, margin=margin, seed=4, log=lines.append)
     rows = json.loads((out / "trials.json").read_text())
     best = max(rows, key=lambda r: (r["value"], -r["trial"]))
     assert best["trial"] != 0  # the quick trials score their lr: a drawn one beats the untuned 1e-3
@@ -602,17 +612,17 @@ def test_confirm_pairs_queries_fold_by_fold_and_reuses_its_record_on_a_rerun(tmp
     calls: list = []
     _refits(monkeypatch, [0.02, 0.01, 0.03], calls)
     out = tmp_path / "out"
-    first = tuning.tune("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, confirm=1, seed=4,
+    first = quick_study("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, confirm=1, seed=4,
                         log=lambda line: None)
     assert sorted(calls) == [(False, 6, 1), (False, 6, 2), (True, 6, 1), (True, 6, 2)]  # seeds 4, 5 scored trials
     assert first.confirmation["queries"] == 6 and first.confirmation["folds"] == [1, 2]
     assert first.confirmation["mean"] == pytest.approx(0.02)
     calls.clear()
-    again = tuning.tune("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, confirm=1, margin=100.0,
+    again = quick_study("lambdarank", out=out, n_trials=3, folds="1-2", trial_seeds=2, confirm=1, margin=100.0,
                         seed=4, log=lambda line: None)
     assert calls == [] and again.confirmation == first.confirmation  # nothing refitted ...
     assert again.kept_untuned and not first.kept_untuned  # ... and the new margin weighs the same refits
-    tuning.tune("lambdarank", out=out, n_trials=6, folds="1-2", trial_seeds=2, confirm=1, seed=4,
+    quick_study("lambdarank", out=out, n_trials=6, folds="1-2", trial_seeds=2, confirm=1, seed=4,
                 log=lambda line: None)
     rows = json.loads((out / "trials.json").read_text())
     new_best = max(rows, key=lambda r: (r["value"], -r["trial"]))["trial"]
@@ -627,18 +637,18 @@ def test_confirm_refits_nothing_when_the_untuned_config_is_best_and_bad_settings
         return (0.9 if trial.number == 0 else 0.1), 1
 
     monkeypatch.setattr(tuning, "_trial", untuned_best)
-    result = tuning.tune("lambdarank", out=tmp_path / "o", n_trials=3, confirm=2, log=lambda line: None)
+    result = quick_study("lambdarank", out=tmp_path / "o", n_trials=3, confirm=2, log=lambda line: None)
     assert calls == [] and result.confirmation is None and result.trial == 0 and not result.kept_untuned
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="`confirm`"):
-            tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=bad)
+            quick_study("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=bad)
     with pytest.raises(ValueError, match=r"`confirm` compares the refits' val/ndcg@10 .* maximises val/loss"):
-        tuning.tune("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=1, metric="val/loss")
+        quick_study("lambdarank", out=tmp_path / "bad", n_trials=1, confirm=1, metric="val/loss")
     bare = tmp_path / "bare.yaml"  # no ModelCheckpoint: Lightning's own keeps the last epoch, not the best
     bare.write_text((CONFIGS / "lambdarank.yaml").read_text().split("\ntrainer:")[0] + "\n")
     (tmp_path / "bare.space.yaml").write_text((CONFIGS / "lambdarank.space.yaml").read_text())
     with pytest.raises(ValueError, match=r"bare\.yaml needs a ModelCheckpoint monitoring val/ndcg@10"):
-        tuning.tune(bare, out=tmp_path / "bad", n_trials=1, confirm=1)
+        quick_study(bare, out=tmp_path / "bad", n_trials=1, confirm=1)
     assert calls == [] and not (tmp_path / "bad").exists()  # refused before the first trial
 
 
@@ -684,3 +694,36 @@ def test_a_refits_per_query_vali_ndcg_is_what_the_same_fit_logged_at_its_best_ep
     (tmp_path / "broken").mkdir()
     with pytest.raises(ValueError, match="needs a ModelCheckpoint monitoring val/ndcg@10"):
         tuning.vali_per_query(broken, {}, workdir=str(tmp_path / "broken"))
+
+
+def test_the_default_study_scores_every_fold_with_two_seeds_and_confirms_on_three_more(tmp_path, monkeypatch, data):
+    # The defaults are the study the nested measurements chose (docs/tuning.md, "Confirmed on
+    # refits"); the CLI's are the function's.
+    fits, refits = [], []
+    _refits(monkeypatch, [0.05] * 4, refits)
+
+    def fit(config, values, *, trial, metric, workdir, report=True):
+        fits.append((trial.number, config["data"].get("fold"), config["seed_everything"]))
+        return float(values["model.init_args.lr"]), 1
+
+    monkeypatch.setattr(tuning, "_trial", fit)
+    result = tuning.tune("lambdarank", out=tmp_path / "all", n_trials=3, seed=4, log=lambda line: None)
+    assert result.study.study_name == "lambdarank"  # every MQ2008 fold: the default study's plain name
+    assert [(f, s) for t, f, s in fits if t == 0] == [(f, s) for f in range(1, 6) for s in (4, 5)]
+    assert sorted({(f, s) for _, s, f in refits}) == [(f, s) for f in range(1, 6) for s in (6, 7, 8)]
+    assert result.confirmation["folds"] == [1, 2, 3, 4, 5] and not result.kept_untuned  # +0.05 on every query
+    fits.clear()
+    one = tuning.tune("lambdarank", out=tmp_path / "two", n_trials=1, overrides=["--data.fold=2"],
+                      log=lambda line: None)
+    assert one.study.study_name == "lambdarank-mq2008-fold2" and fits == [(0, 2, 0), (0, 2, 1)]  # --data.fold: one
+    fits.clear()
+    (tmp_path / "small.space.yaml").write_text(SMALL_SPACE)
+    (tmp_path / "small.yaml").write_text(SMALL_NEURAL.replace("DATA", str(data)))
+    tuning.tune(tmp_path / "small.yaml", out=tmp_path / "plain", n_trials=1, log=lambda line: None)
+    assert fits == [(0, None, 0), (0, None, 1)]  # a folder of train/vali/test files has one fold: its own
+    from rankkit.cli import tune_parser
+
+    cli = tune_parser().parse_args(["--config", "lambdarank"])
+    signature = __import__("inspect").signature(tuning.tune).parameters
+    for name in ("folds", "trial_seeds", "confirm", "margin"):
+        assert getattr(cli, name) == signature[name].default, name

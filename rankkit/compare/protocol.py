@@ -504,8 +504,8 @@ def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float,
         overrides["trainer.max_epochs"] = max_epochs
     t0 = time.perf_counter()
     result = run_study(path, n_trials=tune["trials"], seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
-                       overrides=overrides, trial_seeds=tune["trial_seeds"], confirm=tune["confirm"],
-                       margin=tune["margin"], log=lambda line: None)
+                       overrides=overrides, folds=None, trial_seeds=tune["trial_seeds"], confirm=tune["confirm"],
+                       margin=tune["margin"], log=lambda line: None)  # the fold's own split: nested, never its test
     seconds = time.perf_counter() - t0
     kept = f", the untuned config kept over trial {result.study.best_trial.number}" if result.kept_untuned else ""
     log(f"{label:<20} fold {fold}: tuned, {tune['trials']} trials in {seconds:.0f} s, vali NDCG@10 "
