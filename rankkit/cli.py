@@ -280,10 +280,11 @@ def tune_parser() -> argparse.ArgumentParser:
                    help="score each trial by the mean best vali over these folds, e.g. 1-5 or 1,3 (as lgb.cv; "
                         "N folds x --trial_seeds fits per trial); default auto: every fold of data with several "
                         "(MQ2008, a LETOR root) unless --data.fold is given; none: the config's one fold")
-    p.add_argument("--confirm", type=int, default=3,
+    p.add_argument("--confirm", type=int, default=None,
                    help="after the study, refit its best trial and the untuned config with N fresh seeds and keep the "
                         "best only if it beats the untuned config there, query by query on vali, by more than "
-                        "--margin standard errors (default 3; 0: no refits)")
+                        "--margin standard errors (default 3 where the study maximises val/ndcg@10, else 0; 0: no "
+                        "refits)")
     p.add_argument("--margin", type=float, default=1.0,
                    help="the standard errors the best trial has to win by (default 1): on --confirm's refits, or with "
                         "--confirm 0 on the study's own paired fits (--folds, --trial_seeds); 0: the best mean wins. "

@@ -59,6 +59,7 @@ from rankkit.training.run_config import quiet_lightning_logs, resolve_config_arg
 __all__ = ["Param", "TuneResult", "apply_values", "load_space", "parse_overrides", "space_path", "tune"]
 
 METRIC = "val/ndcg@10"
+CONFIRM = 3  #: the default ``confirm``: fresh seeds the best trial is refitted with
 
 
 @dataclass(frozen=True)
@@ -370,7 +371,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
          storage: str | None = None, study_name: str | None = None,
          overrides: dict[str, Any] | list[str] | None = None,
          metric: str | None = None, pruner: Any = "median", trial_seeds: int = 2,
-         folds: str | list[int] | None = "auto", top_k: int = 1, margin: float = 1.0, confirm: int = 3,
+         folds: str | list[int] | None = "auto", top_k: int = 1, margin: float = 1.0, confirm: int | None = None,
          verbose: bool = False, command: str = "",
          log: Callable[[str], None] = print) -> TuneResult:
     """Run (or resume) an Optuna study over ``config`` (a packaged name such as ``"lambdarank"`` or
@@ -397,7 +398,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     pruning, so trials are pruned on like curves; the trial's per-fold values and their spread are
     recorded. ``top_k`` > 1: also write the configs of the K best completed trials
     (``OUT/top/1.yaml`` ... best first) and ``OUT/ensemble.yaml`` naming them, which ``rankkit
-    compare --models`` trains as one averaged scorer. ``confirm`` N > 0 (3): after the study,
+    compare --models`` trains as one averaged scorer. ``confirm`` N > 0 (None: 3 where the study
+    maximises ``val/ndcg@10`` and the config keeps its model by it, else 0): after the study,
     refit its best trial and the untuned config with N fresh seeds (on each of ``folds``) and keep
     the best trial only if it beats the untuned config there, query by query on vali, by more than
     ``margin`` (1) standard errors (:func:`confirm_trial`). With ``confirm`` 0, ``margin`` > 0
@@ -409,7 +411,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     import optuna
 
     _check_options(n_trials=n_trials, seed=seed, trial_seeds=trial_seeds, pruner=pruner, timeout=timeout, top_k=top_k,
-                   margin=margin, confirm=confirm)
+                   margin=margin, confirm=0 if confirm is None else confirm)
     config_path = Path(resolve_config_arg(str(config)))
     base = _yaml.safe_load(_yaml.read_text(config_path), str(config_path))
     if not isinstance(base, dict) or "model" not in base:
@@ -419,6 +421,8 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
     folds = _checked_folds(folds, base, fold_given="data.fold" in (overrides or {}))
     metric = metric if metric is not None else _monitored(base)
+    if confirm is None:  # the default: refits where they can be scored query by query
+        confirm = CONFIRM if metric == METRIC and _checkpoint_monitor(base) == METRIC else 0
     if confirm and metric != METRIC:
         raise ValueError(f"`confirm` compares the refits' {METRIC} query by query; this study maximises {metric}: "
                          f"leave out confirm (--confirm)")

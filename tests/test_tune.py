@@ -704,7 +704,7 @@ def test_the_default_study_scores_every_fold_with_two_seeds_and_confirms_on_thre
 
     def fit(config, values, *, trial, metric, workdir, report=True):
         fits.append((trial.number, config["data"].get("fold"), config["seed_everything"]))
-        return float(values["model.init_args.lr"]), 1
+        return float(values.get("model.init_args.lr", values.get("model.init_args.learning_rate"))), 1
 
     monkeypatch.setattr(tuning, "_trial", fit)
     result = tuning.tune("lambdarank", out=tmp_path / "all", n_trials=3, seed=4, log=lambda line: None)
@@ -721,6 +721,9 @@ def test_the_default_study_scores_every_fold_with_two_seeds_and_confirms_on_thre
     (tmp_path / "small.yaml").write_text(SMALL_NEURAL.replace("DATA", str(data)))
     tuning.tune(tmp_path / "small.yaml", out=tmp_path / "plain", n_trials=1, log=lambda line: None)
     assert fits == [(0, None, 0), (0, None, 1)]  # a folder of train/vali/test files has one fold: its own
+    # Refits by default only where they can be scored query by query on val/ndcg@10.
+    clicks = tuning.tune("lambdamart_clicks", out=tmp_path / "clicks", n_trials=3, seed=4, log=lambda line: None)
+    assert clicks.metric == "val/click_likelihood" and clicks.confirmation is None
     from rankkit.cli import tune_parser
 
     cli = tune_parser().parse_args(["--config", "lambdarank"])
