@@ -37,6 +37,11 @@ def data(tmp_path) -> Path:
     return folder
 
 
+#: the trainer's checkpoint of the best val/ndcg@10, as every packaged config keeps one
+CHECKPOINT = """  callbacks:
+    - class_path: pytorch_lightning.callbacks.ModelCheckpoint
+      init_args: {monitor: val/ndcg@10, mode: max, filename: "best-{epoch}"}
+"""
 SMALL_NEURAL = """
 seed_everything: 0
 model:
@@ -46,10 +51,7 @@ data: {data: DATA, max_docs: 64}
 trainer:
   max_epochs: 4
   log_every_n_steps: 1
-  callbacks:
-    - class_path: pytorch_lightning.callbacks.ModelCheckpoint
-      init_args: {monitor: val/ndcg@10, mode: max, filename: "best-{epoch}"}
-"""
+""" + CHECKPOINT
 SMALL_SPACE = """
 model.init_args.lr: {float: [0.001, 0.05], log: true}
 model.init_args.hidden: {choices: [[8], [16, 8]]}
@@ -669,10 +671,7 @@ data: {data: DATA, max_docs: 64}
 trainer:
   max_epochs: 6
   num_sanity_val_steps: 0
-  callbacks:
-    - class_path: pytorch_lightning.callbacks.ModelCheckpoint
-      init_args: {monitor: val/ndcg@10, mode: max, filename: "best-{epoch}"}
-"""
+""" + CHECKPOINT
 
 
 @pytest.mark.slow
