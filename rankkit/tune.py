@@ -1,8 +1,10 @@
 """Hyper-parameter search on Optuna: ``rankkit tune`` and :func:`tune`.
 
-A study trains one config (any model: RankNet, LambdaRank, LambdaMART) once per trial with the
-trial's values, each a full ``rankkit fit`` on the train split with model selection on the vali
-split, and maximises the best vali value of the metric the module logs (``val/ndcg@10``). What it
+A study trains one config (any model: RankNet, LambdaRank, LambdaMART) with each trial's values,
+each fit a full ``rankkit fit`` on a train split with model selection on its vali split, and
+maximises the best vali value of the metric the module logs (``val/ndcg@10``): by default the
+mean over every fold of the data (MQ2008's five) and two seeds, and the best trial replaces the
+config only if it wins again on refits with fresh seeds (``confirm``; see :func:`tune`). What it
 changes is a **search space** in YAML beside the config (``lambdarank.yaml`` ->
 ``lambdarank.space.yaml``; every packaged config ships one)::
 
