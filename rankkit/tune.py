@@ -423,14 +423,7 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     base = apply_values(base, {**_seeded(base, seed), **(overrides or {})})
     folds = _checked_folds(folds, base, fold_given="data.fold" in (overrides or {}))
     metric = metric if metric is not None else _monitored(base)
-    if confirm is None:  # the default: refits where they can be scored query by query
-        confirm = CONFIRM if metric == METRIC and _checkpoint_monitor(base) == METRIC else 0
-    if confirm and metric != METRIC:
-        raise ValueError(f"`confirm` compares the refits' {METRIC} query by query; this study maximises {metric}: "
-                         f"leave out confirm (--confirm)")
-    if confirm and _checkpoint_monitor(base) != METRIC:
-        raise ValueError(f"`confirm` scores each refit's checkpoint of the best {METRIC}: {config_path.name} needs a "
-                         f"ModelCheckpoint monitoring {METRIC} (every packaged config has one)")
+    confirm = _confirm_setting(confirm, base, metric, config_path)
     space_file = Path(space) if space is not None else space_path(config_path)
     if not space_file.is_file():
         raise ValueError(f"`space`: no search space {space_file} (write one beside the config, see "
@@ -472,6 +465,21 @@ def tune(config: str | os.PathLike, *, space: str | os.PathLike | None = None, n
     _write_outputs(study, out, metric, best_config, header + _yaml_dump(apply_values(base, best_values)))
     ensemble = _write_ensemble(study, out, base, params, top_k, storage, metric, log=log, best=best)
     return TuneResult(study, best_values, best.value, best_config, out, metric, ensemble, best.number, confirmation)
+
+
+def _confirm_setting(confirm: int | None, base: dict, metric: str, config_path: Path) -> int:
+    """``confirm`` as the study runs it: None (the default) is :data:`CONFIRM` where the refits can be
+    scored query by query (the study maximises ``val/ndcg@10`` and the config keeps its checkpoint
+    by it), else 0; a number asked for where they cannot is refused before the first trial."""
+    if confirm is None:
+        return CONFIRM if metric == METRIC and _checkpoint_monitor(base) == METRIC else 0
+    if confirm and metric != METRIC:
+        raise ValueError(f"`confirm` compares the refits' {METRIC} query by query; this study maximises {metric}: "
+                         f"leave out confirm (--confirm)")
+    if confirm and _checkpoint_monitor(base) != METRIC:
+        raise ValueError(f"`confirm` scores each refit's checkpoint of the best {METRIC}: {config_path.name} needs a "
+                         f"ModelCheckpoint monitoring {METRIC} (every packaged config has one)")
+    return confirm
 
 
 def _choose(study, base: dict, *, seed: int, trial_seeds: int, folds: list[int] | None, confirm: int, margin: float,

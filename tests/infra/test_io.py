@@ -42,7 +42,7 @@ def test_any_spelling_of_an_open_descriptor_appends_through_it(tmp_path):
 # -- every write goes through atomic_write (a route-discovering test, trust round 4) ---------------
 #: Writes that need no atomic rename, and why: (file, enclosing function).
 UNATOMIC_WRITES = {
-    ("rankkit/tune.py", "_trial"): "a trial's scratch config in the trial's own temporary folder",
+    ("rankkit/tune.py", "_fit"): "a trial's (or a refit's) scratch config in its own temporary folder",
     ("rankkit/kernels/triton/aot.py", "compile_kernel"): "compiled artefacts (PTX, cubin) into a folder the "
                                                           "developer names, never beside a user's file",
     ("rankkit/data/fetch.py", "download"): "streams into a mkstemp file beside the target, renamed over it only "
