@@ -335,14 +335,16 @@ def vali_per_query(config: dict, values: dict, *, workdir: str):
     from rankkit.metrics import ndcg
     from rankkit.serving import as_scorer, score_queries
 
+    from rankkit.training.lightning_cli import best_checkpoint
+
     cli = _fit(config, values, workdir=workdir)
     checkpoint = cli.trainer.checkpoint_callback
     if checkpoint is None or checkpoint.monitor != METRIC or not checkpoint.best_model_path:
         raise ValueError(f"`confirm` scores the checkpoint of the best {METRIC}: the config needs a ModelCheckpoint "
                          f"monitoring {METRIC} (every packaged config has one)")
-    model = type(cli.model).load_from_checkpoint(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+    model, _ = best_checkpoint(cli)
     vali = cli.datamodule.val_set
-    scores = score_queries(as_scorer(model.to("cpu").eval()), vali.features, vali.sizes)
+    scores = score_queries(as_scorer(model), vali.features, vali.sizes)
     s, mask = pad(scores.double(), vali.sizes)
     return ndcg(s, pad(vali.labels.double(), vali.sizes)[0], mask=mask, k=10)
 
@@ -857,13 +859,25 @@ def chosen_trial(study, margin: float = 0.0) -> tuple[Any, str]:
         return best, (f"--margin {margin:g} weighs nothing here: the best trial ({best.number}) and the untuned "
                       f"config do not both record two or more fits to pair (one fit a trial, or trials of an "
                       f"earlier rankkit or another --trial_seeds): the best mean wins")
-    diffs = [a - b for a, b in zip(ours, theirs)]
-    mean, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
-    paired = f"{mean:+.4f} ± {se:.4f} (mean ± standard error of {len(diffs)} paired fits)"
+    mean, se = _mean_se([a - b for a, b in zip(ours, theirs)])
+    return _decide(best, untuned, mean, se, margin, f"(mean ± standard error of {len(ours)} paired fits)")
+
+
+def _mean_se(diffs: list[float]) -> tuple[float, float]:
+    """The mean of paired differences and its standard error (0 for a single one)."""
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return statistics.fmean(diffs), se
+
+
+def _decide(best, untuned, mean: float, se: float, margin: float, unit: str) -> tuple[Any, str]:
+    """(the best trial if its paired lead ``mean`` over the untuned config exceeds ``margin``
+    standard errors ``se``, else the untuned trial; the line that says so). ``unit`` says what
+    was paired."""
+    lead = f"{mean:+.4f} ± {se:.4f} {unit}"
     if mean > margin * se:
-        return best, f"the best trial ({best.number}) beats the untuned config by {paired}: it is chosen"
+        return best, f"the best trial ({best.number}) beats the untuned config by {lead}: it is chosen"
     return untuned, (f"the untuned config (trial {untuned.number}) is kept: the best trial ({best.number}) beats it "
-                     f"by {paired}, within {margin:g} standard error(s) (--margin)")
+                     f"by {lead}, not by more than {margin:g} standard error(s) (--margin)")
 
 
 def _untuned_trial(study):
@@ -916,17 +930,14 @@ def confirm_trial(study, score: Callable, *, seeds: list[int], folds: list[int] 
                 f"{list(seeds)}" + (f" on folds {folds}" if folds else ""))
         ours, theirs = ([torch.stack([score({k: _decode(v) for k, v in t.params.items()}, s, fold)
                                       for s in seeds]).mean(0) for fold in folds or [None]] for t in (best, untuned))
-        d = torch.cat(ours) - torch.cat(theirs)
-        record = {**key, "mean": float(d.mean()), "se": float(d.std() / math.sqrt(len(d))) if len(d) > 1 else 0.0,
-                  "queries": len(d), "best_value": float(torch.cat(ours).mean()),
-                  "untuned_value": float(torch.cat(theirs).mean())}
+        mean, se = _mean_se((torch.cat(ours) - torch.cat(theirs)).tolist())
+        record = {**key, "mean": mean, "se": se, "queries": sum(len(q) for q in ours),
+                  "best_value": float(torch.cat(ours).mean()), "untuned_value": float(torch.cat(theirs).mean())}
         study.set_user_attr("rankkit_confirmation", record)
-    paired = (f"{record['mean']:+.4f} ± {record['se']:.4f} on refits (mean ± standard error over {record['queries']} "
-              f"vali queries, {len(seeds)} fresh seed(s))")
-    if record["mean"] > margin * record["se"]:
-        return best, f"the best trial ({best.number}) beats the untuned config by {paired}: it is chosen", record
-    return untuned, (f"the untuned config (trial {untuned.number}) is kept: the best trial ({best.number}) beats it by "
-                     f"{paired}, not by more than {margin:g} standard error(s) (--margin)"), record
+    chosen, why = _decide(best, untuned, record["mean"], record["se"], margin,
+                          f"on refits (mean ± standard error over {record['queries']} vali queries, {len(seeds)} fresh "
+                          f"seed(s))")
+    return chosen, why, record
 
 
 def _untuned_value(study) -> str:

@@ -55,7 +55,7 @@ from rankkit.metrics import average_precision, err, ndcg
 from rankkit.neural import MeanEnsemble
 from rankkit.serving import as_scorer, score_queries
 from rankkit.training.datamodule import RankingDataModule, available_folds, data_folds, parse_folds
-from rankkit.training.lightning_cli import lightning_cli
+from rankkit.training.lightning_cli import best_checkpoint, lightning_cli
 from rankkit.training.run_config import CONFIG_DIR, quiet_lightning_logs, resolve_model_class
 from rankkit.tune import tune as run_study
 
@@ -191,10 +191,7 @@ def train_model(config_path: Path, *, data: str, fold: int, seed: int, workdir: 
     t0 = time.perf_counter()
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     seconds = time.perf_counter() - t0
-    best_path = cli.trainer.checkpoint_callback.best_model_path if cli.trainer.checkpoint_callback else ""
-    model = type(cli.model).load_from_checkpoint(best_path, map_location="cpu", weights_only=True) \
-        if best_path else cli.model
-    model = model.to("cpu").eval()
+    model, best_path = best_checkpoint(cli)
     eager, diff = _export_verified(model, scorer_path, test_eval)  # either kind of scorer, query by query
     if best_path:
         os.unlink(best_path)
@@ -388,7 +385,7 @@ def compare(*, data: str = "mq2008", folds: str | int = "1", seeds: int = 1,
     try:
         return _compare_run(data=data, configs=configs, chosen=chosen, fold_list=fold_list, seeds=seeds,
                             out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
-                            rounds=rounds, patience=patience, verbose=verbose, log=log, tune=tuning)
+                            rounds=rounds, patience=patience, verbose=verbose, log=log, tuning=tuning)
     except BaseException:
         for folder in reversed(created):  # a failed run leaves no empty folders behind
             with contextlib.suppress(OSError):
@@ -496,25 +493,25 @@ def model_configs_of(configs: dict[str, tuple[Path, dict]]) -> list[dict]:
 
 
 def _tuned(path: Path, label: str, *, data: str, fold: int, val_fraction: float, max_epochs: int | None,
-           tune: dict, out_dir: Path, log) -> tuple[Path, float]:
-    """The nested study of one model on one fold (``tune``: its trials, trial_seeds, confirm and
+           tuning: dict, out_dir: Path, log) -> tuple[Path, float]:
+    """The nested study of one model on one fold (``tuning``: its trials, trial_seeds, confirm and
     margin): (its chosen config, the study's wall seconds)."""
     overrides = {"data.data": data, "data.fold": fold, "data.val_fraction": val_fraction, "data.val_seed": 0}
     if max_epochs is not None:
         overrides["trainer.max_epochs"] = max_epochs
     t0 = time.perf_counter()
-    result = run_study(path, n_trials=tune["trials"], seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
-                       overrides=overrides, folds=None, trial_seeds=tune["trial_seeds"], confirm=tune["confirm"],
-                       margin=tune["margin"], log=lambda line: None)  # the fold's own split: nested, never its test
+    result = run_study(path, n_trials=tuning["trials"], seed=0, out=out_dir / "tune" / f"{label.lower()}-fold{fold}",
+                       overrides=overrides, folds=None, trial_seeds=tuning["trial_seeds"], confirm=tuning["confirm"],
+                       margin=tuning["margin"], log=lambda line: None)  # the fold's own split: nested, never its test
     seconds = time.perf_counter() - t0
     kept = f", the untuned config kept over trial {result.study.best_trial.number}" if result.kept_untuned else ""
-    log(f"{label:<20} fold {fold}: tuned, {tune['trials']} trials in {seconds:.0f} s, vali NDCG@10 "
+    log(f"{label:<20} fold {fold}: tuned, {tuning['trials']} trials in {seconds:.0f} s, vali NDCG@10 "
         f"{result.best_value:.4f}{kept}: {result.best_config}")
     return result.best_config, seconds
 
 
 def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds, out_dir, val_fraction, max_epochs,
-              ensemble, rounds, patience, log, tune) -> None:
+              ensemble, rounds, patience, log, tuning) -> None:
     """Every run of one fold, appended to ``runs``: the (tuned) configs and the baselines for each
     seed, then each model's seed ensemble."""
     train, vali, test = load_fold(data, fold, val_fraction)
@@ -522,9 +519,9 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
     test_eval, val_eval = Evaluator(test, max_label), Evaluator(vali, max_label)
     members: dict[str, list] = {label: [] for label in configs}
     fold_configs = {label: (path, 0.0) for label, (path, _) in configs.items()}
-    for label, (path, _) in configs.items() if tune["trials"] else ():
+    for label, (path, _) in configs.items() if tuning["trials"] else ():
         fold_configs[label] = _tuned(path, label, data=data, fold=fold, val_fraction=val_fraction,
-                                     max_epochs=max_epochs, tune=tune, out_dir=out_dir, log=log)
+                                     max_epochs=max_epochs, tuning=tuning, out_dir=out_dir, log=log)
     for seed in range(seeds):
         for label, (_, cfg) in configs.items():
             path, tune_seconds = fold_configs[label]
@@ -532,8 +529,9 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
             r = fit_row(data=data, fold=fold, seed=seed, workdir=os.path.join(work, label), val_fraction=val_fraction,
                         scorer_path=out_dir / "scorers" / f"{label.lower()}-fold{fold}-seed{seed}.pt",
                         test_eval=test_eval, max_epochs=max_epochs, keep=members[label] if ensemble else None)
-            runs.append({"model": label, "kind": row_kind(cfg), "config": str(path),
-                         "fold": fold, "seed": seed, **r, **({"tune_seconds": tune_seconds} if tune["trials"] else {})})
+            tuned = {"tune_seconds": tune_seconds} if tuning["trials"] else {}
+            runs.append({"model": label, "kind": row_kind(cfg), "config": str(path), "fold": fold, "seed": seed,
+                         **r, **tuned})
             log(_progress_line(runs[-1]))
         for name in chosen:
             r = third_party.train_baseline(name, train, vali, test_eval, seed=seed, rounds=rounds,
@@ -551,7 +549,7 @@ def _run_fold(fold: int, runs: list[dict], *, work, data, configs, chosen, seeds
 
 
 def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fraction, max_epochs, ensemble, rounds,
-                 patience, verbose, log, tune: dict) -> dict:
+                 patience, verbose, log, tuning: dict) -> dict:
     """The body of :func:`compare` once its arguments are checked and its output folder made."""
     import pytorch_lightning  # noqa: F401 - its import sets its loggers' levels: before _quiet()
 
@@ -561,14 +559,14 @@ def _compare_run(*, data, configs, chosen, fold_list, seeds, out_dir, val_fracti
         for fold in fold_list:
             _run_fold(fold, runs, work=work, data=data, configs=configs, chosen=chosen, seeds=seeds,
                       out_dir=out_dir, val_fraction=val_fraction, max_epochs=max_epochs, ensemble=ensemble,
-                      rounds=rounds, patience=patience, log=log, tune=tune)
+                      rounds=rounds, patience=patience, log=log, tuning=tuning)
     table = markdown_table(runs)
     if len(fold_list) > 1:
         table += "\n\n" + fold_table(runs)
     command = "rankkit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else None
     result = {
-        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs, "tune": tune["trials"],
-        **({"tuning": tune} if tune["trials"] else {}),
+        "data": data, "folds": fold_list, "seeds": seeds, "max_epochs": max_epochs, "tune": tuning["trials"],
+        **({"tuning": tuning} if tuning["trials"] else {}),
         "baseline_protocol": {"rounds": rounds, "patience": patience} if chosen else None,
         "command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,

@@ -240,6 +240,16 @@ def remove_if_no_checkpoint(folder: str) -> bool:
     return True
 
 
+def best_checkpoint(cli) -> tuple[pl.LightningModule, str]:
+    """(the model of a fitted ``cli`` as its ``ModelCheckpoint`` kept it -- the best epoch or tree --
+    reloaded on the CPU in eval mode, the checkpoint's path); without a checkpoint, the model as
+    fitted and "" (``rankkit compare`` tests it, ``rankkit tune --confirm`` scores its vali split)."""
+    callback = cli.trainer.checkpoint_callback
+    path = callback.best_model_path if callback is not None else ""
+    model = type(cli.model).load_from_checkpoint(path, map_location="cpu", weights_only=True) if path else cli.model
+    return model.to("cpu").eval(), path
+
+
 def lightning_cli(args: list[str] | None, *, run: bool = True, verbose: bool = True, progress: bool = False):
     """Build rankkit's LightningCLI on ``args`` (with a subcommand of :data:`LIGHTNING_COMMANDS`
     when ``run``); ``args`` None reads ``sys.argv``.
